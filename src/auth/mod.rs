@@ -1,0 +1,79 @@
+//! Users, password hashing, cookie sessions, roles and CSRF protection.
+//!
+//! Sessions live in an encrypted, signed cookie (actix-session's cookie store), so any instance
+//! behind a load balancer can serve any request; the only shared state is the database.
+
+pub mod csrf;
+pub mod model;
+pub mod password;
+pub mod routes;
+pub mod service;
+pub mod session;
+
+use actix_web::http::StatusCode;
+
+pub use model::{Role, User};
+pub use session::SessionUser;
+
+use crate::web::error::{AsProblem, Problem, http_error};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("not logged in")]
+    NotLoggedIn,
+    #[error("role {have} may not do this (needs {need})")]
+    Forbidden { have: Role, need: Role },
+    #[error("wrong username or password")]
+    BadCredentials,
+    #[error("CSRF token missing or wrong")]
+    CsrfFailed,
+    #[error("invalid {field}: {message}")]
+    Invalid { field: &'static str, message: String },
+    #[error("username {0:?} is already taken")]
+    UsernameTaken(String),
+    #[error("session store failed: {0}")]
+    Session(String),
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Pool(#[from] diesel::r2d2::PoolError),
+    #[error(transparent)]
+    Blocking(#[from] actix_web::error::BlockingError),
+    #[error("password hashing failed: {0}")]
+    Hashing(String),
+}
+
+impl AsProblem for AuthError {
+    fn problem(&self) -> Problem {
+        use StatusCode as S;
+        match self {
+            Self::NotLoggedIn => Problem::new(S::UNAUTHORIZED, "not_logged_in", "Please log in first."),
+            Self::Forbidden { need, .. } => Problem::new(
+                S::FORBIDDEN,
+                "forbidden",
+                format!("This needs the {need} role, which your account does not have."),
+            ),
+            Self::BadCredentials => {
+                Problem::new(S::UNAUTHORIZED, "bad_credentials", "Wrong username or password.")
+            }
+            Self::CsrfFailed => Problem::new(
+                S::FORBIDDEN,
+                "csrf_failed",
+                "This form has expired or did not come from this site. Reload the page and try again.",
+            ),
+            Self::Invalid { field, message } => {
+                Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", format!("{field}: {message}"))
+            }
+            Self::UsernameTaken(name) => Problem::new(
+                S::CONFLICT,
+                "username_taken",
+                format!("The username {name:?} is already taken."),
+            ),
+            Self::Pool(_) => Problem::busy("The server is busy; please try again in a moment."),
+            Self::Session(_) | Self::Database(_) | Self::Blocking(_) | Self::Hashing(_) => {
+                Problem::internal()
+            }
+        }
+    }
+}
+http_error!(AuthError);

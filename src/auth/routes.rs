@@ -1,0 +1,140 @@
+//! Login and logout: HTML pages and the JSON session endpoints.
+
+use actix_session::Session;
+use actix_web::{HttpResponse, Responder, web};
+use askama::Template;
+use serde::{Deserialize, Serialize};
+
+use super::csrf::CsrfForm;
+use super::{AuthError, Role, SessionUser, service, session};
+use crate::web::{AppState, PageContext, html, local_path, see_other};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/login", web::get().to(login_page))
+        .route("/login", web::post().to(login_form))
+        .route("/logout", web::post().to(logout_form))
+        .service(
+            web::resource("/api/v1/session")
+                .route(web::get().to(whoami))
+                .route(web::post().to(login_json))
+                .route(web::delete().to(logout_json)),
+        );
+}
+
+#[derive(Template)]
+#[template(path = "auth/login.html")]
+struct LoginPage {
+    ctx: PageContext,
+    next: String,
+    username: String,
+    error: Option<String>,
+    demo_users: Vec<(String, Role)>,
+}
+
+#[derive(Deserialize)]
+struct NextQuery {
+    next: Option<String>,
+}
+
+async fn login_page(
+    ctx: PageContext,
+    query: web::Query<NextQuery>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let demo_users = demo_users(&state).await?;
+    Ok(html(&LoginPage {
+        ctx,
+        next: local_path(query.next.as_deref()).to_string(),
+        username: String::new(),
+        error: None,
+        demo_users,
+    })?)
+}
+
+async fn demo_users(state: &AppState) -> Result<Vec<(String, Role)>, AuthError> {
+    let pool = state.pool.clone();
+    web::block(move || service::demo_users(&mut *pool.get()?)).await?
+}
+
+#[derive(Deserialize)]
+struct Credentials {
+    username: String,
+    password: String,
+    next: Option<String>,
+}
+
+async fn check_credentials(
+    state: &AppState,
+    username: String,
+    password: String,
+) -> Result<super::User, AuthError> {
+    let pool = state.pool.clone();
+    web::block(move || service::authenticate(&mut *pool.get()?, &username, &password)).await?
+}
+
+async fn login_form(
+    CsrfForm(form): CsrfForm<Credentials>,
+    session: Session,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let next = local_path(form.next.as_deref()).to_string();
+    match check_credentials(&state, form.username.clone(), form.password).await {
+        Ok(user) => {
+            session::log_in(&session, &user)?;
+            Ok(see_other(&next))
+        }
+        Err(AuthError::BadCredentials) => {
+            let page = LoginPage {
+                ctx: PageContext { user: None, csrf_token: super::csrf::token(&session)? },
+                next,
+                username: form.username,
+                error: Some("Wrong username or password.".into()),
+                demo_users: demo_users(&state).await?,
+            };
+            let mut response = html(&page)?;
+            *response.status_mut() = actix_web::http::StatusCode::UNAUTHORIZED;
+            Ok(response)
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+#[derive(Deserialize)]
+struct NoFields {}
+
+async fn logout_form(CsrfForm(_): CsrfForm<NoFields>, session: Session) -> HttpResponse {
+    session::log_out(&session);
+    see_other("/")
+}
+
+#[derive(Serialize)]
+struct SessionBody<'a> {
+    user: &'a SessionUser,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonCredentials {
+    username: String,
+    password: String,
+}
+
+async fn login_json(
+    body: web::Json<JsonCredentials>,
+    session: Session,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let body = body.into_inner();
+    let user = check_credentials(&state, body.username, body.password).await?;
+    let logged_in = session::log_in(&session, &user)?;
+    Ok(HttpResponse::Ok().json(SessionBody { user: &logged_in }))
+}
+
+async fn whoami(user: SessionUser) -> impl Responder {
+    HttpResponse::Ok().json(SessionBody { user: &user })
+}
+
+async fn logout_json(session: Session) -> HttpResponse {
+    session::log_out(&session);
+    HttpResponse::NoContent().finish()
+}

@@ -1,0 +1,81 @@
+//! Creating users and checking passwords. Functions take a connection: the caller decides the
+//! transaction and runs them off the async executor.
+
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as DbError};
+
+use super::model::NewUser;
+use super::{AuthError, Role, User, password};
+use crate::schema::users;
+
+pub const MIN_PASSWORD_LEN: usize = 8;
+
+pub fn authenticate(conn: &mut MysqlConnection, username: &str, given: &str) -> Result<User, AuthError> {
+    let user = User::by_username(username.trim()).select(User::as_select()).first(conn).optional()?;
+    match user {
+        Some(user) if password::verify(given, &user.password_hash) => Ok(user),
+        Some(_) => Err(AuthError::BadCredentials),
+        None => {
+            password::verify_against_nothing(given);
+            Err(AuthError::BadCredentials)
+        }
+    }
+}
+
+/// What an operator or the seed supplies to make a user.
+pub struct UserSpec<'a> {
+    pub username: &'a str,
+    pub display_name: &'a str,
+    pub password: &'a str,
+    pub role: Role,
+    pub is_demo: bool,
+}
+
+pub fn create_user(conn: &mut MysqlConnection, spec: &UserSpec<'_>) -> Result<User, AuthError> {
+    let username = spec.username.trim();
+    if username.is_empty()
+        || username.len() > 64
+        || !username.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    {
+        return Err(AuthError::Invalid {
+            field: "username",
+            message: "use 1 to 64 letters, digits, '.', '_' or '-'".into(),
+        });
+    }
+    let display_name = spec.display_name.trim();
+    if display_name.chars().count() > 100 {
+        return Err(AuthError::Invalid { field: "display_name", message: "at most 100 characters".into() });
+    }
+    if spec.password.chars().count() < MIN_PASSWORD_LEN {
+        return Err(AuthError::Invalid {
+            field: "password",
+            message: format!("at least {MIN_PASSWORD_LEN} characters"),
+        });
+    }
+    let hash = password::hash(spec.password).map_err(|e| AuthError::Hashing(e.to_string()))?;
+    let new = NewUser {
+        username,
+        display_name: if display_name.is_empty() { username } else { display_name },
+        password_hash: &hash,
+        role: spec.role,
+        is_demo: spec.is_demo,
+    };
+    conn.transaction(|conn| {
+        diesel::insert_into(users::table).values(&new).execute(conn).map_err(|e| match e {
+            DbError::DatabaseError(DatabaseErrorKind::UniqueViolation, _) => {
+                AuthError::UsernameTaken(username.to_string())
+            }
+            other => other.into(),
+        })?;
+        Ok(User::by_username(username).select(User::as_select()).first(conn)?)
+    })
+}
+
+/// The demo accounts, for the login page's hint. Empty unless `seed` created them.
+pub fn demo_users(conn: &mut MysqlConnection) -> Result<Vec<(String, Role)>, AuthError> {
+    Ok(users::table
+        .filter(users::is_demo.eq(true))
+        .order(users::id)
+        .select((users::username, users::role))
+        .load(conn)?)
+}

@@ -1,0 +1,102 @@
+//! Bookings: a customer books a resource for a date without ever exceeding its capacity.
+//!
+//! The hazard (background article 002): two requests milliseconds apart both count the day's
+//! confirmed bookings, both see a free place, both insert, and the day is overbooked. There is
+//! no row to `SELECT … FOR UPDATE` before the first booking exists, and locking the resource row
+//! would serialise every date of that resource. So the check-then-insert runs under a named lock
+//! keyed by resource *and date* — `GET_LOCK('haita:book:{resource}:{date}')` — held on the very
+//! connection that runs the transaction (`service.rs`, `crate::locking`).
+
+pub mod model;
+pub mod routes;
+pub mod service;
+
+use actix_web::http::StatusCode;
+use chrono::NaiveDate;
+
+use crate::locking::LockError;
+use crate::web::error::{AsProblem, Problem, http_error};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BookingError {
+    #[error("invalid date {0:?}")]
+    InvalidDate(String),
+    #[error("{0} is in the past")]
+    PastDate(NaiveDate),
+    #[error("{0} is beyond the booking horizon")]
+    TooFarAhead(NaiveDate),
+    #[error("invalid {0}")]
+    InvalidId(&'static str),
+    #[error("invalid range: {0}")]
+    InvalidRange(String),
+    #[error("resource {0} does not exist")]
+    UnknownResource(i64),
+    #[error("resource {0} not found")]
+    ResourceNotFound(i64),
+    #[error("reservation not found")]
+    ReservationNotFound,
+    #[error("fully booked (capacity {capacity})")]
+    FullyBooked { capacity: i32 },
+    #[error("already booked by this user")]
+    AlreadyBooked,
+    #[error("already cancelled")]
+    AlreadyCancelled,
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Pool(#[from] diesel::r2d2::PoolError),
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Blocking(#[from] actix_web::error::BlockingError),
+}
+
+impl AsProblem for BookingError {
+    fn problem(&self) -> Problem {
+        use StatusCode as S;
+        let invalid = |code, message: String| Problem::new(S::UNPROCESSABLE_ENTITY, code, message);
+        match self {
+            Self::InvalidDate(given) => {
+                invalid("invalid_date", format!("{given:?} is not a date; use YYYY-MM-DD, e.g. 2026-12-24."))
+            }
+            Self::PastDate(day) => {
+                invalid("past_date", format!("{day} is in the past; pick today or a later day."))
+            }
+            Self::TooFarAhead(day) => invalid(
+                "too_far_ahead",
+                format!("{day} is too far ahead; bookings open {} days in advance.", model::HORIZON_DAYS),
+            ),
+            Self::InvalidId(field) => invalid("invalid_id", format!("{field} must be a positive number.")),
+            Self::InvalidRange(why) => invalid("invalid_range", why.clone()),
+            Self::UnknownResource(id) => {
+                invalid("unknown_resource", format!("There is no resource with id {id}."))
+            }
+            Self::ResourceNotFound(id) => {
+                Problem::new(S::NOT_FOUND, "not_found", format!("There is no resource with id {id}."))
+            }
+            Self::ReservationNotFound => {
+                Problem::new(S::NOT_FOUND, "not_found", "You have no reservation with that id.")
+            }
+            Self::FullyBooked { capacity } => Problem::new(
+                S::CONFLICT,
+                "fully_booked",
+                format!("That day is fully booked (all {capacity} places are taken)."),
+            ),
+            Self::AlreadyBooked => Problem::new(
+                S::CONFLICT,
+                "already_booked",
+                "You have already booked this resource for that day.",
+            ),
+            Self::AlreadyCancelled => {
+                Problem::new(S::CONFLICT, "already_cancelled", "This reservation is already cancelled.")
+            }
+            Self::Lock(LockError::TimedOut { .. }) | Self::Pool(_) => {
+                Problem::busy("Many people are booking this day right now; please try again in a moment.")
+            }
+            Self::Lock(LockError::Failed { .. }) | Self::Database(_) | Self::Blocking(_) => {
+                Problem::internal()
+            }
+        }
+    }
+}
+http_error!(BookingError);

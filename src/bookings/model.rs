@@ -1,0 +1,124 @@
+use chrono::{NaiveDate, NaiveDateTime};
+use diesel::prelude::*;
+use serde::Serialize;
+
+use super::BookingError;
+use crate::db::text_enum;
+use crate::schema::{reservations, resources};
+
+#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize)]
+#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
+pub struct Resource {
+    pub id: i64,
+    pub name: String,
+    pub description: String,
+    pub capacity: i32,
+    pub version: i32,
+    pub updated_at: NaiveDateTime,
+}
+
+impl Resource {
+    pub fn by_id(id: i64) -> resources::BoxedQuery<'static, diesel::mysql::Mysql> {
+        resources::table.filter(resources::id.eq(id)).into_boxed()
+    }
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
+pub struct NewResource<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub capacity: i32,
+}
+
+text_enum! {
+    pub enum ReservationStatus {
+        Confirmed => "confirmed",
+        Cancelled => "cancelled",
+    }
+}
+
+#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize)]
+#[diesel(table_name = reservations, check_for_backend(diesel::mysql::Mysql))]
+pub struct Reservation {
+    pub id: i64,
+    pub resource_id: i64,
+    pub user_id: i64,
+    #[serde(rename = "date")]
+    pub day: NaiveDate,
+    pub status: ReservationStatus,
+    pub created_at: NaiveDateTime,
+    pub cancelled_at: Option<NaiveDateTime>,
+}
+
+impl Reservation {
+    pub fn by_id(id: i64) -> reservations::BoxedQuery<'static, diesel::mysql::Mysql> {
+        reservations::table.filter(reservations::id.eq(id)).into_boxed()
+    }
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = reservations, check_for_backend(diesel::mysql::Mysql))]
+pub struct NewReservation {
+    pub resource_id: i64,
+    pub user_id: i64,
+    pub day: NaiveDate,
+    pub status: ReservationStatus,
+}
+
+/// How far ahead a booking may be made.
+pub const HORIZON_DAYS: i64 = 365;
+
+/// A day that can be booked: a real calendar date, not before `today`, within the horizon.
+/// Built once from user input (parse, don't validate); the service never sees a raw string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BookingDate(NaiveDate);
+
+impl BookingDate {
+    pub fn parse(input: &str, today: NaiveDate) -> Result<Self, BookingError> {
+        let day = NaiveDate::parse_from_str(input.trim(), "%Y-%m-%d")
+            .ok()
+            .filter(|_| input.trim().len() == 10)
+            .ok_or_else(|| BookingError::InvalidDate(input.chars().take(40).collect()))?;
+        if day < today {
+            return Err(BookingError::PastDate(day));
+        }
+        if (day - today).num_days() > HORIZON_DAYS {
+            return Err(BookingError::TooFarAhead(day));
+        }
+        Ok(Self(day))
+    }
+
+    pub fn day(self) -> NaiveDate {
+        self.0
+    }
+}
+
+/// A positive database id from user input.
+pub fn parse_id(value: i64, field: &'static str) -> Result<i64, BookingError> {
+    if value > 0 { Ok(value) } else { Err(BookingError::InvalidId(field)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn today() -> NaiveDate {
+        NaiveDate::from_ymd_opt(2026, 11, 23).expect("valid")
+    }
+
+    #[test]
+    fn iso_dates_from_today_to_the_horizon_are_bookable() {
+        assert!(BookingDate::parse("2026-11-23", today()).is_ok());
+        assert!(BookingDate::parse("2027-11-23", today()).is_ok());
+    }
+
+    #[test]
+    fn malformed_past_and_far_dates_are_refused_with_their_reason() {
+        for bad in ["2026-02-30", "23/11/2026", "2026-11-23T10:00", "", "2026-1-5", "+2026-11-23"] {
+            assert!(matches!(BookingDate::parse(bad, today()), Err(BookingError::InvalidDate(_))), "{bad}");
+        }
+        assert!(matches!(BookingDate::parse("2026-11-22", today()), Err(BookingError::PastDate(_))));
+        assert!(matches!(BookingDate::parse("2027-11-24", today()), Err(BookingError::TooFarAhead(_))));
+    }
+}

@@ -1,0 +1,243 @@
+//! HTTP for bookings: thin handlers that parse input, run the service off the executor and
+//! render HTML or JSON.
+
+use actix_web::http::header;
+use actix_web::{HttpResponse, web};
+use askama::Template;
+use chrono::NaiveDate;
+use serde::{Deserialize, Serialize};
+
+use super::BookingError;
+use super::model::{BookingDate, Reservation, Resource, parse_id};
+use super::service::{self, DayAvailability};
+use crate::auth::SessionUser;
+use crate::auth::csrf::CsrfForm;
+use crate::web::{AppState, PageContext, html, see_other};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/resources", web::get().to(resources_page))
+        .route("/resources/{id}", web::get().to(resource_page))
+        .route("/resources/{id}/bookings", web::post().to(book_form))
+        .route("/bookings", web::get().to(my_bookings_page))
+        .route("/bookings/{id}/cancel", web::post().to(cancel_form))
+        .route("/api/v1/resources", web::get().to(resources_json))
+        .route("/api/v1/resources/{id}/availability", web::get().to(availability_json))
+        .service(
+            web::resource("/api/v1/reservations")
+                .route(web::get().to(my_reservations_json))
+                .route(web::post().to(book_json)),
+        )
+        .route("/api/v1/reservations/{id}", web::delete().to(cancel_json));
+}
+
+/// Runs blocking database work on actix's blocking thread pool, never on the executor.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, BookingError> + Send + 'static,
+) -> Result<T, BookingError> {
+    web::block(work).await?
+}
+
+async fn book(
+    state: &AppState,
+    user: &SessionUser,
+    resource_id: i64,
+    date: BookingDate,
+) -> Result<Reservation, BookingError> {
+    let (pool, wait, user_id) = (state.pool.clone(), state.config.lock_wait, user.id);
+    blocking(move || service::book(&pool, wait, user_id, resource_id, date)).await
+}
+
+// ---- HTML -------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "bookings/resources.html")]
+struct ResourcesPage {
+    ctx: PageContext,
+    resources: Vec<Resource>,
+}
+
+async fn resources_page(ctx: PageContext, state: web::Data<AppState>) -> actix_web::Result<HttpResponse> {
+    let pool = state.pool.clone();
+    let resources = blocking(move || service::list_resources(&mut *pool.get()?)).await?;
+    Ok(html(&ResourcesPage { ctx, resources })?)
+}
+
+#[derive(Deserialize)]
+struct FromQuery {
+    from: Option<String>,
+    days: Option<u32>,
+}
+
+impl FromQuery {
+    /// The first day shown: `from` if given (any valid date, past included, for browsing),
+    /// else today.
+    fn start(&self) -> Result<NaiveDate, BookingError> {
+        match self.from.as_deref() {
+            None | Some("") => Ok(service::today()),
+            Some(text) => NaiveDate::parse_from_str(text, "%Y-%m-%d")
+                .map_err(|_| BookingError::InvalidDate(text.chars().take(40).collect())),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "bookings/resource.html")]
+struct ResourcePage {
+    ctx: PageContext,
+    resource: Resource,
+    days: Vec<DayAvailability>,
+    today: NaiveDate,
+    previous: NaiveDate,
+    next: NaiveDate,
+}
+
+const PAGE_DAYS: u32 = 14;
+
+async fn resource_page(
+    ctx: PageContext,
+    path: web::Path<i64>,
+    query: web::Query<FromQuery>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let id = path.into_inner();
+    let from = query.start()?;
+    let (pool, viewer) = (state.pool.clone(), ctx.user.as_ref().map(|u| u.id));
+    let (resource, days) =
+        blocking(move || service::availability(&mut *pool.get()?, id, from, PAGE_DAYS, viewer)).await?;
+    let step = chrono::Days::new(u64::from(PAGE_DAYS));
+    Ok(html(&ResourcePage {
+        ctx,
+        resource,
+        days,
+        today: service::today(),
+        previous: from - step,
+        next: from + step,
+    })?)
+}
+
+#[derive(Deserialize)]
+struct BookForm {
+    date: String,
+}
+
+async fn book_form(
+    user: SessionUser,
+    path: web::Path<i64>,
+    CsrfForm(form): CsrfForm<BookForm>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let resource_id = path.into_inner();
+    let date = BookingDate::parse(&form.date, service::today())?;
+    let booked = book(&state, &user, resource_id, date).await.map_err(|e| match e {
+        BookingError::UnknownResource(id) => BookingError::ResourceNotFound(id),
+        other => other,
+    })?;
+    Ok(see_other(&format!("/bookings?booked={}", booked.id)))
+}
+
+#[derive(Template)]
+#[template(path = "bookings/mine.html")]
+struct MyBookingsPage {
+    ctx: PageContext,
+    bookings: Vec<(Reservation, String)>,
+    just_booked: Option<i64>,
+    today: NaiveDate,
+}
+
+#[derive(Deserialize)]
+struct BookedQuery {
+    booked: Option<i64>,
+}
+
+async fn my_bookings_page(
+    user: SessionUser,
+    ctx: PageContext,
+    query: web::Query<BookedQuery>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let pool = state.pool.clone();
+    let bookings = blocking(move || service::my_reservations(&mut *pool.get()?, user.id)).await?;
+    Ok(html(&MyBookingsPage { ctx, bookings, just_booked: query.booked, today: service::today() })?)
+}
+
+#[derive(Deserialize)]
+struct NoFields {}
+
+async fn cancel_form(
+    user: SessionUser,
+    path: web::Path<i64>,
+    CsrfForm(_): CsrfForm<NoFields>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let (pool, id) = (state.pool.clone(), path.into_inner());
+    blocking(move || service::cancel(&mut *pool.get()?, user.id, id)).await?;
+    Ok(see_other("/bookings"))
+}
+
+// ---- JSON -------------------------------------------------------------------------------
+
+async fn resources_json(state: web::Data<AppState>) -> Result<HttpResponse, BookingError> {
+    let pool = state.pool.clone();
+    let resources = blocking(move || service::list_resources(&mut *pool.get()?)).await?;
+    Ok(HttpResponse::Ok().json(resources))
+}
+
+#[derive(Serialize)]
+struct AvailabilityBody {
+    resource: Resource,
+    days: Vec<DayAvailability>,
+}
+
+async fn availability_json(
+    user: Option<SessionUser>,
+    path: web::Path<i64>,
+    query: web::Query<FromQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, BookingError> {
+    let id = path.into_inner();
+    let from = query.start()?;
+    let days = query.days.unwrap_or(PAGE_DAYS);
+    let (pool, viewer) = (state.pool.clone(), user.map(|u| u.id));
+    let (resource, days) =
+        blocking(move || service::availability(&mut *pool.get()?, id, from, days, viewer)).await?;
+    Ok(HttpResponse::Ok().json(AvailabilityBody { resource, days }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BookRequest {
+    resource_id: i64,
+    date: String,
+}
+
+async fn book_json(
+    user: SessionUser,
+    body: web::Json<BookRequest>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, BookingError> {
+    let resource_id = parse_id(body.resource_id, "resource_id")?;
+    let date = BookingDate::parse(&body.date, service::today())?;
+    let booked = book(&state, &user, resource_id, date).await?;
+    Ok(HttpResponse::Created()
+        .insert_header((header::LOCATION, format!("/api/v1/reservations/{}", booked.id)))
+        .json(booked))
+}
+
+async fn my_reservations_json(
+    user: SessionUser,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, BookingError> {
+    let pool = state.pool.clone();
+    let mine = blocking(move || service::my_reservations(&mut *pool.get()?, user.id)).await?;
+    Ok(HttpResponse::Ok().json(mine.into_iter().map(|(r, _)| r).collect::<Vec<_>>()))
+}
+
+async fn cancel_json(
+    user: SessionUser,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, BookingError> {
+    let (pool, id) = (state.pool.clone(), path.into_inner());
+    let cancelled = blocking(move || service::cancel(&mut *pool.get()?, user.id, id)).await?;
+    Ok(HttpResponse::Ok().json(cancelled))
+}

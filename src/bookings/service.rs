@@ -1,0 +1,212 @@
+//! The booking rules and the locking that makes them hold under concurrency.
+
+use std::time::Duration;
+
+use chrono::NaiveDate;
+use diesel::dsl::sql;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Date};
+use serde::Serialize;
+
+use super::BookingError;
+use super::model::{BookingDate, NewReservation, Reservation, ReservationStatus, Resource};
+use crate::db::DbPool;
+use crate::locking::{LockName, NamedLockGuard};
+use crate::schema::{reservations, resources};
+
+/// Books `resource_id` on `date` for `user_id`: at most `capacity` confirmed bookings per day and
+/// at most one per user and day, however many requests arrive at once, on however many
+/// instances of the app.
+///
+/// The order of the steps is the lesson:
+/// 1. take the date's named lock on a pooled connection (bounded wait → 503 busy);
+/// 2. *then* start the transaction on that same connection, so its snapshot is taken after the
+///    previous holder committed (under REPEATABLE READ a snapshot taken before the lock would
+///    still see the old count);
+/// 3. count, check, insert, commit;
+/// 4. release the lock (dropping the guard) only after the commit.
+pub fn book(
+    pool: &DbPool,
+    lock_wait: Duration,
+    user_id: i64,
+    resource_id: i64,
+    date: BookingDate,
+) -> Result<Reservation, BookingError> {
+    let mut conn = pool.get()?;
+    // Answer an unknown resource before taking a lock for it.
+    if Resource::by_id(resource_id).select(resources::id).first::<i64>(&mut conn).optional()?.is_none() {
+        return Err(BookingError::UnknownResource(resource_id));
+    }
+    let mut held = NamedLockGuard::acquire(conn, LockName::booking(resource_id, date.day()), lock_wait)?;
+    let reservation = insert_if_free(&mut held, user_id, resource_id, date)?;
+    drop(held); // committed above; only now may the next request look at this day
+    Ok(reservation)
+}
+
+#[derive(QueryableByName)]
+struct Taken {
+    #[diesel(sql_type = BigInt)]
+    confirmed: i64,
+    #[diesel(sql_type = BigInt)]
+    mine: i64,
+}
+
+/// Check-then-insert. Correct only while `held` is the lock of this resource and day — which is
+/// why it takes the guard: without the lock there is nothing to call it with.
+fn insert_if_free(
+    held: &mut NamedLockGuard,
+    user_id: i64,
+    resource_id: i64,
+    date: BookingDate,
+) -> Result<Reservation, BookingError> {
+    debug_assert_eq!(held.name(), &LockName::booking(resource_id, date.day()));
+    held.conn().transaction(|conn| {
+        let capacity: i32 = Resource::by_id(resource_id).select(resources::capacity).first(conn)?;
+        let taken: Taken = diesel::sql_query(
+            "SELECT COUNT(*) AS confirmed, CAST(COALESCE(SUM(user_id = ?), 0) AS SIGNED) AS mine \
+             FROM reservations WHERE resource_id = ? AND day = ? AND status = 'confirmed'",
+        )
+        .bind::<BigInt, _>(user_id)
+        .bind::<BigInt, _>(resource_id)
+        .bind::<Date, _>(date.day())
+        .get_result(conn)?;
+        if taken.mine > 0 {
+            return Err(BookingError::AlreadyBooked);
+        }
+        if taken.confirmed >= i64::from(capacity) {
+            return Err(BookingError::FullyBooked { capacity });
+        }
+        diesel::insert_into(reservations::table)
+            .values(NewReservation {
+                resource_id,
+                user_id,
+                day: date.day(),
+                status: ReservationStatus::Confirmed,
+            })
+            .execute(conn)?;
+        let id: i64 = diesel::select(sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+        Ok(Reservation::by_id(id).select(Reservation::as_select()).first(conn)?)
+    })
+}
+
+/// Cancels the user's own confirmed reservation. Freeing a place needs no lock: it can only
+/// make the capacity check of a concurrent booking more conservative, never wrong.
+pub fn cancel(
+    conn: &mut MysqlConnection,
+    user_id: i64,
+    reservation_id: i64,
+) -> Result<Reservation, BookingError> {
+    conn.transaction(|conn| {
+        let mine = Reservation::by_id(reservation_id).filter(reservations::user_id.eq(user_id));
+        let changed = diesel::update(
+            reservations::table
+                .filter(reservations::id.eq(reservation_id))
+                .filter(reservations::user_id.eq(user_id))
+                .filter(reservations::status.eq(ReservationStatus::Confirmed)),
+        )
+        .set((
+            reservations::status.eq(ReservationStatus::Cancelled),
+            reservations::cancelled_at.eq(chrono::Utc::now().naive_utc()),
+        ))
+        .execute(conn)?;
+        let reservation = mine
+            .select(Reservation::as_select())
+            .first(conn)
+            .optional()?
+            .ok_or(BookingError::ReservationNotFound)?;
+        if changed == 0 {
+            return Err(BookingError::AlreadyCancelled);
+        }
+        Ok(reservation)
+    })
+}
+
+/// A user's reservations, newest day first, with the resource's name.
+pub fn my_reservations(
+    conn: &mut MysqlConnection,
+    user_id: i64,
+) -> Result<Vec<(Reservation, String)>, BookingError> {
+    Ok(reservations::table
+        .inner_join(resources::table)
+        .filter(reservations::user_id.eq(user_id))
+        .order((reservations::day.desc(), reservations::id.desc()))
+        .select((Reservation::as_select(), resources::name))
+        .limit(500)
+        .load(conn)?)
+}
+
+pub fn list_resources(conn: &mut MysqlConnection) -> Result<Vec<Resource>, BookingError> {
+    Ok(resources::table.order(resources::id).select(Resource::as_select()).load(conn)?)
+}
+
+pub fn find_resource(conn: &mut MysqlConnection, id: i64) -> Result<Resource, BookingError> {
+    Resource::by_id(id)
+        .select(Resource::as_select())
+        .first(conn)
+        .optional()?
+        .ok_or(BookingError::ResourceNotFound(id))
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DayAvailability {
+    pub date: NaiveDate,
+    pub capacity: i32,
+    pub confirmed: i64,
+    pub available: i64,
+    /// Whether the viewer has a confirmed booking that day (false when anonymous).
+    pub mine: bool,
+}
+
+pub const MAX_AVAILABILITY_DAYS: u32 = 62;
+
+/// Per-day counts for `days` days from `from`. A snapshot: a place shown free may be taken by
+/// the time the user books it, which the booking itself then answers with 409.
+pub fn availability(
+    conn: &mut MysqlConnection,
+    resource_id: i64,
+    from: NaiveDate,
+    days: u32,
+    viewer: Option<i64>,
+) -> Result<(Resource, Vec<DayAvailability>), BookingError> {
+    if !(1..=MAX_AVAILABILITY_DAYS).contains(&days) {
+        return Err(BookingError::InvalidRange(format!(
+            "days must be between 1 and {MAX_AVAILABILITY_DAYS}."
+        )));
+    }
+    let resource = find_resource(conn, resource_id)?;
+    let to = from + chrono::Days::new(u64::from(days) - 1);
+    let in_range = reservations::table
+        .filter(reservations::resource_id.eq(resource_id))
+        .filter(reservations::status.eq(ReservationStatus::Confirmed))
+        .filter(reservations::day.between(from, to));
+    let counts: Vec<(NaiveDate, i64)> = in_range
+        .group_by(reservations::day)
+        .select((reservations::day, diesel::dsl::count_star()))
+        .load(conn)?;
+    let mine: Vec<NaiveDate> = match viewer {
+        Some(user_id) => {
+            in_range.filter(reservations::user_id.eq(user_id)).select(reservations::day).load(conn)?
+        }
+        None => Vec::new(),
+    };
+    let days = from
+        .iter_days()
+        .take(days as usize)
+        .map(|date| {
+            let confirmed = counts.iter().find(|(d, _)| *d == date).map_or(0, |(_, n)| *n);
+            DayAvailability {
+                date,
+                capacity: resource.capacity,
+                confirmed,
+                available: (i64::from(resource.capacity) - confirmed).max(0),
+                mine: mine.contains(&date),
+            }
+        })
+        .collect();
+    Ok((resource, days))
+}
+
+/// "Today" for bookings: the calendar day in the server's local time zone (`TZ`).
+pub fn today() -> NaiveDate {
+    chrono::Local::now().date_naive()
+}

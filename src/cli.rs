@@ -1,0 +1,103 @@
+//! `haita serve | migrate | seed | user create`.
+
+use std::io::Read;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::auth::{Role, service::UserSpec};
+use crate::config::Config;
+
+#[derive(Parser)]
+#[command(
+    name = "haita",
+    version,
+    about = "Reservation & inventory app demonstrating database locking patterns"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply migrations and serve HTTP on BIND (default 127.0.0.1:8080).
+    Serve {
+        /// Also create the demo users, resources and products (idempotent).
+        #[arg(long)]
+        seed: bool,
+    },
+    /// Create the database if needed and apply pending migrations.
+    Migrate,
+    /// Create the demo users and data (idempotent).
+    Seed,
+    /// Manage users.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create a user; the password is read from standard input (first line).
+    Create {
+        #[arg(long)]
+        username: String,
+        /// customer, staff or admin.
+        #[arg(long, value_parser = |s: &str| s.parse::<Role>())]
+        role: Role,
+        #[arg(long)]
+        display_name: Option<String>,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    let pool = crate::prepare_database(&config)?;
+    match cli.command {
+        Command::Migrate => Ok(()),
+        Command::Seed => crate::seed::run(&pool),
+        Command::Serve { seed } => {
+            if seed {
+                crate::seed::run(&pool)?;
+            }
+            let bind = config.bind.clone();
+            actix_web::rt::System::new().block_on(async move {
+                let app = crate::Application::build(config, pool)?;
+                log::info!("serving on http://{}", bind.replace(":0", &format!(":{}", app.port())));
+                app.run_until_stopped().await?;
+                Ok(())
+            })
+        }
+        Command::User { command: UserCommand::Create { username, role, display_name } } => {
+            let mut password = String::new();
+            std::io::stdin().read_to_string(&mut password)?;
+            let password = password.lines().next().unwrap_or_default();
+            let user = crate::auth::service::create_user(
+                &mut *pool.get()?,
+                &UserSpec {
+                    username: &username,
+                    display_name: display_name.as_deref().unwrap_or(&username),
+                    password,
+                    role,
+                    is_demo: false,
+                },
+            )?;
+            println!("created user {} (id {}, role {})", user.username, user.id, user.role);
+            Ok(())
+        }
+    }
+}

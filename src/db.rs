@@ -1,0 +1,255 @@
+//! The connection pool, embedded migrations and the checks that tell whether this server can be
+//! trusted with named locks.
+//!
+//! diesel is synchronous: nothing here may run on the async executor. Handlers reach the pool
+//! through `web::block`, including `pool.get()`, whose wait is bounded by `POOL_TIMEOUT_SECS`.
+
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::sql_types::{BigInt, Nullable, Text};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+use crate::config::Config;
+use crate::locking::{LockName, NamedLockGuard};
+
+pub type DbPool = Pool<ConnectionManager<MysqlConnection>>;
+pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
+
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// Session settings applied to every pooled connection when it is opened. r2d2 has no hook for
+/// a connection going *back* to the pool, which is why named locks must be released by a guard
+/// inside one checkout (see `locking::named`).
+#[derive(Debug)]
+struct SessionSettings {
+    row_lock_wait_secs: u32,
+}
+
+impl CustomizeConnection<MysqlConnection, diesel::r2d2::Error> for SessionSettings {
+    fn on_acquire(&self, conn: &mut MysqlConnection) -> Result<(), diesel::r2d2::Error> {
+        // Strict mode turns silent truncation into errors; UTC keeps DATETIME values unambiguous.
+        conn.batch_execute(&format!(
+            "SET SESSION innodb_lock_wait_timeout = {}, \
+             SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO', \
+             time_zone = '+00:00'",
+            self.row_lock_wait_secs
+        ))
+        .map_err(diesel::r2d2::Error::QueryError)
+    }
+}
+
+pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
+    Pool::builder()
+        .max_size(config.pool_size)
+        .min_idle(Some(2.min(config.pool_size)))
+        .connection_timeout(config.pool_timeout.max(Duration::from_millis(100)))
+        .connection_customizer(Box::new(SessionSettings { row_lock_wait_secs: config.row_lock_wait_secs }))
+        .build(ConnectionManager::new(&config.database_url))
+}
+
+/// Splits `mysql://…/name?opts` into the server URL (no database) and the database name.
+pub fn split_database_url(url: &str) -> anyhow::Result<(String, String)> {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let slash = base[scheme_end..]
+        .find('/')
+        .map(|i| i + scheme_end)
+        .ok_or_else(|| anyhow::anyhow!("DATABASE_URL has no database name: {}", redact(url)))?;
+    let name = &base[slash + 1..];
+    anyhow::ensure!(
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+        "database name {name:?} must be letters, digits and underscores"
+    );
+    let server = match query {
+        Some(q) => format!("{}/?{q}", &base[..slash]),
+        None => format!("{}/", &base[..slash]),
+    };
+    Ok((server, name.to_string()))
+}
+
+/// Creates the database named in `url` if it does not exist yet, so the run command needs no
+/// manual `CREATE DATABASE`.
+pub fn ensure_database_exists(url: &str) -> anyhow::Result<()> {
+    let (server, name) = split_database_url(url)?;
+    let mut conn = MysqlConnection::establish(&server)
+        .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", redact(&server)))?;
+    conn.batch_execute(&format!(
+        "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+    ))?;
+    Ok(())
+}
+
+/// Runs pending migrations under a named lock, so several instances starting together do not
+/// race each other through the same DDL (MySQL DDL is not transactional).
+pub fn run_migrations(pool: &DbPool) -> anyhow::Result<Vec<String>> {
+    let mut lock = NamedLockGuard::acquire(pool.get()?, LockName::migrations(), Duration::from_secs(120))?;
+    let applied = lock
+        .conn()
+        .run_pending_migrations(MIGRATIONS)
+        .map_err(|e| anyhow::anyhow!("migration failed: {e}"))?;
+    Ok(applied.iter().map(ToString::to_string).collect())
+}
+
+/// What the server says about itself, read once at start.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ServerFacts {
+    #[diesel(sql_type = Text)]
+    pub version: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub wsrep_on: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub binlog_format: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    pub read_only: i64,
+}
+
+impl ServerFacts {
+    pub fn is_mariadb(&self) -> bool {
+        self.version.to_ascii_lowercase().contains("mariadb")
+    }
+
+    fn version_at_least(&self, major: u32, minor: u32) -> bool {
+        let mut parts =
+            self.version.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+        let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        found >= (major, minor)
+    }
+}
+
+/// Refuses servers on which named locks cannot be trusted and warns about risky settings
+/// (DESIGN.md, "Named-lock rules").
+pub fn check_server(conn: &mut MysqlConnection) -> anyhow::Result<ServerFacts> {
+    let facts: ServerFacts = diesel::sql_query(
+        "SELECT VERSION() AS version, \
+           (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'WSREP_ON') AS wsrep_on, \
+           (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'BINLOG_FORMAT') AS binlog_format, \
+           @@global.read_only + 0 AS read_only",
+    )
+    .get_result(conn)
+    .or_else(|_| {
+        // MySQL 8 keeps variables in performance_schema, not information_schema.
+        diesel::sql_query(
+            "SELECT VERSION() AS version, NULL AS wsrep_on, @@global.binlog_format AS binlog_format, \
+               @@global.read_only + 0 AS read_only",
+        )
+        .get_result(conn)
+    })?;
+
+    anyhow::ensure!(
+        !facts.wsrep_on.as_deref().is_some_and(|v| v.eq_ignore_ascii_case("ON")),
+        "this server is a Galera/PXC node (wsrep_on=ON): GET_LOCK is not replicated across the \
+         cluster, so named locks would not exclude anything. Point DATABASE_URL at a single primary."
+    );
+    anyhow::ensure!(
+        facts.read_only == 0,
+        "this server is read-only (a replica?). Named locks and row locks must run on the primary."
+    );
+    let several_locks =
+        if facts.is_mariadb() { facts.version_at_least(10, 0) } else { facts.version_at_least(5, 7) };
+    anyhow::ensure!(
+        several_locks,
+        "server {} is too old: it releases a session's named lock when the session takes another",
+        facts.version
+    );
+    if facts.binlog_format.as_deref().is_some_and(|f| f.eq_ignore_ascii_case("STATEMENT")) {
+        log::warn!(
+            "binlog_format=STATEMENT: statements that use GET_LOCK are unsafe to replicate; use ROW or MIXED"
+        );
+    }
+    log::info!(
+        "database server {} (named locks per session: several; binlog_format={})",
+        facts.version,
+        facts.binlog_format.as_deref().unwrap_or("off")
+    );
+    Ok(facts)
+}
+
+/// The URL with its password replaced, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+/// Text columns that hold a closed set of values (role, status) map to Rust enums through this.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* pub enum $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, diesel::AsExpression, diesel::FromSqlRow,
+                 serde::Serialize, serde::Deserialize)]
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        #[serde(rename_all = "lowercase")]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(format!(
+                        "unknown {} {other:?} (expected one of: {})",
+                        stringify!($name).to_lowercase(),
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+
+        impl diesel::serialize::ToSql<diesel::sql_types::Text, diesel::mysql::Mysql> for $name {
+            fn to_sql<'b>(&'b self, out: &mut diesel::serialize::Output<'b, '_, diesel::mysql::Mysql>)
+                -> diesel::serialize::Result {
+                <str as diesel::serialize::ToSql<diesel::sql_types::Text, diesel::mysql::Mysql>>::to_sql(self.as_str(), out)
+            }
+        }
+
+        impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::mysql::Mysql> for $name {
+            fn from_sql(bytes: diesel::mysql::MysqlValue<'_>) -> diesel::deserialize::Result<Self> {
+                let text = <String as diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::mysql::Mysql>>::from_sql(bytes)?;
+                text.parse().map_err(Into::into)
+            }
+        }
+    };
+}
+pub(crate) use text_enum;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_url_splits_into_server_and_name() {
+        let (server, name) =
+            split_database_url("mysql://u:p@127.0.0.1:3307/haita?ssl_mode=DISABLED").expect("valid");
+        assert_eq!(server, "mysql://u:p@127.0.0.1:3307/?ssl_mode=DISABLED");
+        assert_eq!(name, "haita");
+        assert!(split_database_url("mysql://u@host:1").is_err());
+        assert!(split_database_url("mysql://u@host:1/bad-name").is_err());
+    }
+
+    #[test]
+    fn passwords_are_redacted_in_messages() {
+        assert_eq!(redact("mysql://haita:secret@h:1/db"), "mysql://haita:***@h:1/db");
+        assert_eq!(redact("mysql://root@h:1/db"), "mysql://root@h:1/db");
+    }
+}

@@ -1,0 +1,162 @@
+//! haita (排他, "exclusive control"): a reservation and inventory app that shows, end to end on
+//! MySQL/MariaDB, how to stop double bookings, overselling and lost updates.
+//!
+//! Start reading at `bookings/` (named locks) and `locking/` (the primitives). The app is built
+//! here, in the library, so the tests start exactly the server the binary runs.
+
+pub mod auth;
+pub mod bookings;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod locking;
+pub mod schema;
+pub mod seed;
+pub mod web;
+
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use actix_session::SessionMiddleware;
+use actix_session::config::{CookieContentSecurity, PersistentSession};
+use actix_session::storage::CookieSessionStore;
+use actix_web::cookie::{Key, SameSite, time};
+use actix_web::middleware::{DefaultHeaders, ErrorHandlers, Logger};
+use actix_web::{App, HttpResponse, HttpServer, dev::Server, web as aweb};
+use askama::Template;
+
+use crate::config::Config;
+use crate::db::DbPool;
+use crate::web::{AppState, PageContext, error};
+
+/// Creates the database if needed, connects, checks the server can be trusted with named
+/// locks, and applies pending migrations.
+pub fn prepare_database(config: &Config) -> anyhow::Result<DbPool> {
+    db::ensure_database_exists(&config.database_url)?;
+    let pool = db::build_pool(config)
+        .map_err(|e| anyhow::anyhow!("cannot open a pool on {}: {e}", db::redact(&config.database_url)))?;
+    db::check_server(&mut *pool.get()?)?;
+    for applied in db::run_migrations(&pool)? {
+        log::info!("applied migration {applied}");
+    }
+    Ok(pool)
+}
+
+/// A bound, not yet running, HTTP server.
+pub struct Application {
+    port: u16,
+    server: Server,
+}
+
+impl Application {
+    pub fn build(config: Config, pool: DbPool) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(&config.bind)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;
+        let port = listener.local_addr()?.port();
+        let key = match &config.session_key {
+            Some(bytes) => {
+                Key::try_from(bytes.as_slice()).map_err(|e| anyhow::anyhow!("SESSION_KEY: {e}"))?
+            }
+            None => {
+                log::warn!(
+                    "SESSION_KEY is not set: using a random key. Sessions end when the app restarts \
+                     and are not shared between instances."
+                );
+                Key::generate()
+            }
+        };
+        let workers = config.workers;
+        let state = aweb::Data::new(AppState { pool, config: Arc::new(config) });
+        let cookie_secure = state.config.cookie_secure;
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .app_data(error::json_config())
+                .app_data(error::path_config())
+                .app_data(error::query_config())
+                .app_data(aweb::PayloadConfig::new(error::BODY_LIMIT))
+                .configure(routes)
+                .default_service(aweb::to(error::not_found))
+                .wrap(ErrorHandlers::new().default_handler(error::render_html_errors))
+                .wrap(
+                    SessionMiddleware::builder(CookieSessionStore::default(), key.clone())
+                        .cookie_name("haita_session".into())
+                        .cookie_secure(cookie_secure)
+                        .cookie_same_site(SameSite::Lax)
+                        .cookie_content_security(CookieContentSecurity::Private)
+                        .session_lifecycle(
+                            PersistentSession::default().session_ttl(time::Duration::hours(12)),
+                        )
+                        .build(),
+                )
+                .wrap(
+                    DefaultHeaders::new()
+                        .add(("X-Content-Type-Options", "nosniff"))
+                        .add(("X-Frame-Options", "DENY"))
+                        .add(("Referrer-Policy", "same-origin")),
+                )
+                .wrap(Logger::new("%r %s %Dms"))
+        });
+        let server = match workers {
+            Some(n) => server.workers(n),
+            None => server,
+        };
+        let server = server.listen(listener)?.run();
+        Ok(Self { port, server })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A handle that stops the server (tests use it to stop an instance mid-run).
+    pub fn handle(&self) -> actix_web::dev::ServerHandle {
+        self.server.handle()
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+fn routes(cfg: &mut aweb::ServiceConfig) {
+    cfg.route("/", aweb::get().to(home))
+        .route("/health", aweb::get().to(health))
+        .route("/static/style.css", aweb::get().to(stylesheet))
+        .configure(auth::routes::configure)
+        .configure(bookings::routes::configure);
+}
+
+#[derive(Template)]
+#[template(path = "home.html")]
+struct HomePage {
+    ctx: PageContext,
+}
+
+async fn home(ctx: PageContext) -> actix_web::Result<HttpResponse> {
+    Ok(web::html(&HomePage { ctx })?)
+}
+
+/// Liveness and database reachability, for load balancers.
+async fn health(state: aweb::Data<AppState>) -> HttpResponse {
+    let pool = state.pool.clone();
+    let database_ok = aweb::block(move || {
+        use diesel::connection::SimpleConnection;
+        pool.get().ok().is_some_and(|mut c| c.batch_execute("SELECT 1").is_ok())
+    })
+    .await
+    .unwrap_or(false);
+    if database_ok {
+        HttpResponse::Ok().json(serde_json::json!({"status": "ok", "database": "ok"}))
+    } else {
+        HttpResponse::ServiceUnavailable()
+            .json(serde_json::json!({"status": "degraded", "database": "unreachable"}))
+    }
+}
+
+async fn stylesheet() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/css; charset=utf-8")
+        .insert_header(("Cache-Control", "public, max-age=3600"))
+        .body(include_str!("../static/style.css"))
+}

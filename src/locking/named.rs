@@ -1,0 +1,126 @@
+//! `GET_LOCK` / `RELEASE_LOCK` held by a guard that owns its connection.
+//!
+//! A MySQL named lock belongs to a *session*, not to a transaction and not to the code that asked
+//! for it. Background article 000 shows the two ways a connection pool breaks that:
+//!
+//! 1. `GET_LOCK` runs on one pooled connection and `RELEASE_LOCK` on another. The release
+//!    returns 0 or NULL, nobody checks, and the lock leaks until that first connection closes.
+//! 2. The connection that still holds a lock goes back to the pool. The next request that gets
+//!    it "acquires" the same lock instantly (the same session may take a lock twice), and two
+//!    requests are inside the critical section together.
+//!
+//! [`NamedLockGuard`] makes both impossible by construction: it *owns* the pooled connection on
+//! which `GET_LOCK` succeeded, lends only that connection to the work done under the lock, and
+//! runs `RELEASE_LOCK` on it when dropped — after success, after an error and while unwinding
+//! from a panic. If the release does not answer 1, or the session still holds any other named
+//! lock afterwards, the connection is marked broken and r2d2 closes it instead of handing it out
+//! again; closing the session frees whatever it held.
+//!
+//! Commit before release: run the transaction to completion on [`NamedLockGuard::conn`] while the
+//! guard is alive. Releasing first would let the next holder read the state before our commit.
+
+use std::time::Duration;
+
+use diesel::connection::{AnsiTransactionManager, TransactionManager};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+
+use super::LockName;
+use crate::db::PooledConn;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// `GET_LOCK` answered 0: another session held the lock for the whole wait.
+    #[error("named lock {name} is held elsewhere; gave up after {waited:?}")]
+    TimedOut { name: LockName, waited: Duration },
+    /// `GET_LOCK` answered NULL: the server could not take the lock (killed query, out of memory,
+    /// or a user-level-lock deadlock, error 3058, when locks are taken out of order).
+    #[error("server could not take named lock {name}: {detail}")]
+    Failed { name: LockName, detail: String },
+}
+
+#[derive(QueryableByName)]
+struct LockAnswer {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    answer: Option<i64>,
+}
+
+/// Proof that this process holds the named lock [`NamedLockGuard::name`], and the connection
+/// (session) that holds it. Functions whose correctness depends on the lock take the guard.
+pub struct NamedLockGuard {
+    conn: PooledConn,
+    name: LockName,
+}
+
+impl NamedLockGuard {
+    /// Takes `name` on `conn`, waiting at most `wait` (whole seconds; MySQL's granularity).
+    ///
+    /// On timeout the connection goes back to the pool untouched. On any other failure it may
+    /// be in an unknown state (did the server grant the lock before the error?), so it is closed.
+    pub fn acquire(mut conn: PooledConn, name: LockName, wait: Duration) -> Result<Self, LockError> {
+        let wait_secs = i32::try_from(wait.as_secs()).unwrap_or(i32::MAX);
+        let outcome = diesel::sql_query("SELECT GET_LOCK(?, ?) AS answer")
+            .bind::<Text, _>(name.as_str())
+            .bind::<Integer, _>(wait_secs)
+            .get_result::<LockAnswer>(&mut *conn);
+        match outcome {
+            Ok(LockAnswer { answer: Some(1) }) => Ok(Self { conn, name }),
+            Ok(LockAnswer { answer: Some(0) }) => Err(LockError::TimedOut { name, waited: wait }),
+            Ok(LockAnswer { answer }) => {
+                close_instead_of_returning(&mut conn);
+                Err(LockError::Failed { name, detail: format!("GET_LOCK returned {answer:?}") })
+            }
+            Err(e) => {
+                close_instead_of_returning(&mut conn);
+                Err(LockError::Failed { name, detail: e.to_string() })
+            }
+        }
+    }
+
+    /// The connection that holds the lock. Everything done "under the lock" must run here.
+    pub fn conn(&mut self) -> &mut MysqlConnection {
+        &mut self.conn
+    }
+
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+}
+
+#[derive(QueryableByName)]
+struct ReleaseAnswer {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    released: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    leftover: Option<i64>,
+}
+
+impl Drop for NamedLockGuard {
+    fn drop(&mut self) {
+        // RELEASE_LOCK must answer 1: 0 (held by another session) and NULL (not held at all)
+        // both mean our bookkeeping is wrong. RELEASE_ALL_LOCKS then must find nothing: anything
+        // it finds is a lock the work took on our connection (a second GET_LOCK of the same name
+        // counts twice, so one RELEASE_LOCK would have left it held). Either way the session
+        // cannot be trusted, so it is closed rather than pooled.
+        let released =
+            diesel::sql_query("SELECT RELEASE_LOCK(?) AS released, RELEASE_ALL_LOCKS() AS leftover")
+                .bind::<Text, _>(self.name.as_str())
+                .get_result::<ReleaseAnswer>(&mut *self.conn);
+        let problem = match released {
+            Ok(ReleaseAnswer { released: Some(1), leftover: Some(0) }) => return,
+            Ok(ReleaseAnswer { released, leftover }) => {
+                format!("RELEASE_LOCK returned {released:?}, RELEASE_ALL_LOCKS found {leftover:?} more")
+            }
+            Err(e) => format!("release failed: {e}"),
+        };
+        log::error!("named lock {}: {problem}; closing its connection", self.name);
+        close_instead_of_returning(&mut self.conn);
+    }
+}
+
+/// Marks the connection broken so r2d2 closes it when it is dropped instead of pooling it again.
+/// diesel's r2d2 manager reports a connection as broken when its transaction manager is in
+/// error, which is exactly the state `set_in_error` records.
+fn close_instead_of_returning(conn: &mut PooledConn) {
+    AnsiTransactionManager::transaction_manager_status_mut(&mut **conn).set_in_error();
+}

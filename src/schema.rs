@@ -1,0 +1,47 @@
+// @generated automatically by Diesel CLI.
+
+diesel::table! {
+    reservations (id) {
+        id -> Bigint,
+        resource_id -> Bigint,
+        user_id -> Bigint,
+        day -> Date,
+        #[max_length = 16]
+        status -> Varchar,
+        created_at -> Datetime,
+        cancelled_at -> Nullable<Datetime>,
+    }
+}
+
+diesel::table! {
+    resources (id) {
+        id -> Bigint,
+        #[max_length = 100]
+        name -> Varchar,
+        description -> Text,
+        capacity -> Integer,
+        version -> Integer,
+        updated_at -> Datetime,
+    }
+}
+
+diesel::table! {
+    users (id) {
+        id -> Bigint,
+        #[max_length = 64]
+        username -> Varchar,
+        #[max_length = 100]
+        display_name -> Varchar,
+        #[max_length = 255]
+        password_hash -> Varchar,
+        #[max_length = 16]
+        role -> Varchar,
+        is_demo -> Bool,
+        created_at -> Datetime,
+    }
+}
+
+diesel::joinable!(reservations -> resources (resource_id));
+diesel::joinable!(reservations -> users (user_id));
+
+diesel::allow_tables_to_appear_in_same_query!(reservations, resources, users,);

@@ -1,0 +1,254 @@
+//! Errors as HTTP answers, in one place.
+//!
+//! Every feature has its own error enum. Each variant maps to one [`Problem`]: a status, a stable
+//! machine code and a sentence for a person. The response is JSON
+//! (`{"error": code, "message": …}`) and carries the `Problem` in its extensions; the
+//! [`render_html_errors`] middleware turns it into an HTML page for requests made by a browser,
+//! so handlers never decide between the two. A 5xx logs the whole cause chain and tells the
+//! client nothing about it.
+
+use actix_web::body::BoxBody;
+use actix_web::dev::ServiceResponse;
+use actix_web::http::{StatusCode, header};
+use actix_web::middleware::ErrorHandlerResponse;
+use actix_web::{HttpRequest, HttpResponse};
+use askama::Template;
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Problem {
+    #[serde(skip)]
+    pub status: StatusCode,
+    pub error: &'static str,
+    pub message: String,
+    /// Seconds, sent as `Retry-After` (busy answers).
+    #[serde(skip)]
+    pub retry_after: Option<u32>,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, error: &'static str, message: impl Into<String>) -> Self {
+        Self { status, error, message: message.into(), retry_after: None }
+    }
+
+    pub fn busy(message: impl Into<String>) -> Self {
+        Self { retry_after: Some(1), ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message) }
+    }
+
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Something went wrong on our side. It has been logged; please try again.",
+        )
+    }
+}
+
+/// Implemented by every feature error; `http_error!` then derives `ResponseError` from it.
+pub trait AsProblem: std::error::Error {
+    fn problem(&self) -> Problem;
+}
+
+pub fn respond<E: AsProblem>(error: &E) -> HttpResponse {
+    let problem = error.problem();
+    if problem.status.is_server_error() && problem.retry_after.is_none() {
+        log::error!("{}", cause_chain(error));
+    }
+    let mut response = HttpResponse::build(problem.status);
+    if let Some(secs) = problem.retry_after {
+        response.insert_header((header::RETRY_AFTER, secs.to_string()));
+    }
+    let mut response = response.json(&problem);
+    response.extensions_mut().insert(problem);
+    response
+}
+
+fn cause_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// `impl ResponseError` for a feature error through its [`AsProblem`] mapping.
+macro_rules! http_error {
+    ($error:ty) => {
+        impl actix_web::ResponseError for $error {
+            fn status_code(&self) -> actix_web::http::StatusCode {
+                $crate::web::error::AsProblem::problem(self).status
+            }
+            fn error_response(&self) -> actix_web::HttpResponse {
+                $crate::web::error::respond(self)
+            }
+        }
+    };
+}
+pub(crate) use http_error;
+
+/// Errors of the request itself, before any feature sees it: a body that is not what the
+/// endpoint takes, a path or query that does not parse, an unknown route.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("malformed body: {0}")]
+    MalformedBody(String),
+    #[error("body too large (limit {0} bytes)")]
+    TooLarge(usize),
+    #[error("unsupported content type")]
+    UnsupportedMediaType(&'static str),
+    #[error("bad path: {0}")]
+    BadPath(String),
+    #[error("bad query: {0}")]
+    BadQuery(String),
+    #[error("not found")]
+    NotFound,
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl AsProblem for RequestError {
+    fn problem(&self) -> Problem {
+        use StatusCode as S;
+        match self {
+            Self::MalformedBody(detail) => Problem::new(
+                S::BAD_REQUEST,
+                "malformed_body",
+                format!("The request body could not be read: {detail}."),
+            ),
+            Self::TooLarge(limit) => Problem::new(
+                S::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("The request body is larger than the {limit} bytes this endpoint accepts."),
+            ),
+            Self::UnsupportedMediaType(expected) => Problem::new(
+                S::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!("Send the body as {expected}."),
+            ),
+            Self::BadPath(detail) => {
+                Problem::new(S::NOT_FOUND, "not_found", format!("No such page: {detail}."))
+            }
+            Self::BadQuery(detail) => {
+                Problem::new(S::BAD_REQUEST, "bad_query", format!("The query string is invalid: {detail}."))
+            }
+            Self::NotFound => Problem::new(S::NOT_FOUND, "not_found", "There is nothing at this address."),
+            Self::Internal(_) => Problem::internal(),
+        }
+    }
+}
+http_error!(RequestError);
+
+/// The largest JSON or form body any endpoint accepts.
+pub const BODY_LIMIT: usize = 16 * 1024;
+
+pub fn json_config() -> actix_web::web::JsonConfig {
+    use actix_web::error::JsonPayloadError as E;
+    actix_web::web::JsonConfig::default().limit(BODY_LIMIT).error_handler(|err, _req| {
+        match err {
+            E::OverflowKnownLength { .. } | E::Overflow { .. } => RequestError::TooLarge(BODY_LIMIT),
+            E::ContentType => RequestError::UnsupportedMediaType("application/json"),
+            E::Deserialize(e) => RequestError::MalformedBody(e.to_string()),
+            other => RequestError::MalformedBody(other.to_string()),
+        }
+        .into()
+    })
+}
+
+pub fn path_config() -> actix_web::web::PathConfig {
+    actix_web::web::PathConfig::default()
+        .error_handler(|err, _req| RequestError::BadPath(err.to_string()).into())
+}
+
+pub fn query_config() -> actix_web::web::QueryConfig {
+    actix_web::web::QueryConfig::default()
+        .error_handler(|err, _req| RequestError::BadQuery(err.to_string()).into())
+}
+
+pub async fn not_found() -> Result<HttpResponse, RequestError> {
+    Err(RequestError::NotFound)
+}
+
+/// Whether this request is answered in JSON (the API) or HTML (everything a browser navigates).
+pub fn wants_json(req: &HttpRequest) -> bool {
+    let path = req.path();
+    path.starts_with("/api/") || path == "/health" || path == "/metrics"
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    status: u16,
+    title: &'a str,
+    message: &'a str,
+    back: Option<&'a str>,
+}
+
+/// `ErrorHandlers` default handler: browser requests get an HTML page (or, for a page that
+/// needs a login, a redirect to the login page); API requests keep their JSON.
+pub fn render_html_errors<B>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
+    let already_html = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/html"));
+    if wants_json(res.request()) || already_html {
+        return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+    }
+    let status = res.status();
+    let problem = res.response().extensions().get::<Problem>().cloned();
+    let (req, old) = res.into_parts();
+
+    if status == StatusCode::UNAUTHORIZED && req.method() == actix_web::http::Method::GET {
+        let next = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        let location = format!("/login?next={}", urlencode(next));
+        let redirect = HttpResponse::SeeOther().insert_header((header::LOCATION, location)).finish();
+        return Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, redirect).map_into_right_body()));
+    }
+
+    let message = problem.as_ref().map_or_else(
+        || match status {
+            StatusCode::NOT_FOUND => "There is nothing at this address.".to_string(),
+            StatusCode::PAYLOAD_TOO_LARGE => "The form you sent is too large.".to_string(),
+            StatusCode::METHOD_NOT_ALLOWED => {
+                "This address does not accept that kind of request.".to_string()
+            }
+            s if s.is_server_error() => Problem::internal().message,
+            s => format!("The request could not be handled ({}).", s.canonical_reason().unwrap_or("error")),
+        },
+        |p| p.message.clone(),
+    );
+    let referer = req.headers().get(header::REFERER).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let page = ErrorPage {
+        status: status.as_u16(),
+        title: status.canonical_reason().unwrap_or("Error"),
+        message: &message,
+        back: referer.as_deref(),
+    };
+    let mut builder = HttpResponse::build(status);
+    if let Some(retry) = old.headers().get(header::RETRY_AFTER) {
+        builder.insert_header((header::RETRY_AFTER, retry.clone()));
+    }
+    let body: BoxBody = match page.render() {
+        Ok(html) => BoxBody::new(html),
+        Err(e) => {
+            log::error!("rendering the error page failed: {e}");
+            BoxBody::new(message)
+        }
+    };
+    let response = builder.content_type("text/html; charset=utf-8").body(body);
+    Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, response).map_into_right_body()))
+}
+
+/// Percent-encodes a path for use as a query value.
+pub fn urlencode(text: &str) -> String {
+    serde_urlencoded::to_string([("", text)]).map(|s| s[1..].to_string()).unwrap_or_default()
+}
+
+impl From<actix_web::error::BlockingError> for RequestError {
+    fn from(e: actix_web::error::BlockingError) -> Self {
+        Self::Internal(anyhow::anyhow!("blocking task failed: {e}"))
+    }
+}

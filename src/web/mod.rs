@@ -1,0 +1,64 @@
+//! What every feature's routes share: the app state, error mapping, page context.
+
+pub mod error;
+
+use std::future::{Ready, ready};
+use std::sync::Arc;
+
+use actix_session::SessionExt;
+use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload};
+use askama::Template;
+
+use crate::auth::{AuthError, SessionUser, csrf};
+use crate::config::Config;
+use crate::db::DbPool;
+use error::RequestError;
+
+/// Shared by every handler (as `web::Data<AppState>`).
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: DbPool,
+    pub config: Arc<Config>,
+}
+
+/// What the layout of every HTML page needs: who is logged in and the CSRF token for its forms.
+pub struct PageContext {
+    pub user: Option<SessionUser>,
+    pub csrf_token: String,
+}
+
+impl PageContext {
+    pub fn is_staff(&self) -> bool {
+        self.user.as_ref().is_some_and(|u| u.role.includes(crate::auth::Role::Staff))
+    }
+}
+
+impl FromRequest for PageContext {
+    type Error = AuthError;
+    type Future = Ready<Result<Self, AuthError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let session = req.get_session();
+        let user = SessionUser::from_request(req, payload).into_inner().ok();
+        ready(csrf::token(&session).map(|csrf_token| Self { user, csrf_token }))
+    }
+}
+
+/// Renders a page; a template error is an internal error (a bug), never shown to the user.
+pub fn html(page: &impl Template) -> Result<HttpResponse, RequestError> {
+    let body = page.render().map_err(|e| RequestError::Internal(e.into()))?;
+    Ok(HttpResponse::Ok().content_type("text/html; charset=utf-8").body(body))
+}
+
+/// `303 See Other` to `location`: the answer to a successful form post.
+pub fn see_other(location: &str) -> HttpResponse {
+    HttpResponse::SeeOther().insert_header((actix_web::http::header::LOCATION, location.to_string())).finish()
+}
+
+/// Only same-site paths are followed after login (no open redirect to `//evil.example`).
+pub fn local_path(next: Option<&str>) -> &str {
+    match next {
+        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.starts_with("/\\") => p,
+        _ => "/",
+    }
+}

@@ -1,0 +1,113 @@
+//! Logging in and out, roles, and where the login form sends you afterwards.
+
+use haita::auth::Role;
+use serde_json::{Value, json};
+
+use crate::common::{PASSWORD, TestApp, error_code};
+
+#[actix_web::test]
+async fn api_login_sets_a_session_and_logout_ends_it() {
+    let app = TestApp::spawn().await;
+    let user = app.user("frank", Role::Staff);
+    let client = app.client(0);
+
+    assert_eq!(client.get("/api/v1/session").await.status(), 401);
+    client.login(&user).await;
+    let me: Value = client.get("/api/v1/session").await.json().await.expect("json");
+    assert_eq!(me["user"]["username"], "frank");
+    assert_eq!(me["user"]["role"], "staff");
+
+    let out = client.http.delete(client.url("/api/v1/session")).send().await.expect("DELETE");
+    assert_eq!(out.status(), 204);
+    assert_eq!(client.get("/api/v1/session").await.status(), 401);
+}
+
+#[actix_web::test]
+async fn wrong_passwords_and_unknown_users_get_the_same_answer() {
+    let app = TestApp::spawn().await;
+    app.user("grace", Role::Customer);
+    let client = app.client(0);
+    for (username, password) in [("grace", "wrong-password"), ("nobody", PASSWORD)] {
+        let response =
+            client.post_json("/api/v1/session", &json!({"username": username, "password": password})).await;
+        assert_eq!(response.status(), 401);
+        assert_eq!(error_code(response).await, "bad_credentials");
+    }
+}
+
+#[actix_web::test]
+async fn the_login_form_needs_its_csrf_token_and_only_redirects_within_the_site() {
+    let app = TestApp::spawn().await;
+    app.user("heidi", Role::Customer);
+    let browser = app.client(0);
+
+    let forged = browser.post_form("/login", &[("username", "heidi"), ("password", PASSWORD)]).await;
+    assert_eq!(forged.status(), 403, "login CSRF is refused");
+
+    let token = browser.csrf_token("/login").await;
+    let wrong = browser
+        .post_form("/login", &[("csrf_token", &token), ("username", "heidi"), ("password", "nope-nope")])
+        .await;
+    assert_eq!(wrong.status(), 401);
+    let page = wrong.text().await.expect("page");
+    assert!(
+        page.contains("Wrong username or password") && page.contains("value=\"heidi\""),
+        "typed username kept"
+    );
+
+    let fine = browser
+        .post_form(
+            "/login",
+            &[
+                ("csrf_token", &token),
+                ("username", "heidi"),
+                ("password", PASSWORD),
+                ("next", "//evil.example/"),
+            ],
+        )
+        .await;
+    assert_eq!(fine.status(), 303);
+    assert_eq!(fine.headers()["location"], "/", "no open redirect");
+
+    // The token rotates at login: the pre-login token no longer works.
+    let stale = browser.post_form("/logout", &[("csrf_token", &token)]).await;
+    assert_eq!(stale.status(), 403);
+    let fresh = browser.csrf_token("/").await;
+    assert_eq!(browser.post_form("/logout", &[("csrf_token", &fresh)]).await.status(), 303);
+    assert_eq!(browser.get("/api/v1/session").await.status(), 401);
+}
+
+#[actix_web::test]
+async fn demo_accounts_are_listed_on_the_login_page_only_when_seeded() {
+    let app = TestApp::spawn().await;
+    let before = app.client(0).get("/login").await.text().await.expect("page");
+    assert!(!before.contains("Demo accounts"));
+
+    haita::seed::run(&app.db.pool).expect("seed");
+    haita::seed::run(&app.db.pool).expect("seed is idempotent");
+    let after = app.client(0).get("/login").await.text().await.expect("page");
+    assert!(after.contains("Demo accounts") && after.contains("alice-demo"));
+
+    for (username, _, password, role) in haita::seed::DEMO_USERS {
+        let client = app.client(0);
+        let response =
+            client.post_json("/api/v1/session", &json!({"username": username, "password": password})).await;
+        assert_eq!(response.status(), 200, "demo login {username}");
+        let body: Value = response.json().await.expect("json");
+        assert_eq!(body["user"]["role"], role.as_str());
+    }
+}
+
+#[actix_web::test]
+async fn unknown_pages_and_api_routes_answer_404_in_their_own_format() {
+    let app = TestApp::spawn().await;
+    let client = app.client(0);
+    let api = client.get("/api/v1/nothing-here").await;
+    assert_eq!(api.status(), 404);
+    assert_eq!(error_code(api).await, "not_found");
+    let page = client.get("/nothing-here").await;
+    assert_eq!(page.status(), 404);
+    assert!(page.text().await.expect("page").contains("There is nothing at this address"));
+    let health: Value = client.get("/health").await.json().await.expect("json");
+    assert_eq!(health["database"], "ok");
+}

@@ -1,0 +1,325 @@
+//! Malformed requests get a clear 4xx with a readable message and change nothing.
+
+use diesel::prelude::*;
+use diesel::sql_types::Text;
+use haita::auth::Role;
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::common::{Client, TestApp, future_day};
+
+enum Body {
+    None,
+    Json(String),
+    Raw(&'static str, String),
+    /// A form; the real CSRF token is added unless `csrf` says otherwise.
+    Form {
+        csrf: Csrf,
+        fields: Vec<(&'static str, String)>,
+    },
+}
+
+enum Csrf {
+    Real,
+    Missing,
+    Wrong,
+}
+
+struct Case {
+    what: &'static str,
+    method: Method,
+    path: String,
+    body: Body,
+    logged_in: bool,
+    status: u16,
+    /// The JSON error code; `None` for HTML answers (checked for a readable page instead).
+    code: Option<&'static str>,
+}
+
+fn json(what: &'static str, body: &str, status: u16, code: &'static str) -> Case {
+    Case {
+        what,
+        method: Method::POST,
+        path: "/api/v1/reservations".into(),
+        body: Body::Json(body.into()),
+        logged_in: true,
+        status,
+        code: Some(code),
+    }
+}
+
+#[derive(QueryableByName)]
+struct Snapshot {
+    #[diesel(sql_type = Text)]
+    snapshot: String,
+}
+
+/// Every row that a booking request could touch, as one string.
+fn snapshot(app: &TestApp) -> String {
+    diesel::sql_query(
+        "SELECT CONCAT_WS('|', \
+           (SELECT COALESCE(GROUP_CONCAT(CONCAT_WS(',', id, resource_id, user_id, day, status, IFNULL(cancelled_at, '-')) ORDER BY id), '') FROM reservations), \
+           (SELECT COALESCE(GROUP_CONCAT(CONCAT_WS(',', id, capacity, version) ORDER BY id), '') FROM resources), \
+           (SELECT COUNT(*) FROM users)) AS snapshot",
+    )
+    .get_result::<Snapshot>(&mut app.db.raw_connection())
+    .expect("snapshot")
+    .snapshot
+}
+
+#[actix_web::test]
+async fn malformed_requests_get_a_clear_4xx_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Room", 2);
+    let user = app.user("mallory", Role::Customer);
+    let day = future_day();
+    let today = haita::bookings::service::today();
+    let yesterday = today.pred_opt().expect("date");
+    let too_far = today + chrono::Days::new(400);
+    let booking = |rid: &str, date: &str| format!(r#"{{"resource_id": {rid}, "date": "{date}"}}"#);
+
+    let cases = vec![
+        json("impossible date", &booking(&resource.to_string(), "2027-02-30"), 422, "invalid_date"),
+        json("a word for a date", &booking(&resource.to_string(), "tomorrow"), 422, "invalid_date"),
+        json(
+            "date with a time",
+            &booking(&resource.to_string(), &format!("{day}T10:00:00")),
+            422,
+            "invalid_date",
+        ),
+        json("date in the past", &booking(&resource.to_string(), &yesterday.to_string()), 422, "past_date"),
+        json(
+            "date beyond the horizon",
+            &booking(&resource.to_string(), &too_far.to_string()),
+            422,
+            "too_far_ahead",
+        ),
+        json("negative resource id", &booking("-1", &day.to_string()), 422, "invalid_id"),
+        json("zero resource id", &booking("0", &day.to_string()), 422, "invalid_id"),
+        json("unknown resource", &booking("999999", &day.to_string()), 422, "unknown_resource"),
+        json("resource id as a string", &booking("\"1\"", &day.to_string()), 400, "malformed_body"),
+        json("resource id too large", &booking("1e30", &day.to_string()), 400, "malformed_body"),
+        json(
+            "date as a number",
+            &format!(r#"{{"resource_id": {resource}, "date": 20261224}}"#),
+            400,
+            "malformed_body",
+        ),
+        json("missing date", &format!(r#"{{"resource_id": {resource}}}"#), 400, "malformed_body"),
+        json(
+            "unknown field",
+            &format!(r#"{{"resource_id": {resource}, "date": "{day}", "capacity": 99}}"#),
+            400,
+            "malformed_body",
+        ),
+        json("not JSON", "{{{", 400, "malformed_body"),
+        json("JSON null", "null", 400, "malformed_body"),
+        json(
+            "huge body",
+            &format!(r#"{{"resource_id": {resource}, "date": "{}"}}"#, "9".repeat(100_000)),
+            413,
+            "too_large",
+        ),
+        Case {
+            body: Body::Raw("text/plain", booking(&resource.to_string(), &day.to_string())),
+            ..json("wrong content type", "", 415, "unsupported_media_type")
+        },
+        Case {
+            logged_in: false,
+            ..json("not logged in", &booking(&resource.to_string(), &day.to_string()), 401, "not_logged_in")
+        },
+        Case {
+            what: "cancel with a non-numeric id",
+            method: Method::DELETE,
+            path: "/api/v1/reservations/abc".into(),
+            body: Body::None,
+            logged_in: true,
+            status: 404,
+            code: Some("not_found"),
+        },
+        Case {
+            what: "cancel with a negative id",
+            method: Method::DELETE,
+            path: "/api/v1/reservations/-5".into(),
+            body: Body::None,
+            logged_in: true,
+            status: 404,
+            code: Some("not_found"),
+        },
+        Case {
+            what: "availability for zero days",
+            method: Method::GET,
+            path: format!("/api/v1/resources/{resource}/availability?days=0"),
+            body: Body::None,
+            logged_in: false,
+            status: 422,
+            code: Some("invalid_range"),
+        },
+        Case {
+            what: "availability for a thousand days",
+            method: Method::GET,
+            path: format!("/api/v1/resources/{resource}/availability?days=1000"),
+            body: Body::None,
+            logged_in: false,
+            status: 422,
+            code: Some("invalid_range"),
+        },
+        Case {
+            what: "availability from a non-date",
+            method: Method::GET,
+            path: format!("/api/v1/resources/{resource}/availability?from=soon"),
+            body: Body::None,
+            logged_in: false,
+            status: 422,
+            code: Some("invalid_date"),
+        },
+        Case {
+            what: "availability with a non-numeric day count",
+            method: Method::GET,
+            path: format!("/api/v1/resources/{resource}/availability?days=many"),
+            body: Body::None,
+            logged_in: false,
+            status: 400,
+            code: Some("bad_query"),
+        },
+        Case {
+            what: "availability of an unknown resource",
+            method: Method::GET,
+            path: "/api/v1/resources/424242/availability".into(),
+            body: Body::None,
+            logged_in: false,
+            status: 404,
+            code: Some("not_found"),
+        },
+        Case {
+            what: "form post without a CSRF token",
+            method: Method::POST,
+            path: format!("/resources/{resource}/bookings"),
+            body: Body::Form { csrf: Csrf::Missing, fields: vec![("date", day.to_string())] },
+            logged_in: true,
+            status: 403,
+            code: None,
+        },
+        Case {
+            what: "form post with a forged CSRF token",
+            method: Method::POST,
+            path: format!("/resources/{resource}/bookings"),
+            body: Body::Form { csrf: Csrf::Wrong, fields: vec![("date", day.to_string())] },
+            logged_in: true,
+            status: 403,
+            code: None,
+        },
+        Case {
+            what: "form post with a bad date",
+            method: Method::POST,
+            path: format!("/resources/{resource}/bookings"),
+            body: Body::Form { csrf: Csrf::Real, fields: vec![("date", "31/12/2026".into())] },
+            logged_in: true,
+            status: 422,
+            code: None,
+        },
+        Case {
+            what: "form post with a missing field",
+            method: Method::POST,
+            path: format!("/resources/{resource}/bookings"),
+            body: Body::Form { csrf: Csrf::Real, fields: vec![] },
+            logged_in: true,
+            status: 400,
+            code: None,
+        },
+        Case {
+            what: "form post for an unknown resource",
+            method: Method::POST,
+            path: "/resources/777777/bookings".into(),
+            body: Body::Form { csrf: Csrf::Real, fields: vec![("date", day.to_string())] },
+            logged_in: true,
+            status: 404,
+            code: None,
+        },
+        Case {
+            what: "form post while logged out",
+            method: Method::POST,
+            path: format!("/resources/{resource}/bookings"),
+            body: Body::Form { csrf: Csrf::Real, fields: vec![("date", day.to_string())] },
+            logged_in: false,
+            status: 401,
+            code: None,
+        },
+        Case {
+            what: "JSON sent to a form endpoint",
+            method: Method::POST,
+            path: format!("/resources/{resource}/bookings"),
+            body: Body::Raw("application/json", booking(&resource.to_string(), &day.to_string())),
+            logged_in: true,
+            status: 415,
+            code: None,
+        },
+        Case {
+            what: "a page for a non-numeric resource",
+            method: Method::GET,
+            path: "/resources/abc".into(),
+            body: Body::None,
+            logged_in: false,
+            status: 404,
+            code: None,
+        },
+    ];
+    assert!(cases.len() >= 15);
+
+    // Something to protect: one real booking that must survive every bad request untouched.
+    let owner = app.client(0);
+    owner.login(&user).await;
+    assert_eq!(owner.book(resource, day).await.status(), 201);
+    let before = snapshot(&app);
+
+    for case in cases {
+        let client = Client::new(app.address());
+        if case.logged_in {
+            client.login(&user).await;
+        }
+        let mut request = client.http.request(case.method.clone(), client.url(&case.path));
+        request = match case.body {
+            Body::None => request,
+            Body::Json(text) => request.header("content-type", "application/json").body(text),
+            Body::Raw(content_type, text) => request.header("content-type", content_type).body(text),
+            Body::Form { csrf, mut fields } => {
+                let token = match csrf {
+                    Csrf::Real => Some(client.csrf_token("/login").await),
+                    Csrf::Wrong => Some("forged-token".to_string()),
+                    Csrf::Missing => None,
+                };
+                if let Some(token) = token {
+                    fields.push(("csrf_token", token));
+                }
+                request.form(&fields)
+            }
+        };
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let content_type =
+            response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let text = response.text().await.expect("body");
+        assert_eq!(status, case.status, "{}: got {status} {text}", case.what);
+        match case.code {
+            Some(code) => {
+                let body: Value =
+                    serde_json::from_str(&text).unwrap_or_else(|_| panic!("{}: not JSON: {text}", case.what));
+                assert_eq!(body["error"], code, "{}: {body}", case.what);
+                assert!(
+                    body["message"].as_str().is_some_and(|m| m.len() > 10),
+                    "{}: no readable message",
+                    case.what
+                );
+            }
+            None => {
+                assert!(
+                    content_type.starts_with("text/html"),
+                    "{}: expected an HTML page, got {content_type}",
+                    case.what
+                );
+                assert!(text.contains("class=\"message\""), "{}: page without a message: {text}", case.what);
+            }
+        }
+        assert_eq!(snapshot(&app), before, "{}: the database changed", case.what);
+    }
+}

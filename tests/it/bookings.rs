@@ -1,0 +1,250 @@
+//! Booking under concurrency, checked in the database afterwards.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::{Integer, Text};
+use haita::auth::Role;
+use haita::locking::LockName;
+use serde_json::Value;
+use tokio::sync::Barrier;
+
+use crate::common::{Client, TestApp, error_code, future_day, invariants};
+
+/// Sends one booking per client, all released by a barrier at the same instant.
+async fn book_all_at_once(
+    clients: Vec<Client>,
+    resource_id: i64,
+    day: chrono::NaiveDate,
+) -> Vec<(u16, String)> {
+    let barrier = Arc::new(Barrier::new(clients.len()));
+    let tasks = clients.into_iter().map(|client| {
+        let barrier = barrier.clone();
+        actix_web::rt::spawn(async move {
+            barrier.wait().await;
+            let response = client.book(resource_id, day).await;
+            let status = response.status().as_u16();
+            let code = if status == 201 { String::new() } else { error_code(response).await };
+            (status, code)
+        })
+    });
+    futures::future::join_all(tasks).await.into_iter().map(|r| r.expect("client task")).collect()
+}
+
+#[actix_web::test]
+async fn sixty_four_clients_on_two_instances_never_overbook_a_day() {
+    let app = TestApp::spawn_instances(2, |_| {}).await;
+    let resource = app.resource("Lab bench", 3);
+    let day = future_day();
+    let users: Vec<_> = (0..64).map(|i| app.user(&format!("u{i:02}"), Role::Customer)).collect();
+    let clients: Vec<Client> = (0..64).map(|i| app.client(i)).collect();
+    futures::future::join_all(clients.iter().zip(&users).map(|(c, u)| c.login(u))).await;
+
+    let answers = book_all_at_once(clients, resource, day).await;
+
+    let created = answers.iter().filter(|(s, _)| *s == 201).count();
+    assert_eq!(created, 3, "exactly capacity bookings succeed: {answers:?}");
+    for (status, code) in &answers {
+        assert!(
+            (*status == 409 && code == "fully_booked")
+                || (*status == 503 && code == "busy")
+                || *status == 201,
+            "unexpected answer {status} {code}"
+        );
+    }
+    assert_eq!(invariants::confirmed_on(&app.db, resource, day), 3);
+    invariants::no_day_over_capacity(&app.db);
+    invariants::no_user_booked_twice(&app.db);
+    invariants::no_named_lock_left_held(&app.db);
+}
+
+#[actix_web::test]
+async fn one_user_submitting_twenty_times_at_once_gets_one_booking() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Tennis court", 5);
+    let day = future_day();
+    let user = app.user("eager", Role::Customer);
+    let client = app.client(0);
+    client.login(&user).await;
+    // Twenty requests carrying the same session cookie, like a double-clicking browser.
+    let same_session: Vec<Client> =
+        (0..20).map(|_| Client { http: client.http.clone(), base: client.base.clone() }).collect();
+
+    let answers = book_all_at_once(same_session, resource, day).await;
+
+    assert_eq!(answers.iter().filter(|(s, _)| *s == 201).count(), 1, "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .all(|(s, c)| *s == 201 || (*s == 409 && c == "already_booked") || (*s == 503 && c == "busy"))
+    );
+    assert_eq!(invariants::confirmed_users_on(&app.db, resource, day), vec![user.id]);
+    invariants::no_user_booked_twice(&app.db);
+    invariants::no_named_lock_left_held(&app.db);
+}
+
+#[actix_web::test]
+async fn a_cancelled_place_can_be_booked_again() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Meeting room", 1);
+    let day = future_day();
+    let (alice, bob) = (app.client(0), app.client(0));
+    alice.login(&app.user("alice", Role::Customer)).await;
+    bob.login(&app.user("bob", Role::Customer)).await;
+
+    let booked = alice.book(resource, day).await;
+    assert_eq!(booked.status(), 201);
+    assert!(booked.headers().contains_key("location"));
+    let booked: Value = booked.json().await.expect("json");
+    assert_eq!(booked["status"], "confirmed");
+    assert_eq!(booked["date"], day.to_string());
+
+    let refused = bob.book(resource, day).await;
+    assert_eq!(refused.status(), 409);
+    assert_eq!(error_code(refused).await, "fully_booked");
+
+    // Bob cannot cancel Alice's booking, and cannot even learn that it exists.
+    let id = booked["id"].as_i64().expect("id");
+    let foreign =
+        bob.http.delete(bob.url(&format!("/api/v1/reservations/{id}"))).send().await.expect("DELETE");
+    assert_eq!(foreign.status(), 404);
+
+    let cancelled =
+        alice.http.delete(alice.url(&format!("/api/v1/reservations/{id}"))).send().await.expect("DELETE");
+    assert_eq!(cancelled.status(), 200);
+    let again =
+        alice.http.delete(alice.url(&format!("/api/v1/reservations/{id}"))).send().await.expect("DELETE");
+    assert_eq!(again.status(), 409);
+    assert_eq!(error_code(again).await, "already_cancelled");
+
+    assert_eq!(bob.book(resource, day).await.status(), 201);
+    assert_eq!(invariants::confirmed_on(&app.db, resource, day), 1);
+    invariants::no_day_over_capacity(&app.db);
+}
+
+#[actix_web::test]
+async fn a_day_whose_lock_stays_held_answers_busy_and_other_days_still_book() {
+    let app = TestApp::spawn_instances(1, |c| c.lock_wait = Duration::from_secs(1)).await;
+    let resource = app.resource("Court", 2);
+    let day = future_day();
+    let client = app.client(0);
+    client.login(&app.user("carol", Role::Customer)).await;
+
+    // Another session (say a stuck batch job) holds this day's lock.
+    let mut other = app.db.raw_connection();
+    let name = LockName::booking(resource, day);
+    #[derive(QueryableByName)]
+    struct Got {
+        #[diesel(sql_type = Integer)]
+        got: i32,
+    }
+    let got: Got = diesel::sql_query("SELECT GET_LOCK(?, 0) AS got")
+        .bind::<Text, _>(name.as_str())
+        .get_result(&mut other)
+        .expect("GET_LOCK");
+    assert_eq!(got.got, 1);
+
+    let busy = client.book(resource, day).await;
+    assert_eq!(busy.status(), 503);
+    assert_eq!(busy.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    assert_eq!(error_code(busy).await, "busy");
+    assert_eq!(invariants::confirmed_on(&app.db, resource, day), 0, "a busy answer writes nothing");
+
+    // The lock is per day: the next day is not blocked.
+    let next_day = day.succ_opt().expect("date");
+    assert_eq!(client.book(resource, next_day).await.status(), 201);
+
+    drop(other); // the holder's session ends, and its lock with it
+    assert_eq!(client.book(resource, day).await.status(), 201);
+    invariants::no_named_lock_left_held(&app.db);
+}
+
+#[actix_web::test]
+async fn availability_shows_what_is_booked_and_by_whom() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Bench", 3);
+    let day = future_day();
+    let client = app.client(0);
+    client.login(&app.user("dora", Role::Customer)).await;
+    assert_eq!(client.book(resource, day).await.status(), 201);
+
+    let path = format!("/api/v1/resources/{resource}/availability?from={day}&days=2");
+    let body: Value = client.get(&path).await.json().await.expect("json");
+    let days = body["days"].as_array().expect("days");
+    assert_eq!(days.len(), 2);
+    assert_eq!(days[0]["confirmed"], 1);
+    assert_eq!(days[0]["available"], 2);
+    assert_eq!(days[0]["mine"], true);
+    assert_eq!(days[1]["confirmed"], 0);
+
+    let anonymous: Value = app.client(0).get(&path).await.json().await.expect("json");
+    assert_eq!(anonymous["days"][0]["mine"], false, "anonymous viewers see counts only");
+}
+
+#[actix_web::test]
+async fn booking_and_cancelling_through_the_html_pages() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Studio <b>A</b>", 1);
+    let day = future_day();
+    app.user("erin", Role::Customer);
+    let browser = app.client(0);
+
+    // Not logged in: the booking page offers a login link, /bookings redirects to login.
+    let page = browser.get(&format!("/resources/{resource}?from={day}")).await.text().await.expect("page");
+    assert!(
+        page.contains("Studio &#60;b&#62;A&#60;/b&#62;") || page.contains("Studio &lt;b&gt;A&lt;/b&gt;"),
+        "escaped"
+    );
+    assert!(page.contains("Log in to book"));
+    let redirect = browser.get("/bookings").await;
+    assert_eq!(redirect.status(), 303);
+    assert_eq!(redirect.headers()["location"], "/login?next=%2Fbookings");
+
+    let token = browser.csrf_token("/login").await;
+    let login = browser
+        .post_form(
+            "/login",
+            &[
+                ("csrf_token", &token),
+                ("username", "erin"),
+                ("password", crate::common::PASSWORD),
+                ("next", "/bookings"),
+            ],
+        )
+        .await;
+    assert_eq!(login.status(), 303);
+    assert_eq!(login.headers()["location"], "/bookings");
+
+    let page_path = format!("/resources/{resource}?from={day}");
+    let token = browser.csrf_token(&page_path).await;
+    let booked = browser
+        .post_form(
+            &format!("/resources/{resource}/bookings"),
+            &[("csrf_token", &token), ("date", &day.to_string())],
+        )
+        .await;
+    assert_eq!(booked.status(), 303);
+    let location = booked.headers()["location"].to_str().expect("location").to_string();
+    assert!(location.starts_with("/bookings?booked="), "{location}");
+
+    let mine = browser.get(&location).await.text().await.expect("page");
+    assert!(mine.contains("Booked!") && mine.contains(&day.to_string()));
+    let page = browser.get(&page_path).await.text().await.expect("page");
+    assert!(page.contains("booked by you"));
+
+    // Booking the same full day again shows an error page, not a crash.
+    let full = browser
+        .post_form(
+            &format!("/resources/{resource}/bookings"),
+            &[("csrf_token", &token), ("date", &day.to_string())],
+        )
+        .await;
+    assert_eq!(full.status(), 409);
+    assert!(full.text().await.expect("page").contains("already booked"));
+
+    let id = location.trim_start_matches("/bookings?booked=");
+    let cancelled = browser.post_form(&format!("/bookings/{id}/cancel"), &[("csrf_token", &token)]).await;
+    assert_eq!(cancelled.status(), 303);
+    assert_eq!(invariants::confirmed_on(&app.db, resource, day), 0);
+}

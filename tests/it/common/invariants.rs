@@ -1,0 +1,99 @@
+//! The invariants of DESIGN.md, checked in the database after concurrent load.
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text};
+
+use super::TestDb;
+
+#[derive(QueryableByName, Debug)]
+struct Violation {
+    #[diesel(sql_type = Text)]
+    what: String,
+}
+
+fn violations(db: &TestDb, sql: &str) -> Vec<String> {
+    diesel::sql_query(sql)
+        .load::<Violation>(&mut db.raw_connection())
+        .expect("invariant query")
+        .into_iter()
+        .map(|v| v.what)
+        .collect()
+}
+
+/// 1. No (resource, day) has more confirmed reservations than the resource's capacity.
+pub fn no_day_over_capacity(db: &TestDb) {
+    let found = violations(
+        db,
+        "SELECT CONCAT('resource ', r.resource_id, ' on ', r.day, ': ', COUNT(*), ' confirmed, capacity ', s.capacity) AS what \
+         FROM reservations r JOIN resources s ON s.id = r.resource_id \
+         WHERE r.status = 'confirmed' GROUP BY r.resource_id, r.day, s.capacity HAVING COUNT(*) > s.capacity",
+    );
+    assert!(found.is_empty(), "invariant 1 (capacity) violated: {found:?}");
+}
+
+/// 2. No user has two confirmed reservations for the same (resource, day).
+pub fn no_user_booked_twice(db: &TestDb) {
+    let found = violations(
+        db,
+        "SELECT CONCAT('user ', user_id, ' has ', COUNT(*), ' on resource ', resource_id, ' ', day) AS what \
+         FROM reservations WHERE status = 'confirmed' GROUP BY user_id, resource_id, day HAVING COUNT(*) > 1",
+    );
+    assert!(found.is_empty(), "invariant 2 (one per user and day) violated: {found:?}");
+}
+
+#[derive(QueryableByName)]
+pub struct HeldLock {
+    #[diesel(sql_type = Text)]
+    pub name: String,
+    #[diesel(sql_type = BigInt)]
+    pub connection_id: i64,
+}
+
+/// Named locks held right now by sessions connected to this test's database.
+pub fn named_locks_held(db: &TestDb) -> Vec<HeldLock> {
+    let mariadb = "SELECT m.TABLE_SCHEMA AS name, CAST(m.THREAD_ID AS SIGNED) AS connection_id \
+         FROM information_schema.METADATA_LOCK_INFO m JOIN information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID \
+         WHERE m.LOCK_TYPE = 'User lock' AND p.DB = ?";
+    let mysql = "SELECT m.OBJECT_NAME AS name, CAST(t.PROCESSLIST_ID AS SIGNED) AS connection_id \
+         FROM performance_schema.metadata_locks m JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID \
+         WHERE m.OBJECT_TYPE = 'USER LEVEL LOCK' AND t.PROCESSLIST_DB = ?";
+    let mut conn = db.raw_connection();
+    diesel::sql_query(mariadb)
+        .bind::<Text, _>(&db.name)
+        .load(&mut conn)
+        .or_else(|_| diesel::sql_query(mysql).bind::<Text, _>(&db.name).load(&mut conn))
+        .expect("list held named locks (MariaDB: INSTALL SONAME 'metadata_lock_info')")
+}
+
+/// 5. After every request has completed, no pooled connection holds a named lock.
+pub fn no_named_lock_left_held(db: &TestDb) {
+    let held: Vec<String> = named_locks_held(db)
+        .iter()
+        .map(|l| format!("{} by connection {}", l.name, l.connection_id))
+        .collect();
+    assert!(held.is_empty(), "invariant 5 violated, named locks still held: {held:?}");
+}
+
+/// Users holding confirmed reservations of one resource on one day.
+pub fn confirmed_users_on(db: &TestDb, resource_id: i64, day: chrono::NaiveDate) -> Vec<i64> {
+    use haita::schema::reservations::dsl as r;
+    r::reservations
+        .filter(r::resource_id.eq(resource_id))
+        .filter(r::day.eq(day))
+        .filter(r::status.eq("confirmed"))
+        .select(r::user_id)
+        .load(&mut db.raw_connection())
+        .expect("users")
+}
+
+/// Confirmed reservations of one resource on one day.
+pub fn confirmed_on(db: &TestDb, resource_id: i64, day: chrono::NaiveDate) -> i64 {
+    use haita::schema::reservations::dsl as r;
+    r::reservations
+        .filter(r::resource_id.eq(resource_id))
+        .filter(r::day.eq(day))
+        .filter(r::status.eq("confirmed"))
+        .count()
+        .get_result(&mut db.raw_connection())
+        .expect("count")
+}

@@ -1,0 +1,245 @@
+//! The harness: a fresh database per test, the real app on a random port, HTTP clients with
+//! their own cookie jars, and the invariant checks of DESIGN.md.
+
+pub mod invariants;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use haita::auth::Role;
+use haita::config::Config;
+use haita::db::{self, DbPool};
+use rand::Rng;
+use serde_json::Value;
+
+/// The server the tests use: `DATABASE_URL` (set by `scripts/dev test`), else the local default.
+pub fn base_database_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/haita".into())
+}
+
+/// A database of its own, migrated, dropped when the value is dropped.
+pub struct TestDb {
+    pub url: String,
+    pub name: String,
+    server_url: String,
+    pub pool: DbPool,
+}
+
+impl TestDb {
+    pub fn new() -> Self {
+        let (server_url, _) = db::split_database_url(&base_database_url()).expect("DATABASE_URL");
+        let name = format!("haita_t_{:016x}", rand::rng().random::<u64>());
+        let url = match server_url.split_once("/?") {
+            Some((head, query)) => format!("{head}/{name}?{query}"),
+            None => format!("{server_url}{name}"),
+        };
+        db::ensure_database_exists(&url).expect("create test database");
+        let pool = db::build_pool(&test_config(&url)).expect("pool");
+        db::run_migrations(&pool).expect("migrations");
+        install_lock_introspection(&mut pool.get().expect("connection"));
+        Self { url, name, server_url, pool }
+    }
+
+    pub fn conn(&self) -> db::PooledConn {
+        self.pool.get().expect("test connection")
+    }
+
+    /// A connection outside any pool: a second, independent session.
+    pub fn raw_connection(&self) -> MysqlConnection {
+        MysqlConnection::establish(&self.url).expect("raw connection")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(mut conn) = MysqlConnection::establish(&self.server_url) {
+            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
+        }
+    }
+}
+
+/// Lets tests list which sessions hold named locks (MariaDB's METADATA_LOCK_INFO plugin; MySQL 8
+/// has performance_schema.metadata_locks built in).
+fn install_lock_introspection(conn: &mut MysqlConnection) {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let _ = conn.batch_execute("INSTALL SONAME 'metadata_lock_info'");
+    });
+}
+
+pub fn test_config(database_url: &str) -> Config {
+    Config {
+        bind: "127.0.0.1:0".into(),
+        pool_size: 16,
+        workers: Some(2),
+        // Shared by all instances of one test, so a session cookie works on every instance.
+        session_key: Some(b"test-session-key-test-session-key-test-session-key-test-session-key!".to_vec()),
+        ..Config::for_database(database_url)
+    }
+}
+
+/// One or more instances of the real app on one test database.
+pub struct TestApp {
+    pub db: TestDb,
+    pub addresses: Vec<String>,
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_instances(1, |_| {}).await
+    }
+
+    /// `n` independent app instances (each its own pool) sharing one database, as behind a
+    /// load balancer.
+    pub async fn spawn_instances(n: usize, tweak: impl Fn(&mut Config)) -> Self {
+        let db = TestDb::new();
+        let mut addresses = Vec::new();
+        for _ in 0..n {
+            let mut config = test_config(&db.url);
+            tweak(&mut config);
+            let pool = db::build_pool(&config).expect("pool");
+            let app = haita::Application::build(config, pool).expect("app");
+            addresses.push(format!("http://127.0.0.1:{}", app.port()));
+            actix_web::rt::spawn(app.run_until_stopped());
+        }
+        Self { db, addresses }
+    }
+
+    pub fn address(&self) -> &str {
+        &self.addresses[0]
+    }
+
+    /// A fresh client (own cookie jar) talking to instance `i % n`.
+    pub fn client(&self, i: usize) -> Client {
+        Client::new(&self.addresses[i % self.addresses.len()])
+    }
+
+    pub fn user(&self, username: &str, role: Role) -> TestUser {
+        create_user(&self.db, username, role)
+    }
+
+    pub fn resource(&self, name: &str, capacity: i32) -> i64 {
+        create_resource(&self.db, name, capacity)
+    }
+}
+
+pub const PASSWORD: &str = "test-password";
+
+#[derive(Clone, Debug)]
+pub struct TestUser {
+    pub id: i64,
+    pub username: String,
+}
+
+/// Inserts a user directly. All test users share one hash of [`PASSWORD`] (each PHC string
+/// carries its own salt, so this is still a valid hash): hashing once keeps 64-user tests fast.
+pub fn create_user(db: &TestDb, username: &str, role: Role) -> TestUser {
+    static HASH: OnceLock<String> = OnceLock::new();
+    let hash = HASH.get_or_init(|| haita::auth::password::hash(PASSWORD).expect("hash"));
+    use haita::schema::users;
+    let mut conn = db.conn();
+    diesel::insert_into(users::table)
+        .values((
+            users::username.eq(username),
+            users::display_name.eq(username),
+            users::password_hash.eq(hash),
+            users::role.eq(role.as_str()),
+        ))
+        .execute(&mut conn)
+        .expect("insert user");
+    let id = users::table
+        .filter(users::username.eq(username))
+        .select(users::id)
+        .first(&mut conn)
+        .expect("user id");
+    TestUser { id, username: username.into() }
+}
+
+pub fn create_resource(db: &TestDb, name: &str, capacity: i32) -> i64 {
+    use haita::schema::resources;
+    let mut conn = db.conn();
+    diesel::insert_into(resources::table)
+        .values((resources::name.eq(name), resources::description.eq(""), resources::capacity.eq(capacity)))
+        .execute(&mut conn)
+        .expect("insert resource");
+    resources::table
+        .filter(resources::name.eq(name))
+        .select(resources::id)
+        .first(&mut conn)
+        .expect("resource id")
+}
+
+/// A day a few weeks ahead, different per call, so tests running at the same time on one server
+/// rarely share a lock name (named locks are server-wide, not per database).
+pub fn future_day() -> chrono::NaiveDate {
+    haita::bookings::service::today() + chrono::Days::new(rand::rng().random_range(2..300))
+}
+
+/// An HTTP client with its own cookie jar (its own session), no automatic redirects.
+pub struct Client {
+    pub http: reqwest::Client,
+    pub base: String,
+}
+
+impl Client {
+    pub fn new(base: &str) -> Self {
+        let http = reqwest::Client::builder()
+            .cookie_store(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("http client");
+        Self { http, base: base.to_string() }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.url(path)).send().await.expect("GET")
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.http.post(self.url(path)).json(body).send().await.expect("POST")
+    }
+
+    pub async fn post_form(&self, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        self.http.post(self.url(path)).form(form).send().await.expect("POST form")
+    }
+
+    pub async fn login(&self, user: &TestUser) {
+        let response = self
+            .post_json(
+                "/api/v1/session",
+                &serde_json::json!({"username": user.username, "password": PASSWORD}),
+            )
+            .await;
+        assert_eq!(response.status(), 200, "login of {} failed", user.username);
+    }
+
+    /// The CSRF token rendered into the page at `path`, as a browser would submit it.
+    pub async fn csrf_token(&self, path: &str) -> String {
+        let page = self.get(path).await.text().await.expect("page");
+        let marker = "name=\"csrf_token\" value=\"";
+        let start = page.find(marker).expect("page has a CSRF field") + marker.len();
+        page[start..].split('"').next().expect("token").to_string()
+    }
+
+    pub async fn book(&self, resource_id: i64, day: chrono::NaiveDate) -> reqwest::Response {
+        self.post_json(
+            "/api/v1/reservations",
+            &serde_json::json!({"resource_id": resource_id, "date": day.to_string()}),
+        )
+        .await
+    }
+}
+
+/// Reads a JSON error body and returns its `error` code.
+pub async fn error_code(response: reqwest::Response) -> String {
+    let body: Value = response.json().await.expect("JSON error body");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "error without message: {body}");
+    body["error"].as_str().expect("error code").to_string()
+}

@@ -1,0 +1,209 @@
+//! The named-lock guard against the real server: what it guarantees, shown one by one.
+
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
+use haita::config::Config;
+use haita::db::{self, DbPool};
+use haita::locking::{LockError, LockName, NamedLockGuard};
+use rand::Rng;
+
+use crate::common::{TestDb, test_config};
+
+fn unique_name() -> LockName {
+    LockName::new("test", &format!("{:016x}", rand::rng().random::<u64>()))
+}
+
+fn small_pool(db: &TestDb, size: u32) -> DbPool {
+    db::build_pool(&Config { pool_size: size, ..test_config(&db.url) }).expect("pool")
+}
+
+#[derive(QueryableByName)]
+struct Answer {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    value: Option<i64>,
+}
+
+fn ask(conn: &mut MysqlConnection, sql: &str, name: &LockName) -> Option<i64> {
+    diesel::sql_query(sql).bind::<Text, _>(name.as_str()).get_result::<Answer>(conn).expect(sql).value
+}
+
+/// Whether any session holds `name`, asked from a session of its own.
+fn is_free(db: &TestDb, name: &LockName) -> bool {
+    ask(&mut db.raw_connection(), "SELECT IS_FREE_LOCK(?) AS value", name) == Some(1)
+}
+
+fn connection_id(conn: &mut MysqlConnection) -> i64 {
+    diesel::select(diesel::dsl::sql::<BigInt>("CONNECTION_ID()")).get_result(conn).expect("CONNECTION_ID")
+}
+
+fn session_exists(db: &TestDb, id: i64) -> bool {
+    // Closing is asynchronous on the server side: give it a moment before concluding.
+    for _ in 0..50 {
+        let found: i64 =
+            diesel::sql_query("SELECT COUNT(*) AS value FROM information_schema.PROCESSLIST WHERE ID = ?")
+                .bind::<BigInt, _>(id)
+                .get_result::<Answer>(&mut db.raw_connection())
+                .expect("processlist")
+                .value
+                .unwrap_or(0);
+        if found == 0 {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[test]
+fn a_held_lock_makes_a_second_session_time_out() {
+    let db = TestDb::new();
+    let pool = small_pool(&db, 4);
+    let name = unique_name();
+    let mut first =
+        NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("first");
+    let holder = connection_id(first.conn());
+
+    let second = NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::from_secs(1));
+    assert!(matches!(second, Err(LockError::TimedOut { .. })), "second session must not get the lock");
+    assert_eq!(ask(&mut db.raw_connection(), "SELECT IS_USED_LOCK(?) AS value", &name), Some(holder));
+}
+
+#[test]
+fn dropping_the_guard_releases_the_lock() {
+    let db = TestDb::new();
+    let pool = small_pool(&db, 4);
+    let name = unique_name();
+    let guard =
+        NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
+    assert!(!is_free(&db, &name));
+    drop(guard);
+    assert!(is_free(&db, &name));
+    NamedLockGuard::acquire(pool.get().expect("conn"), name, Duration::ZERO).expect("free again");
+}
+
+#[test]
+fn lock_is_released_when_the_work_fails() {
+    let db = TestDb::new();
+    let pool = small_pool(&db, 4);
+    let name = unique_name();
+    let work = || -> Result<(), diesel::result::Error> {
+        let mut held =
+            NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
+        held.conn().transaction(|conn| {
+            diesel::sql_query("SELECT * FROM no_such_table").execute(conn)?;
+            Ok(())
+        })
+    };
+    assert!(work().is_err());
+    assert!(is_free(&db, &name), "an error inside the work must not leak the lock");
+}
+
+#[test]
+fn lock_is_released_when_the_work_panics() {
+    let db = TestDb::new();
+    let pool = small_pool(&db, 4);
+    let name = unique_name();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut held =
+            NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
+        let _ = held
+            .conn()
+            .transaction(|_| -> Result<(), diesel::result::Error> { panic!("bug inside the locked work") });
+    }));
+    assert!(outcome.is_err(), "the panic propagates");
+    assert!(is_free(&db, &name), "a panic inside the work must not leak the lock");
+}
+
+#[test]
+fn a_connection_whose_release_failed_is_closed_not_pooled() {
+    let db = TestDb::new();
+    let pool = small_pool(&db, 2);
+    let name = unique_name();
+    let mut held =
+        NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
+    let id = connection_id(held.conn());
+    // Misbehaving work releases the lock behind the guard's back: the guard's RELEASE_LOCK then
+    // answers NULL, so it cannot vouch for the session any more.
+    assert_eq!(ask(held.conn(), "SELECT RELEASE_LOCK(?) AS value", &name), Some(1));
+    drop(held);
+
+    assert!(!session_exists(&db, id), "the session must be closed, not returned to the pool");
+    for _ in 0..4 {
+        let mut conn = pool.get().expect("conn");
+        assert_ne!(connection_id(&mut conn), id, "the pool handed out the distrusted connection");
+    }
+}
+
+#[test]
+fn a_lock_taken_twice_by_the_work_is_not_left_behind_in_the_pool() {
+    // Pitfall 2 of background article 000: the same session may take a lock twice and then needs
+    // two releases. If the work re-enters the lock, one RELEASE_LOCK leaves it held and the next
+    // request to get this pooled connection would walk straight in.
+    let db = TestDb::new();
+    let pool = small_pool(&db, 2);
+    let name = unique_name();
+    let mut held =
+        NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
+    let id = connection_id(held.conn());
+    assert_eq!(ask(held.conn(), "SELECT GET_LOCK(?, 0) AS value", &name), Some(1), "same session re-enters");
+    drop(held);
+
+    assert!(is_free(&db, &name), "the re-entered lock must not survive the guard");
+    assert!(!session_exists(&db, id), "a session that held more than its guard's lock is closed");
+}
+
+#[test]
+fn a_timed_out_attempt_returns_its_connection_to_the_pool() {
+    let db = TestDb::new();
+    let pool = small_pool(&db, 2);
+    let name = unique_name();
+    let _holder =
+        NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
+    let mut waiter = pool.get().expect("conn");
+    let waiter_id = connection_id(&mut waiter);
+    let timed_out = NamedLockGuard::acquire(waiter, name, Duration::ZERO);
+    assert!(matches!(timed_out, Err(LockError::TimedOut { .. })));
+    let mut again = pool.get().expect("conn");
+    assert_eq!(connection_id(&mut again), waiter_id, "a clean timeout keeps the connection");
+}
+
+#[test]
+fn the_work_runs_on_the_session_that_holds_the_lock() {
+    let db = TestDb::new();
+    let pool = small_pool(&db, 4);
+    let name = unique_name();
+    let mut held =
+        NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
+    let work_session = connection_id(held.conn());
+    assert_eq!(ask(held.conn(), "SELECT IS_USED_LOCK(?) AS value", &name), Some(work_session));
+}
+
+#[test]
+fn a_long_key_becomes_a_name_the_server_accepts() {
+    let db = TestDb::new();
+    let pool = small_pool(&db, 2);
+    let name = LockName::new("test", &format!("{:x}-{}", rand::rng().random::<u64>(), "k".repeat(300)));
+    assert!(name.as_str().len() <= 64, "{name}");
+    let mut held =
+        NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
+    let id = connection_id(held.conn());
+    assert_eq!(ask(&mut db.raw_connection(), "SELECT IS_USED_LOCK(?) AS value", &name), Some(id));
+}
+
+#[test]
+fn a_lock_survives_rollback_so_only_the_guard_releases_it() {
+    // Named locks are not transactional: ROLLBACK leaves them held (DESIGN.md server facts).
+    let db = TestDb::new();
+    let pool = small_pool(&db, 2);
+    let name = unique_name();
+    let mut held =
+        NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
+    let _ = held.conn().transaction(|_| -> Result<(), diesel::result::Error> {
+        Err(diesel::result::Error::RollbackTransaction)
+    });
+    assert!(!is_free(&db, &name), "still held after rollback");
+    drop(held);
+    assert!(is_free(&db, &name));
+}

@@ -1,0 +1,9 @@
+//! Integration tests: a real MariaDB/MySQL, a real HTTP server, real clients.
+//! Each test creates its own database (see `common::TestDb`), so they run in parallel.
+
+mod auth;
+mod bad_input;
+mod bookings;
+mod cli;
+mod common;
+mod locking;
