@@ -1,0 +1,17 @@
+# The app image used by docker-compose.yml. Templates, CSS and migrations are compiled into the
+# binary, so the runtime image needs only the MariaDB client library.
+FROM rust:1-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends libmariadb-dev pkg-config \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends libmariadb3 ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/haita /usr/local/bin/haita
+ENV BIND=0.0.0.0:8080 RUST_LOG=info
+EXPOSE 8080
+USER nobody
+CMD ["haita", "serve", "--seed"]
