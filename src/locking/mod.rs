@@ -4,9 +4,12 @@
 //!   long as the guard lives; the work done under it runs on that same connection.
 //! - [`LockName`]: the only way to build a lock name: namespaced, case-stable, at most 64
 //!   characters.
+//! - [`retry::retry_on_lock_conflict`]: reruns a whole transaction after a deadlock or a lock
+//!   wait timeout, at most a few times, with jittered backoff.
 
 mod named;
 mod names;
+pub mod retry;
 
 pub use named::{LockError, NamedLockGuard};
 pub use names::LockName;

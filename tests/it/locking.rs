@@ -207,3 +207,107 @@ fn a_lock_survives_rollback_so_only_the_guard_releases_it() {
     drop(held);
     assert!(is_free(&db, &name));
 }
+
+mod retry {
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    use diesel::connection::SimpleConnection;
+    use diesel::prelude::*;
+    use diesel::sql_types::BigInt;
+    use haita::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
+
+    use crate::common::{TestDb, create_resource, test_config};
+
+    fn fast() -> RetryPolicy {
+        RetryPolicy {
+            base_delay: Duration::from_millis(5),
+            max_delay: Duration::from_millis(20),
+            ..Default::default()
+        }
+    }
+
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        #[expect(dead_code, reason = "only the lock matters")]
+        id: i64,
+    }
+
+    fn lock_row(conn: &mut MysqlConnection, id: i64) -> QueryResult<()> {
+        diesel::sql_query("SELECT id FROM resources WHERE id = ? FOR UPDATE")
+            .bind::<BigInt, _>(id)
+            .load::<Row>(conn)?;
+        Ok(())
+    }
+
+    fn touch_row(conn: &mut MysqlConnection, id: i64) -> QueryResult<()> {
+        diesel::sql_query("UPDATE resources SET version = version + 1 WHERE id = ?")
+            .bind::<BigInt, _>(id)
+            .execute(conn)?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_real_deadlock_victim_succeeds_when_its_whole_transaction_is_retried() {
+        let db = TestDb::new();
+        let (a, b, c) =
+            (create_resource(&db, "A", 1), create_resource(&db, "B", 1), create_resource(&db, "C", 1));
+        let both_hold_one = Arc::new(Barrier::new(2));
+
+        // The "heavy" transaction changes two rows, so InnoDB picks the other one as the victim
+        // (it rolls back the transaction that has changed fewer rows).
+        let heavy = std::thread::spawn({
+            let (url, both_hold_one) = (db.url.clone(), both_hold_one.clone());
+            move || {
+                let mut conn = MysqlConnection::establish(&url).expect("connect");
+                conn.transaction(|conn| {
+                    touch_row(conn, a)?;
+                    touch_row(conn, c)?;
+                    both_hold_one.wait();
+                    touch_row(conn, b) // waits for the light transaction: half of the cycle
+                })
+            }
+        });
+
+        // Deliberately below the ordering rule: B first, then A — the opposite of `heavy`.
+        let mut light = db.raw_connection();
+        let mut first_attempt = true;
+        let outcome = retry_on_lock_conflict(&fast(), || {
+            light.transaction(|conn| {
+                lock_row(conn, b)?;
+                if std::mem::take(&mut first_attempt) {
+                    both_hold_one.wait();
+                    std::thread::sleep(Duration::from_millis(300)); // let `heavy` queue for B
+                }
+                lock_row(conn, a)
+            })
+        });
+
+        assert_eq!(outcome.attempts, 2, "the first attempt was the deadlock victim, the second succeeded");
+        assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+        heavy.join().expect("heavy thread").expect("the heavy transaction commits");
+    }
+
+    #[test]
+    fn a_lock_wait_timeout_ends_in_a_clean_error_after_bounded_retries() {
+        let db = TestDb::new();
+        let row = create_resource(&db, "held", 1);
+        let mut holder = db.raw_connection();
+        holder.batch_execute("BEGIN").expect("begin");
+        lock_row(&mut holder, row).expect("holder locks the row");
+
+        // Pool connections get innodb_lock_wait_timeout = ROW_LOCK_WAIT_SECS (here 1 s).
+        let pool =
+            haita::db::build_pool(&haita::config::Config { row_lock_wait_secs: 1, ..test_config(&db.url) })
+                .expect("pool");
+        let mut conn = pool.get().expect("conn");
+        let outcome = retry_on_lock_conflict(&fast(), || conn.transaction(|conn| lock_row(conn, row)));
+
+        assert_eq!(outcome.attempts, 3, "timeouts are retried, but only up to the bound");
+        let error = outcome.result.expect_err("the row stayed locked");
+        assert_eq!(error.lock_conflict(), Some(LockConflict::LockWaitTimeout));
+        holder.batch_execute("ROLLBACK").expect("rollback");
+        assert!(conn.transaction(|conn| lock_row(conn, row)).is_ok(), "the same connection works afterwards");
+    }
+}

@@ -1,0 +1,241 @@
+//! Rerun a whole transaction when InnoDB gives up on a lock: deadlock (1213) or lock wait
+//! timeout (1205). Nothing else is retried.
+//!
+//! Background article 003 retries "Deadlock found" three times, 100 ms apart. Two details make
+//! that safe here: InnoDB rolls back the *whole* transaction of a deadlock victim, so the retry
+//! must rerun the whole closure, never one statement; and clients that collided once will
+//! collide again if they wait the same time, so the backoff is exponential with full jitter.
+//! Attempts are counted (returned, and totalled for `/metrics`) so tests can see a retry happen.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use diesel::result::{DatabaseErrorKind, Error as DbError};
+use rand::Rng;
+
+/// A lock conflict that a fresh attempt of the same transaction may not meet again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockConflict {
+    /// MySQL 1213: InnoDB chose this transaction as a deadlock victim and rolled it back.
+    Deadlock,
+    /// MySQL 1205: a row lock stayed held longer than `innodb_lock_wait_timeout`.
+    LockWaitTimeout,
+}
+
+/// Errors that may carry a [`LockConflict`]; feature errors implement it by asking their
+/// database variant.
+pub trait MayConflict {
+    fn lock_conflict(&self) -> Option<LockConflict>;
+}
+
+impl MayConflict for DbError {
+    /// diesel maps 1213 to `SerializationFailure` and 1205 to `Unknown`, so the timeout is
+    /// recognised by the server's message (the same text on MySQL and MariaDB).
+    fn lock_conflict(&self) -> Option<LockConflict> {
+        match self {
+            DbError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => {
+                Some(LockConflict::Deadlock)
+            }
+            DbError::DatabaseError(_, info) if info.message().starts_with("Lock wait timeout exceeded") => {
+                Some(LockConflict::LockWaitTimeout)
+            }
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// Upper bound of the wait before the second attempt; doubles for each later one.
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { max_attempts: 3, base_delay: Duration::from_millis(20), max_delay: Duration::from_millis(250) }
+    }
+}
+
+impl RetryPolicy {
+    /// Full jitter: a uniformly random wait up to `base · 2^(retry-1)`, capped.
+    fn delay_before(&self, attempt: u32) -> Duration {
+        let ceiling =
+            self.base_delay.saturating_mul(1 << (attempt.saturating_sub(2)).min(16)).min(self.max_delay);
+        let micros = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
+        Duration::from_micros(rand::rng().random_range(0..=micros))
+    }
+}
+
+/// The result of the last attempt and how many attempts were made.
+#[derive(Debug)]
+pub struct Attempted<T, E> {
+    pub result: Result<T, E>,
+    pub attempts: u32,
+}
+
+static RETRIED_DEADLOCKS: AtomicU64 = AtomicU64::new(0);
+static RETRIED_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+static GAVE_UP: AtomicU64 = AtomicU64::new(0);
+
+/// Process-wide counts since start: (deadlocks retried, lock wait timeouts retried, given up).
+pub fn totals() -> (u64, u64, u64) {
+    (
+        RETRIED_DEADLOCKS.load(Ordering::Relaxed),
+        RETRIED_TIMEOUTS.load(Ordering::Relaxed),
+        GAVE_UP.load(Ordering::Relaxed),
+    )
+}
+
+/// Runs `transaction` — which must open, run and commit (or roll back) a whole transaction —
+/// until it succeeds, fails with anything but a lock conflict, or `policy.max_attempts` is
+/// spent. Blocks the thread while backing off: call it from `web::block`.
+pub fn retry_on_lock_conflict<T, E: MayConflict>(
+    policy: &RetryPolicy,
+    mut transaction: impl FnMut() -> Result<T, E>,
+) -> Attempted<T, E> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let result = transaction();
+        let conflict = match &result {
+            Err(e) => e.lock_conflict(),
+            Ok(_) => None,
+        };
+        match conflict {
+            None => return Attempted { result, attempts },
+            Some(_) if attempts >= policy.max_attempts => {
+                GAVE_UP.fetch_add(1, Ordering::Relaxed);
+                return Attempted { result, attempts };
+            }
+            Some(kind) => {
+                let counter = match kind {
+                    LockConflict::Deadlock => &RETRIED_DEADLOCKS,
+                    LockConflict::LockWaitTimeout => &RETRIED_TIMEOUTS,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                log::info!("attempt {attempts} hit {kind:?}; retrying the whole transaction");
+                std::thread::sleep(policy.delay_before(attempts + 1));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct ServerSaid(&'static str);
+
+    impl diesel::result::DatabaseErrorInformation for ServerSaid {
+        fn message(&self) -> &str {
+            self.0
+        }
+        fn details(&self) -> Option<&str> {
+            None
+        }
+        fn hint(&self) -> Option<&str> {
+            None
+        }
+        fn table_name(&self) -> Option<&str> {
+            None
+        }
+        fn column_name(&self) -> Option<&str> {
+            None
+        }
+        fn constraint_name(&self) -> Option<&str> {
+            None
+        }
+        fn statement_position(&self) -> Option<i32> {
+            None
+        }
+    }
+
+    fn deadlock() -> DbError {
+        DbError::DatabaseError(
+            DatabaseErrorKind::SerializationFailure,
+            Box::new(ServerSaid("Deadlock found when trying to get lock; try restarting transaction")),
+        )
+    }
+
+    fn timeout() -> DbError {
+        DbError::DatabaseError(
+            DatabaseErrorKind::Unknown,
+            Box::new(ServerSaid("Lock wait timeout exceeded; try restarting transaction")),
+        )
+    }
+
+    fn fast() -> RetryPolicy {
+        RetryPolicy {
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn deadlocks_and_lock_wait_timeouts_are_recognised_and_nothing_else() {
+        assert_eq!(deadlock().lock_conflict(), Some(LockConflict::Deadlock));
+        assert_eq!(timeout().lock_conflict(), Some(LockConflict::LockWaitTimeout));
+        let user_lock_deadlock = DbError::DatabaseError(
+            DatabaseErrorKind::Unknown,
+            Box::new(ServerSaid("Deadlock found when trying to get user-level lock; try rolling back")),
+        );
+        assert_eq!(
+            user_lock_deadlock.lock_conflict(),
+            None,
+            "3058 means the code takes named locks out of order"
+        );
+        assert_eq!(DbError::NotFound.lock_conflict(), None);
+        assert_eq!(
+            DbError::DatabaseError(
+                DatabaseErrorKind::UniqueViolation,
+                Box::new(ServerSaid("Duplicate entry"))
+            )
+            .lock_conflict(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_conflict_is_retried_until_the_transaction_succeeds() {
+        let mut calls = 0;
+        let outcome = retry_on_lock_conflict(&fast(), || {
+            calls += 1;
+            if calls == 1 { Err(deadlock()) } else { Ok("done") }
+        });
+        assert_eq!(outcome.attempts, 2);
+        assert_eq!(outcome.result.ok(), Some("done"));
+    }
+
+    #[test]
+    fn retries_stop_after_max_attempts_with_the_last_error() {
+        let mut calls = 0;
+        let outcome = retry_on_lock_conflict(&fast(), || -> Result<(), DbError> {
+            calls += 1;
+            Err(timeout())
+        });
+        assert_eq!((calls, outcome.attempts), (3, 3));
+        assert!(matches!(outcome.result, Err(e) if e.lock_conflict() == Some(LockConflict::LockWaitTimeout)));
+    }
+
+    #[test]
+    fn other_errors_are_not_retried() {
+        let mut calls = 0;
+        let outcome = retry_on_lock_conflict(&fast(), || -> Result<(), DbError> {
+            calls += 1;
+            Err(DbError::NotFound)
+        });
+        assert_eq!((calls, outcome.attempts), (1, 1));
+    }
+
+    #[test]
+    fn backoff_grows_but_stays_under_its_cap() {
+        let policy = RetryPolicy::default();
+        for attempt in 2..10 {
+            assert!(policy.delay_before(attempt) <= policy.max_delay);
+        }
+    }
+}
