@@ -4,11 +4,14 @@
 //! Start reading at `bookings/` (named locks) and `locking/` (the primitives). The app is built
 //! here, in the library, so the tests start exactly the server the binary runs.
 
+pub mod admin;
+pub mod audit;
 pub mod auth;
 pub mod bookings;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod edit_locks;
 pub mod locking;
 pub mod schema;
 pub mod seed;
@@ -124,7 +127,9 @@ fn routes(cfg: &mut aweb::ServiceConfig) {
         .route("/health", aweb::get().to(health))
         .route("/static/style.css", aweb::get().to(stylesheet))
         .configure(auth::routes::configure)
-        .configure(bookings::routes::configure);
+        .configure(bookings::routes::configure)
+        .configure(edit_locks::routes::configure)
+        .configure(admin::routes::configure);
 }
 
 #[derive(Template)]

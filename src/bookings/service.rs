@@ -44,6 +44,12 @@ pub fn book(
 }
 
 #[derive(QueryableByName)]
+struct Capacity {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    capacity: i32,
+}
+
+#[derive(QueryableByName)]
 struct Taken {
     #[diesel(sql_type = BigInt)]
     confirmed: i64,
@@ -61,7 +67,14 @@ fn insert_if_free(
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(held.name(), &LockName::booking(resource_id, date.day()));
     held.conn().transaction(|conn| {
-        let capacity: i32 = Resource::by_id(resource_id).select(resources::capacity).first(conn)?;
+        // A shared lock on the resource row: staff may lower the capacity while we count
+        // (edit_locks::editing), and that save locks the row exclusively before it checks the
+        // bookings, so it waits for us to commit — or we wait for it and read the new capacity.
+        // Bookings only share this lock, so they still run in parallel across days.
+        let Capacity { capacity } =
+            diesel::sql_query("SELECT capacity FROM resources WHERE id = ? LOCK IN SHARE MODE")
+                .bind::<BigInt, _>(resource_id)
+                .get_result(conn)?;
         let taken: Taken = diesel::sql_query(
             "SELECT COUNT(*) AS confirmed, CAST(COALESCE(SUM(user_id = ?), 0) AS SIGNED) AS mine \
              FROM reservations WHERE resource_id = ? AND day = ? AND status = 'confirmed'",

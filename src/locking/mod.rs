@@ -8,7 +8,7 @@
 //!   wait timeout, at most a few times, with jittered backoff.
 
 mod named;
-mod names;
+pub mod names;
 pub mod retry;
 
 pub use named::{LockError, NamedLockGuard};

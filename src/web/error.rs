@@ -24,11 +24,23 @@ pub struct Problem {
     /// Seconds, sent as `Retry-After` (busy answers).
     #[serde(skip)]
     pub retry_after: Option<u32>,
+    /// More fields of the JSON body for a client that acts on them (e.g. who holds an edit lock
+    /// and until when), beside `error` and `message`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Problem {
     pub fn new(status: StatusCode, error: &'static str, message: impl Into<String>) -> Self {
-        Self { status, error, message: message.into(), retry_after: None }
+        Self { status, error, message: message.into(), retry_after: None, extra: None }
+    }
+
+    /// Adds a field to the JSON body (`Null` if `value` cannot be serialised, which no plain data
+    /// type does).
+    pub fn with(mut self, key: &str, value: impl Serialize) -> Self {
+        let value = serde_json::to_value(value).unwrap_or_default();
+        self.extra.get_or_insert_with(Default::default).insert(key.to_string(), value);
+        self
     }
 
     pub fn busy(message: impl Into<String>) -> Self {

@@ -31,6 +31,10 @@ impl PageContext {
     pub fn is_staff(&self) -> bool {
         self.user.as_ref().is_some_and(|u| u.role.includes(crate::auth::Role::Staff))
     }
+
+    pub fn is_admin(&self) -> bool {
+        self.user.as_ref().is_some_and(|u| u.role.includes(crate::auth::Role::Admin))
+    }
 }
 
 impl FromRequest for PageContext {

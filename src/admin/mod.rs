@@ -1,0 +1,130 @@
+//! The admin's view of every lock, and the force releases background article 004 asks for:
+//! pessimistic locks whose owner vanished (closed laptop, crashed client, killed process) must be
+//! releasable by an administrator, with a reason, in the audit log.
+//!
+//! Two kinds of lock are shown side by side:
+//! - **edit locks** (rows of `edit_locks`, `crate::edit_locks`): force release deletes the row in
+//!   a transaction that first locks it, so a save in flight either commits before or is refused
+//!   after. Batch-held locks cannot be force-released (article 004: a batch that "steals" the
+//!   online locks must not have them stolen back mid-run).
+//! - **live MySQL named locks** of this application (`haita:` prefix): a named lock belongs to a
+//!   server session, so the only way to free one whose holder is stuck is to end that session
+//!   (`KILL`). The holder is re-checked with `IS_USED_LOCK` right before, so a session that has
+//!   meanwhile released the lock is never killed.
+//!
+//! Every route takes [`Admin`], so a handler cannot forget the role check.
+
+pub mod named_locks;
+pub mod routes;
+
+use std::future::{Ready, ready};
+
+use actix_web::http::StatusCode;
+use actix_web::{FromRequest, HttpRequest, dev::Payload};
+
+use crate::auth::{AuthError, Role, SessionUser};
+use crate::edit_locks::EditLockError;
+use crate::web::error::{AsProblem, Problem, http_error};
+
+/// A logged-in administrator: extracting it answers 401 to anonymous requests and 403 to every
+/// other role, before the handler runs.
+pub struct Admin(pub SessionUser);
+
+impl FromRequest for Admin {
+    type Error = AuthError;
+    type Future = Ready<Result<Self, AuthError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let admin = SessionUser::from_request(req, payload)
+            .into_inner()
+            .and_then(|user| user.require(Role::Admin).map(|()| Admin(user)));
+        ready(admin)
+    }
+}
+
+/// Why an admin forced a lock open: required, written to the audit log.
+#[derive(Clone, Debug)]
+pub struct Reason(String);
+
+pub const REASON_MAX: usize = 300;
+
+impl Reason {
+    pub fn parse(text: Option<&str>) -> Result<Self, AdminError> {
+        let text = text.unwrap_or_default().trim();
+        let chars = text.chars().count();
+        if (3..=REASON_MAX).contains(&chars) {
+            Ok(Self(text.to_string()))
+        } else {
+            Err(AdminError::InvalidReason)
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error(transparent)]
+    EditLock(#[from] EditLockError),
+    #[error("a reason of 3 to {REASON_MAX} characters is required")]
+    InvalidReason,
+    #[error("{0:?} is not a named lock of this application")]
+    NotOurs(String),
+    #[error("named lock {0} is not held")]
+    NotHeld(String),
+    #[error("named lock {name} is now held by connection {now}, not {expected}")]
+    HolderChanged { name: String, expected: i64, now: i64 },
+    #[error("named lock {0} is held by the admin's own connection")]
+    OwnConnection(String),
+    #[error(transparent)]
+    Pool(#[from] diesel::r2d2::PoolError),
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Blocking(#[from] actix_web::error::BlockingError),
+}
+
+impl AsProblem for AdminError {
+    fn problem(&self) -> Problem {
+        use StatusCode as S;
+        match self {
+            Self::Auth(e) => e.problem(),
+            Self::EditLock(e) => e.problem(),
+            Self::InvalidReason => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_reason",
+                format!("Give a reason of 3 to {REASON_MAX} characters; it goes into the audit log."),
+            ),
+            Self::NotOurs(name) => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "not_haita_lock",
+                format!(
+                    "{name:?} is not a named lock of this application (they start with \"haita:\"); it is not touched."
+                ),
+            ),
+            Self::NotHeld(name) => {
+                Problem::new(S::NOT_FOUND, "not_found", format!("Nobody holds the named lock {name} now."))
+            }
+            Self::HolderChanged { name, expected, now } => Problem::new(
+                S::CONFLICT,
+                "holder_changed",
+                format!(
+                    "{name} is now held by connection {now}, not {expected} as shown to you; nothing was killed. \
+                     Reload and check again."
+                ),
+            ),
+            Self::OwnConnection(name) => Problem::new(
+                S::CONFLICT,
+                "own_connection",
+                format!("{name} is held by the connection serving this request; it is not killed."),
+            ),
+            Self::Pool(_) => Problem::busy("The server is busy; please try again in a moment."),
+            Self::Database(_) | Self::Blocking(_) => Problem::internal(),
+        }
+    }
+}
+http_error!(AdminError);

@@ -1,0 +1,204 @@
+//! Listing the live named locks of this application, and freeing one by ending its session.
+//!
+//! Where the server tells who holds which named lock (DESIGN.md, "Server facts"):
+//! - MariaDB: `information_schema.METADATA_LOCK_INFO`, after `INSTALL SONAME 'metadata_lock_info'`
+//!   (its `TABLE_SCHEMA` column carries the lock name for `User lock` rows);
+//! - MySQL 8: `performance_schema.metadata_locks` (`OBJECT_TYPE = 'USER LEVEL LOCK'`);
+//! - anywhere: `IS_USED_LOCK(name)` answers for one name the admin already knows — the fallback.
+//!
+//! The server kind is asked, not guessed from which query happens to succeed: on MariaDB the
+//! performance_schema tables exist but stay empty while it is off, which would read as "no locks".
+
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
+use serde::Serialize;
+
+use super::AdminError;
+use crate::audit::{self, Action};
+use crate::locking::LockName;
+use crate::locking::names::{MAX_LEN, PREFIX};
+
+/// A name the admin may look up or free: one of ours (`haita:` prefix), at most 64 characters.
+#[derive(Clone, Debug)]
+pub struct OurLockName(String);
+
+impl OurLockName {
+    pub fn parse(text: &str) -> Result<Self, AdminError> {
+        let text = text.trim();
+        if text.starts_with(PREFIX) && text.len() <= MAX_LEN && !text.chars().any(char::is_control) {
+            Ok(Self(text.to_string()))
+        } else {
+            Err(AdminError::NotOurs(text.chars().take(80).collect()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&LockName> for OurLockName {
+    fn from(name: &LockName) -> Self {
+        Self(name.as_str().to_string())
+    }
+}
+
+/// One live named lock and the server session (connection) holding it.
+#[derive(Clone, Debug, QueryableByName, Serialize)]
+pub struct NamedLock {
+    #[diesel(sql_type = Text)]
+    pub name: String,
+    #[diesel(sql_type = BigInt)]
+    pub connection_id: i64,
+    /// How long the holding connection has been in its current state (`PROCESSLIST.TIME`): for an
+    /// idle holder, how long it has been idle while keeping everyone else out.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub state_secs: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub db_user: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub host: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub db: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub command: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Listing {
+    /// `metadata_lock_info` (MariaDB), `performance_schema` (MySQL) or `unavailable`.
+    pub source: &'static str,
+    /// Why the listing is unavailable and how to enable it.
+    pub note: Option<String>,
+    pub locks: Vec<NamedLock>,
+}
+
+const MARIADB: &str = "SELECT m.TABLE_SCHEMA AS name, CAST(m.THREAD_ID AS SIGNED) AS connection_id, \
+       CAST(p.TIME AS SIGNED) AS state_secs, p.USER AS db_user, p.HOST AS host, p.DB AS db, p.COMMAND AS command \
+     FROM information_schema.METADATA_LOCK_INFO m \
+     LEFT JOIN information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID \
+     WHERE m.LOCK_TYPE = 'User lock' AND m.TABLE_SCHEMA LIKE 'haita:%' \
+     ORDER BY state_secs DESC, name";
+
+const MYSQL: &str = "SELECT m.OBJECT_NAME AS name, CAST(t.PROCESSLIST_ID AS SIGNED) AS connection_id, \
+       CAST(t.PROCESSLIST_TIME AS SIGNED) AS state_secs, t.PROCESSLIST_USER AS db_user, \
+       t.PROCESSLIST_HOST AS host, t.PROCESSLIST_DB AS db, t.PROCESSLIST_COMMAND AS command \
+     FROM performance_schema.metadata_locks m \
+     JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID \
+     WHERE m.OBJECT_TYPE = 'USER LEVEL LOCK' AND m.LOCK_STATUS = 'GRANTED' AND m.OBJECT_NAME LIKE 'haita:%' \
+     ORDER BY state_secs DESC, name";
+
+#[derive(QueryableByName)]
+struct Version {
+    #[diesel(sql_type = Text)]
+    version: String,
+}
+
+/// Every named lock of this application held right now, server-wide (named locks are not per
+/// database: every schema on the server shares one namespace).
+pub fn list(conn: &mut MysqlConnection) -> QueryResult<Listing> {
+    let Version { version } = diesel::sql_query("SELECT VERSION() AS version").get_result(conn)?;
+    let mariadb = version.to_ascii_lowercase().contains("mariadb");
+    let (source, sql, enable) = if mariadb {
+        ("metadata_lock_info", MARIADB, "run INSTALL SONAME 'metadata_lock_info' as a privileged user")
+    } else {
+        ("performance_schema", MYSQL, "start the server with performance_schema=ON")
+    };
+    Ok(match diesel::sql_query(sql).load(conn) {
+        Ok(locks) => Listing { source, note: None, locks },
+        Err(e) => Listing {
+            source: "unavailable",
+            note: Some(format!(
+                "This server cannot list named locks ({e}). To see them here, {enable}. Meanwhile, look \
+                 a lock up by name (IS_USED_LOCK)."
+            )),
+            locks: Vec::new(),
+        },
+    })
+}
+
+/// Who holds `name`, asked with `IS_USED_LOCK` (works on every server, no plugin needed).
+pub fn lookup(conn: &mut MysqlConnection, name: &OurLockName) -> QueryResult<Option<NamedLock>> {
+    diesel::sql_query(
+        "SELECT ? AS name, CAST(h.id AS SIGNED) AS connection_id, CAST(p.TIME AS SIGNED) AS state_secs, \
+           p.USER AS db_user, p.HOST AS host, p.DB AS db, p.COMMAND AS command \
+         FROM (SELECT IS_USED_LOCK(?) AS id) h \
+         LEFT JOIN information_schema.PROCESSLIST p ON p.ID = h.id \
+         WHERE h.id IS NOT NULL",
+    )
+    .bind::<Text, _>(name.as_str())
+    .bind::<Text, _>(name.as_str())
+    .get_result(conn)
+    .optional()
+}
+
+#[derive(QueryableByName)]
+struct Answer {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    value: Option<i64>,
+}
+
+fn holder_of(conn: &mut MysqlConnection, name: &OurLockName) -> QueryResult<Option<i64>> {
+    diesel::sql_query("SELECT IS_USED_LOCK(?) AS value")
+        .bind::<Text, _>(name.as_str())
+        .get_result::<Answer>(conn)
+        .map(|a| a.value)
+}
+
+#[derive(Debug, Serialize)]
+pub struct Killed {
+    pub name: String,
+    pub connection_id: i64,
+    /// Whether the lock was seen free afterwards (a killed session lets go within moments).
+    pub freed: bool,
+}
+
+/// Frees `name` by ending the session that holds it (`KILL CONNECTION`), after checking — right
+/// before the kill — that the holder is still the connection the admin saw (`expected`, when
+/// given) and not our own. The window between that check and the kill is one round trip; a
+/// server offers nothing atomic to narrow it further.
+pub fn force_release(
+    conn: &mut MysqlConnection,
+    name: &OurLockName,
+    expected: Option<i64>,
+    admin_user_id: i64,
+    reason: &str,
+) -> Result<Killed, AdminError> {
+    let before = lookup(conn, name)?;
+    let holder = holder_of(conn, name)?.ok_or_else(|| AdminError::NotHeld(name.as_str().to_string()))?;
+    if let Some(expected) = expected.filter(|e| *e != holder) {
+        return Err(AdminError::HolderChanged { name: name.as_str().to_string(), expected, now: holder });
+    }
+    let own: i64 = diesel::select(diesel::dsl::sql::<BigInt>("CONNECTION_ID()")).get_result(conn)?;
+    if holder == own {
+        return Err(AdminError::OwnConnection(name.as_str().to_string()));
+    }
+    // `holder` is a number the server just gave us; nothing typed by a person reaches this SQL.
+    if let Err(e) = conn.batch_execute(&format!("KILL CONNECTION {holder}")) {
+        // 1094 "Unknown thread id": the session ended by itself in between.
+        return match holder_of(conn, name)? {
+            None => Err(AdminError::NotHeld(name.as_str().to_string())),
+            Some(_) => Err(e.into()),
+        };
+    }
+    let detail = format!(
+        "killed connection {holder} ({}@{}, in its state for {} s); reason: {reason}",
+        before.as_ref().and_then(|b| b.db_user.as_deref()).unwrap_or("?"),
+        before.as_ref().and_then(|b| b.host.as_deref()).unwrap_or("?"),
+        before.as_ref().and_then(|b| b.state_secs).map_or("?".to_string(), |s| s.to_string()),
+    );
+    audit::record(conn, Some(admin_user_id), Action::NamedLockForceReleased, name.as_str(), &detail)?;
+    // The server frees the session's locks as it tears the session down, which is asynchronous.
+    let mut freed = false;
+    for _ in 0..40 {
+        if holder_of(conn, name)? != Some(holder) {
+            freed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(Killed { name: name.as_str().to_string(), connection_id: holder, freed })
+}

@@ -1,0 +1,318 @@
+//! HTTP for the admin screens (`/admin/locks`, `/admin/audit`) and the same data and actions
+//! under `/api/v1/admin/…`. Every handler takes [`Admin`]: 401 anonymous, 403 other roles.
+
+use actix_web::{HttpResponse, web};
+use askama::Template;
+use serde::{Deserialize, Serialize};
+
+use super::named_locks::{self, Killed, Listing, NamedLock, OurLockName};
+use super::{Admin, AdminError, Reason};
+use crate::audit::{self, AuditPage};
+use crate::auth::csrf::CsrfForm;
+use crate::edit_locks::{EditLockKey, LockView, service as edit_locks};
+use crate::web::{AppState, PageContext, html, see_other};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/admin/locks", web::get().to(locks_page))
+        .route("/admin/edit-locks/force-release", web::post().to(force_release_edit_form))
+        .route("/admin/edit-locks/release-expired", web::post().to(release_expired_form))
+        .route("/admin/named-locks/force-release", web::post().to(force_release_named_form))
+        .route("/admin/audit", web::get().to(audit_page))
+        .route("/api/v1/admin/locks", web::get().to(locks_json))
+        .route("/api/v1/admin/edit-locks/release-expired", web::post().to(release_expired_json))
+        .route("/api/v1/admin/edit-locks/{key}", web::delete().to(force_release_edit_json))
+        .service(
+            web::resource("/api/v1/admin/named-locks/{name}")
+                .route(web::get().to(lookup_named_json))
+                .route(web::delete().to(force_release_named_json)),
+        )
+        .route("/api/v1/admin/audit", web::get().to(audit_json));
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, AdminError> + Send + 'static,
+) -> Result<T, AdminError> {
+    web::block(work).await?
+}
+
+/// Everything the locks screen and `GET /api/v1/admin/locks` show.
+#[derive(Serialize)]
+struct Locks {
+    edit_locks: Vec<AdminEditLock>,
+    named_locks: Listing,
+}
+
+/// An edit lock as the admin sees it: with the owner's session (its first characters).
+#[derive(Serialize)]
+struct AdminEditLock {
+    #[serde(flatten)]
+    lock: LockView,
+    session: String,
+}
+
+async fn load_locks(state: &AppState) -> Result<Locks, AdminError> {
+    let pool = state.pool.clone();
+    blocking(move || {
+        let mut conn = pool.get()?;
+        let edit_locks = edit_locks::list(&mut conn)?
+            .into_iter()
+            .map(|lock| AdminEditLock { session: lock.session_hint().to_string(), lock })
+            .collect();
+        Ok(Locks { edit_locks, named_locks: named_locks::list(&mut conn)? })
+    })
+    .await
+}
+
+// ---- HTML -------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "admin/locks.html")]
+struct LocksPage {
+    ctx: PageContext,
+    locks: Locks,
+    lookup: Option<(String, Option<NamedLock>)>,
+    done: Option<String>,
+}
+
+impl LocksPage {
+    /// "4 min 12 s": ages and remaining times for a person.
+    /// Takes `i64` or `&i64`: askama passes loop fields by reference.
+    fn human(&self, secs: impl std::borrow::Borrow<i64>) -> String {
+        let secs = *secs.borrow();
+        let sign = if secs < 0 { "−" } else { "" };
+        let secs = secs.unsigned_abs();
+        match secs {
+            0..60 => format!("{sign}{secs} s"),
+            60..3600 => format!("{sign}{} min {} s", secs / 60, secs % 60),
+            _ => format!("{sign}{} h {} min", secs / 3600, secs % 3600 / 60),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct LocksQuery {
+    /// A named lock to look up with IS_USED_LOCK.
+    name: Option<String>,
+    released: Option<String>,
+    expired: Option<u32>,
+    killed: Option<i64>,
+    freed: Option<bool>,
+}
+
+impl LocksQuery {
+    /// The confirmation of the action just done, rebuilt from typed values only (never echoing
+    /// free text from the URL).
+    fn done(&self) -> Option<String> {
+        if let Some(key) = self.released.as_deref().and_then(|k| EditLockKey::parse(k).ok()) {
+            return Some(format!("Released the edit lock {key}."));
+        }
+        if let Some(n) = self.expired {
+            return Some(format!("Released {n} expired edit lock(s)."));
+        }
+        self.killed.map(|id| match self.freed {
+            Some(false) => {
+                format!("Killed connection {id}; its lock was not yet seen free — reload to check.")
+            }
+            _ => format!("Killed connection {id}; its named lock is free."),
+        })
+    }
+}
+
+async fn locks_page(
+    Admin(_): Admin,
+    ctx: PageContext,
+    query: web::Query<LocksQuery>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let locks = load_locks(&state).await?;
+    let lookup = match query.name.as_deref().filter(|n| !n.trim().is_empty()) {
+        Some(text) => {
+            let name = OurLockName::parse(text)?;
+            let pool = state.pool.clone();
+            let found = blocking(move || Ok(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
+            Some((text.trim().to_string(), found))
+        }
+        None => None,
+    };
+    Ok(html(&LocksPage { ctx, locks, lookup, done: query.done() })?)
+}
+
+#[derive(Deserialize)]
+struct ForceReleaseEditForm {
+    key: String,
+    reason: Option<String>,
+}
+
+async fn force_release_edit_form(
+    Admin(admin): Admin,
+    CsrfForm(form): CsrfForm<ForceReleaseEditForm>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let key = EditLockKey::parse(&form.key).map_err(AdminError::from)?;
+    let reason = Reason::parse(form.reason.as_deref())?;
+    let released = force_release_edit(&state, key, admin.id, reason).await?;
+    Ok(see_other(&format!("/admin/locks?released={}", released.key)))
+}
+
+async fn force_release_edit(
+    state: &AppState,
+    key: EditLockKey,
+    admin_id: i64,
+    reason: Reason,
+) -> Result<LockView, AdminError> {
+    let pool = state.pool.clone();
+    blocking(move || Ok(edit_locks::force_release(&mut *pool.get()?, &key, admin_id, reason.as_str())?)).await
+}
+
+async fn release_expired(state: &AppState, admin_id: i64) -> Result<Vec<LockView>, AdminError> {
+    let pool = state.pool.clone();
+    blocking(move || Ok(edit_locks::release_expired(&mut *pool.get()?, admin_id)?)).await
+}
+
+#[derive(Deserialize)]
+struct NoFields {}
+
+async fn release_expired_form(
+    Admin(admin): Admin,
+    CsrfForm(_): CsrfForm<NoFields>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let released = release_expired(&state, admin.id).await?;
+    Ok(see_other(&format!("/admin/locks?expired={}", released.len())))
+}
+
+#[derive(Deserialize)]
+struct ForceReleaseNamedForm {
+    name: String,
+    connection_id: Option<i64>,
+    reason: Option<String>,
+}
+
+async fn force_release_named(
+    state: &AppState,
+    name: OurLockName,
+    expected: Option<i64>,
+    admin_id: i64,
+    reason: Reason,
+) -> Result<Killed, AdminError> {
+    let pool = state.pool.clone();
+    blocking(move || {
+        named_locks::force_release(&mut *pool.get()?, &name, expected, admin_id, reason.as_str())
+    })
+    .await
+}
+
+async fn force_release_named_form(
+    Admin(admin): Admin,
+    CsrfForm(form): CsrfForm<ForceReleaseNamedForm>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let name = OurLockName::parse(&form.name)?;
+    let reason = Reason::parse(form.reason.as_deref())?;
+    let killed = force_release_named(&state, name, form.connection_id, admin.id, reason).await?;
+    Ok(see_other(&format!("/admin/locks?killed={}&freed={}", killed.connection_id, killed.freed)))
+}
+
+#[derive(Template)]
+#[template(path = "admin/audit.html")]
+struct AuditScreen {
+    ctx: PageContext,
+    page: AuditPage,
+}
+
+#[derive(Deserialize)]
+struct AuditQuery {
+    before: Option<i64>,
+    limit: Option<i64>,
+}
+
+const AUDIT_PAGE: i64 = 50;
+
+async fn load_audit(state: &AppState, query: &AuditQuery) -> Result<AuditPage, AdminError> {
+    let (pool, before, limit) = (state.pool.clone(), query.before, query.limit.unwrap_or(AUDIT_PAGE));
+    blocking(move || Ok(audit::page(&mut *pool.get()?, before, limit)?)).await
+}
+
+async fn audit_page(
+    Admin(_): Admin,
+    ctx: PageContext,
+    query: web::Query<AuditQuery>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let page = load_audit(&state, &query).await?;
+    Ok(html(&AuditScreen { ctx, page })?)
+}
+
+// ---- JSON -------------------------------------------------------------------------------
+
+async fn locks_json(Admin(_): Admin, state: web::Data<AppState>) -> Result<HttpResponse, AdminError> {
+    Ok(HttpResponse::Ok().json(load_locks(&state).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReasonQuery {
+    reason: Option<String>,
+    connection_id: Option<i64>,
+}
+
+#[derive(Serialize)]
+struct Released<T> {
+    released: T,
+}
+
+/// `DELETE /api/v1/admin/edit-locks/{key}?reason=…`
+async fn force_release_edit_json(
+    Admin(admin): Admin,
+    path: web::Path<String>,
+    query: web::Query<ReasonQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, AdminError> {
+    let key = EditLockKey::parse(&path.into_inner())?;
+    let reason = Reason::parse(query.reason.as_deref())?;
+    let released = force_release_edit(&state, key, admin.id, reason).await?;
+    Ok(HttpResponse::Ok().json(Released { released }))
+}
+
+async fn release_expired_json(
+    Admin(admin): Admin,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, AdminError> {
+    let released = release_expired(&state, admin.id).await?;
+    Ok(HttpResponse::Ok().json(Released { released }))
+}
+
+/// `GET /api/v1/admin/named-locks/{name}`: who holds it (IS_USED_LOCK), 404 when nobody.
+async fn lookup_named_json(
+    Admin(_): Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, AdminError> {
+    let name = OurLockName::parse(&path.into_inner())?;
+    let pool = state.pool.clone();
+    let key = name.as_str().to_string();
+    let found = blocking(move || Ok(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
+    Ok(HttpResponse::Ok().json(found.ok_or(AdminError::NotHeld(key))?))
+}
+
+/// `DELETE /api/v1/admin/named-locks/{name}?reason=…&connection_id=…` — `connection_id`, when
+/// given, must still be the holder.
+async fn force_release_named_json(
+    Admin(admin): Admin,
+    path: web::Path<String>,
+    query: web::Query<ReasonQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, AdminError> {
+    let name = OurLockName::parse(&path.into_inner())?;
+    let reason = Reason::parse(query.reason.as_deref())?;
+    let killed = force_release_named(&state, name, query.connection_id, admin.id, reason).await?;
+    Ok(HttpResponse::Ok().json(Released { released: killed }))
+}
+
+async fn audit_json(
+    Admin(_): Admin,
+    query: web::Query<AuditQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, AdminError> {
+    Ok(HttpResponse::Ok().json(load_audit(&state, &query).await?))
+}

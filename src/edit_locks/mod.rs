@@ -1,0 +1,159 @@
+//! Pessimistic edit locks: editing a resource is exclusive, for minutes, across requests.
+//!
+//! The hazard: staff edit a resource on a long form and collisions are frequent. With optimistic
+//! locking the second person to save would lose their work; with a row lock held across HTTP
+//! requests a closed browser would block everyone. So, following background article 004, the
+//! lock is *data*: a row in `edit_locks` with its owner (user **and** session), a heartbeat and
+//! an expiry, released by the owner, by expiry, or by an admin (`crate::admin`).
+//!
+//! Two details make it correct under concurrency:
+//! - **Acquiring is atomic even when no row exists yet** (`service::acquire`). There is nothing
+//!   to `SELECT … FOR UPDATE` before the first acquire, and a locking read of a missing row only
+//!   takes gap locks, so two first acquirers would both insert (one deadlocks, DESIGN.md).
+//!   Background article 001's "advisory lock + lock table combined" closes that gap: the named
+//!   lock `haita:edit:{key}` is held around "insert, or take over when expired or already mine".
+//! - **Saving re-checks the lock in the same transaction as the update** (`editing::save`): the
+//!   edit-lock row is read `FOR UPDATE`, which yields an [`EditLockToken`] only to its unexpired
+//!   owner, and holds off any takeover or force release until the save commits.
+//!
+//! Expiry is judged by the database clock (`NOW(6)`), never the app's: several instances share
+//! the database and their clocks may drift.
+
+pub mod editing;
+pub mod model;
+pub mod routes;
+pub mod service;
+
+use actix_web::http::StatusCode;
+use chrono::NaiveDate;
+
+pub use model::{EditLockKey, EditLockToken, LockView, Owner};
+
+use crate::auth::AuthError;
+use crate::locking::LockError;
+use crate::web::error::{AsProblem, Problem, http_error};
+
+/// One invalid field of a form or JSON body, with the sentence a person reads.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FieldError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EditLockError {
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error("invalid edit-lock key {0:?}")]
+    InvalidKey(String),
+    #[error("resource {0} not found")]
+    ResourceNotFound(i64),
+    #[error("{} holds edit lock {}", .0.owner_username, .0.key)]
+    Locked(Box<LockView>),
+    #[error("edit lock {0} is not held by this session")]
+    NotHeld(EditLockKey),
+    #[error("no edit lock {0}")]
+    NoSuchLock(EditLockKey),
+    #[error("edit lock {0} is held by a batch job")]
+    BatchHeld(EditLockKey),
+    #[error("invalid input")]
+    Invalid(Vec<FieldError>),
+    #[error("capacity {capacity} is below the {confirmed} confirmed bookings on {day}")]
+    CapacityBelowBookings { capacity: i32, day: NaiveDate, confirmed: i64 },
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Pool(#[from] diesel::r2d2::PoolError),
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Blocking(#[from] actix_web::error::BlockingError),
+}
+
+impl EditLockError {
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid(vec![FieldError { field, message: message.into() }])
+    }
+}
+
+/// "Carol (carol) is editing this since 10:42:07 UTC, until 10:47:07 UTC." — the sentence shown
+/// to everyone who is not the holder.
+pub fn describe(lock: &LockView) -> String {
+    let time = |at: chrono::NaiveDateTime| at.format("%Y-%m-%d %H:%M:%S UTC");
+    let who = lock.holder_name();
+    if lock.held_by_batch {
+        format!(
+            "A batch job started by {who} holds this since {}, until {}.",
+            time(lock.acquired_at),
+            time(lock.expires_at)
+        )
+    } else if lock.expired {
+        format!(
+            "{who} was editing this since {}; the lock expired at {} and may be taken over.",
+            time(lock.acquired_at),
+            time(lock.expires_at)
+        )
+    } else {
+        format!("{who} is editing this since {}, until {}.", time(lock.acquired_at), time(lock.expires_at))
+    }
+}
+
+impl AsProblem for EditLockError {
+    fn problem(&self) -> Problem {
+        use StatusCode as S;
+        match self {
+            Self::Auth(e) => e.problem(),
+            Self::InvalidKey(key) => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_key",
+                format!("{key:?} is not an edit-lock key; keys look like resource:42."),
+            ),
+            Self::ResourceNotFound(id) => {
+                Problem::new(S::NOT_FOUND, "not_found", format!("There is no resource with id {id}."))
+            }
+            Self::Locked(lock) => Problem::new(S::LOCKED, "edit_locked", describe(lock))
+                .with("holder", &lock.owner_username)
+                .with("expires_at", lock.expires_at.and_utc())
+                .with("lock", lock),
+            Self::NotHeld(key) => Problem::new(
+                S::LOCKED,
+                "edit_lock_not_held",
+                format!(
+                    "You do not hold the edit lock {key}: it expired, was released, or was never taken. \
+                     Acquire it first."
+                ),
+            ),
+            Self::NoSuchLock(key) => {
+                Problem::new(S::NOT_FOUND, "not_found", format!("Nobody holds the edit lock {key}."))
+            }
+            Self::BatchHeld(key) => Problem::new(
+                S::CONFLICT,
+                "batch_held",
+                format!("The edit lock {key} is held by a batch job and cannot be force-released."),
+            ),
+            Self::Invalid(errors) => {
+                let message =
+                    errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>();
+                Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", message.join("; "))
+                    .with("fields", errors)
+            }
+            Self::CapacityBelowBookings { capacity, day, confirmed } => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "capacity_below_bookings",
+                format!(
+                    "Capacity {capacity} is too small: {day} already has {confirmed} confirmed bookings. \
+                     Cancel bookings first or choose at least {confirmed}."
+                ),
+            )
+            .with("day", day)
+            .with("confirmed", confirmed),
+            Self::Lock(LockError::TimedOut { .. }) | Self::Pool(_) => {
+                Problem::busy("Many people are opening this editor right now; please try again in a moment.")
+            }
+            Self::Lock(LockError::Failed { .. }) | Self::Database(_) | Self::Blocking(_) => {
+                Problem::internal()
+            }
+        }
+    }
+}
+http_error!(EditLockError);

@@ -1,0 +1,411 @@
+//! HTTP for resource editing: the edit page (which takes the lock), its heartbeat script, the
+//! save, and the JSON edit-lock endpoints.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use askama::Template;
+use serde::Deserialize;
+
+use super::editing::{self, ResourceChanges, ResourceInput, ThenLock};
+use super::service::{self, Acquired, Policy};
+use super::{EditLockError, EditLockKey, FieldError, LockView, Owner};
+use crate::audit::{self, AuditEvent};
+use crate::auth::csrf::CsrfForm;
+use crate::auth::{Role, SessionUser};
+use crate::bookings::model::Resource;
+use crate::web::{AppState, PageContext, html, see_other};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/resources/{id}/edit")
+            .route(web::get().to(edit_page))
+            .route(web::post().to(save_form)),
+    )
+    .route("/resources/{id}/edit/take-over", web::post().to(take_over_form))
+    .route("/resources/{id}/edit/cancel", web::post().to(cancel_form))
+    .route("/static/edit_lock.js", web::get().to(script))
+    .service(
+        web::resource("/api/v1/resources/{id}/edit-lock")
+            .route(web::get().to(lock_json))
+            .route(web::post().to(acquire_json))
+            .route(web::put().to(heartbeat_json))
+            .route(web::delete().to(release_json)),
+    )
+    .route("/api/v1/resources/{id}", web::patch().to(patch_json));
+}
+
+/// Runs blocking database work on actix's blocking thread pool, never on the executor.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, EditLockError> + Send + 'static,
+) -> Result<T, EditLockError> {
+    web::block(work).await?
+}
+
+/// Editing is staff work; everyone else gets 403 (401 when not logged in).
+fn editor(user: &SessionUser) -> Result<Owner, EditLockError> {
+    user.require(Role::Staff)?;
+    Ok(Owner::from(user))
+}
+
+// ---- HTML -------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "edit_locks/edit.html")]
+struct EditPage {
+    ctx: PageContext,
+    resource: Resource,
+    lock: LockView,
+    input: ResourceInput,
+    errors: Vec<FieldError>,
+    notice: Option<String>,
+    heartbeat_ms: u128,
+}
+
+impl EditPage {
+    fn error_for(&self, field: &str) -> Option<&str> {
+        self.errors.iter().find(|e| e.field == field).map(|e| e.message.as_str())
+    }
+}
+
+/// Shown to everyone who does not hold the lock — and to a holder whose save was refused, with
+/// their input (`unsaved`) so nothing they typed is lost.
+#[derive(Template)]
+#[template(path = "edit_locks/locked.html")]
+struct LockedPage {
+    ctx: PageContext,
+    resource: Resource,
+    /// Who holds it now; `None` when nobody does (expired and removed, or force-released).
+    lock: Option<LockView>,
+    /// Why a save was refused, in a sentence; `None` when the page was merely opened.
+    refused: Option<String>,
+    unsaved: Option<ResourceInput>,
+    /// The last lock event (e.g. an admin's force release with its reason).
+    last_event: Option<AuditEvent>,
+}
+
+impl LockedPage {
+    fn describe(&self) -> Option<String> {
+        self.lock.as_ref().map(super::describe)
+    }
+
+    /// Offer to take the lock: nobody holds it, or the holder's lock expired (not a batch's).
+    fn can_take_over(&self) -> bool {
+        self.lock.as_ref().is_none_or(|l| l.expired && !l.held_by_batch)
+    }
+}
+
+fn with_status(
+    response: Result<HttpResponse, crate::web::error::RequestError>,
+    status: StatusCode,
+) -> actix_web::Result<HttpResponse> {
+    let mut response = response?;
+    *response.status_mut() = status;
+    Ok(response)
+}
+
+fn values_of(resource: &Resource) -> ResourceInput {
+    ResourceInput {
+        name: Some(resource.name.clone()),
+        description: Some(resource.description.clone()),
+        capacity: Some(resource.capacity.to_string()),
+    }
+}
+
+fn heartbeat_ms(state: &AppState) -> u128 {
+    // Three heartbeats per lifetime: one lost request does not lose the lock.
+    (state.config.edit_lock_ttl.as_millis() / 3).max(500)
+}
+
+/// What a browser sees after trying to get the lock.
+enum Opened {
+    Editing(Resource, LockView),
+    Locked { resource: Resource, lock: Option<LockView>, last_event: Option<AuditEvent> },
+}
+
+async fn open(
+    state: &AppState,
+    user: &SessionUser,
+    id: i64,
+    policy: Policy,
+) -> Result<Opened, EditLockError> {
+    let owner = editor(user)?;
+    let (pool, wait, ttl) = (state.pool.clone(), state.config.lock_wait, state.config.edit_lock_ttl);
+    blocking(move || match editing::open(&pool, wait, ttl, id, &owner, policy) {
+        Ok((resource, _, lock)) => Ok(Opened::Editing(resource, lock)),
+        Err(EditLockError::Locked(lock)) => {
+            let resource = editing::find_resource(&mut *pool.get()?, id)?;
+            Ok(Opened::Locked { resource, lock: Some(*lock), last_event: None })
+        }
+        Err(other) => Err(other),
+    })
+    .await
+}
+
+fn render_opened(
+    ctx: PageContext,
+    state: &AppState,
+    opened: Opened,
+    input: Option<ResourceInput>,
+) -> actix_web::Result<HttpResponse> {
+    match opened {
+        Opened::Editing(resource, lock) => {
+            let notice = input.as_ref().map(|_| {
+                "Your unsaved input is restored below. Check it against the current values before saving."
+                    .to_string()
+            });
+            let input = input.unwrap_or_else(|| values_of(&resource));
+            Ok(html(&EditPage {
+                ctx,
+                resource,
+                lock,
+                input,
+                errors: Vec::new(),
+                notice,
+                heartbeat_ms: heartbeat_ms(state),
+            })?)
+        }
+        Opened::Locked { resource, lock, last_event } => with_status(
+            html(&LockedPage { ctx, resource, lock, refused: None, unsaved: input, last_event }),
+            StatusCode::LOCKED,
+        ),
+    }
+}
+
+/// Opening the editor takes the lock when it is free (or already ours). A lock someone else
+/// holds — even an expired one — is shown with its holder and, once expired, a take-over button.
+async fn edit_page(
+    user: SessionUser,
+    ctx: PageContext,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let opened = open(&state, &user, path.into_inner(), Policy::FreeOrMine).await?;
+    render_opened(ctx, &state, opened, None)
+}
+
+/// The take-over button. It may carry the unsaved input of a refused save, which the editor
+/// then shows instead of the stored values.
+async fn take_over_form(
+    user: SessionUser,
+    ctx: PageContext,
+    path: web::Path<i64>,
+    CsrfForm(input): CsrfForm<ResourceInput>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let id = path.into_inner();
+    let carried = input.name.is_some() || input.description.is_some() || input.capacity.is_some();
+    match open(&state, &user, id, Policy::TakeOverExpired).await? {
+        Opened::Editing(..) if !carried => Ok(see_other(&format!("/resources/{id}/edit"))),
+        opened => render_opened(ctx, &state, opened, carried.then_some(input)),
+    }
+}
+
+#[derive(Deserialize)]
+struct NoFields {}
+
+/// Cancel: release my lock (if I still hold it) and go back to the resource.
+async fn cancel_form(
+    user: SessionUser,
+    path: web::Path<i64>,
+    CsrfForm(_): CsrfForm<NoFields>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
+    let released =
+        blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner)).await;
+    match released {
+        Ok(_) | Err(EditLockError::Locked(_)) => Ok(see_other(&format!("/resources/{id}"))),
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// Save: only while holding the lock (checked in the save's own transaction). A refused save
+/// shows the user what they typed, and why it was refused.
+async fn save_form(
+    user: SessionUser,
+    ctx: PageContext,
+    path: web::Path<i64>,
+    CsrfForm(input): CsrfForm<ResourceInput>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let (owner, id) = (editor(&user)?, path.into_inner());
+    let parsed = ResourceChanges::parse(&input);
+    let pool = state.pool.clone();
+    let outcome = blocking(move || {
+        let mut conn = pool.get()?;
+        let saved =
+            parsed.and_then(|changes| editing::save(&mut conn, id, &owner, &changes, ThenLock::Release));
+        match saved {
+            Ok(_) => Ok(SaveOutcome::Saved),
+            Err(e @ (EditLockError::Invalid(_) | EditLockError::CapacityBelowBookings { .. })) => {
+                let resource = editing::find_resource(&mut conn, id)?;
+                match service::find(&mut conn, &EditLockKey::resource(id))? {
+                    Some(lock) if lock.is_owned_by(&owner) && !lock.expired => {
+                        Ok(SaveOutcome::Invalid(resource, lock, e))
+                    }
+                    lock => Ok(SaveOutcome::Refused { resource, lock, last_event: None }),
+                }
+            }
+            Err(EditLockError::Locked(lock)) => {
+                let resource = editing::find_resource(&mut conn, id)?;
+                Ok(SaveOutcome::Refused { resource, lock: Some(*lock), last_event: None })
+            }
+            Err(EditLockError::NotHeld(key)) => {
+                let resource = editing::find_resource(&mut conn, id)?;
+                let last_event = audit::latest_for(&mut conn, key.as_str())?;
+                let lock = service::find(&mut conn, &key)?;
+                Ok(SaveOutcome::Refused { resource, lock, last_event })
+            }
+            Err(other) => Err(other),
+        }
+    })
+    .await?;
+    match outcome {
+        SaveOutcome::Saved => Ok(see_other(&format!("/resources/{id}"))),
+        SaveOutcome::Invalid(resource, lock, error) => {
+            let errors = match error {
+                EditLockError::Invalid(errors) => errors,
+                other => vec![FieldError { field: "capacity", message: other.problem_message() }],
+            };
+            let page = EditPage {
+                ctx,
+                resource,
+                lock,
+                input,
+                errors,
+                notice: None,
+                heartbeat_ms: heartbeat_ms(&state),
+            };
+            with_status(html(&page), StatusCode::UNPROCESSABLE_ENTITY)
+        }
+        SaveOutcome::Refused { resource, lock, last_event } => {
+            let refused = Some(match &lock {
+                Some(other) if !other.expired => format!(
+                    "Your changes were NOT saved: your edit lock was taken over. {}",
+                    super::describe(other)
+                ),
+                _ => "Your changes were NOT saved: you no longer hold the edit lock (it expired, or an \
+                      administrator released it)."
+                    .to_string(),
+            });
+            let page = LockedPage { ctx, resource, lock, refused, unsaved: Some(input), last_event };
+            with_status(html(&page), StatusCode::LOCKED)
+        }
+    }
+}
+
+enum SaveOutcome {
+    Saved,
+    Invalid(Resource, LockView, EditLockError),
+    Refused { resource: Resource, lock: Option<LockView>, last_event: Option<AuditEvent> },
+}
+
+impl EditLockError {
+    fn problem_message(&self) -> String {
+        crate::web::error::AsProblem::problem(self).message
+    }
+}
+
+/// The heartbeat and release-on-leave script of the edit page.
+async fn script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header(("Cache-Control", "public, max-age=3600"))
+        .body(include_str!("../../static/edit_lock.js"))
+}
+
+// ---- JSON -------------------------------------------------------------------------------
+
+async fn lock_json(
+    user: SessionUser,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, EditLockError> {
+    editor(&user)?;
+    let (pool, id) = (state.pool.clone(), path.into_inner());
+    let lock = blocking(move || {
+        let mut conn = pool.get()?;
+        editing::find_resource(&mut conn, id)?;
+        let key = EditLockKey::resource(id);
+        service::find(&mut conn, &key)?.ok_or(EditLockError::NoSuchLock(key))
+    })
+    .await?;
+    Ok(HttpResponse::Ok().json(lock))
+}
+
+/// Acquire (201), renew my own (200), or take over an expired one (201); 423 while someone
+/// else's lock is live.
+async fn acquire_json(
+    user: SessionUser,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, EditLockError> {
+    let owner = editor(&user)?;
+    let (pool, wait, ttl, id) =
+        (state.pool.clone(), state.config.lock_wait, state.config.edit_lock_ttl, path.into_inner());
+    let (_, acquired, lock) =
+        blocking(move || editing::open(&pool, wait, ttl, id, &owner, Policy::TakeOverExpired)).await?;
+    Ok(match acquired {
+        Acquired::Renewed => HttpResponse::Ok().json(lock),
+        Acquired::New | Acquired::TookOver(_) => HttpResponse::Created().json(lock),
+    })
+}
+
+async fn heartbeat_json(
+    user: SessionUser,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, EditLockError> {
+    let owner = editor(&user)?;
+    let (pool, ttl, id) = (state.pool.clone(), state.config.edit_lock_ttl, path.into_inner());
+    let lock =
+        blocking(move || service::heartbeat(&mut *pool.get()?, ttl, &EditLockKey::resource(id), &owner))
+            .await?;
+    Ok(HttpResponse::Ok().json(lock))
+}
+
+/// Releases my lock; 204 also when there was none (releasing is idempotent). Someone else's
+/// lock is never released here: 423.
+async fn release_json(
+    user: SessionUser,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, EditLockError> {
+    let owner = editor(&user)?;
+    let (pool, id) = (state.pool.clone(), path.into_inner());
+    blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner)).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResourcePatch {
+    name: Option<String>,
+    description: Option<String>,
+    capacity: Option<i64>,
+}
+
+/// Changes a resource; only the holder of its edit lock may (423 otherwise). The lock is kept.
+async fn patch_json(
+    user: SessionUser,
+    path: web::Path<i64>,
+    body: web::Json<ResourcePatch>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, EditLockError> {
+    let owner = editor(&user)?;
+    let body = body.into_inner();
+    let input = ResourceInput {
+        name: body.name,
+        description: body.description,
+        capacity: body.capacity.map(|c| c.to_string()),
+    };
+    let changes = ResourceChanges::parse(&input)?;
+    let (pool, id) = (state.pool.clone(), path.into_inner());
+    let saved = blocking(move || {
+        let mut conn = pool.get()?;
+        editing::find_resource(&mut conn, id)?;
+        editing::save(&mut conn, id, &owner, &changes, ThenLock::Keep)
+    })
+    .await?;
+    Ok(HttpResponse::Ok().json(saved))
+}

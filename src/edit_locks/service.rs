@@ -1,0 +1,365 @@
+//! The life of an edit lock: acquire (or take over), heartbeat, release, claim for a save, and the
+//! admin's force release. Every change writes its audit event in the same transaction.
+
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool, Text};
+
+use super::model::{LOCK_VIEW, LockView};
+use super::{EditLockError, EditLockKey, EditLockToken, Owner};
+use crate::audit::{self, Action};
+use crate::db::DbPool;
+use crate::locking::{LockName, NamedLockGuard};
+
+/// What an acquirer may do about a lock someone else holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Opening the edit page: take a free lock or renew my own, nothing else. Taking over
+    /// someone's expired lock is a deliberate act (a button), not a side effect of a page view.
+    FreeOrMine,
+    /// The "take over" button and the JSON acquire: also take an *expired* lock of someone else.
+    TakeOverExpired,
+    /// A batch job takes the lock whoever holds it (background article 004's "steal the online
+    /// locks" strategy); the lock is then marked `held_by_batch` and no admin may force it open.
+    SeizeForBatch,
+}
+
+#[derive(Clone, Debug)]
+pub enum Acquired {
+    /// There was no lock; now there is, and it is ours.
+    New,
+    /// It was already ours (this user, this session); its expiry was pushed back.
+    Renewed,
+    /// It was someone else's (expired, or seized by a batch); here is who had it.
+    TookOver(Box<LockView>),
+}
+
+/// Takes the edit lock `key` for `owner`, for `ttl` from now by the database clock.
+///
+/// Background article 001, "advisory lock + lock table": before the first acquire there is no
+/// row to lock, so concurrent first acquirers are serialised by the named lock
+/// `haita:edit:{key}` instead; under it, the row is read `FOR UPDATE` and inserted, renewed or
+/// taken over. The transaction commits before the named lock is released (the guard is dropped
+/// last), so the next acquirer sees our row.
+pub fn acquire(
+    pool: &DbPool,
+    lock_wait: Duration,
+    ttl: Duration,
+    key: &EditLockKey,
+    owner: &Owner,
+    policy: Policy,
+) -> Result<(Acquired, LockView), EditLockError> {
+    let mut held = NamedLockGuard::acquire(pool.get()?, LockName::edit_lock(key.as_str()), lock_wait)?;
+    let acquired = insert_or_take_over(&mut held, key, owner, ttl, policy);
+    drop(held); // committed (or rolled back) above; only now may the next acquirer look
+    acquired
+}
+
+/// The decision, on the connection that holds the named lock — which is why it takes the guard.
+fn insert_or_take_over(
+    held: &mut NamedLockGuard,
+    key: &EditLockKey,
+    owner: &Owner,
+    ttl: Duration,
+    policy: Policy,
+) -> Result<(Acquired, LockView), EditLockError> {
+    debug_assert_eq!(held.name(), &LockName::edit_lock(key.as_str()));
+    let ttl_micros = micros(ttl);
+    let batch = policy == Policy::SeizeForBatch;
+    held.conn().transaction(|conn| {
+        let outcome = match row_for_update(conn, key)? {
+            None => {
+                diesel::sql_query(
+                    "INSERT INTO edit_locks \
+                       (lock_key, owner_user_id, owner_session, acquired_at, heartbeat_at, expires_at, held_by_batch) \
+                     VALUES (?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)",
+                )
+                .bind::<Text, _>(key.as_str())
+                .bind::<BigInt, _>(owner.user_id)
+                .bind::<Text, _>(&owner.session)
+                .bind::<BigInt, _>(ttl_micros)
+                .bind::<Bool, _>(batch)
+                .execute(conn)?;
+                Acquired::New
+            }
+            Some(row) if row.is_owned_by(owner) => {
+                extend(conn, key, owner, ttl_micros, false)?;
+                Acquired::Renewed
+            }
+            Some(row) if batch || (row.expired && policy == Policy::TakeOverExpired) => {
+                let previous = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
+                if previous.expired {
+                    audit::record(
+                        conn,
+                        Some(owner.user_id),
+                        Action::EditLockExpired,
+                        key.as_str(),
+                        &format!(
+                            "lock of {} expired at {} (last heartbeat {}); seen by the next acquirer",
+                            previous.owner_username, previous.expires_at, previous.heartbeat_at
+                        ),
+                    )?;
+                }
+                diesel::sql_query(
+                    "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, acquired_at = NOW(6), \
+                       heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, held_by_batch = ? \
+                     WHERE lock_key = ?",
+                )
+                .bind::<BigInt, _>(owner.user_id)
+                .bind::<Text, _>(&owner.session)
+                .bind::<BigInt, _>(ttl_micros)
+                .bind::<Bool, _>(batch)
+                .bind::<Text, _>(key.as_str())
+                .execute(conn)?;
+                Acquired::TookOver(Box::new(previous))
+            }
+            Some(_) => {
+                let holder = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
+                return Err(EditLockError::Locked(Box::new(holder)));
+            }
+        };
+        let lock = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
+        let (action, detail) = match &outcome {
+            Acquired::New => (Action::EditLockAcquired, format!("until {}", lock.expires_at)),
+            Acquired::Renewed => {
+                (Action::EditLockAcquired, format!("already held by this session; now until {}", lock.expires_at))
+            }
+            Acquired::TookOver(previous) if batch => (
+                Action::EditLockBatchSeized,
+                format!("taken by a batch job from {} (session {})", previous.owner_username, previous.session_hint()),
+            ),
+            Acquired::TookOver(previous) => (
+                Action::EditLockTakenOver,
+                format!("from {} (session {}), expired at {}", previous.owner_username, previous.session_hint(), previous.expires_at),
+            ),
+        };
+        audit::record(conn, Some(owner.user_id), action, key.as_str(), &detail)?;
+        Ok((outcome, lock))
+    })
+}
+
+/// Pushes back the expiry of `owner`'s lock: the page's heartbeat. Only an unexpired lock is
+/// extended: once expired it may already have been seen as free, so the owner must acquire it
+/// again (and may find someone else did).
+pub fn heartbeat(
+    conn: &mut MysqlConnection,
+    ttl: Duration,
+    key: &EditLockKey,
+    owner: &Owner,
+) -> Result<LockView, EditLockError> {
+    if extend(conn, key, owner, micros(ttl), true)? {
+        return find(conn, key)?.ok_or_else(|| EditLockError::NotHeld(key.clone()));
+    }
+    Err(not_mine(conn, key, owner)?)
+}
+
+/// Releases `owner`'s own lock (Cancel, leaving the page, the API's DELETE). Answers whether
+/// there was one; someone else's lock is never touched.
+pub fn release(conn: &mut MysqlConnection, key: &EditLockKey, owner: &Owner) -> Result<bool, EditLockError> {
+    conn.transaction(|conn| {
+        let deleted = diesel::sql_query(
+            "DELETE FROM edit_locks WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ?",
+        )
+        .bind::<Text, _>(key.as_str())
+        .bind::<BigInt, _>(owner.user_id)
+        .bind::<Text, _>(&owner.session)
+        .execute(conn)?;
+        if deleted == 1 {
+            audit::record(conn, Some(owner.user_id), Action::EditLockReleased, key.as_str(), "by its owner")?;
+            return Ok(true);
+        }
+        match find(conn, key)? {
+            Some(other) if !other.is_owned_by(owner) => Err(EditLockError::Locked(Box::new(other))),
+            _ => Ok(false),
+        }
+    })
+}
+
+/// Inside the caller's transaction: locks the edit-lock row `FOR UPDATE` and, if `owner` holds
+/// it unexpired, returns the token that proves it (see [`EditLockToken`]).
+pub fn claim(
+    conn: &mut MysqlConnection,
+    key: &EditLockKey,
+    owner: &Owner,
+) -> Result<EditLockToken, EditLockError> {
+    match row_for_update(conn, key)? {
+        Some(row) if row.is_owned_by(owner) && !row.expired => {
+            Ok(EditLockToken { key: key.clone(), owner: owner.clone() })
+        }
+        _ => Err(not_mine(conn, key, owner)?),
+    }
+}
+
+/// Inside the caller's transaction: ends the lock the token proves we hold (a save that also
+/// closes the editor). Consumes the token: after this there is nothing left to prove.
+pub fn release_claimed(conn: &mut MysqlConnection, token: EditLockToken) -> Result<(), EditLockError> {
+    diesel::sql_query("DELETE FROM edit_locks WHERE lock_key = ?")
+        .bind::<Text, _>(token.key.as_str())
+        .execute(conn)?;
+    audit::record(
+        conn,
+        Some(token.owner.user_id),
+        Action::EditLockReleased,
+        token.key.as_str(),
+        "saved and closed",
+    )?;
+    Ok(())
+}
+
+/// An admin ends someone's lock (background article 004: locks whose owner vanished must be
+/// releasable). Refused for batch-held locks: the batch relies on them until it finishes.
+pub fn force_release(
+    conn: &mut MysqlConnection,
+    key: &EditLockKey,
+    admin_user_id: i64,
+    reason: &str,
+) -> Result<LockView, EditLockError> {
+    conn.transaction(|conn| {
+        let row = row_for_update(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
+        if row.held_by_batch {
+            return Err(EditLockError::BatchHeld(key.clone()));
+        }
+        let lock = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
+        diesel::sql_query("DELETE FROM edit_locks WHERE lock_key = ?")
+            .bind::<Text, _>(key.as_str())
+            .execute(conn)?;
+        audit::record(
+            conn,
+            Some(admin_user_id),
+            Action::EditLockForceReleased,
+            key.as_str(),
+            &format!(
+                "held by {} (session {}) since {}, {}; reason: {reason}",
+                lock.owner_username,
+                lock.session_hint(),
+                lock.acquired_at,
+                if lock.expired { "expired" } else { "not expired" }
+            ),
+        )?;
+        Ok(lock)
+    })
+}
+
+#[derive(QueryableByName)]
+struct Key {
+    #[diesel(sql_type = Text)]
+    lock_key: String,
+}
+
+/// The admin's "release all expired": removes every expired lock that no batch holds, each with
+/// an audit event, and answers which.
+pub fn release_expired(
+    conn: &mut MysqlConnection,
+    admin_user_id: i64,
+) -> Result<Vec<LockView>, EditLockError> {
+    conn.transaction(|conn| {
+        // Locked in key order, like every multi-row lock here, so two admins cannot deadlock.
+        let keys: Vec<Key> = diesel::sql_query(
+            "SELECT lock_key FROM edit_locks WHERE expires_at <= NOW(6) AND NOT held_by_batch \
+             ORDER BY lock_key FOR UPDATE",
+        )
+        .load(conn)?;
+        let mut released = Vec::with_capacity(keys.len());
+        for Key { lock_key } in keys {
+            let key = EditLockKey::parse(&lock_key)?;
+            let Some(lock) = find(conn, &key)? else { continue };
+            diesel::sql_query("DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= NOW(6)")
+                .bind::<Text, _>(&lock_key)
+                .execute(conn)?;
+            audit::record(
+                conn,
+                Some(admin_user_id),
+                Action::EditLockExpired,
+                &lock_key,
+                &format!(
+                    "lock of {} expired at {}; removed by \"release all expired\"",
+                    lock.owner_username, lock.expires_at
+                ),
+            )?;
+            released.push(lock);
+        }
+        Ok(released)
+    })
+}
+
+/// Who holds `key`, if anyone (expired locks included; see [`LockView::expired`]).
+pub fn find(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<LockView>> {
+    diesel::sql_query(format!("{LOCK_VIEW} WHERE l.lock_key = ?"))
+        .bind::<Text, _>(key.as_str())
+        .get_result(conn)
+        .optional()
+}
+
+/// Every edit lock, oldest first (the admin screen).
+pub fn list(conn: &mut MysqlConnection) -> QueryResult<Vec<LockView>> {
+    diesel::sql_query(format!("{LOCK_VIEW} ORDER BY l.acquired_at, l.lock_key")).load(conn)
+}
+
+/// The edit-lock row as a locking read: only `edit_locks` is read, so only its row is locked
+/// (joining `users` here would lock the owner's user row too, and foreign-key checks of other
+/// inserts take shared locks on user rows — a needless way to deadlock).
+#[derive(QueryableByName)]
+struct LockedRow {
+    #[diesel(sql_type = BigInt)]
+    owner_user_id: i64,
+    #[diesel(sql_type = Text)]
+    owner_session: String,
+    #[diesel(sql_type = Bool)]
+    held_by_batch: bool,
+    #[diesel(sql_type = Bool)]
+    expired: bool,
+}
+
+impl LockedRow {
+    fn is_owned_by(&self, owner: &Owner) -> bool {
+        self.owner_user_id == owner.user_id && self.owner_session == owner.session
+    }
+}
+
+fn row_for_update(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<LockedRow>> {
+    diesel::sql_query(
+        "SELECT owner_user_id, owner_session, held_by_batch, expires_at <= NOW(6) AS expired \
+         FROM edit_locks WHERE lock_key = ? FOR UPDATE",
+    )
+    .bind::<Text, _>(key.as_str())
+    .get_result(conn)
+    .optional()
+}
+
+/// Moves `owner`'s expiry to `ttl` from now; `only_unexpired` refuses to revive an expired lock.
+fn extend(
+    conn: &mut MysqlConnection,
+    key: &EditLockKey,
+    owner: &Owner,
+    ttl_micros: i64,
+    only_unexpired: bool,
+) -> QueryResult<bool> {
+    let changed = diesel::sql_query(
+        "UPDATE edit_locks SET heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND \
+         WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? AND (? = FALSE OR expires_at > NOW(6))",
+    )
+    .bind::<BigInt, _>(ttl_micros)
+    .bind::<Text, _>(key.as_str())
+    .bind::<BigInt, _>(owner.user_id)
+    .bind::<Text, _>(&owner.session)
+    .bind::<Bool, _>(only_unexpired)
+    .execute(conn)?;
+    Ok(changed == 1)
+}
+
+/// Why `owner` does not hold `key`: someone else does (423 with who), or nobody does.
+fn not_mine(
+    conn: &mut MysqlConnection,
+    key: &EditLockKey,
+    owner: &Owner,
+) -> Result<EditLockError, EditLockError> {
+    Ok(match find(conn, key)? {
+        Some(other) if !other.is_owned_by(owner) => EditLockError::Locked(Box::new(other)),
+        _ => EditLockError::NotHeld(key.clone()),
+    })
+}
+
+fn micros(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX)
+}

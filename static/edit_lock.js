@@ -1,0 +1,47 @@
+// The edit page's half of the edit lock: a heartbeat while the page is open, and a release when
+// the user leaves without saving. Both are best effort; the lock's expiry is the safety net.
+(function () {
+  "use strict";
+  var form = document.getElementById("edit-form");
+  if (!form) return;
+  var url = form.dataset.heartbeatUrl;
+  var every = Number(form.dataset.heartbeatMs) || 60000;
+  var lost = document.getElementById("lock-lost");
+  var status = document.getElementById("lock-status");
+  var leaving = false; // set when Save or Cancel submits: they end the lock themselves
+
+  function showLost(message) {
+    lost.textContent = message + " Your input stays on this page; if you save, it will be shown back to you.";
+    lost.hidden = false;
+    status.hidden = true;
+  }
+
+  var timer = setInterval(function () {
+    fetch(url, { method: "PUT", credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(function (response) {
+        if (response.ok) return;
+        return response.json().then(function (problem) {
+          clearInterval(timer);
+          showLost(problem.message || "You no longer hold the edit lock.");
+        });
+      })
+      .catch(function () { /* network blip: the next beat may succeed before the lock expires */ });
+  }, every);
+
+  document.querySelectorAll("form").forEach(function (f) {
+    f.addEventListener("submit", function () { leaving = true; });
+  });
+
+  window.addEventListener("pagehide", function () {
+    if (leaving) return;
+    clearInterval(timer);
+    // keepalive lets the request outlive the page.
+    fetch(url, { method: "DELETE", credentials: "same-origin", keepalive: true }).catch(function () {});
+  });
+
+  // Coming back through the back/forward cache: the lock was released on leave, so reload to
+  // take it again (or to see who holds it now).
+  window.addEventListener("pageshow", function (event) {
+    if (event.persisted) window.location.reload();
+  });
+})();
