@@ -1,9 +1,11 @@
 //! Integration tests: a real MariaDB/MySQL, a real HTTP server, real clients.
 //! Each test creates its own database (see `common::TestDb`), so they run in parallel.
 
+mod admin;
 mod auth;
 mod bad_input;
 mod bookings;
 mod cli;
 mod common;
+mod edit_locks;
 mod locking;

@@ -97,3 +97,71 @@ pub fn confirmed_on(db: &TestDb, resource_id: i64, day: chrono::NaiveDate) -> i6
         .get_result(&mut db.raw_connection())
         .expect("count")
 }
+
+/// 7. The holder of an edit lock: (user id, session), or `None`. The primary key on `lock_key`
+/// makes two rows impossible; tests check that the *right* one holds it.
+pub fn edit_lock_owner(db: &TestDb, key: &str) -> Option<(i64, String)> {
+    use haita::schema::edit_locks::dsl as l;
+    l::edit_locks
+        .filter(l::lock_key.eq(key))
+        .select((l::owner_user_id, l::owner_session))
+        .first(&mut db.raw_connection())
+        .optional()
+        .expect("edit lock owner")
+}
+
+pub fn edit_lock_expiry(db: &TestDb, key: &str) -> Option<chrono::NaiveDateTime> {
+    use haita::schema::edit_locks::dsl as l;
+    l::edit_locks
+        .filter(l::lock_key.eq(key))
+        .select(l::expires_at)
+        .first(&mut db.raw_connection())
+        .optional()
+        .expect("edit lock expiry")
+}
+
+#[derive(QueryableByName)]
+struct Expired {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    expired: bool,
+}
+
+/// Waits (bounded) until the database clock has passed the lock's expiry. Tests give the app a
+/// short TTL and ask the database, never comparing wall-clock durations themselves.
+pub fn wait_until_edit_lock_expired(db: &TestDb, key: &str) {
+    let mut conn = db.raw_connection();
+    for _ in 0..300 {
+        let state: Option<Expired> =
+            diesel::sql_query("SELECT expires_at <= NOW(6) AS expired FROM edit_locks WHERE lock_key = ?")
+                .bind::<Text, _>(key)
+                .get_result(&mut conn)
+                .optional()
+                .expect("expiry");
+        if state.is_none_or(|s| s.expired) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("edit lock {key} did not expire within 15 s");
+}
+
+/// The audit actions recorded about `subject`, oldest first.
+pub fn audit_actions(db: &TestDb, subject: &str) -> Vec<String> {
+    use haita::schema::audit_events::dsl as a;
+    a::audit_events
+        .filter(a::subject.eq(subject))
+        .order(a::id)
+        .select(a::action)
+        .load(&mut db.raw_connection())
+        .expect("audit")
+}
+
+/// (name, capacity, version) of a resource.
+pub fn resource_row(db: &TestDb, id: i64) -> (String, i32, i32) {
+    use haita::schema::resources::dsl as r;
+    r::resources
+        .filter(r::id.eq(id))
+        .select((r::name, r::capacity, r::version))
+        .first(&mut db.raw_connection())
+        .expect("resource")
+}

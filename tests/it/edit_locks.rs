@@ -1,0 +1,328 @@
+//! Pessimistic edit locks under concurrency, checked in the database afterwards (invariant 7:
+//! at most one holder per edit lock; a holder whose lock was released or taken over cannot save).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use haita::auth::Role;
+use serde_json::{Value, json};
+use tokio::sync::Barrier;
+
+use crate::common::{Client, TestApp, TestUser, error_code, future_day, invariants};
+
+mod browser;
+
+/// A logged-in client for a new user with `role`.
+async fn logged_in(app: &TestApp, instance: usize, name: &str, role: Role) -> (TestUser, Client) {
+    let user = app.user(name, role);
+    let client = app.client(instance);
+    client.login(&user).await;
+    (user, client)
+}
+
+fn lock_url(resource: i64) -> String {
+    format!("/api/v1/resources/{resource}/edit-lock")
+}
+
+async fn send(client: &Client, method: reqwest::Method, path: &str) -> reqwest::Response {
+    client.http.request(method, client.url(path)).send().await.expect("request")
+}
+
+async fn patch(client: &Client, resource: i64, body: &Value) -> reqwest::Response {
+    client
+        .http
+        .patch(client.url(&format!("/api/v1/resources/{resource}")))
+        .json(body)
+        .send()
+        .await
+        .expect("PATCH")
+}
+
+/// A second client sharing `client`'s cookie jar: the same browser session.
+fn same_session(client: &Client) -> Client {
+    Client { http: client.http.clone(), base: client.base.clone() }
+}
+
+/// Posts the edit form of `resource` as a browser would, with the page's CSRF token.
+async fn save_form(
+    client: &Client,
+    resource: i64,
+    name: &str,
+    description: &str,
+    capacity: &str,
+) -> reqwest::Response {
+    let token = client.csrf_token("/").await;
+    client
+        .post_form(
+            &format!("/resources/{resource}/edit"),
+            &[("csrf_token", &token), ("name", name), ("description", description), ("capacity", capacity)],
+        )
+        .await
+}
+
+#[actix_web::test]
+async fn thirty_concurrent_first_acquires_leave_exactly_one_owner() {
+    let app = TestApp::spawn_instances(2, |_| {}).await;
+    let resource = app.resource("Meeting room", 1);
+    let mut clients = Vec::new();
+    for i in 0..30 {
+        clients.push(logged_in(&app, i, &format!("editor{i:02}"), Role::Staff).await);
+    }
+    let barrier = Arc::new(Barrier::new(clients.len()));
+    let tasks = clients.into_iter().map(|(user, client)| {
+        let barrier = barrier.clone();
+        actix_web::rt::spawn(async move {
+            barrier.wait().await;
+            let response = client.post_json(&lock_url(resource), &json!({})).await;
+            let status = response.status().as_u16();
+            let code = if status == 201 { String::new() } else { error_code(response).await };
+            (user.id, status, code)
+        })
+    });
+    let answers: Vec<_> =
+        futures::future::join_all(tasks).await.into_iter().map(|r| r.expect("task")).collect();
+
+    let winners: Vec<i64> = answers.iter().filter(|(_, s, _)| *s == 201).map(|(id, _, _)| *id).collect();
+    assert_eq!(winners.len(), 1, "exactly one acquire succeeds: {answers:?}");
+    assert!(
+        answers.iter().all(|(_, s, c)| *s == 201 || (*s == 423 && c == "edit_locked")),
+        "everyone else is told the lock is taken: {answers:?}"
+    );
+    let key = format!("resource:{resource}");
+    assert_eq!(invariants::edit_lock_owner(&app.db, &key).map(|(user, _)| user), Some(winners[0]));
+    assert_eq!(invariants::audit_actions(&app.db, &key), ["edit_lock.acquired"], "one acquire, audited once");
+    invariants::no_named_lock_left_held(&app.db);
+}
+
+#[actix_web::test]
+async fn two_users_race_to_open_the_editor_then_the_loser_takes_over_and_the_old_holders_save_is_refused() {
+    let app = TestApp::spawn_instances(2, |c| c.edit_lock_ttl = Duration::from_secs(2)).await;
+    let resource = app.resource("Tennis court", 2);
+    let (carol, carol_client) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let (bob, bob_client) = logged_in(&app, 1, "bob", Role::Staff).await;
+    let path = format!("/resources/{resource}/edit");
+
+    let barrier = Arc::new(Barrier::new(2));
+    let open = |client: Client, barrier: Arc<Barrier>, path: String| async move {
+        barrier.wait().await;
+        let response = client.get(&path).await;
+        (response.status().as_u16(), response.text().await.expect("page"), client)
+    };
+    let ((carol_status, carol_page, carol_client), (bob_status, bob_page, bob_client)) = futures::join!(
+        open(carol_client, barrier.clone(), path.clone()),
+        open(bob_client, barrier.clone(), path.clone())
+    );
+
+    let key = format!("resource:{resource}");
+    let mut statuses = [carol_status, bob_status];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 423], "exactly one opens the editor");
+    let (holder, holder_client, loser, loser_client, loser_page) = if carol_status == 200 {
+        (&carol, carol_client, &bob, bob_client, bob_page)
+    } else {
+        (&bob, bob_client, &carol, carol_client, carol_page)
+    };
+    assert_eq!(invariants::edit_lock_owner(&app.db, &key).map(|(u, _)| u), Some(holder.id));
+    assert!(loser_page.contains(&format!("{} ({}) is editing this since", holder.username, holder.username)));
+    assert!(!loser_page.contains("id=\"take-over\""), "no take-over button while the lock is live");
+
+    invariants::wait_until_edit_lock_expired(&app.db, &key);
+    let expired_page = loser_client.get(&path).await;
+    assert_eq!(expired_page.status(), 423, "opening the page does not take an expired lock by itself");
+    assert!(expired_page.text().await.expect("page").contains("id=\"take-over\""));
+    let token = loser_client.csrf_token("/").await;
+    let took = loser_client.post_form(&format!("{path}/take-over"), &[("csrf_token", &token)]).await;
+    assert_eq!(took.status(), 303);
+    assert_eq!(invariants::edit_lock_owner(&app.db, &key).map(|(u, _)| u), Some(loser.id));
+
+    let refused = save_form(&holder_client, resource, "Renamed by the old holder", "my long text", "7").await;
+    assert_eq!(refused.status(), 423);
+    let page = refused.text().await.expect("page");
+    assert!(page.contains("NOT saved") && page.contains("taken over"), "told why");
+    assert!(
+        page.contains("value=\"Renamed by the old holder\"")
+            && page.contains("my long text")
+            && page.contains("value=\"7\""),
+        "input shown back"
+    );
+    assert_eq!(
+        invariants::resource_row(&app.db, resource),
+        ("Tennis court".to_string(), 2, 1),
+        "nothing saved"
+    );
+    assert_eq!(
+        invariants::audit_actions(&app.db, &key),
+        ["edit_lock.acquired", "edit_lock.expired", "edit_lock.taken_over"]
+    );
+}
+
+#[actix_web::test]
+async fn one_user_in_two_sessions_is_two_owners() {
+    let app = TestApp::spawn_instances(1, |c| c.edit_lock_ttl = Duration::from_secs(2)).await;
+    let resource = app.resource("Lab bench", 3);
+    let (dave, first) = logged_in(&app, 0, "dave", Role::Staff).await;
+    let second = app.client(0);
+    second.login(&dave).await;
+
+    assert_eq!(first.post_json(&lock_url(resource), &json!({})).await.status(), 201);
+    assert_eq!(
+        same_session(&first).post_json(&lock_url(resource), &json!({})).await.status(),
+        200,
+        "renewed"
+    );
+    let other = second.post_json(&lock_url(resource), &json!({})).await;
+    assert_eq!(other.status(), 423, "the same user in another session does not hold it");
+    let body: Value = other.json().await.expect("json");
+    assert_eq!((body["error"].as_str(), body["holder"].as_str()), (Some("edit_locked"), Some("dave")));
+    assert!(body["expires_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{body}");
+    assert_eq!(patch(&second, resource, &json!({"capacity": 4})).await.status(), 423);
+
+    let key = format!("resource:{resource}");
+    invariants::wait_until_edit_lock_expired(&app.db, &key);
+    assert_eq!(second.post_json(&lock_url(resource), &json!({})).await.status(), 201, "takes over");
+    let refused = patch(&first, resource, &json!({"capacity": 5})).await;
+    assert_eq!(refused.status(), 423);
+    assert_eq!(error_code(refused).await, "edit_locked");
+    assert_eq!(patch(&second, resource, &json!({"capacity": 4})).await.status(), 200);
+    assert_eq!(invariants::resource_row(&app.db, resource), ("Lab bench".to_string(), 4, 2));
+}
+
+#[actix_web::test]
+async fn the_holder_saves_through_the_form_and_the_version_rises_by_one() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Studio", 2);
+    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+
+    let page = carol.get(&format!("/resources/{resource}/edit")).await;
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.expect("page");
+    assert!(page.contains("You are editing this resource") && page.contains("/static/edit_lock.js"));
+
+    let saved = save_form(&carol, resource, "  Studio A ", "Bright room\r\nwith piano", "3").await;
+    assert_eq!(saved.status(), 303);
+    assert_eq!(saved.headers()["location"], format!("/resources/{resource}").as_str());
+    assert_eq!(invariants::resource_row(&app.db, resource), ("Studio A".to_string(), 3, 2));
+    let key = format!("resource:{resource}");
+    assert_eq!(invariants::edit_lock_owner(&app.db, &key), None, "saving closes the editor");
+    assert_eq!(
+        invariants::audit_actions(&app.db, &key),
+        ["edit_lock.acquired", "resource.saved", "edit_lock.released"]
+    );
+    assert_eq!(save_form(&carol, resource, "Again", "", "3").await.status(), 423, "no lock, no save");
+}
+
+#[actix_web::test]
+async fn heartbeat_extends_only_my_lock_and_release_deletes_only_my_lock() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Kiln", 1);
+    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let (_, bob) = logged_in(&app, 0, "bob", Role::Staff).await;
+    let key = format!("resource:{resource}");
+
+    assert_eq!(send(&bob, reqwest::Method::PUT, &lock_url(resource)).await.status(), 423, "nothing to beat");
+    assert_eq!(carol.post_json(&lock_url(resource), &json!({})).await.status(), 201);
+    let before = invariants::edit_lock_expiry(&app.db, &key).expect("lock");
+    let beat = send(&carol, reqwest::Method::PUT, &lock_url(resource)).await;
+    assert_eq!(beat.status(), 200);
+    assert!(invariants::edit_lock_expiry(&app.db, &key).expect("lock") > before, "expiry moved forward");
+
+    let theirs = send(&bob, reqwest::Method::PUT, &lock_url(resource)).await;
+    assert_eq!((theirs.status().as_u16(), error_code(theirs).await.as_str()), (423, "edit_locked"));
+    let not_mine = send(&bob, reqwest::Method::DELETE, &lock_url(resource)).await;
+    assert_eq!(not_mine.status(), 423, "someone else's lock is not released");
+    assert!(invariants::edit_lock_owner(&app.db, &key).is_some());
+
+    let cancel_token = carol.csrf_token("/").await;
+    let cancelled = carol
+        .post_form(&format!("/resources/{resource}/edit/cancel"), &[("csrf_token", &cancel_token)])
+        .await;
+    assert_eq!(cancelled.status(), 303);
+    assert_eq!(invariants::edit_lock_owner(&app.db, &key), None);
+    assert_eq!(send(&carol, reqwest::Method::DELETE, &lock_url(resource)).await.status(), 204, "idempotent");
+    assert_eq!(invariants::audit_actions(&app.db, &key), ["edit_lock.acquired", "edit_lock.released"]);
+}
+
+#[actix_web::test]
+async fn capacity_may_not_drop_below_a_future_days_bookings() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Court", 3);
+    let day = future_day();
+    for name in ["ann", "ben"] {
+        let (_, customer) = logged_in(&app, 0, name, Role::Customer).await;
+        assert_eq!(customer.book(resource, day).await.status(), 201);
+    }
+    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    assert_eq!(carol.post_json(&lock_url(resource), &json!({})).await.status(), 201);
+
+    let refused = patch(&carol, resource, &json!({"capacity": 1})).await;
+    assert_eq!(refused.status(), 422);
+    let body: Value = refused.json().await.expect("json");
+    assert_eq!(body["error"], "capacity_below_bookings");
+    assert_eq!(body["day"], day.to_string());
+    assert!(body["message"].as_str().is_some_and(|m| m.contains(&day.to_string())), "{body}");
+
+    let saved = patch(&carol, resource, &json!({"capacity": 2, "description": "Two groups a day"})).await;
+    assert_eq!(saved.status(), 200);
+    let saved: Value = saved.json().await.expect("json");
+    assert_eq!((saved["capacity"].as_i64(), saved["version"].as_i64()), (Some(2), Some(2)));
+    assert!(
+        invariants::edit_lock_owner(&app.db, &format!("resource:{resource}")).is_some(),
+        "PATCH keeps the lock"
+    );
+    invariants::no_day_over_capacity(&app.db);
+}
+
+#[actix_web::test]
+async fn bad_edits_are_clear_4xx_answers_and_the_form_keeps_the_input() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Bench", 2);
+    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    assert_eq!(carol.get(&format!("/resources/{resource}/edit")).await.status(), 200);
+
+    let long_name = "n".repeat(101);
+    let cases = [
+        (json!({"name": "  "}), 422, "invalid_input"),
+        (json!({"name": long_name}), 422, "invalid_input"),
+        (json!({"capacity": 0}), 422, "invalid_input"),
+        (json!({"capacity": 99_999_999_999_i64}), 422, "invalid_input"),
+        (json!({}), 422, "invalid_input"),
+        (json!({"colour": "red"}), 400, "malformed_body"),
+        (json!({"capacity": "3"}), 400, "malformed_body"),
+    ];
+    for (body, status, code) in cases {
+        let response = patch(&carol, resource, &body).await;
+        assert_eq!(
+            (response.status().as_u16(), error_code(response).await.as_str()),
+            (status, code),
+            "{body}"
+        );
+    }
+    assert_eq!(patch(&carol, 999_999, &json!({"capacity": 2})).await.status(), 404);
+    assert_eq!(carol.get("/resources/999999/edit").await.status(), 404);
+
+    let form = save_form(&carol, resource, "Bench", "kept text", "lots").await;
+    assert_eq!(form.status(), 422);
+    let page = form.text().await.expect("page");
+    assert!(
+        page.contains("a whole number from 1 to")
+            && page.contains("kept text")
+            && page.contains("value=\"lots\"")
+    );
+    assert_eq!(invariants::resource_row(&app.db, resource), ("Bench".to_string(), 2, 1));
+    assert!(invariants::edit_lock_owner(&app.db, &format!("resource:{resource}")).is_some(), "still editing");
+}
+
+#[actix_web::test]
+async fn customers_and_anonymous_users_cannot_edit() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Room", 1);
+    let (_, alice) = logged_in(&app, 0, "alice", Role::Customer).await;
+    assert_eq!(alice.get(&format!("/resources/{resource}/edit")).await.status(), 403);
+    assert_eq!(alice.post_json(&lock_url(resource), &json!({})).await.status(), 403);
+    assert_eq!(patch(&alice, resource, &json!({"capacity": 2})).await.status(), 403);
+    let anonymous = app.client(0);
+    assert_eq!(anonymous.post_json(&lock_url(resource), &json!({})).await.status(), 401);
+    let page = anonymous.get(&format!("/resources/{resource}/edit")).await;
+    assert_eq!(page.status(), 303, "a browser is sent to the login page");
+    assert_eq!(invariants::edit_lock_owner(&app.db, &format!("resource:{resource}")), None);
+}
