@@ -121,9 +121,11 @@ pub fn list(conn: &mut MysqlConnection) -> QueryResult<Listing> {
 }
 
 /// Who holds `name`, asked with `IS_USED_LOCK` (works on every server, no plugin needed).
+/// The name is echoed through `CAST(? AS CHAR)`: a bare `?` column has no type when the statement
+/// is prepared, and the MySQL client library reports it as NULL-typed, which diesel cannot read.
 pub fn lookup(conn: &mut MysqlConnection, name: &OurLockName) -> QueryResult<Option<NamedLock>> {
     diesel::sql_query(
-        "SELECT ? AS name, CAST(h.id AS SIGNED) AS connection_id, CAST(p.TIME AS SIGNED) AS state_secs, \
+        "SELECT CAST(? AS CHAR(64)) AS name, CAST(h.id AS SIGNED) AS connection_id, CAST(p.TIME AS SIGNED) AS state_secs, \
            p.USER AS db_user, p.HOST AS host, p.DB AS db, p.COMMAND AS command \
          FROM (SELECT IS_USED_LOCK(?) AS id) h \
          LEFT JOIN information_schema.PROCESSLIST p ON p.ID = h.id \

@@ -1,1 +1,317 @@
-//! admin
+//! The admin's locks screen and force releases: edit locks (rows) and named locks (sessions),
+//! who may use them, and what the audit log says afterwards.
+
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
+use haita::auth::Role;
+use haita::edit_locks::service::{self, Policy};
+use haita::edit_locks::{EditLockKey, Owner};
+use haita::locking::LockName;
+use rand::Rng;
+use serde_json::{Value, json};
+
+use crate::common::{Client, TestApp, TestUser, error_code, invariants};
+
+async fn logged_in(app: &TestApp, name: &str, role: Role) -> (TestUser, Client) {
+    let user = app.user(name, role);
+    let client = app.client(0);
+    client.login(&user).await;
+    (user, client)
+}
+
+async fn send(client: &Client, method: reqwest::Method, path: &str) -> reqwest::Response {
+    client.http.request(method, client.url(path)).send().await.expect("request")
+}
+
+async fn post_form(client: &Client, path: &str, fields: &[(&str, &str)]) -> reqwest::Response {
+    let token = client.csrf_token("/").await;
+    let mut form = vec![("csrf_token", token.as_str())];
+    form.extend_from_slice(fields);
+    client.post_form(path, &form).await
+}
+
+#[derive(QueryableByName)]
+struct Answer {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    value: Option<i64>,
+}
+
+fn ask(conn: &mut MysqlConnection, sql: &str, name: &str) -> Option<i64> {
+    diesel::sql_query(sql).bind::<Text, _>(name).get_result::<Answer>(conn).expect(sql).value
+}
+
+#[actix_web::test]
+async fn a_force_release_refuses_the_holders_save_shows_their_input_and_is_audited() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Meeting room", 4);
+    let (_, carol) = logged_in(&app, "carol", Role::Staff).await;
+    let (_, admin) = logged_in(&app, "root", Role::Admin).await;
+    let key = format!("resource:{resource}");
+    assert_eq!(carol.get(&format!("/resources/{resource}/edit")).await.status(), 200);
+
+    let screen = admin.get("/admin/locks").await.text().await.expect("page");
+    assert!(screen.contains(&format!("data-key=\"{key}\"")) && screen.contains("carol"), "listed");
+    let no_reason =
+        post_form(&admin, "/admin/edit-locks/force-release", &[("key", &key), ("reason", " ")]).await;
+    assert_eq!(no_reason.status(), 422, "a reason is required");
+    assert!(invariants::edit_lock_owner(&app.db, &key).is_some());
+
+    let released =
+        post_form(&admin, "/admin/edit-locks/force-release", &[("key", &key), ("reason", "carol went home")])
+            .await;
+    assert_eq!(released.status(), 303);
+    assert_eq!(invariants::edit_lock_owner(&app.db, &key), None);
+
+    let token = carol.csrf_token("/").await;
+    let refused = carol
+        .post_form(
+            &format!("/resources/{resource}/edit"),
+            &[
+                ("csrf_token", &token),
+                ("name", "Board room"),
+                ("description", "typed for an hour"),
+                ("capacity", "6"),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status(), 423);
+    let page = refused.text().await.expect("page");
+    assert!(page.contains("NOT saved") && page.contains("no longer hold the edit lock"), "told why");
+    assert!(page.contains("edit_lock.force_released") && page.contains("carol went home"), "and by whom");
+    assert!(page.contains("value=\"Board room\"") && page.contains("typed for an hour"), "input shown back");
+    assert!(page.contains("id=\"take-over\""), "and may take the lock again with it");
+    assert_eq!(invariants::resource_row(&app.db, resource), ("Meeting room".to_string(), 4, 1));
+
+    let log: Value = admin.get("/api/v1/admin/audit").await.json().await.expect("json");
+    let newest = &log["events"][0];
+    assert_eq!(
+        (newest["action"].as_str(), newest["actor"].as_str()),
+        (Some("edit_lock.force_released"), Some("root"))
+    );
+    assert!(newest["detail"].as_str().is_some_and(|d| d.contains("carol went home") && d.contains("carol")));
+
+    // The same through the JSON API; the holder's PATCH is refused afterwards.
+    assert_eq!(
+        carol.post_json(&format!("/api/v1/resources/{resource}/edit-lock"), &json!({})).await.status(),
+        201
+    );
+    let path = format!("/api/v1/admin/edit-locks/{key}?reason=stuck%20client");
+    assert_eq!(send(&admin, reqwest::Method::DELETE, &path).await.status(), 200);
+    let patch = carol
+        .http
+        .patch(carol.url(&format!("/api/v1/resources/{resource}")))
+        .json(&json!({"capacity": 6}))
+        .send()
+        .await
+        .expect("PATCH");
+    assert_eq!((patch.status().as_u16(), error_code(patch).await.as_str()), (423, "edit_lock_not_held"));
+    assert_eq!(send(&admin, reqwest::Method::DELETE, &path).await.status(), 404, "nothing left to release");
+    assert_eq!(
+        invariants::audit_actions(&app.db, &key),
+        ["edit_lock.acquired", "edit_lock.force_released", "edit_lock.acquired", "edit_lock.force_released"]
+    );
+}
+
+#[actix_web::test]
+async fn only_admins_reach_any_admin_route_or_action() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Room", 1);
+    let key = format!("resource:{resource}");
+    let (_, carol) = logged_in(&app, "carol", Role::Staff).await;
+    let (_, alice) = logged_in(&app, "alice", Role::Customer).await;
+    assert_eq!(
+        carol.post_json(&format!("/api/v1/resources/{resource}/edit-lock"), &json!({})).await.status(),
+        201
+    );
+    let named = "haita:test:nobody";
+
+    for client in [&carol, &alice] {
+        for path in ["/admin/locks", "/admin/audit", "/api/v1/admin/locks", "/api/v1/admin/audit"] {
+            assert_eq!(client.get(path).await.status(), 403, "GET {path}");
+        }
+        assert_eq!(client.get(&format!("/api/v1/admin/named-locks/{named}")).await.status(), 403);
+        let forms: [(&str, &[(&str, &str)]); 3] = [
+            ("/admin/edit-locks/force-release", &[("key", &key), ("reason", "because")]),
+            ("/admin/edit-locks/release-expired", &[]),
+            ("/admin/named-locks/force-release", &[("name", named), ("reason", "because")]),
+        ];
+        for (path, fields) in forms {
+            assert_eq!(post_form(client, path, fields).await.status(), 403, "POST {path}");
+        }
+        for (method, path) in [
+            (reqwest::Method::DELETE, format!("/api/v1/admin/edit-locks/{key}?reason=because")),
+            (reqwest::Method::POST, "/api/v1/admin/edit-locks/release-expired".to_string()),
+            (reqwest::Method::DELETE, format!("/api/v1/admin/named-locks/{named}?reason=because")),
+        ] {
+            let response = send(client, method.clone(), &path).await;
+            assert_eq!(
+                (response.status().as_u16(), error_code(response).await.as_str()),
+                (403, "forbidden"),
+                "{method} {path}"
+            );
+        }
+    }
+    let anonymous = app.client(0);
+    assert_eq!(anonymous.get("/api/v1/admin/locks").await.status(), 401);
+    assert_eq!(anonymous.get("/admin/locks").await.status(), 303, "a browser is sent to log in");
+    assert_eq!(
+        send(&anonymous, reqwest::Method::DELETE, &format!("/api/v1/admin/edit-locks/{key}?reason=x"))
+            .await
+            .status(),
+        401
+    );
+    assert!(invariants::edit_lock_owner(&app.db, &key).is_some(), "nobody but an admin released it");
+    assert!(invariants::audit_actions(&app.db, &key).iter().all(|a| a == "edit_lock.acquired"));
+}
+
+#[actix_web::test]
+async fn a_leaked_named_lock_is_listed_with_its_connection_and_the_admins_force_release_frees_it() {
+    let app = TestApp::spawn().await;
+    let (_, admin) = logged_in(&app, "root", Role::Admin).await;
+    let name = LockName::new("test", &format!("{:016x}", rand::rng().random::<u64>()));
+    let mut leaker = app.db.raw_connection();
+    assert_eq!(ask(&mut leaker, "SELECT GET_LOCK(?, 0) AS value", name.as_str()), Some(1));
+    let leaker_id: i64 =
+        diesel::select(diesel::dsl::sql::<BigInt>("CONNECTION_ID()")).get_result(&mut leaker).expect("id");
+
+    let listing: Value = admin.get("/api/v1/admin/locks").await.json().await.expect("json");
+    let found = listing["named_locks"]["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .find(|l| l["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("{name} listed: {listing}"));
+    assert_eq!(found["connection_id"].as_i64(), Some(leaker_id));
+    assert!(found["state_secs"].as_i64().is_some());
+    let screen = admin.get("/admin/locks").await.text().await.expect("page");
+    assert!(
+        screen.contains(&format!("data-name=\"{name}\" data-connection=\"{leaker_id}\"")),
+        "on the screen"
+    );
+    let lookup: Value =
+        admin.get(&format!("/api/v1/admin/named-locks/{name}")).await.json().await.expect("json");
+    assert_eq!(lookup["connection_id"].as_i64(), Some(leaker_id), "IS_USED_LOCK fallback agrees");
+
+    let foreign =
+        send(&admin, reqwest::Method::DELETE, "/api/v1/admin/named-locks/other_app:lock?reason=no").await;
+    assert_eq!((foreign.status().as_u16(), error_code(foreign).await.as_str()), (422, "not_haita_lock"));
+    let stale = post_form(
+        &admin,
+        "/admin/named-locks/force-release",
+        &[
+            ("name", name.as_str()),
+            ("connection_id", &(leaker_id + 1_000_000).to_string()),
+            ("reason", "stale screen"),
+        ],
+    )
+    .await;
+    assert_eq!(stale.status(), 409, "the holder is re-checked before any KILL");
+    assert_eq!(
+        ask(&mut app.db.raw_connection(), "SELECT IS_USED_LOCK(?) AS value", name.as_str()),
+        Some(leaker_id)
+    );
+
+    let killed = post_form(
+        &admin,
+        "/admin/named-locks/force-release",
+        &[("name", name.as_str()), ("connection_id", &leaker_id.to_string()), ("reason", "leaked by a test")],
+    )
+    .await;
+    assert_eq!(killed.status(), 303);
+    assert_eq!(killed.headers()["location"], format!("/admin/locks?killed={leaker_id}&freed=true").as_str());
+    let mut next = app.db.raw_connection();
+    assert_eq!(
+        ask(&mut next, "SELECT GET_LOCK(?, 5) AS value", name.as_str()),
+        Some(1),
+        "another session gets it"
+    );
+    assert!(diesel::sql_query("SELECT 1").execute(&mut leaker).is_err(), "the leaking session was ended");
+    assert_eq!(invariants::audit_actions(&app.db, name.as_str()), ["named_lock.force_released"]);
+}
+
+#[actix_web::test]
+async fn batch_held_locks_cannot_be_force_released_and_release_all_expired_skips_them() {
+    let app = TestApp::spawn_instances(1, |c| c.edit_lock_ttl = Duration::from_secs(1)).await;
+    let (online, batch) = (app.resource("Online", 1), app.resource("Batch", 1));
+    let (_, carol) = logged_in(&app, "carol", Role::Staff).await;
+    let (root, admin) = logged_in(&app, "root", Role::Admin).await;
+    let (online_key, batch_key) = (format!("resource:{online}"), format!("resource:{batch}"));
+
+    assert_eq!(
+        carol.post_json(&format!("/api/v1/resources/{batch}/edit-lock"), &json!({})).await.status(),
+        201
+    );
+    // The nightly job takes the lock from carol (article 004's "steal" strategy).
+    let operator = Owner { user_id: root.id, session: "batch:nightly".into() };
+    service::acquire(
+        &app.db.pool,
+        Duration::from_secs(5),
+        Duration::from_secs(1),
+        &EditLockKey::resource(batch),
+        &operator,
+        Policy::SeizeForBatch,
+    )
+    .expect("batch seizes the lock");
+    assert_eq!(
+        invariants::edit_lock_owner(&app.db, &batch_key),
+        Some((root.id, "batch:nightly".to_string()))
+    );
+    let refused =
+        send(&admin, reqwest::Method::DELETE, &format!("/api/v1/admin/edit-locks/{batch_key}?reason=try"))
+            .await;
+    assert_eq!((refused.status().as_u16(), error_code(refused).await.as_str()), (409, "batch_held"));
+
+    assert_eq!(
+        carol.post_json(&format!("/api/v1/resources/{online}/edit-lock"), &json!({})).await.status(),
+        201
+    );
+    invariants::wait_until_edit_lock_expired(&app.db, &online_key);
+    invariants::wait_until_edit_lock_expired(&app.db, &batch_key);
+    let released = admin.post_json("/api/v1/admin/edit-locks/release-expired", &json!({})).await;
+    assert_eq!(released.status(), 200);
+    let released: Value = released.json().await.expect("json");
+    let keys: Vec<&str> =
+        released["released"].as_array().expect("list").iter().filter_map(|l| l["key"].as_str()).collect();
+    assert_eq!(keys, [online_key.as_str()]);
+    assert_eq!(invariants::edit_lock_owner(&app.db, &online_key), None);
+    assert!(invariants::edit_lock_owner(&app.db, &batch_key).is_some(), "the batch keeps its lock");
+    assert_eq!(invariants::audit_actions(&app.db, &online_key), ["edit_lock.acquired", "edit_lock.expired"]);
+    assert_eq!(
+        invariants::audit_actions(&app.db, &batch_key),
+        ["edit_lock.acquired", "edit_lock.batch_seized"]
+    );
+}
+
+#[actix_web::test]
+async fn the_audit_log_pages_newest_first() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Room", 1);
+    let (_, carol) = logged_in(&app, "carol", Role::Staff).await;
+    let (_, admin) = logged_in(&app, "root", Role::Admin).await;
+    let url = format!("/api/v1/resources/{resource}/edit-lock");
+    for _ in 0..3 {
+        assert_eq!(carol.post_json(&url, &json!({})).await.status(), 201);
+        assert_eq!(send(&carol, reqwest::Method::DELETE, &url).await.status(), 204);
+    }
+
+    let first: Value = admin.get("/api/v1/admin/audit?limit=4").await.json().await.expect("json");
+    let ids = |page: &Value| {
+        page["events"].as_array().expect("events").iter().filter_map(|e| e["id"].as_i64()).collect::<Vec<_>>()
+    };
+    let first_ids = ids(&first);
+    assert_eq!(first_ids.len(), 4);
+    assert!(first_ids.windows(2).all(|w| w[0] > w[1]), "newest first: {first_ids:?}");
+    assert_eq!(first["events"][0]["action"], "edit_lock.released");
+    let older = first["older"].as_i64().expect("an older page");
+    let second: Value =
+        admin.get(&format!("/api/v1/admin/audit?limit=4&before={older}")).await.json().await.expect("json");
+    assert_eq!(ids(&second).len(), 2);
+    assert!(second["older"].is_null(), "last page");
+    assert!(ids(&second).iter().all(|id| *id < older));
+
+    let html = admin.get(&format!("/admin/audit?before={older}")).await;
+    assert_eq!(html.status(), 200);
+    assert!(html.text().await.expect("page").contains("edit_lock.acquired"));
+}
