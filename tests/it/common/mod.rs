@@ -1,6 +1,7 @@
 //! The harness: a fresh database per test, the real app on a random port, HTTP clients with
 //! their own cookie jars, and the invariant checks of DESIGN.md.
 
+pub mod browser;
 pub mod invariants;
 
 use std::sync::OnceLock;

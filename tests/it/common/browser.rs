@@ -1,0 +1,145 @@
+//! Headless Chromium driven over WebDriver (chromedriver + the fantoccini crate), for tests that
+//! need what only a browser does: run the page's script, follow forms and redirects, keep cookies.
+//!
+//! Needs Debian's `chromium` and `chromium-driver` (`scripts/dev test` installs them). When they
+//! are missing the test FAILS saying so: a browser test that silently skips proves nothing.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use rand::Rng;
+use serde_json::json;
+
+/// A chromedriver process on a free local port, ended when dropped, and the fresh browser
+/// profiles it started.
+pub struct Chromedriver {
+    child: Child,
+    url: String,
+    chromium: PathBuf,
+    profiles: Vec<PathBuf>,
+}
+
+fn find_on_path(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.push(PathBuf::from("/usr/lib/chromium"));
+    names.iter().flat_map(|name| dirs.iter().map(move |dir| dir.join(name))).find(|p| p.is_file())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
+
+impl Chromedriver {
+    pub fn start() -> Self {
+        let driver = find_on_path(&["chromedriver"]).unwrap_or_else(|| {
+            panic!("chromedriver not found on PATH: install Debian's chromium-driver (scripts/dev test does)")
+        });
+        let chromium =
+            find_on_path(&["chromium", "chromium-browser", "google-chrome"]).unwrap_or_else(|| {
+                panic!("Chromium not found on PATH: install Debian's chromium (scripts/dev test does)")
+            });
+        let port = free_port();
+        let child = Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", driver.display()));
+        let address = format!("127.0.0.1:{port}");
+        let ready = (0..200).any(|_| {
+            let up = TcpStream::connect(&address).is_ok();
+            if !up {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            up
+        });
+        let driver = Self { child, url: format!("http://{address}"), chromium, profiles: Vec::new() };
+        assert!(ready, "chromedriver did not listen on {address} within 10 s");
+        driver
+    }
+
+    /// A new browser with a profile of its own: its own cookies, so its own session.
+    pub async fn browser(&mut self) -> Client {
+        let profile =
+            std::env::temp_dir().join(format!("haita-chromium-{:016x}", rand::rng().random::<u64>()));
+        std::fs::create_dir_all(&profile).expect("profile directory");
+        self.profiles.push(profile.clone());
+        let capabilities = json!({
+            "goog:chromeOptions": {
+                "binary": self.chromium,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--no-first-run", format!("--user-data-dir={}", profile.display()),
+                ],
+            }
+        });
+        let serde_json::Value::Object(capabilities) = capabilities else { unreachable!("an object") };
+        ClientBuilder::new(HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&self.url)
+            .await
+            .unwrap_or_else(|e| panic!("Chromium did not start through chromedriver: {e}"))
+    }
+}
+
+impl Drop for Chromedriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for profile in &self.profiles {
+            let _ = std::fs::remove_dir_all(Path::new(profile));
+        }
+    }
+}
+
+/// Logs in through the login form, as a person would.
+pub async fn log_in(browser: &Client, base: &str, username: &str) {
+    browser.goto(&format!("{base}/login")).await.expect("login page");
+    browser
+        .find(Locator::Css("input[name=username]"))
+        .await
+        .expect("field")
+        .send_keys(username)
+        .await
+        .expect("type");
+    browser
+        .find(Locator::Css("input[name=password]"))
+        .await
+        .expect("field")
+        .send_keys(super::PASSWORD)
+        .await
+        .expect("type");
+    browser
+        .find(Locator::Css("main form button[type=submit]"))
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("click");
+    browser
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("span.who"))
+        .await
+        .expect("logged in");
+}
+
+/// Waits (bounded) until the element matching `css` is displayed, and returns its text.
+pub async fn text_when_shown(browser: &Client, css: &str) -> String {
+    for _ in 0..200 {
+        if let Ok(element) = browser.find(Locator::Css(css)).await
+            && element.is_displayed().await.unwrap_or(false)
+        {
+            return element.text().await.expect("text");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{css} was not shown within 20 s; page: {}", browser.source().await.unwrap_or_default());
+}
