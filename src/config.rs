@@ -53,7 +53,12 @@ impl Config {
             row_lock_wait_secs: parse("ROW_LOCK_WAIT_SECS", defaults.row_lock_wait_secs, |v| {
                 (1..=3600).contains(&v)
             })?,
-            edit_lock_ttl: secs("EDIT_LOCK_TTL_SECS", defaults.edit_lock_ttl)?,
+            // At least 5 s: the edit page beats every third of it, and a lock that expires
+            // between two beats of a healthy page would be lost to the first passer-by.
+            edit_lock_ttl: parse("EDIT_LOCK_TTL_SECS", defaults.edit_lock_ttl.as_secs(), |v| {
+                (5..=86_400).contains(&v)
+            })
+            .map(Duration::from_secs)?,
             session_key: match std::env::var("SESSION_KEY") {
                 Ok(key) if key.len() >= 64 => Some(key.into_bytes()),
                 Ok(key) => {

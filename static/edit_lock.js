@@ -6,6 +6,9 @@
   if (!form) return;
   var url = form.dataset.heartbeatUrl;
   var every = Number(form.dataset.heartbeatMs) || 60000;
+  // The lock's last heartbeat as this page knows it: the release on leave names it, so a late
+  // release cannot end a lock that a reload of this page has renewed meanwhile.
+  var lastBeat = form.dataset.heartbeatAt;
   var lost = document.getElementById("lock-lost");
   var status = document.getElementById("lock-status");
   var leaving = false; // set when Save or Cancel submits: they end the lock themselves
@@ -19,7 +22,7 @@
   var timer = setInterval(function () {
     fetch(url, { method: "PUT", credentials: "same-origin", headers: { "Accept": "application/json" } })
       .then(function (response) {
-        if (response.ok) return;
+        if (response.ok) return response.json().then(function (lock) { lastBeat = lock.heartbeat_at; });
         return response.json().then(function (problem) {
           clearInterval(timer);
           showLost(problem.message || "You no longer hold the edit lock.");
@@ -36,7 +39,8 @@
     if (leaving) return;
     clearInterval(timer);
     // keepalive lets the request outlive the page.
-    fetch(url, { method: "DELETE", credentials: "same-origin", keepalive: true }).catch(function () {});
+    var release = url + "?if_heartbeat=" + encodeURIComponent(lastBeat);
+    fetch(release, { method: "DELETE", credentials: "same-origin", keepalive: true }).catch(function () {});
   });
 
   // Coming back through the back/forward cache: the lock was released on leave, so reload to

@@ -212,7 +212,7 @@ async fn cancel_form(
 ) -> actix_web::Result<HttpResponse> {
     let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
     let released =
-        blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner)).await;
+        blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, None)).await;
     match released {
         Ok(_) | Err(EditLockError::Locked(_)) => Ok(see_other(&format!("/resources/{id}"))),
         Err(other) => Err(other.into()),
@@ -364,16 +364,26 @@ async fn heartbeat_json(
     Ok(HttpResponse::Ok().json(lock))
 }
 
-/// Releases my lock; 204 also when there was none (releasing is idempotent). Someone else's
-/// lock is never released here: 423.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseQuery {
+    /// Release only if this is still the lock's last heartbeat (see `service::release`).
+    if_heartbeat: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Releases my lock; 204 also when there was none, or when `if_heartbeat` no longer matches
+/// (releasing is idempotent). Someone else's lock is never released here: 423.
 async fn release_json(
     user: SessionUser,
     path: web::Path<i64>,
+    query: web::Query<ReleaseQuery>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, EditLockError> {
     let owner = editor(&user)?;
-    let (pool, id) = (state.pool.clone(), path.into_inner());
-    blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner)).await?;
+    let (pool, id, if_heartbeat) =
+        (state.pool.clone(), path.into_inner(), query.if_heartbeat.map(|t| t.naive_utc()));
+    blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, if_heartbeat))
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Text};
+use diesel::sql_types::{BigInt, Bool, Datetime, Nullable, Text};
 
 use super::model::{LOCK_VIEW, LockView};
 use super::{EditLockError, EditLockKey, EditLockToken, Owner};
@@ -156,14 +157,27 @@ pub fn heartbeat(
 
 /// Releases `owner`'s own lock (Cancel, leaving the page, the API's DELETE). Answers whether
 /// there was one; someone else's lock is never touched.
-pub fn release(conn: &mut MysqlConnection, key: &EditLockKey, owner: &Owner) -> Result<bool, EditLockError> {
+///
+/// `if_heartbeat` makes the release conditional on the last heartbeat the caller saw. A page
+/// that is reloaded sends its release-on-leave *and* the new page's acquire, in either order; if
+/// the acquire wins, it renews the lock (a new `heartbeat_at`) and the late release must not
+/// end the lock the new page now relies on.
+pub fn release(
+    conn: &mut MysqlConnection,
+    key: &EditLockKey,
+    owner: &Owner,
+    if_heartbeat: Option<NaiveDateTime>,
+) -> Result<bool, EditLockError> {
     conn.transaction(|conn| {
         let deleted = diesel::sql_query(
-            "DELETE FROM edit_locks WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ?",
+            "DELETE FROM edit_locks WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
+               AND (? IS NULL OR heartbeat_at = ?)",
         )
         .bind::<Text, _>(key.as_str())
         .bind::<BigInt, _>(owner.user_id)
         .bind::<Text, _>(&owner.session)
+        .bind::<Nullable<Datetime>, _>(if_heartbeat)
+        .bind::<Nullable<Datetime>, _>(if_heartbeat)
         .execute(conn)?;
         if deleted == 1 {
             audit::record(conn, Some(owner.user_id), Action::EditLockReleased, key.as_str(), "by its owner")?;

@@ -326,3 +326,38 @@ async fn customers_and_anonymous_users_cannot_edit() {
     assert_eq!(page.status(), 303, "a browser is sent to the login page");
     assert_eq!(invariants::edit_lock_owner(&app.db, &format!("resource:{resource}")), None);
 }
+
+#[actix_web::test]
+async fn a_late_release_from_a_reloaded_page_does_not_end_the_renewed_lock() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Darkroom", 1);
+    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let key = format!("resource:{resource}");
+
+    let first: Value = carol.post_json(&lock_url(resource), &json!({})).await.json().await.expect("json");
+    let old_beat = first["heartbeat_at"].as_str().expect("heartbeat_at").to_string();
+    // The reload's acquire arrives before the old page's release-on-leave.
+    let renewed = carol.post_json(&lock_url(resource), &json!({})).await;
+    assert_eq!(renewed.status(), 200);
+    let new_beat =
+        renewed.json::<Value>().await.expect("json")["heartbeat_at"].as_str().expect("at").to_string();
+    assert_ne!(old_beat, new_beat);
+
+    let late =
+        send(&carol, reqwest::Method::DELETE, &format!("{}?if_heartbeat={old_beat}", lock_url(resource)))
+            .await;
+    assert_eq!(late.status(), 204);
+    assert!(
+        invariants::edit_lock_owner(&app.db, &key).is_some(),
+        "the renewed lock survives the late release"
+    );
+    let current =
+        send(&carol, reqwest::Method::DELETE, &format!("{}?if_heartbeat={new_beat}", lock_url(resource)))
+            .await;
+    assert_eq!(current.status(), 204);
+    assert_eq!(invariants::edit_lock_owner(&app.db, &key), None);
+    let bad =
+        send(&carol, reqwest::Method::DELETE, &format!("{}?if_heartbeat=yesterday", lock_url(resource)))
+            .await;
+    assert_eq!(bad.status(), 400, "a malformed time is refused, not guessed");
+}

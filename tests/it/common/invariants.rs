@@ -98,8 +98,8 @@ pub fn confirmed_on(db: &TestDb, resource_id: i64, day: chrono::NaiveDate) -> i6
         .expect("count")
 }
 
-/// 7. The holder of an edit lock: (user id, session), or `None`. The primary key on `lock_key`
-/// makes two rows impossible; tests check that the *right* one holds it.
+/// Invariant 7: the holder of an edit lock, as (user id, session), or `None`. The primary key on
+/// `lock_key` makes two rows impossible; tests check that the *right* one holds it.
 pub fn edit_lock_owner(db: &TestDb, key: &str) -> Option<(i64, String)> {
     use haita::schema::edit_locks::dsl as l;
     l::edit_locks
