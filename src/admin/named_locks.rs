@@ -77,7 +77,8 @@ pub struct Listing {
 }
 
 const MARIADB: &str = "SELECT m.TABLE_SCHEMA AS name, CAST(m.THREAD_ID AS SIGNED) AS connection_id, \
-       CAST(p.TIME AS SIGNED) AS state_secs, p.USER AS db_user, p.HOST AS host, p.DB AS db, p.COMMAND AS command \
+       CAST(p.TIME AS SIGNED) AS state_secs, p.USER AS db_user, p.HOST AS host, p.DB AS db, \
+       p.COMMAND AS command \
      FROM information_schema.METADATA_LOCK_INFO m \
      LEFT JOIN information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID \
      WHERE m.LOCK_TYPE = 'User lock' AND m.TABLE_SCHEMA LIKE 'haita:%' \
@@ -125,7 +126,8 @@ pub fn list(conn: &mut MysqlConnection) -> QueryResult<Listing> {
 /// is prepared, and the MySQL client library reports it as NULL-typed, which diesel cannot read.
 pub fn lookup(conn: &mut MysqlConnection, name: &OurLockName) -> QueryResult<Option<NamedLock>> {
     diesel::sql_query(
-        "SELECT CAST(? AS CHAR(64)) AS name, CAST(h.id AS SIGNED) AS connection_id, CAST(p.TIME AS SIGNED) AS state_secs, \
+        "SELECT CAST(? AS CHAR(64)) AS name, CAST(h.id AS SIGNED) AS connection_id, \
+           CAST(p.TIME AS SIGNED) AS state_secs, \
            p.USER AS db_user, p.HOST AS host, p.DB AS db, p.COMMAND AS command \
          FROM (SELECT IS_USED_LOCK(?) AS id) h \
          LEFT JOIN information_schema.PROCESSLIST p ON p.ID = h.id \

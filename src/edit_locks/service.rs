@@ -73,7 +73,8 @@ fn insert_or_take_over(
             None => {
                 diesel::sql_query(
                     "INSERT INTO edit_locks \
-                       (lock_key, owner_user_id, owner_session, acquired_at, heartbeat_at, expires_at, held_by_batch) \
+                       (lock_key, owner_user_id, owner_session, acquired_at, heartbeat_at, expires_at, \
+                        held_by_batch) \
                      VALUES (?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)",
                 )
                 .bind::<Text, _>(key.as_str())
@@ -98,13 +99,16 @@ fn insert_or_take_over(
                         key.as_str(),
                         &format!(
                             "lock of {} expired at {} (last heartbeat {}); seen by the next acquirer",
-                            previous.owner_username, previous.expires_at, previous.heartbeat_at
+                            previous.owner_username,
+                            at(previous.expires_at),
+                            at(previous.heartbeat_at)
                         ),
                     )?;
                 }
                 diesel::sql_query(
                     "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, acquired_at = NOW(6), \
-                       heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, held_by_batch = ? \
+                       heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, \
+                       held_by_batch = ? \
                      WHERE lock_key = ?",
                 )
                 .bind::<BigInt, _>(owner.user_id)
@@ -122,17 +126,27 @@ fn insert_or_take_over(
         };
         let lock = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
         let (action, detail) = match &outcome {
-            Acquired::New => (Action::EditLockAcquired, format!("until {}", lock.expires_at)),
-            Acquired::Renewed => {
-                (Action::EditLockAcquired, format!("already held by this session; now until {}", lock.expires_at))
-            }
+            Acquired::New => (Action::EditLockAcquired, format!("until {}", at(lock.expires_at))),
+            Acquired::Renewed => (
+                Action::EditLockAcquired,
+                format!("already held by this session; now until {}", at(lock.expires_at)),
+            ),
             Acquired::TookOver(previous) if batch => (
                 Action::EditLockBatchSeized,
-                format!("taken by a batch job from {} (session {})", previous.owner_username, previous.session_hint()),
+                format!(
+                    "taken by a batch job from {} (session {})",
+                    previous.owner_username,
+                    previous.session_hint()
+                ),
             ),
             Acquired::TookOver(previous) => (
                 Action::EditLockTakenOver,
-                format!("from {} (session {}), expired at {}", previous.owner_username, previous.session_hint(), previous.expires_at),
+                format!(
+                    "from {} (session {}), expired at {}",
+                    previous.owner_username,
+                    previous.session_hint(),
+                    at(previous.expires_at)
+                ),
             ),
         };
         audit::record(conn, Some(owner.user_id), action, key.as_str(), &detail)?;
@@ -247,7 +261,7 @@ pub fn force_release(
                 "held by {} (session {}) since {}, {}; reason: {reason}",
                 lock.owner_username,
                 lock.session_hint(),
-                lock.acquired_at,
+                at(lock.acquired_at),
                 if lock.expired { "expired" } else { "not expired" }
             ),
         )?;
@@ -288,7 +302,8 @@ pub fn release_expired(
                 &lock_key,
                 &format!(
                     "lock of {} expired at {}; removed by \"release all expired\"",
-                    lock.owner_username, lock.expires_at
+                    lock.owner_username,
+                    at(lock.expires_at)
                 ),
             )?;
             released.push(lock);
@@ -351,7 +366,8 @@ fn extend(
 ) -> QueryResult<bool> {
     let changed = diesel::sql_query(
         "UPDATE edit_locks SET heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND \
-         WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? AND (? = FALSE OR expires_at > NOW(6))",
+         WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
+           AND (? = FALSE OR expires_at > NOW(6))",
     )
     .bind::<BigInt, _>(ttl_micros)
     .bind::<Text, _>(key.as_str())
@@ -372,6 +388,11 @@ fn not_mine(
         Some(other) if !other.is_owned_by(owner) => EditLockError::Locked(Box::new(other)),
         _ => EditLockError::NotHeld(key.clone()),
     })
+}
+
+/// Times in audit details, to the second: the event's own `at` column keeps full precision.
+fn at(time: NaiveDateTime) -> String {
+    time.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
 fn micros(ttl: Duration) -> i64 {
