@@ -15,13 +15,23 @@ use crate::auth::{Role, SessionUser};
 use crate::bookings::model::Resource;
 use crate::web::{AppState, PageContext, html, see_other};
 
+/// The edit form may carry 2000 characters of Japanese description: 6 KB of UTF-8, up to 18 KB
+/// once percent-encoded — above the app-wide form limit, and a user's long text must not be
+/// refused for its encoding.
+const EDIT_FORM_LIMIT: usize = 64 * 1024;
+
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/resources/{id}/edit")
+            .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
             .route(web::get().to(edit_page))
             .route(web::post().to(save_form)),
     )
-    .route("/resources/{id}/edit/take-over", web::post().to(take_over_form))
+    .service(
+        web::resource("/resources/{id}/edit/take-over")
+            .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
+            .route(web::post().to(take_over_form)),
+    )
     .route("/resources/{id}/edit/cancel", web::post().to(cancel_form))
     .route("/static/edit_lock.js", web::get().to(script))
     .service(
@@ -346,7 +356,7 @@ async fn acquire_json(
     let (_, acquired, lock) =
         blocking(move || editing::open(&pool, wait, ttl, id, &owner, Policy::TakeOverExpired)).await?;
     Ok(match acquired {
-        Acquired::Renewed => HttpResponse::Ok().json(lock),
+        Acquired::Renewed { .. } => HttpResponse::Ok().json(lock),
         Acquired::New | Acquired::TookOver(_) => HttpResponse::Created().json(lock),
     })
 }

@@ -31,7 +31,7 @@ pub enum Acquired {
     /// There was no lock; now there is, and it is ours.
     New,
     /// It was already ours (this user, this session); its expiry was pushed back.
-    Renewed,
+    Renewed { was_expired: bool },
     /// It was someone else's (expired, or seized by a batch); here is who had it.
     TookOver(Box<LockView>),
 }
@@ -87,7 +87,7 @@ fn insert_or_take_over(
             }
             Some(row) if row.is_owned_by(owner) => {
                 extend(conn, key, owner, ttl_micros, false)?;
-                Acquired::Renewed
+                Acquired::Renewed { was_expired: row.expired }
             }
             Some(row) if batch || (row.expired && policy == Policy::TakeOverExpired) => {
                 let previous = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
@@ -126,10 +126,17 @@ fn insert_or_take_over(
         };
         let lock = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
         let (action, detail) = match &outcome {
-            Acquired::New => (Action::EditLockAcquired, format!("until {}", at(lock.expires_at))),
-            Acquired::Renewed => (
+            Acquired::New => (
                 Action::EditLockAcquired,
-                format!("already held by this session; now until {}", at(lock.expires_at)),
+                format!("{}until {}", if batch { "by a batch job, " } else { "" }, at(lock.expires_at)),
+            ),
+            Acquired::Renewed { was_expired } => (
+                Action::EditLockAcquired,
+                format!(
+                    "already held by this session{}; now until {}",
+                    if *was_expired { " (expired, nobody had taken it over)" } else { "" },
+                    at(lock.expires_at)
+                ),
             ),
             Acquired::TookOver(previous) if batch => (
                 Action::EditLockBatchSeized,
