@@ -13,6 +13,7 @@ use crate::audit::{self, AuditEvent};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
 use crate::bookings::model::Resource;
+use crate::web::error::AsProblem;
 use crate::web::{AppState, PageContext, html, see_other};
 
 /// The edit form may carry 2000 characters of Japanese description: 6 KB of UTF-8, up to 18 KB
@@ -129,7 +130,7 @@ fn heartbeat_ms(state: &AppState) -> u128 {
 /// What a browser sees after trying to get the lock.
 enum Opened {
     Editing(Resource, LockView),
-    Locked { resource: Resource, lock: Option<LockView>, last_event: Option<AuditEvent> },
+    Locked(Resource, Box<LockView>),
 }
 
 async fn open(
@@ -144,7 +145,7 @@ async fn open(
         Ok((resource, _, lock)) => Ok(Opened::Editing(resource, lock)),
         Err(EditLockError::Locked(lock)) => {
             let resource = editing::find_resource(&mut *pool.get()?, id)?;
-            Ok(Opened::Locked { resource, lock: Some(*lock), last_event: None })
+            Ok(Opened::Locked(resource, lock))
         }
         Err(other) => Err(other),
     })
@@ -174,8 +175,15 @@ fn render_opened(
                 heartbeat_ms: heartbeat_ms(state),
             })?)
         }
-        Opened::Locked { resource, lock, last_event } => with_status(
-            html(&LockedPage { ctx, resource, lock, refused: None, unsaved: input, last_event }),
+        Opened::Locked(resource, lock) => with_status(
+            html(&LockedPage {
+                ctx,
+                resource,
+                lock: Some(*lock),
+                refused: None,
+                unsaved: input,
+                last_event: None,
+            }),
             StatusCode::LOCKED,
         ),
     }
@@ -275,7 +283,7 @@ async fn save_form(
         SaveOutcome::Invalid(resource, lock, error) => {
             let errors = match error {
                 EditLockError::Invalid(errors) => errors,
-                other => vec![FieldError { field: "capacity", message: other.problem_message() }],
+                other => vec![FieldError { field: "capacity", message: other.problem().message }],
             };
             let page = EditPage {
                 ctx,
@@ -308,12 +316,6 @@ enum SaveOutcome {
     Saved,
     Invalid(Resource, LockView, EditLockError),
     Refused { resource: Resource, lock: Option<LockView>, last_event: Option<AuditEvent> },
-}
-
-impl EditLockError {
-    fn problem_message(&self) -> String {
-        crate::web::error::AsProblem::problem(self).message
-    }
 }
 
 /// The heartbeat and release-on-leave script of the edit page.
