@@ -10,7 +10,7 @@ use super::{Admin, AdminError, Reason};
 use crate::audit::{self, AuditPage};
 use crate::auth::csrf::CsrfForm;
 use crate::edit_locks::{EditLockKey, LockView, service as edit_locks};
-use crate::web::{AppState, PageContext, html, see_other};
+use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/admin/locks", web::get().to(locks_page))
@@ -27,12 +27,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::delete().to(force_release_named_json)),
         )
         .route("/api/v1/admin/audit", web::get().to(audit_json));
-}
-
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, AdminError> + Send + 'static,
-) -> Result<T, AdminError> {
-    web::block(work).await?
 }
 
 /// Everything the locks screen and `GET /api/v1/admin/locks` show.
@@ -129,7 +123,8 @@ async fn locks_page(
         Some(text) => {
             let name = OurLockName::parse(text)?;
             let pool = state.pool.clone();
-            let found = blocking(move || Ok(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
+            let found =
+                blocking(move || Ok::<_, AdminError>(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
             Some((text.trim().to_string(), found))
         }
         None => None,
@@ -291,7 +286,7 @@ async fn lookup_named_json(
     let name = OurLockName::parse(&path.into_inner())?;
     let pool = state.pool.clone();
     let key = name.as_str().to_string();
-    let found = blocking(move || Ok(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
+    let found = blocking(move || Ok::<_, AdminError>(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
     Ok(HttpResponse::Ok().json(found.ok_or(AdminError::NotHeld(key))?))
 }
 

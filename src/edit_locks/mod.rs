@@ -98,6 +98,11 @@ pub fn describe(lock: &LockView) -> String {
     }
 }
 
+/// Plain data as a JSON value for [`Problem::with`]; none of ours can fail to serialise.
+fn json(value: impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or_default()
+}
+
 impl AsProblem for EditLockError {
     fn problem(&self) -> Problem {
         use StatusCode as S;
@@ -112,9 +117,9 @@ impl AsProblem for EditLockError {
                 Problem::new(S::NOT_FOUND, "not_found", format!("There is no resource with id {id}."))
             }
             Self::Locked(lock) => Problem::new(S::LOCKED, "edit_locked", describe(lock))
-                .with("holder", &lock.owner_username)
-                .with("expires_at", lock.expires_at.and_utc())
-                .with("lock", lock),
+                .with("holder", lock.owner_username.clone())
+                .with("expires_at", json(lock.expires_at.and_utc()))
+                .with("lock", json(lock)),
             Self::NotHeld(key) => Problem::new(
                 S::LOCKED,
                 "edit_lock_not_held",
@@ -135,7 +140,7 @@ impl AsProblem for EditLockError {
                 let message =
                     errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>();
                 Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", message.join("; "))
-                    .with("fields", errors)
+                    .with("fields", json(errors))
             }
             Self::CapacityBelowBookings { capacity, day, confirmed } => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
@@ -145,8 +150,8 @@ impl AsProblem for EditLockError {
                      Cancel bookings first or choose at least {confirmed}."
                 ),
             )
-            .with("day", day)
-            .with("confirmed", confirmed),
+            .with("day", day.to_string())
+            .with("confirmed", *confirmed),
             Self::Lock(LockError::TimedOut { .. }) | Self::Pool(_) => {
                 Problem::busy("Many people are opening this editor right now; please try again in a moment.")
             }

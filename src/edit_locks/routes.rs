@@ -14,7 +14,7 @@ use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
 use crate::bookings::model::Resource;
 use crate::web::error::AsProblem;
-use crate::web::{AppState, PageContext, html, see_other};
+use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 /// The edit form may carry 2000 characters of Japanese description: 6 KB of UTF-8, up to 18 KB
 /// once percent-encoded — above the app-wide form limit, and a user's long text must not be
@@ -43,13 +43,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::delete().to(release_json)),
     )
     .route("/api/v1/resources/{id}", web::patch().to(patch_json));
-}
-
-/// Runs blocking database work on actix's blocking thread pool, never on the executor.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, EditLockError> + Send + 'static,
-) -> Result<T, EditLockError> {
-    web::block(work).await?
 }
 
 /// Editing is staff work; everyone else gets 403 (401 when not logged in).

@@ -47,15 +47,15 @@ impl LockName {
         Self::new("book", &format!("{resource_id}:{}", day.format("%Y-%m-%d")))
     }
 
+    /// The lock every instance takes before running migrations.
+    pub fn migrations() -> Self {
+        Self::new("migrate", "schema")
+    }
+
     /// The lock around "insert the edit-lock row, or take it over" for one edit-lock key
     /// (`resource:42`): the row may not exist yet, so there is nothing to `SELECT … FOR UPDATE`.
     pub fn edit_lock(key: &str) -> Self {
         Self::new("edit", key)
-    }
-
-    /// The lock every instance takes before running migrations.
-    pub fn migrations() -> Self {
-        Self::new("migrate", "schema")
     }
 
     pub fn as_str(&self) -> &str {
@@ -77,11 +77,6 @@ mod tests {
     fn booking_names_read_like_their_key() {
         let day = NaiveDate::from_ymd_opt(2026, 12, 24).expect("valid date");
         assert_eq!(LockName::booking(42, day).as_str(), "haita:book:42:2026-12-24");
-    }
-
-    #[test]
-    fn edit_lock_names_read_like_their_key() {
-        assert_eq!(LockName::edit_lock("resource:42").as_str(), "haita:edit:resource:42");
     }
 
     #[test]
@@ -121,5 +116,10 @@ mod tests {
         let name = LockName::new("book", "会議室:2026-12-24");
         assert!(name.as_str().is_ascii());
         assert!(name.as_str().len() <= MAX_LEN);
+    }
+
+    #[test]
+    fn edit_lock_names_read_like_their_key() {
+        assert_eq!(LockName::edit_lock("resource:42").as_str(), "haita:edit:resource:42");
     }
 }

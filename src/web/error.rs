@@ -24,22 +24,19 @@ pub struct Problem {
     /// Seconds, sent as `Retry-After` (busy answers).
     #[serde(skip)]
     pub retry_after: Option<u32>,
-    /// More fields of the JSON body for a client that acts on them (e.g. who holds an edit lock
-    /// and until when), beside `error` and `message`.
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub extra: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Machine-readable facts a client can act on (which product ran short, how many are left).
+    #[serde(flatten)]
+    pub details: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Problem {
     pub fn new(status: StatusCode, error: &'static str, message: impl Into<String>) -> Self {
-        Self { status, error, message: message.into(), retry_after: None, extra: None }
+        Self { status, error, message: message.into(), retry_after: None, details: serde_json::Map::new() }
     }
 
-    /// Adds a field to the JSON body (`Null` if `value` cannot be serialised, which no plain data
-    /// type does).
-    pub fn with(mut self, key: &str, value: impl Serialize) -> Self {
-        let value = serde_json::to_value(value).unwrap_or_default();
-        self.extra.get_or_insert_with(Default::default).insert(key.to_string(), value);
+    /// Adds a field to the JSON body next to `error` and `message`.
+    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+        self.details.insert(key.to_string(), value.into());
         self
     }
 
