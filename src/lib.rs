@@ -6,10 +6,13 @@
 
 pub mod auth;
 pub mod bookings;
+pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod inventory;
 pub mod locking;
+pub mod orders;
 pub mod schema;
 pub mod seed;
 pub mod web;
@@ -124,7 +127,10 @@ fn routes(cfg: &mut aweb::ServiceConfig) {
         .route("/health", aweb::get().to(health))
         .route("/static/style.css", aweb::get().to(stylesheet))
         .configure(auth::routes::configure)
-        .configure(bookings::routes::configure);
+        .configure(bookings::routes::configure)
+        .configure(catalog::routes::configure)
+        .configure(orders::routes::configure)
+        .configure(inventory::routes::configure);
 }
 
 #[derive(Template)]

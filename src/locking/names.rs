@@ -47,6 +47,11 @@ impl LockName {
         Self::new("book", &format!("{resource_id}:{}", day.format("%Y-%m-%d")))
     }
 
+    /// The lock around increase-or-insert of one product's stock row.
+    pub fn stock(product_id: i64) -> Self {
+        Self::new("stock", &product_id.to_string())
+    }
+
     /// The lock every instance takes before running migrations.
     pub fn migrations() -> Self {
         Self::new("migrate", "schema")

@@ -24,11 +24,20 @@ pub struct Problem {
     /// Seconds, sent as `Retry-After` (busy answers).
     #[serde(skip)]
     pub retry_after: Option<u32>,
+    /// Machine-readable facts a client can act on (which product ran short, how many are left).
+    #[serde(flatten)]
+    pub details: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Problem {
     pub fn new(status: StatusCode, error: &'static str, message: impl Into<String>) -> Self {
-        Self { status, error, message: message.into(), retry_after: None }
+        Self { status, error, message: message.into(), retry_after: None, details: serde_json::Map::new() }
+    }
+
+    /// Adds a field to the JSON body next to `error` and `message`.
+    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+        self.details.insert(key.to_string(), value.into());
+        self
     }
 
     pub fn busy(message: impl Into<String>) -> Self {

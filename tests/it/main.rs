@@ -6,4 +6,6 @@ mod bad_input;
 mod bookings;
 mod cli;
 mod common;
+mod inventory;
 mod locking;
+mod orders;

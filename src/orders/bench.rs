@@ -1,0 +1,2 @@
+//! `haita bench orders`: orders per second through the service, next to the same statements
+//! issued by hand — written below.
