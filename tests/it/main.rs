@@ -4,6 +4,7 @@
 mod auth;
 mod bad_input;
 mod bookings;
+mod catalog;
 mod cli;
 mod common;
 mod inventory;
