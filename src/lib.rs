@@ -12,6 +12,7 @@ pub mod config;
 pub mod db;
 pub mod inventory;
 pub mod locking;
+pub mod metrics;
 pub mod orders;
 pub mod schema;
 pub mod seed;
@@ -125,6 +126,7 @@ impl Application {
 fn routes(cfg: &mut aweb::ServiceConfig) {
     cfg.route("/", aweb::get().to(home))
         .route("/health", aweb::get().to(health))
+        .route("/metrics", aweb::get().to(metrics_text))
         .route("/static/style.css", aweb::get().to(stylesheet))
         .configure(auth::routes::configure)
         .configure(bookings::routes::configure)
@@ -158,6 +160,13 @@ async fn health(state: aweb::Data<AppState>) -> HttpResponse {
         HttpResponse::ServiceUnavailable()
             .json(serde_json::json!({"status": "degraded", "database": "unreachable"}))
     }
+}
+
+/// Prometheus text format. Pool gauges are read at scrape time; nothing here touches the database.
+async fn metrics_text(state: aweb::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(metrics::render(&state.pool))
 }
 
 async fn stylesheet() -> HttpResponse {

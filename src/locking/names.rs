@@ -60,6 +60,11 @@ impl LockName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The scope part (`book`, `stock`, …), for metrics.
+    pub fn scope(&self) -> &str {
+        self.0[PREFIX.len()..].split(':').next().unwrap_or("")
+    }
 }
 
 impl fmt::Display for LockName {
@@ -76,6 +81,12 @@ mod tests {
     fn booking_names_read_like_their_key() {
         let day = NaiveDate::from_ymd_opt(2026, 12, 24).expect("valid date");
         assert_eq!(LockName::booking(42, day).as_str(), "haita:book:42:2026-12-24");
+    }
+
+    #[test]
+    fn the_scope_is_the_part_after_the_prefix() {
+        assert_eq!(LockName::stock(7).scope(), "stock");
+        assert_eq!(LockName::new("book", &"x".repeat(200)).scope(), "book");
     }
 
     #[test]
