@@ -13,7 +13,7 @@ use super::{CatalogError, etag};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
 use crate::web::error::respond;
-use crate::web::{AppState, PageContext, html, see_other};
+use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/products", web::get().to(products_page))
@@ -28,12 +28,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::get().to(product_json))
                 .route(web::patch().to(patch_json)),
         );
-}
-
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, CatalogError> + Send + 'static,
-) -> Result<T, CatalogError> {
-    web::block(work).await?
 }
 
 async fn load(state: &AppState) -> Result<Vec<ProductWithStock>, CatalogError> {

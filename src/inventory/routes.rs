@@ -10,7 +10,7 @@ use super::service::{self, MovementLine, Received};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
 use crate::catalog::service::{ProductWithStock, list_with_stock};
-use crate::web::{AppState, PageContext, html, see_other};
+use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/stock/receipts", web::get().to(receipts_page))
@@ -53,12 +53,11 @@ async fn receipts_page(
 ) -> actix_web::Result<HttpResponse> {
     user.require(Role::Staff)?;
     let pool = state.pool.clone();
-    let (products, movements) = web::block(move || -> Result<_, InventoryError> {
+    let (products, movements) = blocking(move || -> Result<_, InventoryError> {
         let mut conn = pool.get()?;
         Ok((list_with_stock(&mut conn)?, service::recent_movements(&mut conn, 30)?))
     })
-    .await
-    .map_err(InventoryError::from)??;
+    .await?;
     let received = Some(query.into_inner()).filter(|q| q.product.is_some());
     Ok(html(&ReceiptsPage { ctx, products, movements, received, max_quantity: Quantity::MAX_PER_RECEIPT })?)
 }

@@ -44,6 +44,16 @@ impl FromRequest for PageContext {
     }
 }
 
+/// Runs blocking work — diesel calls, `pool.get()`, lock waits, password hashing — on actix's
+/// blocking thread pool, never on the async executor.
+pub async fn blocking<T, E>(work: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: Send + 'static + From<actix_web::error::BlockingError>,
+{
+    actix_web::web::block(work).await?
+}
+
 /// Renders a page; a template error is an internal error (a bug), never shown to the user.
 pub fn html(page: &impl Template) -> Result<HttpResponse, RequestError> {
     let body = page.render().map_err(|e| RequestError::Internal(e.into()))?;
