@@ -36,6 +36,8 @@ pub struct Measured {
     pub per_second: f64,
     pub p50: Duration,
     pub p99: Duration,
+    /// Statements the server prepared per order (server-wide counter: run on a quiet server).
+    pub prepares_per_order: f64,
 }
 
 const SPREAD_PRODUCTS: i64 = 64;
@@ -61,12 +63,28 @@ pub fn run(database_url: &str, clients: usize, seconds: u64) -> anyhow::Result<V
     let mut results = Vec::new();
     for (workload, products) in [("hot", vec![hot]), ("spread", spread)] {
         for path in [Path::App, Path::Raw] {
-            results.push(measure(&pool, workload, path, user_id, &products, clients, duration));
+            let prepared_before = statements_prepared(&mut *pool.get()?)?;
+            let mut measured = measure(&pool, workload, path, user_id, &products, clients, duration);
+            let prepared = statements_prepared(&mut *pool.get()?)?.saturating_sub(prepared_before);
+            measured.prepares_per_order = prepared as f64 / measured.orders.max(1) as f64;
+            results.push(measured);
         }
     }
     drop(pool);
     drop(scratch);
     Ok(results)
+}
+
+#[derive(QueryableByName)]
+struct Status {
+    #[diesel(sql_type = Text, column_name = "Value")]
+    value: String,
+}
+
+/// The server's count of prepared statements since start (MySQL and MariaDB alike).
+fn statements_prepared(conn: &mut MysqlConnection) -> anyhow::Result<u64> {
+    let status: Status = diesel::sql_query("SHOW GLOBAL STATUS LIKE 'Com_stmt_prepare'").get_result(conn)?;
+    Ok(status.value.parse()?)
 }
 
 struct ScratchDatabase {
@@ -169,6 +187,7 @@ fn measure(
         per_second: latencies.len() as f64 / duration.as_secs_f64(),
         p50: at(0.50).copied().unwrap_or_default(),
         p99: at(0.99).copied().unwrap_or_default(),
+        prepares_per_order: 0.0,
     }
 }
 
@@ -247,8 +266,8 @@ fn place_by_hand(pool: &DbPool, user_id: i64, product: i64) -> bool {
 /// The table `haita bench orders` prints.
 pub fn report(results: &[Measured], clients: usize) -> String {
     let mut out = format!(
-        "orders benchmark: {clients} clients, one-unit orders\n{:<8} {:<4} {:>9} {:>9} {:>9} {:>7} {:>8}\n",
-        "workload", "path", "orders/s", "p50 ms", "p99 ms", "failed", "app/raw"
+        "orders benchmark: {clients} clients, one-unit orders\n{:<8} {:<4} {:>9} {:>9} {:>9} {:>7} {:>9} {:>8}\n",
+        "workload", "path", "orders/s", "p50 ms", "p99 ms", "failed", "prep/ord", "app/raw"
     );
     for m in results {
         let raw = results.iter().find(|r| r.workload == m.workload && r.path == Path::Raw);
@@ -257,13 +276,14 @@ pub fn report(results: &[Measured], clients: usize) -> String {
             _ => String::new(),
         };
         out.push_str(&format!(
-            "{:<8} {:<4} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8}\n",
+            "{:<8} {:<4} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>9.1} {:>8}\n",
             m.workload,
             if m.path == Path::App { "app" } else { "raw" },
             m.per_second,
             m.p50.as_secs_f64() * 1000.0,
             m.p99.as_secs_f64() * 1000.0,
             m.failed,
+            m.prepares_per_order,
             ratio
         ));
     }
