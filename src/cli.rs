@@ -36,6 +36,23 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// Measure a locking path against the same SQL issued by hand (uses a scratch database on
+    /// the server of DATABASE_URL and drops it afterwards).
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Orders per second, hot product vs spread products, service vs raw SQL.
+    Orders {
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -66,9 +83,15 @@ pub fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::from_env()?;
+    if let Command::Bench { which: BenchCommand::Orders { clients, seconds } } = cli.command {
+        anyhow::ensure!((1..=256).contains(&clients), "--clients must be between 1 and 256");
+        let results = crate::orders::bench::run(&config.database_url, clients, seconds)?;
+        print!("{}", crate::orders::bench::report(&results, clients));
+        return Ok(());
+    }
     let pool = crate::prepare_database(&config)?;
     match cli.command {
-        Command::Migrate => Ok(()),
+        Command::Migrate | Command::Bench { .. } => Ok(()),
         Command::Seed => crate::seed::run(&pool),
         Command::Serve { seed } => {
             if seed {

@@ -8,11 +8,15 @@ pub mod admin;
 pub mod audit;
 pub mod auth;
 pub mod bookings;
+pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod db;
 pub mod edit_locks;
+pub mod inventory;
 pub mod locking;
+pub mod metrics;
+pub mod orders;
 pub mod schema;
 pub mod seed;
 pub mod web;
@@ -125,11 +129,15 @@ impl Application {
 fn routes(cfg: &mut aweb::ServiceConfig) {
     cfg.route("/", aweb::get().to(home))
         .route("/health", aweb::get().to(health))
+        .route("/metrics", aweb::get().to(metrics_text))
         .route("/static/style.css", aweb::get().to(stylesheet))
         .configure(auth::routes::configure)
         .configure(bookings::routes::configure)
         .configure(edit_locks::routes::configure)
-        .configure(admin::routes::configure);
+        .configure(admin::routes::configure)
+        .configure(catalog::routes::configure)
+        .configure(orders::routes::configure)
+        .configure(inventory::routes::configure);
 }
 
 #[derive(Template)]
@@ -157,6 +165,13 @@ async fn health(state: aweb::Data<AppState>) -> HttpResponse {
         HttpResponse::ServiceUnavailable()
             .json(serde_json::json!({"status": "degraded", "database": "unreachable"}))
     }
+}
+
+/// Prometheus text format. Pool gauges are read at scrape time; nothing here touches the database.
+async fn metrics_text(state: aweb::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(metrics::render(&state.pool))
 }
 
 async fn stylesheet() -> HttpResponse {

@@ -29,6 +29,39 @@ diesel::table! {
 }
 
 diesel::table! {
+    order_lines (order_id, product_id) {
+        order_id -> Bigint,
+        product_id -> Bigint,
+        quantity -> Integer,
+        unit_price_cents -> Bigint,
+    }
+}
+
+diesel::table! {
+    orders (id) {
+        id -> Bigint,
+        user_id -> Bigint,
+        created_at -> Datetime,
+        total_cents -> Bigint,
+    }
+}
+
+diesel::table! {
+    products (id) {
+        id -> Bigint,
+        #[max_length = 32]
+        sku -> Varchar,
+        #[max_length = 200]
+        name -> Varchar,
+        description -> Text,
+        price_cents -> Bigint,
+        version -> Integer,
+        updated_at -> Datetime,
+        updated_by -> Nullable<Bigint>,
+    }
+}
+
+diesel::table! {
     reservations (id) {
         id -> Bigint,
         resource_id -> Bigint,
@@ -54,6 +87,26 @@ diesel::table! {
 }
 
 diesel::table! {
+    stock_levels (product_id) {
+        product_id -> Bigint,
+        on_hand -> Unsigned<Integer>,
+    }
+}
+
+diesel::table! {
+    stock_movements (id) {
+        id -> Bigint,
+        product_id -> Bigint,
+        delta -> Integer,
+        #[max_length = 16]
+        reason -> Varchar,
+        order_id -> Nullable<Bigint>,
+        actor_user_id -> Nullable<Bigint>,
+        at -> Datetime,
+    }
+}
+
+diesel::table! {
     users (id) {
         id -> Bigint,
         #[max_length = 64]
@@ -71,7 +124,26 @@ diesel::table! {
 
 diesel::joinable!(audit_events -> users (actor_user_id));
 diesel::joinable!(edit_locks -> users (owner_user_id));
+diesel::joinable!(order_lines -> orders (order_id));
+diesel::joinable!(order_lines -> products (product_id));
+diesel::joinable!(orders -> users (user_id));
+diesel::joinable!(products -> users (updated_by));
 diesel::joinable!(reservations -> resources (resource_id));
 diesel::joinable!(reservations -> users (user_id));
+diesel::joinable!(stock_levels -> products (product_id));
+diesel::joinable!(stock_movements -> orders (order_id));
+diesel::joinable!(stock_movements -> products (product_id));
+diesel::joinable!(stock_movements -> users (actor_user_id));
 
-diesel::allow_tables_to_appear_in_same_query!(audit_events, edit_locks, reservations, resources, users,);
+diesel::allow_tables_to_appear_in_same_query!(
+    audit_events,
+    edit_locks,
+    order_lines,
+    orders,
+    products,
+    reservations,
+    resources,
+    stock_levels,
+    stock_movements,
+    users,
+);

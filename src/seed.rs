@@ -3,11 +3,15 @@
 
 use diesel::prelude::*;
 
+use std::time::Duration;
+
 use crate::auth::service::{UserSpec, create_user};
 use crate::auth::{AuthError, Role};
 use crate::bookings::model::NewResource;
+use crate::catalog::model::NewProduct;
 use crate::db::DbPool;
-use crate::schema::resources;
+use crate::inventory::model::Quantity;
+use crate::schema::{products, resources, users};
 
 /// (username, display name, password, role). Demo only: the login page shows these while they
 /// exist, so never seed a production database.
@@ -22,6 +26,16 @@ const DEMO_RESOURCES: &[(&str, &str, i32)] = &[
     ("Meeting room 1", "Six seats, a screen and a whiteboard. One booking per day.", 1),
     ("Tennis court", "Outdoor hard court; two groups a day share it.", 2),
     ("Lab bench", "Three benches in the maker lab, booked by the day.", 3),
+];
+
+/// (sku, name, description, price in cents, first receipt). The last one has no stock row until
+/// someone receives it: that first receipt is the one the named lock `haita:stock:{id}` is for.
+const DEMO_PRODUCTS: &[(&str, &str, &str, i64, u32)] = &[
+    ("TEA-SENCHA", "Sencha 100 g", "Everyday green tea from Shizuoka.", 1200, 40),
+    ("TEA-MATCHA", "Matcha 30 g", "Ceremonial grade, stone-ground.", 2400, 10),
+    ("CUP-YUNOMI", "Yunomi cup", "Tall handle-less tea cup.", 1800, 5),
+    ("POT-KYUSU", "Kyusu teapot", "Side-handle clay teapot; only a couple in stock.", 4800, 2),
+    ("WHISK-CHASEN", "Chasen whisk", "Bamboo whisk for matcha; not received yet.", 3000, 0),
 ];
 
 pub fn run(pool: &DbPool) -> anyhow::Result<()> {
@@ -42,6 +56,23 @@ pub fn run(pool: &DbPool) -> anyhow::Result<()> {
                 .execute(&mut conn)?;
             log::info!("seed: created resource {name} (capacity {capacity})");
         }
+    }
+    let receiver: i64 =
+        users::table.filter(users::username.eq("carol")).select(users::id).first(&mut conn)?;
+    for (sku, name, description, price_cents, stock) in DEMO_PRODUCTS {
+        let exists: i64 = products::table.filter(products::sku.eq(sku)).count().get_result(&mut conn)?;
+        if exists > 0 {
+            continue;
+        }
+        diesel::insert_into(products::table)
+            .values(NewProduct { sku, name, description, price_cents: *price_cents })
+            .execute(&mut conn)?;
+        let id: i64 = products::table.filter(products::sku.eq(sku)).select(products::id).first(&mut conn)?;
+        if *stock > 0 {
+            let quantity = Quantity::parse(i64::from(*stock), Quantity::MAX_PER_RECEIPT)?;
+            crate::inventory::service::receive(pool, Duration::from_secs(5), receiver, id, quantity)?;
+        }
+        log::info!("seed: created product {sku} ({stock} in stock)");
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use super::model::{BookingDate, Reservation, Resource, parse_id};
 use super::service::{self, DayAvailability};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
-use crate::web::{AppState, PageContext, html, see_other};
+use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/resources", web::get().to(resources_page))
@@ -28,13 +28,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::post().to(book_json)),
         )
         .route("/api/v1/reservations/{id}", web::delete().to(cancel_json));
-}
-
-/// Runs blocking database work on actix's blocking thread pool, never on the executor.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, BookingError> + Send + 'static,
-) -> Result<T, BookingError> {
-    web::block(work).await?
 }
 
 async fn book(

@@ -27,6 +27,7 @@ use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 
 use super::LockName;
 use crate::db::PooledConn;
+use crate::metrics::METRICS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
@@ -59,22 +60,33 @@ impl NamedLockGuard {
     /// be in an unknown state (did the server grant the lock before the error?), so it is closed.
     pub fn acquire(mut conn: PooledConn, name: LockName, wait: Duration) -> Result<Self, LockError> {
         let wait_secs = i32::try_from(wait.as_secs()).unwrap_or(i32::MAX);
+        let timer = METRICS.named_lock_wait_seconds.with_label_values(&[name.scope()]).start_timer();
         let outcome = diesel::sql_query("SELECT GET_LOCK(?, ?) AS answer")
             .bind::<Text, _>(name.as_str())
             .bind::<Integer, _>(wait_secs)
             .get_result::<LockAnswer>(&mut *conn);
-        match outcome {
-            Ok(LockAnswer { answer: Some(1) }) => Ok(Self { conn, name }),
-            Ok(LockAnswer { answer: Some(0) }) => Err(LockError::TimedOut { name, waited: wait }),
+        timer.observe_duration();
+        let result = match outcome {
+            Ok(LockAnswer { answer: Some(1) }) => Ok(()),
+            Ok(LockAnswer { answer: Some(0) }) => {
+                Err(LockError::TimedOut { name: name.clone(), waited: wait })
+            }
             Ok(LockAnswer { answer }) => {
                 close_instead_of_returning(&mut conn);
-                Err(LockError::Failed { name, detail: format!("GET_LOCK returned {answer:?}") })
+                Err(LockError::Failed { name: name.clone(), detail: format!("GET_LOCK returned {answer:?}") })
             }
             Err(e) => {
                 close_instead_of_returning(&mut conn);
-                Err(LockError::Failed { name, detail: e.to_string() })
+                Err(LockError::Failed { name: name.clone(), detail: e.to_string() })
             }
-        }
+        };
+        let outcome = match &result {
+            Ok(()) => "acquired",
+            Err(LockError::TimedOut { .. }) => "timed_out",
+            Err(LockError::Failed { .. }) => "failed",
+        };
+        METRICS.named_lock_acquisitions.with_label_values(&[name.scope(), outcome]).inc();
+        result.map(|()| Self { conn, name })
     }
 
     /// The connection that holds the lock. Everything done "under the lock" must run here.
@@ -122,5 +134,6 @@ impl Drop for NamedLockGuard {
 /// diesel's r2d2 manager reports a connection as broken when its transaction manager is in
 /// error, which is exactly the state `set_in_error` records.
 fn close_instead_of_returning(conn: &mut PooledConn) {
+    METRICS.named_lock_sessions_closed.inc();
     AnsiTransactionManager::transaction_manager_status_mut(&mut **conn).set_in_error();
 }

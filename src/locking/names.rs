@@ -47,6 +47,11 @@ impl LockName {
         Self::new("book", &format!("{resource_id}:{}", day.format("%Y-%m-%d")))
     }
 
+    /// The lock around increase-or-insert of one product's stock row.
+    pub fn stock(product_id: i64) -> Self {
+        Self::new("stock", &product_id.to_string())
+    }
+
     /// The lock every instance takes before running migrations.
     pub fn migrations() -> Self {
         Self::new("migrate", "schema")
@@ -60,6 +65,11 @@ impl LockName {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The scope part (`book`, `stock`, …), for metrics.
+    pub fn scope(&self) -> &str {
+        self.0[PREFIX.len()..].split(':').next().unwrap_or("")
     }
 }
 
@@ -77,6 +87,12 @@ mod tests {
     fn booking_names_read_like_their_key() {
         let day = NaiveDate::from_ymd_opt(2026, 12, 24).expect("valid date");
         assert_eq!(LockName::booking(42, day).as_str(), "haita:book:42:2026-12-24");
+    }
+
+    #[test]
+    fn the_scope_is_the_part_after_the_prefix() {
+        assert_eq!(LockName::stock(7).scope(), "stock");
+        assert_eq!(LockName::new("book", &"x".repeat(200)).scope(), "book");
     }
 
     #[test]

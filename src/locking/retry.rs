@@ -5,13 +5,14 @@
 //! that safe here: InnoDB rolls back the *whole* transaction of a deadlock victim, so the retry
 //! must rerun the whole closure, never one statement; and clients that collided once will
 //! collide again if they wait the same time, so the backoff is exponential with full jitter.
-//! Attempts are counted (returned, and totalled for `/metrics`) so tests can see a retry happen.
+//! Attempts are counted (returned, and totalled in `/metrics`) so tests can see a retry happen.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use diesel::result::{DatabaseErrorKind, Error as DbError};
 use rand::Rng;
+
+use crate::metrics::METRICS;
 
 /// A lock conflict that a fresh attempt of the same transaction may not meet again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,17 +77,13 @@ pub struct Attempted<T, E> {
     pub attempts: u32,
 }
 
-static RETRIED_DEADLOCKS: AtomicU64 = AtomicU64::new(0);
-static RETRIED_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
-static GAVE_UP: AtomicU64 = AtomicU64::new(0);
-
-/// Process-wide counts since start: (deadlocks retried, lock wait timeouts retried, given up).
-pub fn totals() -> (u64, u64, u64) {
-    (
-        RETRIED_DEADLOCKS.load(Ordering::Relaxed),
-        RETRIED_TIMEOUTS.load(Ordering::Relaxed),
-        GAVE_UP.load(Ordering::Relaxed),
-    )
+impl LockConflict {
+    fn label(self) -> &'static str {
+        match self {
+            LockConflict::Deadlock => "deadlock",
+            LockConflict::LockWaitTimeout => "lock_wait_timeout",
+        }
+    }
 }
 
 /// Runs `transaction` — which must open, run and commit (or roll back) a whole transaction —
@@ -107,15 +104,11 @@ pub fn retry_on_lock_conflict<T, E: MayConflict>(
         match conflict {
             None => return Attempted { result, attempts },
             Some(_) if attempts >= policy.max_attempts => {
-                GAVE_UP.fetch_add(1, Ordering::Relaxed);
+                METRICS.transaction_gave_up.inc();
                 return Attempted { result, attempts };
             }
             Some(kind) => {
-                let counter = match kind {
-                    LockConflict::Deadlock => &RETRIED_DEADLOCKS,
-                    LockConflict::LockWaitTimeout => &RETRIED_TIMEOUTS,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
+                METRICS.transaction_retries.with_label_values(&[kind.label()]).inc();
                 log::info!("attempt {attempts} hit {kind:?}; retrying the whole transaction");
                 std::thread::sleep(policy.delay_before(attempts + 1));
             }

@@ -150,6 +150,15 @@ async fn a_day_whose_lock_stays_held_answers_busy_and_other_days_still_book() {
     assert_eq!(busy.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
     assert_eq!(error_code(busy).await, "busy");
     assert_eq!(invariants::confirmed_on(&app.db, resource, day), 0, "a busy answer writes nothing");
+    // Operators see it too: /metrics counts the timed-out GET_LOCK under its scope.
+    let metrics = client.get("/metrics").await.text().await.expect("metrics");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("haita_named_lock_acquisitions_total")
+            && l.contains("outcome=\"timed_out\"")
+            && l.contains("scope=\"book\"")),
+        "{metrics}"
+    );
+    assert!(metrics.contains("haita_pool_connections"));
 
     // The lock is per day: the next day is not blocked.
     let next_day = day.succ_opt().expect("date");

@@ -165,3 +165,47 @@ pub fn resource_row(db: &TestDb, id: i64) -> (String, i32, i32) {
         .first(&mut db.raw_connection())
         .expect("resource")
 }
+
+/// 3. `on_hand` never below 0 (the column is UNSIGNED) and equal to the sum of the product's
+///    ledger; a product without a stock row has no ledger either.
+pub fn stock_matches_ledger(db: &TestDb) {
+    let found = violations(
+        db,
+        "SELECT CONCAT('product ', p.id, ': on_hand ', IFNULL(s.on_hand, 'none'), ', ledger ', IFNULL(m.total, 'none')) AS what \
+         FROM products p LEFT JOIN stock_levels s ON s.product_id = p.id \
+         LEFT JOIN (SELECT product_id, SUM(delta) AS total FROM stock_movements GROUP BY product_id) m ON m.product_id = p.id \
+         WHERE NOT (s.on_hand <=> m.total)",
+    );
+    assert!(found.is_empty(), "invariant 3 (stock = ledger) violated: {found:?}");
+}
+
+/// 4. Each order's lines match its `-delta` ledger rows exactly, and no order exists without
+///    lines (a failed order leaves no trace).
+pub fn orders_match_ledger(db: &TestDb) {
+    let found = violations(
+        db,
+        "SELECT CONCAT('order ', o.id, ' product ', IFNULL(l.product_id, m.product_id), ': line ', IFNULL(l.quantity, 'none'), \
+                ', ledger ', IFNULL(-m.delta, 'none')) AS what \
+         FROM orders o \
+         LEFT JOIN order_lines l ON l.order_id = o.id \
+         LEFT JOIN stock_movements m ON m.order_id = o.id AND m.product_id = l.product_id \
+         WHERE l.product_id IS NULL OR m.id IS NULL OR -m.delta <> l.quantity \
+         UNION ALL \
+         SELECT CONCAT('ledger row ', m.id, ' of order ', m.order_id, ' has no order line') \
+         FROM stock_movements m LEFT JOIN order_lines l ON l.order_id = m.order_id AND l.product_id = m.product_id \
+         WHERE m.order_id IS NOT NULL AND l.order_id IS NULL",
+    );
+    assert!(found.is_empty(), "invariant 4 (orders = ledger) violated: {found:?}");
+}
+
+/// Current stock of one product (0 when it has no stock row).
+pub fn on_hand(db: &TestDb, product_id: i64) -> u32 {
+    use haita::schema::stock_levels::dsl as s;
+    s::stock_levels
+        .find(product_id)
+        .select(s::on_hand)
+        .first::<u32>(&mut db.raw_connection())
+        .optional()
+        .expect("on_hand")
+        .unwrap_or(0)
+}

@@ -124,6 +124,10 @@ impl TestApp {
     pub fn resource(&self, name: &str, capacity: i32) -> i64 {
         create_resource(&self.db, name, capacity)
     }
+
+    pub fn product(&self, sku: &str, price_cents: i64, stock: u32) -> i64 {
+        create_product(&self.db, sku, price_cents, stock)
+    }
 }
 
 pub const PASSWORD: &str = "test-password";
@@ -170,6 +174,41 @@ pub fn create_resource(db: &TestDb, name: &str, capacity: i32) -> i64 {
         .select(resources::id)
         .first(&mut conn)
         .expect("resource id")
+}
+
+/// A product, with `stock` units received through the real receipt path (ledger included)
+/// unless `stock` is 0, in which case it has no stock row at all.
+pub fn create_product(db: &TestDb, sku: &str, price_cents: i64, stock: u32) -> i64 {
+    use haita::schema::{products, users};
+    let mut conn = db.conn();
+    diesel::insert_into(products::table)
+        .values((
+            products::sku.eq(sku),
+            products::name.eq(format!("Product {sku}")),
+            products::description.eq(""),
+            products::price_cents.eq(price_cents),
+        ))
+        .execute(&mut conn)
+        .expect("insert product");
+    let id = products::table
+        .filter(products::sku.eq(sku))
+        .select(products::id)
+        .first(&mut conn)
+        .expect("product id");
+    if stock > 0 {
+        let receiver = match users::table
+            .filter(users::username.eq("stock-keeper"))
+            .select(users::id)
+            .first(&mut conn)
+        {
+            Ok(id) => id,
+            Err(_) => create_user(db, "stock-keeper", Role::Staff).id,
+        };
+        let quantity = haita::inventory::model::Quantity::parse(i64::from(stock), 100_000).expect("quantity");
+        haita::inventory::service::receive(&db.pool, Duration::from_secs(5), receiver, id, quantity)
+            .expect("receive");
+    }
+    id
 }
 
 /// A day a few weeks ahead, different per call, so tests running at the same time on one server
@@ -227,6 +266,13 @@ impl Client {
         let marker = "name=\"csrf_token\" value=\"";
         let start = page.find(marker).expect("page has a CSRF field") + marker.len();
         page[start..].split('"').next().expect("token").to_string()
+    }
+
+    /// `POST /api/v1/orders` with `(product_id, quantity)` lines.
+    pub async fn order(&self, lines: &[(i64, i64)]) -> reqwest::Response {
+        let lines: Vec<Value> =
+            lines.iter().map(|(p, q)| serde_json::json!({"product_id": p, "quantity": q})).collect();
+        self.post_json("/api/v1/orders", &serde_json::json!({ "lines": lines })).await
     }
 
     pub async fn book(&self, resource_id: i64, day: chrono::NaiveDate) -> reqwest::Response {

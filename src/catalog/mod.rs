@@ -1,0 +1,86 @@
+//! The product catalog: what can be ordered, at what price, and how many are in stock.
+//!
+//! Stock itself is changed only by `inventory` (receipts) and `orders` (sales); this module only
+//! reads it, so the locking rules of stock live in those two places.
+
+pub mod edit;
+pub mod model;
+pub mod routes;
+pub mod service;
+
+use actix_web::http::StatusCode;
+
+use crate::web::error::{AsProblem, Problem, http_error};
+
+/// The strong ETag of a product representation: its version.
+pub fn etag(version: i32) -> String {
+    format!("\"v{version}\"")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("product {0} not found")]
+    NotFound(i64),
+    /// Somebody saved since the client read the product; nothing was written.
+    #[error("stale version: the product is now at version {}", .0.product.version)]
+    Stale(Box<edit::Current>),
+    #[error("invalid fields: {0:?}")]
+    InvalidFields(edit::FieldErrors),
+    #[error("If-Match missing")]
+    PreconditionRequired,
+    #[error("If-Match unusable: {0}")]
+    BadIfMatch(&'static str),
+    #[error(transparent)]
+    Pool(#[from] diesel::r2d2::PoolError),
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Blocking(#[from] actix_web::error::BlockingError),
+}
+
+impl AsProblem for CatalogError {
+    fn problem(&self) -> Problem {
+        match self {
+            Self::NotFound(id) => {
+                Problem::new(StatusCode::NOT_FOUND, "not_found", format!("There is no product with id {id}."))
+            }
+            Self::Stale(current) => Problem::new(
+                StatusCode::PRECONDITION_FAILED,
+                "stale_version",
+                format!(
+                    "{} saved this product since you read it (it is now version {}). Nothing of yours was \
+                     written; review the current values below and send your change again with their ETag.",
+                    current.saved_by.as_deref().unwrap_or("Someone"),
+                    current.product.version
+                ),
+            )
+            .with("etag", etag(current.product.version))
+            .with("current", serde_json::to_value(&current.product).unwrap_or_default()),
+            Self::InvalidFields(errors) => Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_fields",
+                errors.iter().map(|(field, why)| format!("{field} {why}")).collect::<Vec<_>>().join("; ")
+                    + ".",
+            )
+            .with(
+                "fields",
+                errors
+                    .iter()
+                    .map(|(f, why)| ((*f).to_string(), serde_json::Value::from(why.clone())))
+                    .collect::<serde_json::Map<_, _>>(),
+            ),
+            Self::PreconditionRequired => Problem::new(
+                StatusCode::PRECONDITION_REQUIRED,
+                "precondition_required",
+                "Send If-Match with the ETag you read (GET this product first), so a save cannot overwrite \
+                 somebody else's change unseen.",
+            ),
+            Self::BadIfMatch(why) => {
+                Problem::new(StatusCode::BAD_REQUEST, "bad_if_match", format!("If-Match: {why}."))
+            }
+            Self::Pool(_) => Problem::busy("The server is busy; please try again in a moment."),
+            Self::Database(_) | Self::Blocking(_) => Problem::internal(),
+        }
+    }
+}
+http_error!(CatalogError);

@@ -1,0 +1,326 @@
+//! The catalog page (with the order form), the optimistic edit screen with its conflict screen,
+//! and the product API with ETag / If-Match.
+
+use actix_web::http::{StatusCode, header};
+use actix_web::{HttpRequest, HttpResponse, web};
+use askama::Template;
+use serde::Deserialize;
+
+use super::edit::{self, Current, FieldErrors, FieldMerge, ProductChanges};
+use super::model::{Product, format_cents};
+use super::service::{self, ProductWithStock};
+use super::{CatalogError, etag};
+use crate::auth::csrf::CsrfForm;
+use crate::auth::{Role, SessionUser};
+use crate::web::error::respond;
+use crate::web::{AppState, PageContext, blocking, html, see_other};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/products", web::get().to(products_page))
+        .service(
+            web::resource("/products/{id}/edit")
+                .route(web::get().to(edit_page))
+                .route(web::post().to(edit_form)),
+        )
+        .route("/api/v1/products", web::get().to(products_json))
+        .service(
+            web::resource("/api/v1/products/{id}")
+                .route(web::get().to(product_json))
+                .route(web::patch().to(patch_json)),
+        );
+}
+
+async fn load(state: &AppState) -> Result<Vec<ProductWithStock>, CatalogError> {
+    let pool = state.pool.clone();
+    blocking(move || Ok(service::list_with_stock(&mut *pool.get()?)?)).await
+}
+
+async fn current(state: &AppState, id: i64) -> Result<Current, CatalogError> {
+    let pool = state.pool.clone();
+    blocking(move || edit::find(&mut *pool.get()?, id)).await
+}
+
+#[derive(Template)]
+#[template(path = "catalog/products.html")]
+struct ProductsPage {
+    ctx: PageContext,
+    products: Vec<ProductWithStock>,
+    max_quantity: u32,
+    saved: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct SavedQuery {
+    saved: Option<i64>,
+}
+
+async fn products_page(
+    ctx: PageContext,
+    query: web::Query<SavedQuery>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let products = load(&state).await?;
+    Ok(html(&ProductsPage {
+        ctx,
+        products,
+        max_quantity: crate::inventory::model::Quantity::MAX_PER_LINE,
+        saved: query.saved,
+    })?)
+}
+
+// ---- the edit screen ----------------------------------------------------------------------
+
+/// What the edit form shows: the values in the inputs, the version and values they were read
+/// at (hidden), and any validation messages.
+struct EditValues {
+    name: String,
+    description: String,
+    price: String,
+    version: i32,
+    base: [String; 3],
+}
+
+impl EditValues {
+    fn of(product: &Product) -> Self {
+        let values = [product.name.clone(), product.description.clone(), format_cents(product.price_cents)];
+        Self {
+            name: values[0].clone(),
+            description: values[1].clone(),
+            price: values[2].clone(),
+            version: product.version,
+            base: values,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "catalog/edit.html")]
+struct EditPage {
+    ctx: PageContext,
+    product: Product,
+    form: EditValues,
+    errors: FieldErrors,
+}
+
+impl EditPage {
+    fn error(&self, field: &str) -> Option<&str> {
+        self.errors.iter().find(|(f, _)| *f == field).map(|(_, why)| why.as_str())
+    }
+}
+
+#[derive(Template)]
+#[template(path = "catalog/conflict.html")]
+struct ConflictPage {
+    ctx: PageContext,
+    current: Current,
+    merges: Vec<FieldMerge>,
+}
+
+async fn edit_page(
+    user: SessionUser,
+    ctx: PageContext,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    user.require(Role::Staff)?;
+    let current = current(&state, path.into_inner()).await?;
+    Ok(html(&EditPage {
+        ctx,
+        form: EditValues::of(&current.product),
+        product: current.product,
+        errors: Vec::new(),
+    })?)
+}
+
+/// The edit form and the conflict screen post the same fields. On the conflict screen a field
+/// that collided comes as `choose_{field}` (`mine` or `theirs`) plus the typed text in
+/// `mine_{field}`; `base_{field}` then holds the values saved now (what "theirs" means).
+#[derive(Deserialize)]
+struct EditForm {
+    version: String,
+    name: Option<String>,
+    description: Option<String>,
+    price: Option<String>,
+    base_name: Option<String>,
+    base_description: Option<String>,
+    base_price: Option<String>,
+    choose_name: Option<String>,
+    choose_description: Option<String>,
+    choose_price: Option<String>,
+    mine_name: Option<String>,
+    mine_description: Option<String>,
+    mine_price: Option<String>,
+}
+
+impl EditForm {
+    fn pick(
+        value: Option<String>,
+        choice: Option<String>,
+        mine: Option<String>,
+        base: &Option<String>,
+    ) -> String {
+        match choice.as_deref() {
+            Some("theirs") => base.clone(),
+            Some(_) => mine,
+            None => value,
+        }
+        .unwrap_or_default()
+    }
+
+    /// What the user wants saved: typed values, with the conflict screen's choices applied.
+    fn resolve(self) -> EditValues {
+        let base = [
+            self.base_name.clone().unwrap_or_default(),
+            self.base_description.clone().unwrap_or_default(),
+            self.base_price.clone().unwrap_or_default(),
+        ];
+        EditValues {
+            name: Self::pick(self.name, self.choose_name, self.mine_name, &self.base_name),
+            description: Self::pick(
+                self.description,
+                self.choose_description,
+                self.mine_description,
+                &self.base_description,
+            ),
+            price: Self::pick(self.price, self.choose_price, self.mine_price, &self.base_price),
+            version: self.version.trim().parse().unwrap_or(0),
+            base,
+        }
+    }
+}
+
+fn validate(form: &EditValues) -> Result<ProductChanges, FieldErrors> {
+    let price = edit::parse_price(&form.price);
+    let parsed = ProductChanges::parse(&form.name, &form.description, *price.as_ref().unwrap_or(&0));
+    match (price, parsed) {
+        (Ok(_), Ok(changes)) => Ok(changes),
+        (price, parsed) => {
+            let mut errors: FieldErrors = parsed.err().unwrap_or_default();
+            errors.retain(|(f, _)| *f != "price_cents" || price.is_ok());
+            if let Err(why) = price {
+                errors.push(("price", why));
+            }
+            Err(errors
+                .into_iter()
+                .map(|(f, why)| (if f == "price_cents" { "price" } else { f }, why))
+                .collect())
+        }
+    }
+}
+
+async fn edit_form(
+    user: SessionUser,
+    ctx: PageContext,
+    path: web::Path<i64>,
+    CsrfForm(form): CsrfForm<EditForm>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    user.require(Role::Staff)?;
+    let id = path.into_inner();
+    let form = form.resolve();
+    let changes = match validate(&form) {
+        Ok(changes) => changes,
+        Err(errors) => {
+            // Show the form again with everything the user typed and what is wrong with it.
+            let product = current(&state, id).await?.product;
+            let mut page = html(&EditPage { ctx, product, form, errors })?;
+            *page.status_mut() = StatusCode::UNPROCESSABLE_ENTITY;
+            return Ok(page);
+        }
+    };
+    let (pool, version, actor, to_save) = (state.pool.clone(), form.version, user.id, changes.clone());
+    match blocking(move || edit::save(&mut *pool.get()?, id, version, &to_save, actor)).await {
+        Ok(saved) => Ok(see_other(&format!("/products?saved={}", saved.id))),
+        Err(CatalogError::Stale(current)) => {
+            // Not an error page: the user's text, the text they started from and the text saved
+            // now, side by side, with a choice wherever both sides changed the same field.
+            let merges = edit::three_way(&form.base, &changes, &current.product);
+            let mut page = html(&ConflictPage { ctx, current: *current, merges })?;
+            *page.status_mut() = StatusCode::CONFLICT;
+            Ok(page)
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+// ---- the API ---------------------------------------------------------------------------------
+
+async fn products_json(state: web::Data<AppState>) -> Result<HttpResponse, CatalogError> {
+    Ok(HttpResponse::Ok().json(load(&state).await?))
+}
+
+async fn product_json(
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, CatalogError> {
+    let current = current(&state, path.into_inner()).await?;
+    Ok(HttpResponse::Ok().insert_header((header::ETAG, etag(current.product.version))).json(current.product))
+}
+
+/// The version named by `If-Match`: exactly one strong ETag of ours. A weak or foreign tag can
+/// never match a strong comparison, which reads as "stale" (version 0 matches no row).
+fn if_match(req: &HttpRequest) -> Result<i32, CatalogError> {
+    let value = req
+        .headers()
+        .get(header::IF_MATCH)
+        .ok_or(CatalogError::PreconditionRequired)?
+        .to_str()
+        .map_err(|_| CatalogError::BadIfMatch("not readable text"))?
+        .trim();
+    if value == "*" {
+        return Err(CatalogError::BadIfMatch("* would overwrite whatever is saved; send the ETag you read"));
+    }
+    if value.contains(',') {
+        return Err(CatalogError::BadIfMatch("send exactly one ETag"));
+    }
+    Ok(value.strip_prefix("\"v").and_then(|v| v.strip_suffix('"')).and_then(|v| v.parse().ok()).unwrap_or(0))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProductPatch {
+    name: Option<String>,
+    description: Option<String>,
+    price_cents: Option<i64>,
+}
+
+async fn patch_json(
+    user: SessionUser,
+    req: HttpRequest,
+    path: web::Path<i64>,
+    body: web::Json<ProductPatch>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    user.require(Role::Staff)?;
+    let id = path.into_inner();
+    let read_version = if_match(&req)?;
+    let (pool, patch, actor) = (state.pool.clone(), body.into_inner(), user.id);
+    let saved = blocking(move || {
+        let mut conn = pool.get()?;
+        // Absent fields keep their values. If those were read from a newer version than the
+        // client's, the versioned UPDATE refuses the save anyway.
+        let now = edit::find(&mut conn, id)?.product;
+        let changes = ProductChanges::parse(
+            patch.name.as_deref().unwrap_or(&now.name),
+            patch.description.as_deref().unwrap_or(&now.description),
+            patch.price_cents.unwrap_or(now.price_cents),
+        )
+        .map_err(CatalogError::InvalidFields)?;
+        edit::save(&mut conn, id, read_version, &changes, actor)
+    })
+    .await;
+    match saved {
+        Ok(product) => {
+            Ok(HttpResponse::Ok().insert_header((header::ETAG, etag(product.version))).json(product))
+        }
+        Err(CatalogError::Stale(current)) => {
+            let tag = etag(current.product.version);
+            let mut response = respond(&CatalogError::Stale(current));
+            if let Ok(value) = header::HeaderValue::from_str(&tag) {
+                response.headers_mut().insert(header::ETAG, value);
+            }
+            Ok(response)
+        }
+        Err(other) => Err(other.into()),
+    }
+}

@@ -1,0 +1,105 @@
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use serde::Serialize;
+
+use crate::db::text_enum;
+use crate::schema::stock_movements;
+
+/// The most a stock level may hold; far below `INT UNSIGNED`'s limit, so an addition can be
+/// refused with a message instead of failing in the database.
+pub const MAX_ON_HAND: u32 = 1_000_000_000;
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    #[error("must be at least 1")]
+    NotPositive,
+    #[error("must be at most {0}")]
+    TooLarge(u32),
+    #[error("{0:?} is not a whole number")]
+    NotANumber(String),
+}
+
+/// A positive number of units, bounded by what one order line or one receipt may move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Quantity(u32);
+
+impl Quantity {
+    pub const MAX_PER_LINE: u32 = 1_000;
+    pub const MAX_PER_RECEIPT: u32 = 100_000;
+
+    pub fn parse(value: i64, max: u32) -> Result<Self, QuantityError> {
+        if value < 1 {
+            return Err(QuantityError::NotPositive);
+        }
+        match u32::try_from(value) {
+            Ok(v) if v <= max => Ok(Self(v)),
+            _ => Err(QuantityError::TooLarge(max)),
+        }
+    }
+
+    /// From a form field: whitespace is trimmed, anything but an integer is refused.
+    pub fn parse_text(text: &str, max: u32) -> Result<Self, QuantityError> {
+        let value = text
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| QuantityError::NotANumber(text.chars().take(20).collect()))?;
+        Self::parse(value, max)
+    }
+
+    pub fn get(self) -> u32 {
+        self.0
+    }
+
+    pub fn signed(self) -> i32 {
+        // MAX_PER_RECEIPT fits comfortably.
+        i32::try_from(self.0).unwrap_or(i32::MAX)
+    }
+}
+
+text_enum! {
+    /// Why `on_hand` changed.
+    pub enum MovementReason {
+        Receipt => "receipt",
+        Order => "order",
+        Adjustment => "adjustment",
+    }
+}
+
+#[derive(Clone, Debug, Queryable, Selectable, Serialize)]
+#[diesel(table_name = stock_movements, check_for_backend(diesel::mysql::Mysql))]
+pub struct StockMovement {
+    pub id: i64,
+    pub product_id: i64,
+    pub delta: i32,
+    pub reason: MovementReason,
+    pub order_id: Option<i64>,
+    pub actor_user_id: Option<i64>,
+    pub at: NaiveDateTime,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = stock_movements, check_for_backend(diesel::mysql::Mysql))]
+pub struct NewStockMovement {
+    pub product_id: i64,
+    pub delta: i32,
+    pub reason: MovementReason,
+    pub order_id: Option<i64>,
+    pub actor_user_id: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_are_positive_and_bounded() {
+        assert_eq!(Quantity::parse(1, 10).map(Quantity::get), Ok(1));
+        assert_eq!(Quantity::parse(10, 10).map(Quantity::get), Ok(10));
+        assert_eq!(Quantity::parse(0, 10), Err(QuantityError::NotPositive));
+        assert_eq!(Quantity::parse(-3, 10), Err(QuantityError::NotPositive));
+        assert_eq!(Quantity::parse(11, 10), Err(QuantityError::TooLarge(10)));
+        assert_eq!(Quantity::parse(i64::MAX, 10), Err(QuantityError::TooLarge(10)));
+        assert_eq!(Quantity::parse_text(" 7 ", 10).map(Quantity::get), Ok(7));
+        assert!(matches!(Quantity::parse_text("7.5", 10), Err(QuantityError::NotANumber(_))));
+    }
+}

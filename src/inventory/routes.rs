@@ -1,0 +1,103 @@
+//! Receiving stock: the staff form and the API.
+
+use actix_web::{HttpResponse, web};
+use askama::Template;
+use serde::Deserialize;
+
+use super::InventoryError;
+use super::model::Quantity;
+use super::service::{self, MovementLine, Received};
+use crate::auth::csrf::CsrfForm;
+use crate::auth::{Role, SessionUser};
+use crate::catalog::service::{ProductWithStock, list_with_stock};
+use crate::web::{AppState, PageContext, blocking, html, see_other};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/stock/receipts", web::get().to(receipts_page))
+        .route("/stock/receipts", web::post().to(receipt_form))
+        .route("/api/v1/stock/receipts", web::post().to(receipt_json));
+}
+
+async fn receive(
+    state: &AppState,
+    user: &SessionUser,
+    product_id: i64,
+    quantity: Quantity,
+) -> Result<Received, InventoryError> {
+    let (pool, wait, actor) = (state.pool.clone(), state.config.lock_wait, user.id);
+    web::block(move || service::receive(&pool, wait, actor, product_id, quantity)).await?
+}
+
+#[derive(Template)]
+#[template(path = "inventory/receipts.html")]
+struct ReceiptsPage {
+    ctx: PageContext,
+    products: Vec<ProductWithStock>,
+    movements: Vec<MovementLine>,
+    received: Option<ReceivedQuery>,
+    max_quantity: u32,
+}
+
+#[derive(Deserialize)]
+struct ReceivedQuery {
+    product: Option<String>,
+    quantity: Option<u32>,
+    on_hand: Option<u32>,
+}
+
+async fn receipts_page(
+    user: SessionUser,
+    ctx: PageContext,
+    query: web::Query<ReceivedQuery>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    user.require(Role::Staff)?;
+    let pool = state.pool.clone();
+    let (products, movements) = blocking(move || -> Result<_, InventoryError> {
+        let mut conn = pool.get()?;
+        Ok((list_with_stock(&mut conn)?, service::recent_movements(&mut conn, 30)?))
+    })
+    .await?;
+    let received = Some(query.into_inner()).filter(|q| q.product.is_some());
+    Ok(html(&ReceiptsPage { ctx, products, movements, received, max_quantity: Quantity::MAX_PER_RECEIPT })?)
+}
+
+#[derive(Deserialize)]
+struct ReceiptForm {
+    product_id: String,
+    quantity: String,
+}
+
+async fn receipt_form(
+    user: SessionUser,
+    CsrfForm(form): CsrfForm<ReceiptForm>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    user.require(Role::Staff)?;
+    let product_id = form.product_id.trim().parse::<i64>().map_err(|_| InventoryError::InvalidProductId)?;
+    let quantity =
+        Quantity::parse_text(&form.quantity, Quantity::MAX_PER_RECEIPT).map_err(InventoryError::from)?;
+    let received = receive(&state, &user, product_id, quantity).await?;
+    Ok(see_other(&format!(
+        "/stock/receipts?product={}&quantity={}&on_hand={}",
+        received.product_id, received.quantity, received.on_hand
+    )))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReceiptRequest {
+    product_id: i64,
+    quantity: i64,
+}
+
+async fn receipt_json(
+    user: SessionUser,
+    body: web::Json<ReceiptRequest>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    user.require(Role::Staff)?;
+    let quantity = Quantity::parse(body.quantity, Quantity::MAX_PER_RECEIPT).map_err(InventoryError::from)?;
+    let received = receive(&state, &user, body.product_id, quantity).await?;
+    Ok(HttpResponse::Created().json(received))
+}

@@ -1,0 +1,136 @@
+//! Receiving stock under the product's named lock.
+
+use std::time::Duration;
+
+use diesel::dsl::sql;
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use serde::Serialize;
+
+use super::InventoryError;
+use super::model::{MAX_ON_HAND, MovementReason, NewStockMovement, Quantity};
+use crate::catalog::model::Product;
+use crate::db::DbPool;
+use crate::locking::{LockName, NamedLockGuard};
+use crate::schema::{products, stock_levels, stock_movements, users};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Received {
+    pub product_id: i64,
+    pub quantity: u32,
+    pub on_hand: u32,
+    pub movement_id: i64,
+    /// Whether this receipt created the product's stock row.
+    pub created_stock_row: bool,
+}
+
+/// Adds `quantity` to the product's stock, creating its stock row on the first receipt, and
+/// writes the ledger row — under `haita:stock:{product}`, on the lock's connection, committed
+/// before the lock is released.
+pub fn receive(
+    pool: &DbPool,
+    lock_wait: Duration,
+    actor_user_id: i64,
+    product_id: i64,
+    quantity: Quantity,
+) -> Result<Received, InventoryError> {
+    if product_id < 1 {
+        return Err(InventoryError::InvalidProductId);
+    }
+    let mut conn = pool.get()?;
+    if Product::by_id(product_id).select(products::id).first::<i64>(&mut conn).optional()?.is_none() {
+        return Err(InventoryError::UnknownProduct(product_id));
+    }
+    let mut held = NamedLockGuard::acquire(conn, LockName::stock(product_id), lock_wait)?;
+    let received = increase_or_insert(&mut held, actor_user_id, product_id, quantity)?;
+    drop(held); // committed above
+    Ok(received)
+}
+
+/// The classic read-then-insert-or-update. The statements are exactly those that deadlock
+/// without the lock (see the module docs); `held` is what makes them safe: no second receipt for
+/// this product can be between its SELECT and its INSERT. Orders never insert stock rows, so the
+/// only other writers of this row (order decrements) meet a row lock here, never a gap cycle.
+fn increase_or_insert(
+    held: &mut NamedLockGuard,
+    actor_user_id: i64,
+    product_id: i64,
+    quantity: Quantity,
+) -> Result<Received, InventoryError> {
+    debug_assert_eq!(held.name(), &LockName::stock(product_id));
+    held.conn().transaction(|conn| {
+        let current: Option<u32> = stock_levels::table
+            .find(product_id)
+            .select(stock_levels::on_hand)
+            .for_update()
+            .first(conn)
+            .optional()?;
+        let on_hand = match current {
+            Some(now) => {
+                let after = now
+                    .checked_add(quantity.get())
+                    .filter(|after| *after <= MAX_ON_HAND)
+                    .ok_or(InventoryError::StockLimit { product_id, quantity: quantity.get() })?;
+                diesel::update(stock_levels::table.find(product_id))
+                    .set(stock_levels::on_hand.eq(stock_levels::on_hand + quantity.get()))
+                    .execute(conn)?;
+                after
+            }
+            None => {
+                diesel::insert_into(stock_levels::table)
+                    .values((
+                        stock_levels::product_id.eq(product_id),
+                        stock_levels::on_hand.eq(quantity.get()),
+                    ))
+                    .execute(conn)?;
+                quantity.get()
+            }
+        };
+        diesel::insert_into(stock_movements::table)
+            .values(NewStockMovement {
+                product_id,
+                delta: quantity.signed(),
+                reason: MovementReason::Receipt,
+                order_id: None,
+                actor_user_id: Some(actor_user_id),
+            })
+            .execute(conn)?;
+        let movement_id = diesel::select(sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+        Ok(Received {
+            product_id,
+            quantity: quantity.get(),
+            on_hand,
+            movement_id,
+            created_stock_row: current.is_none(),
+        })
+    })
+}
+
+/// A ledger line for the receipts page (fields in the order of the query's columns).
+#[derive(Clone, Debug, Serialize, Queryable)]
+pub struct MovementLine {
+    pub at: chrono::NaiveDateTime,
+    pub product: String,
+    pub delta: i32,
+    pub reason: MovementReason,
+    pub order_id: Option<i64>,
+    pub actor: Option<String>,
+}
+
+/// The newest ledger rows, all products.
+pub fn recent_movements(conn: &mut MysqlConnection, limit: i64) -> Result<Vec<MovementLine>, InventoryError> {
+    Ok(stock_movements::table
+        .inner_join(products::table)
+        .left_join(users::table.on(users::id.nullable().eq(stock_movements::actor_user_id)))
+        .order(stock_movements::id.desc())
+        .limit(limit)
+        .select((
+            stock_movements::at,
+            products::name,
+            stock_movements::delta,
+            stock_movements::reason,
+            stock_movements::order_id,
+            users::username.nullable(),
+        ))
+        .load(conn)?)
+}

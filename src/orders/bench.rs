@@ -1,0 +1,291 @@
+//! `haita bench orders`: how much the order path costs over the bare SQL it issues.
+//!
+//! Two workloads, each run twice on a scratch database: through [`service::place_order`] (diesel
+//! DSL, the retry wrapper, the read-back of the order) and as the same statements written by hand
+//! and sent through the same pool. Each client is a thread placing one-unit orders in a loop:
+//! *hot* — every order takes the same product, so all clients queue on one row lock; *spread* —
+//! each order takes one of 64 products at random. The ratio app/raw says what the code around
+//! the SQL costs; the hot workload says what a single hot row costs anyone.
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Integer, Text, Unsigned};
+use rand::Rng;
+
+use super::model::Cart;
+use super::service;
+use crate::config::Config;
+use crate::db::{self, DbPool};
+use crate::locking::retry::RetryPolicy;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    App,
+    Raw,
+}
+
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub workload: &'static str,
+    pub path: Path,
+    pub orders: usize,
+    pub failed: usize,
+    pub per_second: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+    /// Statements the server prepared per order (server-wide counter: run on a quiet server).
+    pub prepares_per_order: f64,
+}
+
+const SPREAD_PRODUCTS: i64 = 64;
+const STOCK: u32 = 900_000_000;
+
+/// Runs the four measurements on a scratch database next to the one in `database_url`, which is
+/// dropped afterwards.
+pub fn run(database_url: &str, clients: usize, seconds: u64) -> anyhow::Result<Vec<Measured>> {
+    let (server, _) = db::split_database_url(database_url)?;
+    let name = format!("haita_bench_{:08x}", rand::rng().random::<u32>());
+    let url = match server.split_once("/?") {
+        Some((head, query)) => format!("{head}/{name}?{query}"),
+        None => format!("{server}{name}"),
+    };
+    let scratch = ScratchDatabase { server: server.clone(), name };
+    db::ensure_database_exists(&url)?;
+    let config = Config { pool_size: u32::try_from(clients + 2)?, ..Config::for_database(&url) };
+    let pool = db::build_pool(&config)?;
+    db::run_migrations(&pool)?;
+    let (user_id, hot, spread) = prepare(&mut *pool.get()?)?;
+
+    let duration = Duration::from_secs(seconds);
+    let mut results = Vec::new();
+    for (workload, products) in [("hot", vec![hot]), ("spread", spread)] {
+        for path in [Path::App, Path::Raw] {
+            let prepared_before = statements_prepared(&mut *pool.get()?)?;
+            let mut measured = measure(&pool, workload, path, user_id, &products, clients, duration);
+            let prepared = statements_prepared(&mut *pool.get()?)?.saturating_sub(prepared_before);
+            measured.prepares_per_order = prepared as f64 / measured.orders.max(1) as f64;
+            results.push(measured);
+        }
+    }
+    drop(pool);
+    drop(scratch);
+    Ok(results)
+}
+
+#[derive(QueryableByName)]
+struct Status {
+    #[diesel(sql_type = Text, column_name = "Value")]
+    value: String,
+}
+
+/// The server's count of prepared statements since start (MySQL and MariaDB alike).
+fn statements_prepared(conn: &mut MysqlConnection) -> anyhow::Result<u64> {
+    let status: Status = diesel::sql_query("SHOW GLOBAL STATUS LIKE 'Com_stmt_prepare'").get_result(conn)?;
+    Ok(status.value.parse()?)
+}
+
+struct ScratchDatabase {
+    server: String,
+    name: String,
+}
+
+impl Drop for ScratchDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut conn) = MysqlConnection::establish(&self.server) {
+            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
+        }
+    }
+}
+
+/// A buyer, one hot product and 64 spread products, all with plenty of stock (and the ledger
+/// rows that stock implies).
+fn prepare(conn: &mut MysqlConnection) -> anyhow::Result<(i64, i64, Vec<i64>)> {
+    conn.batch_execute(
+        "INSERT INTO users (username, display_name, password_hash, role) VALUES ('bench', 'bench', '-', 'customer')",
+    )?;
+    let user_id: i64 = diesel::select(diesel::dsl::sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+    let mut ids = Vec::new();
+    for i in 0..=SPREAD_PRODUCTS {
+        diesel::sql_query(
+            "INSERT INTO products (sku, name, description, price_cents) VALUES (?, ?, '', 100)",
+        )
+        .bind::<Text, _>(format!("BENCH-{i}"))
+        .bind::<Text, _>(format!("Bench product {i}"))
+        .execute(conn)?;
+        let id: i64 = diesel::select(diesel::dsl::sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+        diesel::sql_query("INSERT INTO stock_levels (product_id, on_hand) VALUES (?, ?)")
+            .bind::<BigInt, _>(id)
+            .bind::<Unsigned<Integer>, _>(STOCK)
+            .execute(conn)?;
+        diesel::sql_query(
+            "INSERT INTO stock_movements (product_id, delta, reason) VALUES (?, ?, 'adjustment')",
+        )
+        .bind::<BigInt, _>(id)
+        .bind::<Integer, _>(i32::try_from(STOCK)?)
+        .execute(conn)?;
+        ids.push(id);
+    }
+    let hot = ids.remove(0);
+    Ok((user_id, hot, ids))
+}
+
+fn measure(
+    pool: &DbPool,
+    workload: &'static str,
+    path: Path,
+    user_id: i64,
+    products: &[i64],
+    clients: usize,
+    duration: Duration,
+) -> Measured {
+    let start = Arc::new(Barrier::new(clients));
+    let threads: Vec<_> = (0..clients)
+        .map(|_| {
+            let (pool, start, products) = (pool.clone(), start.clone(), products.to_vec());
+            std::thread::spawn(move || {
+                let mut latencies = Vec::new();
+                let mut failed = 0;
+                start.wait();
+                let began = Instant::now();
+                while began.elapsed() < duration {
+                    let product = products[rand::rng().random_range(0..products.len())];
+                    let t = Instant::now();
+                    let ok = match path {
+                        Path::App => place_through_service(&pool, user_id, product),
+                        Path::Raw => place_by_hand(&pool, user_id, product),
+                    };
+                    if ok {
+                        latencies.push(t.elapsed());
+                    } else {
+                        failed += 1;
+                    }
+                }
+                (latencies, failed)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut failed = 0;
+    for thread in threads {
+        if let Ok((mine, f)) = thread.join() {
+            latencies.extend(mine);
+            failed += f;
+        }
+    }
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        latencies.get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+    };
+    Measured {
+        workload,
+        path,
+        orders: latencies.len(),
+        failed,
+        per_second: latencies.len() as f64 / duration.as_secs_f64(),
+        p50: at(0.50).copied().unwrap_or_default(),
+        p99: at(0.99).copied().unwrap_or_default(),
+        prepares_per_order: 0.0,
+    }
+}
+
+fn place_through_service(pool: &DbPool, user_id: i64, product: i64) -> bool {
+    let Ok(cart) = Cart::parse(&[(product, 1)]) else { return false };
+    service::place_order(pool, &RetryPolicy::default(), user_id, &cart).is_ok()
+}
+
+#[derive(QueryableByName)]
+struct Priced {
+    #[diesel(sql_type = BigInt)]
+    price_cents: i64,
+}
+
+#[derive(QueryableByName)]
+struct OnHand {
+    #[diesel(sql_type = Unsigned<Integer>)]
+    on_hand: u32,
+}
+
+/// The statements `place_order` sends for a one-line cart, written by hand: read the price, lock
+/// and check the stock row, decrement, insert order, line and ledger row, commit, read the order
+/// back with its lines.
+fn place_by_hand(pool: &DbPool, user_id: i64, product: i64) -> bool {
+    let Ok(mut conn) = pool.get() else { return false };
+    let placed = conn.transaction(|conn| -> QueryResult<i64> {
+        let price = diesel::sql_query("SELECT id, name, price_cents FROM products WHERE id IN (?)")
+            .bind::<BigInt, _>(product)
+            .get_result::<Priced>(conn)?
+            .price_cents;
+        let on_hand = diesel::sql_query("SELECT on_hand FROM stock_levels WHERE product_id = ? FOR UPDATE")
+            .bind::<BigInt, _>(product)
+            .get_result::<OnHand>(conn)?
+            .on_hand;
+        if on_hand < 1 {
+            return Err(diesel::result::Error::RollbackTransaction);
+        }
+        diesel::sql_query("UPDATE stock_levels SET on_hand = on_hand - 1 WHERE product_id = ?")
+            .bind::<BigInt, _>(product)
+            .execute(conn)?;
+        diesel::sql_query("INSERT INTO orders (user_id, total_cents) VALUES (?, ?)")
+            .bind::<BigInt, _>(user_id)
+            .bind::<BigInt, _>(price)
+            .execute(conn)?;
+        let order_id: i64 = diesel::select(diesel::dsl::sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+        diesel::sql_query("INSERT INTO order_lines (order_id, product_id, quantity, unit_price_cents) VALUES (?, ?, 1, ?)")
+            .bind::<BigInt, _>(order_id)
+            .bind::<BigInt, _>(product)
+            .bind::<BigInt, _>(price)
+            .execute(conn)?;
+        diesel::sql_query(
+            "INSERT INTO stock_movements (product_id, delta, reason, order_id, actor_user_id) VALUES (?, -1, 'order', ?, ?)",
+        )
+        .bind::<BigInt, _>(product)
+        .bind::<BigInt, _>(order_id)
+        .bind::<BigInt, _>(user_id)
+        .execute(conn)?;
+        Ok(order_id)
+    });
+    let Ok(order_id) = placed else { return false };
+    let read_back = diesel::sql_query("SELECT id, user_id, created_at, total_cents FROM orders WHERE id = ? AND user_id = ?")
+        .bind::<BigInt, _>(order_id)
+        .bind::<BigInt, _>(user_id)
+        .execute(&mut conn)
+        .and_then(|_| {
+            diesel::sql_query(
+                "SELECT l.order_id, l.product_id, p.sku, p.name, l.quantity, l.unit_price_cents \
+                 FROM order_lines l JOIN products p ON p.id = l.product_id WHERE l.order_id IN (?) ORDER BY l.order_id, l.product_id",
+            )
+            .bind::<BigInt, _>(order_id)
+            .execute(&mut conn)
+        });
+    read_back.is_ok()
+}
+
+/// The table `haita bench orders` prints.
+pub fn report(results: &[Measured], clients: usize) -> String {
+    let mut out = format!(
+        "orders benchmark: {clients} clients, one-unit orders\n{:<8} {:<4} {:>9} {:>9} {:>9} {:>7} {:>9} {:>8}\n",
+        "workload", "path", "orders/s", "p50 ms", "p99 ms", "failed", "prep/ord", "app/raw"
+    );
+    for m in results {
+        let raw = results.iter().find(|r| r.workload == m.workload && r.path == Path::Raw);
+        let ratio = match (m.path, raw) {
+            (Path::App, Some(raw)) if raw.per_second > 0.0 => format!("{:.2}", m.per_second / raw.per_second),
+            _ => String::new(),
+        };
+        out.push_str(&format!(
+            "{:<8} {:<4} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>9.1} {:>8}\n",
+            m.workload,
+            if m.path == Path::App { "app" } else { "raw" },
+            m.per_second,
+            m.p50.as_secs_f64() * 1000.0,
+            m.p99.as_secs_f64() * 1000.0,
+            m.failed,
+            m.prepares_per_order,
+            ratio
+        ));
+    }
+    out
+}

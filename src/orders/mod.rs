@@ -1,0 +1,94 @@
+//! Orders: a customer buys several products at once without ever overselling.
+//!
+//! Two hazards (background article 003). Read-modify-write of stock oversells when two orders
+//! read the same count; so each stock row is read with `SELECT … FOR UPDATE` inside the order's
+//! transaction, checked, then decremented. And two carts that lock the same rows in opposite
+//! orders deadlock; so every order locks its rows in ascending product id, whatever order its
+//! lines came in. A deadlock or lock wait timeout that still happens (a row locked by something
+//! else, say) reruns the whole transaction, at most three times (`crate::locking::retry`).
+
+pub mod bench;
+pub mod model;
+pub mod routes;
+pub mod service;
+
+use actix_web::http::StatusCode;
+
+use crate::inventory::model::QuantityError;
+use crate::locking::retry::{LockConflict, MayConflict};
+use crate::web::error::{AsProblem, Problem, http_error};
+
+#[derive(Debug, thiserror::Error)]
+pub enum OrderError {
+    #[error("the order has no lines")]
+    Empty,
+    #[error("the order has more than {0} products")]
+    TooManyLines(usize),
+    #[error("invalid product id {0}")]
+    InvalidProductId(i64),
+    #[error("invalid quantity for product {product_id}: {error}")]
+    Quantity { product_id: i64, error: QuantityError },
+    #[error("product {0} does not exist")]
+    UnknownProduct(i64),
+    #[error("only {available} of product {product_id} left, {requested} requested")]
+    InsufficientStock { product_id: i64, name: String, requested: u32, available: u32 },
+    #[error("order {0} not found")]
+    NotFound(i64),
+    #[error(transparent)]
+    Pool(#[from] diesel::r2d2::PoolError),
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Blocking(#[from] actix_web::error::BlockingError),
+}
+
+impl MayConflict for OrderError {
+    fn lock_conflict(&self) -> Option<LockConflict> {
+        match self {
+            Self::Database(e) => e.lock_conflict(),
+            _ => None,
+        }
+    }
+}
+
+impl AsProblem for OrderError {
+    fn problem(&self) -> Problem {
+        use StatusCode as S;
+        let invalid = |code, message: String| Problem::new(S::UNPROCESSABLE_ENTITY, code, message);
+        match self {
+            Self::Empty => {
+                invalid("empty_order", "Choose at least one product with a quantity of 1 or more.".into())
+            }
+            Self::TooManyLines(max) => {
+                invalid("too_many_lines", format!("An order may contain at most {max} products."))
+            }
+            Self::InvalidProductId(id) => invalid("invalid_id", format!("{id} is not a valid product id.")),
+            Self::Quantity { product_id, error } => {
+                invalid("invalid_quantity", format!("Quantity of product {product_id} {error}."))
+                    .with("product_id", *product_id)
+            }
+            Self::UnknownProduct(id) => {
+                invalid("unknown_product", format!("There is no product with id {id}."))
+                    .with("product_id", *id)
+            }
+            Self::InsufficientStock { product_id, name, requested, available } => Problem::new(
+                S::CONFLICT,
+                "insufficient_stock",
+                match available {
+                    0 => format!("“{name}” is out of stock (you asked for {requested})."),
+                    n => format!("Only {n} of “{name}” left; you asked for {requested}."),
+                },
+            )
+            .with("product_id", *product_id)
+            .with("available", *available)
+            .with("requested", *requested),
+            Self::NotFound(_) => Problem::new(S::NOT_FOUND, "not_found", "You have no order with that id."),
+            Self::Database(e) if e.lock_conflict().is_some() => {
+                Problem::busy("These products are in great demand right now; please try again in a moment.")
+            }
+            Self::Pool(_) => Problem::busy("The server is busy; please try again in a moment."),
+            Self::Database(_) | Self::Blocking(_) => Problem::internal(),
+        }
+    }
+}
+http_error!(OrderError);

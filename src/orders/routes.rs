@@ -1,0 +1,120 @@
+//! Ordering: the form on /products, the list on /orders, and the API.
+
+use std::collections::HashMap;
+
+use actix_web::http::header;
+use actix_web::{HttpResponse, web};
+use askama::Template;
+use serde::Deserialize;
+
+use super::OrderError;
+use super::model::Cart;
+use super::service::{self, OrderView, Placed};
+use crate::auth::SessionUser;
+use crate::auth::csrf::CsrfForm;
+use crate::locking::retry::RetryPolicy;
+use crate::web::{AppState, PageContext, html, see_other};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/orders").route(web::get().to(orders_page)).route(web::post().to(order_form)))
+        .service(
+            web::resource("/api/v1/orders")
+                .route(web::get().to(orders_json))
+                .route(web::post().to(order_json)),
+        );
+}
+
+async fn place(state: &AppState, user: &SessionUser, cart: Cart) -> Result<Placed, OrderError> {
+    let (pool, user_id) = (state.pool.clone(), user.id);
+    web::block(move || service::place_order(&pool, &RetryPolicy::default(), user_id, &cart)).await?
+}
+
+async fn mine(state: &AppState, user: &SessionUser) -> Result<Vec<OrderView>, OrderError> {
+    let (pool, user_id) = (state.pool.clone(), user.id);
+    web::block(move || service::my_orders(&mut *pool.get()?, user_id)).await?
+}
+
+/// The catalog form names its quantity fields `qty_{product_id}`; empty and zero fields are
+/// products the customer did not choose.
+fn cart_from_form(fields: &HashMap<String, String>) -> Result<Cart, OrderError> {
+    let mut lines = Vec::new();
+    for (name, value) in fields {
+        let Some(id) = name.strip_prefix("qty_") else { continue };
+        let value = value.trim();
+        if value.is_empty() || value == "0" {
+            continue;
+        }
+        let product_id = id.parse::<i64>().map_err(|_| OrderError::InvalidProductId(0))?;
+        let quantity = value.parse::<i64>().map_err(|_| OrderError::Quantity {
+            product_id,
+            error: crate::inventory::model::QuantityError::NotANumber(value.chars().take(20).collect()),
+        })?;
+        lines.push((product_id, quantity));
+    }
+    Cart::parse(&lines)
+}
+
+async fn order_form(
+    user: SessionUser,
+    CsrfForm(fields): CsrfForm<HashMap<String, String>>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let cart = cart_from_form(&fields)?;
+    let placed = place(&state, &user, cart).await?;
+    Ok(see_other(&format!("/orders?placed={}", placed.order.id)))
+}
+
+#[derive(Template)]
+#[template(path = "orders/mine.html")]
+struct OrdersPage {
+    ctx: PageContext,
+    orders: Vec<OrderView>,
+    placed: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct PlacedQuery {
+    placed: Option<i64>,
+}
+
+async fn orders_page(
+    user: SessionUser,
+    ctx: PageContext,
+    query: web::Query<PlacedQuery>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let orders = mine(&state, &user).await?;
+    Ok(html(&OrdersPage { ctx, orders, placed: query.placed })?)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OrderRequest {
+    lines: Vec<LineRequest>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LineRequest {
+    product_id: i64,
+    quantity: i64,
+}
+
+async fn order_json(
+    user: SessionUser,
+    body: web::Json<OrderRequest>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, OrderError> {
+    let requested: Vec<(i64, i64)> = body.lines.iter().map(|l| (l.product_id, l.quantity)).collect();
+    let placed = place(&state, &user, Cart::parse(&requested)?).await?;
+    Ok(HttpResponse::Created()
+        .insert_header((header::LOCATION, format!("/api/v1/orders/{}", placed.order.id)))
+        // How many times the transaction ran: more than 1 means a deadlock or lock wait timeout
+        // was absorbed by a retry.
+        .insert_header(("X-Transaction-Attempts", placed.attempts.to_string()))
+        .json(placed.order))
+}
+
+async fn orders_json(user: SessionUser, state: web::Data<AppState>) -> Result<HttpResponse, OrderError> {
+    Ok(HttpResponse::Ok().json(mine(&state, &user).await?))
+}
