@@ -116,6 +116,18 @@ struct ConflictPage {
     merges: Vec<FieldMerge>,
 }
 
+impl ConflictPage {
+    /// Who saved first, as the user should read it: the same account in another tab is "you".
+    fn saver(&self) -> String {
+        let me = self.ctx.user.as_ref().map(|u| u.id);
+        match (&self.current.saved_by, self.current.product.updated_by) {
+            (_, Some(id)) if Some(id) == me => "You (in another tab or window)".to_string(),
+            (Some(name), _) => name.clone(),
+            (None, _) => "Someone".to_string(),
+        }
+    }
+}
+
 async fn edit_page(
     user: SessionUser,
     ctx: PageContext,

@@ -1,5 +1,7 @@
 //! Optimistic product edits: the version column, the conflict screen, ETag / If-Match.
 
+mod browser;
+
 use std::sync::Arc;
 
 use diesel::prelude::*;
@@ -9,7 +11,7 @@ use tokio::sync::Barrier;
 
 use crate::common::{Client, PASSWORD, TestApp, error_code};
 
-fn row(app: &TestApp, id: i64) -> (String, String, i64, i32) {
+pub(crate) fn row(app: &TestApp, id: i64) -> (String, String, i64, i32) {
     use haita::schema::products::dsl as p;
     p::products
         .find(id)
