@@ -183,7 +183,7 @@ macro_rules! text_enum {
     ($(#[$meta:meta])* pub enum $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, diesel::AsExpression, diesel::FromSqlRow,
-                 serde::Serialize, serde::Deserialize)]
+                 serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
         #[diesel(sql_type = diesel::sql_types::Text)]
         #[serde(rename_all = "lowercase")]
         pub enum $name { $($variant),+ }

@@ -16,6 +16,7 @@ pub mod edit_locks;
 pub mod inventory;
 pub mod locking;
 pub mod metrics;
+pub mod openapi;
 pub mod orders;
 pub mod schema;
 pub mod seed;
@@ -130,6 +131,7 @@ fn routes(cfg: &mut aweb::ServiceConfig) {
     cfg.route("/", aweb::get().to(home))
         .route("/health", aweb::get().to(health))
         .route("/metrics", aweb::get().to(metrics_text))
+        .route("/api/v1/openapi.json", aweb::get().to(openapi_json))
         .route("/static/style.css", aweb::get().to(stylesheet))
         .configure(auth::routes::configure)
         .configure(bookings::routes::configure)
@@ -172,6 +174,10 @@ async fn metrics_text(state: aweb::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(metrics::render(&state.pool))
+}
+
+async fn openapi_json() -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(openapi::JSON.as_str())
 }
 
 async fn stylesheet() -> HttpResponse {

@@ -47,7 +47,7 @@ impl From<&LockName> for OurLockName {
 }
 
 /// One live named lock and the server session (connection) holding it.
-#[derive(Clone, Debug, QueryableByName, Serialize)]
+#[derive(Clone, Debug, QueryableByName, Serialize, utoipa::ToSchema)]
 pub struct NamedLock {
     #[diesel(sql_type = Text)]
     pub name: String,
@@ -67,7 +67,7 @@ pub struct NamedLock {
     pub command: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Listing {
     /// `metadata_lock_info` (MariaDB), `performance_schema` (MySQL) or `unavailable`.
     pub source: &'static str,
@@ -152,7 +152,7 @@ fn holder_of(conn: &mut MysqlConnection, name: &OurLockName) -> QueryResult<Opti
         .map(|a| a.value)
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Killed {
     pub name: String,
     pub connection_id: i64,

@@ -10,7 +10,19 @@ use super::{Admin, AdminError, Reason};
 use crate::audit::{self, AuditPage};
 use crate::auth::csrf::CsrfForm;
 use crate::edit_locks::{EditLockKey, LockView, service as edit_locks};
+use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    locks_json,
+    release_expired_json,
+    force_release_edit_json,
+    lookup_named_json,
+    force_release_named_json,
+    audit_json
+))]
+pub struct Api;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/admin/locks", web::get().to(locks_page))
@@ -30,14 +42,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 /// Everything the locks screen and `GET /api/v1/admin/locks` show.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Locks {
     edit_locks: Vec<AdminEditLock>,
     named_locks: Listing,
 }
 
 /// An edit lock as the admin sees it: with the owner's session (its first characters).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct AdminEditLock {
     #[serde(flatten)]
     lock: LockView,
@@ -240,6 +252,9 @@ async fn audit_page(
 
 // ---- JSON -------------------------------------------------------------------------------
 
+/// Every edit lock and every live named lock of this application (admin).
+#[utoipa::path(get, path = "/api/v1/admin/locks", tag = "admin",
+    responses((status = 200, body = Locks), (status = 401, body = ErrorBody), (status = 403, description = "admin only", body = ErrorBody)))]
 async fn locks_json(Admin(_): Admin, state: web::Data<AppState>) -> Result<HttpResponse, AdminError> {
     Ok(HttpResponse::Ok().json(load_locks(&state).await?))
 }
@@ -257,6 +272,10 @@ struct Released<T> {
 }
 
 /// `DELETE /api/v1/admin/edit-locks/{key}?reason=…`
+#[utoipa::path(delete, path = "/api/v1/admin/edit-locks/{key}", tag = "admin",
+    params(("key" = String, Path, description = "e.g. resource:42"), ("reason" = String, Query, description = "Written to the audit log")),
+    responses((status = 200, description = "`{\"released\": LockView}`"),
+              (status = 409, description = "held by a batch job", body = ErrorBody), (status = 403, body = ErrorBody)))]
 async fn force_release_edit_json(
     Admin(admin): Admin,
     path: web::Path<String>,
@@ -269,6 +288,9 @@ async fn force_release_edit_json(
     Ok(HttpResponse::Ok().json(Released { released }))
 }
 
+/// Release every expired edit lock (batch-held ones excepted).
+#[utoipa::path(post, path = "/api/v1/admin/edit-locks/release-expired", tag = "admin",
+    responses((status = 200, description = "`{\"released\": [LockView]}`"), (status = 403, body = ErrorBody)))]
 async fn release_expired_json(
     Admin(admin): Admin,
     state: web::Data<AppState>,
@@ -278,6 +300,9 @@ async fn release_expired_json(
 }
 
 /// `GET /api/v1/admin/named-locks/{name}`: who holds it (IS_USED_LOCK), 404 when nobody.
+#[utoipa::path(get, path = "/api/v1/admin/named-locks/{name}", tag = "admin",
+    params(("name" = String, Path, description = "A haita: lock name")),
+    responses((status = 200, body = NamedLock), (status = 404, description = "nobody holds it", body = ErrorBody)))]
 async fn lookup_named_json(
     Admin(_): Admin,
     path: web::Path<String>,
@@ -292,6 +317,13 @@ async fn lookup_named_json(
 
 /// `DELETE /api/v1/admin/named-locks/{name}?reason=…&connection_id=…` — `connection_id`, when
 /// given, must still be the holder.
+#[utoipa::path(delete, path = "/api/v1/admin/named-locks/{name}", tag = "admin",
+    params(("name" = String, Path, description = "A haita: lock name"),
+           ("reason" = String, Query, description = "Written to the audit log"),
+           ("connection_id" = Option<i64>, Query, description = "The holder the admin saw; must still hold it")),
+    responses((status = 200, description = "`{\"released\": Killed}`"),
+              (status = 409, description = "the holder changed since the admin looked", body = ErrorBody),
+              (status = 403, body = ErrorBody)))]
 async fn force_release_named_json(
     Admin(admin): Admin,
     path: web::Path<String>,
@@ -304,6 +336,10 @@ async fn force_release_named_json(
     Ok(HttpResponse::Ok().json(Released { released: killed }))
 }
 
+/// The audit log, newest first; pass `older` as `before` for the next page.
+#[utoipa::path(get, path = "/api/v1/admin/audit", tag = "admin",
+    params(("before" = Option<i64>, Query), ("limit" = Option<i64>, Query, description = "1 to 200")),
+    responses((status = 200, body = AuditPage), (status = 403, body = ErrorBody)))]
 async fn audit_json(
     Admin(_): Admin,
     query: web::Query<AuditQuery>,

@@ -74,7 +74,7 @@ fn cut(text: &str, max_chars: usize) -> &str {
 }
 
 /// One line of the log as the admin screen shows it.
-#[derive(Clone, Debug, Queryable, Serialize)]
+#[derive(Clone, Debug, Queryable, Serialize, utoipa::ToSchema)]
 pub struct AuditEvent {
     pub id: i64,
     pub at: NaiveDateTime,
@@ -85,7 +85,7 @@ pub struct AuditEvent {
 }
 
 /// A page of the log, newest first, and the id to pass as `before` for the next (older) page.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AuditPage {
     pub events: Vec<AuditEvent>,
     pub older: Option<i64>,

@@ -7,7 +7,12 @@ use serde::{Deserialize, Serialize};
 
 use super::csrf::CsrfForm;
 use super::{AuthError, Role, SessionUser, service, session};
+use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, html, local_path, see_other};
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(whoami, login_json, logout_json))]
+pub struct Api;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/login", web::get().to(login_page))
@@ -107,18 +112,21 @@ async fn logout_form(CsrfForm(_): CsrfForm<NoFields>, session: Session) -> HttpR
     see_other("/")
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct SessionBody<'a> {
     user: &'a SessionUser,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct JsonCredentials {
     username: String,
     password: String,
 }
 
+/// Log in: sets the session cookie the rest of the API uses.
+#[utoipa::path(post, path = "/api/v1/session", tag = "session", request_body = JsonCredentials,
+    responses((status = 200, body = SessionBody), (status = 401, description = "bad_credentials", body = ErrorBody)))]
 async fn login_json(
     body: web::Json<JsonCredentials>,
     session: Session,
@@ -130,10 +138,15 @@ async fn login_json(
     Ok(HttpResponse::Ok().json(SessionBody { user: &logged_in }))
 }
 
+/// Who is logged in.
+#[utoipa::path(get, path = "/api/v1/session", tag = "session",
+    responses((status = 200, body = SessionBody), (status = 401, description = "not_logged_in", body = ErrorBody)))]
 async fn whoami(user: SessionUser) -> impl Responder {
     HttpResponse::Ok().json(SessionBody { user: &user })
 }
 
+/// Log out.
+#[utoipa::path(delete, path = "/api/v1/session", tag = "session", responses((status = 204)))]
 async fn logout_json(session: Session) -> HttpResponse {
     session::log_out(&session);
     HttpResponse::NoContent().finish()

@@ -14,7 +14,7 @@ const USER_KEY: &str = "user";
 /// no session answers 401 (or, for a browser page, redirects to the login page).
 ///
 /// The role is the one the user had at login; a role change takes effect at their next login.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SessionUser {
     pub id: i64,
     pub username: String,

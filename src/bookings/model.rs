@@ -6,7 +6,7 @@ use super::BookingError;
 use crate::db::text_enum;
 use crate::schema::{reservations, resources};
 
-#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize)]
+#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, utoipa::ToSchema)]
 #[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
 pub struct Resource {
     pub id: i64,
@@ -38,7 +38,7 @@ text_enum! {
     }
 }
 
-#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize)]
+#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, utoipa::ToSchema)]
 #[diesel(table_name = reservations, check_for_backend(diesel::mysql::Mysql))]
 pub struct Reservation {
     pub id: i64,

@@ -12,7 +12,12 @@ use super::model::{BookingDate, Reservation, Resource, parse_id};
 use super::service::{self, DayAvailability};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
+use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(resources_json, availability_json, book_json, my_reservations_json, cancel_json))]
+pub struct Api;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/resources", web::get().to(resources_page))
@@ -169,18 +174,28 @@ async fn cancel_form(
 
 // ---- JSON -------------------------------------------------------------------------------
 
+/// Every resource and its capacity per day.
+#[utoipa::path(get, path = "/api/v1/resources", tag = "bookings", responses((status = 200, body = Vec<Resource>)))]
 async fn resources_json(state: web::Data<AppState>) -> Result<HttpResponse, BookingError> {
     let pool = state.pool.clone();
     let resources = blocking(move || service::list_resources(&mut *pool.get()?)).await?;
     Ok(HttpResponse::Ok().json(resources))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct AvailabilityBody {
     resource: Resource,
     days: Vec<DayAvailability>,
 }
 
+/// Confirmed bookings and free places per day; `mine` marks the caller's own bookings.
+#[utoipa::path(get, path = "/api/v1/resources/{id}/availability", tag = "bookings",
+    params(("id" = i64, Path, description = "Resource id"),
+           ("from" = Option<String>, Query, description = "First day, YYYY-MM-DD (default today)"),
+           ("days" = Option<u32>, Query, description = "1 to 62 (default 14)")),
+    responses((status = 200, body = AvailabilityBody),
+              (status = 404, description = "not_found", body = ErrorBody),
+              (status = 422, description = "invalid_date, invalid_range", body = ErrorBody)))]
 async fn availability_json(
     user: Option<SessionUser>,
     path: web::Path<i64>,
@@ -196,13 +211,21 @@ async fn availability_json(
     Ok(HttpResponse::Ok().json(AvailabilityBody { resource, days }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct BookRequest {
     resource_id: i64,
     date: String,
 }
 
+/// Book a resource for a day, under the day's named lock.
+#[utoipa::path(post, path = "/api/v1/reservations", tag = "bookings", request_body = BookRequest,
+    responses((status = 201, description = "Booked; Location names it", body = Reservation),
+              (status = 400, description = "malformed_body", body = ErrorBody),
+              (status = 401, description = "not_logged_in", body = ErrorBody),
+              (status = 409, description = "fully_booked, already_booked", body = ErrorBody),
+              (status = 422, description = "invalid_date, past_date, too_far_ahead, invalid_id, unknown_resource", body = ErrorBody),
+              (status = 503, description = "busy: the day's lock stayed held; see Retry-After", body = ErrorBody)))]
 async fn book_json(
     user: SessionUser,
     body: web::Json<BookRequest>,
@@ -216,6 +239,9 @@ async fn book_json(
         .json(booked))
 }
 
+/// The caller's reservations, newest day first.
+#[utoipa::path(get, path = "/api/v1/reservations", tag = "bookings",
+    responses((status = 200, body = Vec<Reservation>), (status = 401, body = ErrorBody)))]
 async fn my_reservations_json(
     user: SessionUser,
     state: web::Data<AppState>,
@@ -225,6 +251,11 @@ async fn my_reservations_json(
     Ok(HttpResponse::Ok().json(mine.into_iter().map(|(r, _)| r).collect::<Vec<_>>()))
 }
 
+/// Cancel one of the caller's reservations.
+#[utoipa::path(delete, path = "/api/v1/reservations/{id}", tag = "bookings",
+    params(("id" = i64, Path, description = "Reservation id")),
+    responses((status = 200, body = Reservation), (status = 404, body = ErrorBody),
+              (status = 409, description = "already_cancelled", body = ErrorBody)))]
 async fn cancel_json(
     user: SessionUser,
     path: web::Path<i64>,

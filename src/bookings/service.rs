@@ -160,7 +160,7 @@ pub fn find_resource(conn: &mut MysqlConnection, id: i64) -> Result<Resource, Bo
         .ok_or(BookingError::ResourceNotFound(id))
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct DayAvailability {
     pub date: NaiveDate,
     pub capacity: i32,

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::schema::products;
 
-#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize)]
+#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, utoipa::ToSchema)]
 #[diesel(table_name = products, check_for_backend(diesel::mysql::Mysql))]
 pub struct Product {
     pub id: i64,

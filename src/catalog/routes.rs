@@ -12,7 +12,11 @@ use super::service::{self, ProductWithStock};
 use super::{CatalogError, etag};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
-use crate::web::error::respond;
+use crate::web::error::{ErrorBody, respond};
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(products_json, product_json, patch_json))]
+pub struct Api;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -257,10 +261,16 @@ async fn edit_form(
 
 // ---- the API ---------------------------------------------------------------------------------
 
+/// Every product with its stock.
+#[utoipa::path(get, path = "/api/v1/products", tag = "products", responses((status = 200, body = Vec<ProductWithStock>)))]
 async fn products_json(state: web::Data<AppState>) -> Result<HttpResponse, CatalogError> {
     Ok(HttpResponse::Ok().json(load(&state).await?))
 }
 
+/// One product, with its version as a strong ETag.
+#[utoipa::path(get, path = "/api/v1/products/{id}", tag = "products",
+    params(("id" = i64, Path, description = "Product id")),
+    responses((status = 200, description = "ETag: \"v{version}\"", body = Product), (status = 404, body = ErrorBody)))]
 async fn product_json(
     path: web::Path<i64>,
     state: web::Data<AppState>,
@@ -288,7 +298,7 @@ fn if_match(req: &HttpRequest) -> Result<i32, CatalogError> {
     Ok(value.strip_prefix("\"v").and_then(|v| v.strip_suffix('"')).and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ProductPatch {
     name: Option<String>,
@@ -296,6 +306,17 @@ struct ProductPatch {
     price_cents: Option<i64>,
 }
 
+/// Change a product's name, description or price — only if it is still at the version named by
+/// `If-Match` (optimistic locking). Absent fields keep their values.
+#[utoipa::path(patch, path = "/api/v1/products/{id}", tag = "products", request_body = ProductPatch,
+    params(("id" = i64, Path, description = "Product id"),
+           ("If-Match" = String, Header, description = "The ETag read, e.g. \"v3\"")),
+    responses((status = 200, description = "Saved; ETag is the new version", body = Product),
+              (status = 400, description = "bad_if_match, malformed_body", body = ErrorBody),
+              (status = 403, description = "staff only", body = ErrorBody),
+              (status = 412, description = "stale_version, with `current` and `etag`", body = ErrorBody),
+              (status = 422, description = "invalid_fields, with `fields`", body = ErrorBody),
+              (status = 428, description = "precondition_required: no If-Match", body = ErrorBody)))]
 async fn patch_json(
     user: SessionUser,
     req: HttpRequest,

@@ -5,7 +5,7 @@ use super::model::Product;
 use crate::schema::{products, stock_levels};
 
 /// A product with its stock; `on_hand` is 0 for a product that has never been received.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ProductWithStock {
     #[serde(flatten)]
     pub product: Product,

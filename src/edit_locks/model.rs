@@ -61,7 +61,7 @@ impl From<&SessionUser> for Owner {
 
 /// An edit lock as a person sees it, with every time judged by the database clock (`NOW(6)`):
 /// several app instances share one database, and their clocks may disagree.
-#[derive(Clone, Debug, QueryableByName, Serialize)]
+#[derive(Clone, Debug, QueryableByName, Serialize, utoipa::ToSchema)]
 pub struct LockView {
     #[diesel(sql_type = Text)]
     pub key: String,

@@ -13,7 +13,11 @@ use crate::audit::{self, AuditEvent};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
 use crate::bookings::model::Resource;
-use crate::web::error::AsProblem;
+use crate::web::error::{AsProblem, ErrorBody};
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(lock_json, acquire_json, heartbeat_json, release_json, patch_json))]
+pub struct Api;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 /// The edit form may carry 2000 characters of Japanese description: 6 KB of UTF-8, up to 18 KB
@@ -321,6 +325,10 @@ async fn script() -> HttpResponse {
 
 // ---- JSON -------------------------------------------------------------------------------
 
+/// The resource's edit lock, if any (staff).
+#[utoipa::path(get, path = "/api/v1/resources/{id}/edit-lock", tag = "edit locks",
+    params(("id" = i64, Path, description = "Resource id")),
+    responses((status = 200, body = LockView), (status = 404, description = "no lock, or no such resource", body = ErrorBody)))]
 async fn lock_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -340,6 +348,12 @@ async fn lock_json(
 
 /// Acquire (201), renew my own (200), or take over an expired one (201); 423 while someone
 /// else's lock is live.
+#[utoipa::path(post, path = "/api/v1/resources/{id}/edit-lock", tag = "edit locks",
+    params(("id" = i64, Path, description = "Resource id")),
+    responses((status = 201, description = "Acquired, or an expired lock taken over", body = LockView),
+              (status = 200, description = "Already mine; expiry extended", body = LockView),
+              (status = 403, description = "staff only", body = ErrorBody),
+              (status = 423, description = "edit_locked, with holder and expires_at", body = ErrorBody)))]
 async fn acquire_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -356,6 +370,10 @@ async fn acquire_json(
     })
 }
 
+/// Heartbeat: extend my lock by the TTL.
+#[utoipa::path(put, path = "/api/v1/resources/{id}/edit-lock", tag = "edit locks",
+    params(("id" = i64, Path, description = "Resource id")),
+    responses((status = 200, body = LockView), (status = 423, description = "not mine (taken over, released or expired)", body = ErrorBody)))]
 async fn heartbeat_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -378,6 +396,10 @@ struct ReleaseQuery {
 
 /// Releases my lock; 204 also when there was none, or when `if_heartbeat` no longer matches
 /// (releasing is idempotent). Someone else's lock is never released here: 423.
+#[utoipa::path(delete, path = "/api/v1/resources/{id}/edit-lock", tag = "edit locks",
+    params(("id" = i64, Path, description = "Resource id"),
+           ("if_heartbeat" = Option<String>, Query, description = "Release only if this is still the last heartbeat")),
+    responses((status = 204), (status = 423, description = "someone else's lock", body = ErrorBody)))]
 async fn release_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -392,7 +414,7 @@ async fn release_json(
     Ok(HttpResponse::NoContent().finish())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ResourcePatch {
     name: Option<String>,
@@ -401,6 +423,11 @@ struct ResourcePatch {
 }
 
 /// Changes a resource; only the holder of its edit lock may (423 otherwise). The lock is kept.
+#[utoipa::path(patch, path = "/api/v1/resources/{id}", tag = "edit locks", request_body = ResourcePatch,
+    params(("id" = i64, Path, description = "Resource id")),
+    responses((status = 200, body = Resource),
+              (status = 422, description = "invalid input, or capacity below a future day's bookings", body = ErrorBody),
+              (status = 423, description = "edit_locked: only the lock holder may save", body = ErrorBody)))]
 async fn patch_json(
     user: SessionUser,
     path: web::Path<i64>,

@@ -10,7 +10,12 @@ use super::service::{self, MovementLine, Received};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
 use crate::catalog::service::{ProductWithStock, list_with_stock};
+use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(receipt_json))]
+pub struct Api;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/stock/receipts", web::get().to(receipts_page))
@@ -84,13 +89,19 @@ async fn receipt_form(
     )))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReceiptRequest {
     product_id: i64,
     quantity: i64,
 }
 
+/// Receive stock (staff): increase-or-insert under the product's named lock.
+#[utoipa::path(post, path = "/api/v1/stock/receipts", tag = "stock", request_body = ReceiptRequest,
+    responses((status = 201, body = Received),
+              (status = 403, description = "staff only", body = ErrorBody),
+              (status = 422, description = "invalid_quantity, invalid_id, unknown_product, stock_limit", body = ErrorBody),
+              (status = 503, description = "busy", body = ErrorBody)))]
 async fn receipt_json(
     user: SessionUser,
     body: web::Json<ReceiptRequest>,

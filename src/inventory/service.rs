@@ -14,7 +14,7 @@ use crate::db::DbPool;
 use crate::locking::{LockName, NamedLockGuard};
 use crate::schema::{products, stock_levels, stock_movements, users};
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Received {
     pub product_id: i64,
     pub quantity: u32,

@@ -13,7 +13,12 @@ use super::service::{self, OrderView, Placed};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::locking::retry::RetryPolicy;
+use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, html, see_other};
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(order_json, orders_json))]
+pub struct Api;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/orders").route(web::get().to(orders_page)).route(web::post().to(order_form)))
@@ -87,19 +92,28 @@ async fn orders_page(
     Ok(html(&OrdersPage { ctx, orders, placed: query.placed })?)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct OrderRequest {
     lines: Vec<LineRequest>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LineRequest {
     product_id: i64,
     quantity: i64,
 }
 
+/// Order several products at once: all lines or nothing. Duplicate lines are merged.
+#[utoipa::path(post, path = "/api/v1/orders", tag = "orders", request_body = OrderRequest,
+    responses((status = 201, description = "Placed; X-Transaction-Attempts says how often the transaction ran", body = OrderView),
+              (status = 400, description = "malformed_body", body = ErrorBody),
+              (status = 401, body = ErrorBody),
+              (status = 409, description = "insufficient_stock, with product_id, available, requested", body = ErrorBody),
+              (status = 413, description = "too_large", body = ErrorBody),
+              (status = 422, description = "invalid_quantity, invalid_id, unknown_product, empty_order, too_many_lines", body = ErrorBody),
+              (status = 503, description = "busy: lock conflicts outlasted the retries", body = ErrorBody)))]
 async fn order_json(
     user: SessionUser,
     body: web::Json<OrderRequest>,
@@ -115,6 +129,8 @@ async fn order_json(
         .json(placed.order))
 }
 
+/// The caller's orders, newest first.
+#[utoipa::path(get, path = "/api/v1/orders", tag = "orders", responses((status = 200, body = Vec<OrderView>), (status = 401, body = ErrorBody)))]
 async fn orders_json(user: SessionUser, state: web::Data<AppState>) -> Result<HttpResponse, OrderError> {
     Ok(HttpResponse::Ok().json(mine(&state, &user).await?))
 }

@@ -12,7 +12,7 @@ use crate::inventory::model::{MovementReason, NewStockMovement};
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
 use crate::schema::{order_lines, orders, products, stock_levels, stock_movements};
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
     pub id: i64,
     pub created_at: chrono::NaiveDateTime,
@@ -26,7 +26,7 @@ impl OrderView {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderLineView {
     pub product_id: i64,
     pub sku: String,

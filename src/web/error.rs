@@ -53,6 +53,17 @@ impl Problem {
     }
 }
 
+/// The body of every error answer, as the OpenAPI document describes it. Some answers add
+/// fields next to these two (which product ran short, the current representation, …).
+#[derive(utoipa::ToSchema)]
+#[expect(dead_code, reason = "documentation only: the body is built from a Problem")]
+pub struct ErrorBody {
+    /// Stable machine-readable code, e.g. `fully_booked`.
+    error: String,
+    /// A sentence for a person.
+    message: String,
+}
+
 /// Implemented by every feature error; `http_error!` then derives `ResponseError` from it.
 pub trait AsProblem: std::error::Error {
     fn problem(&self) -> Problem;

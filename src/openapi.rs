@@ -1,0 +1,49 @@
+//! The OpenAPI document of the JSON API, served at `/api/v1/openapi.json`.
+//!
+//! Each feature describes its endpoints next to their handlers (`#[utoipa::path]` in its
+//! `routes.rs`, collected in that module's `Api`); this module only merges them.
+
+use std::sync::LazyLock;
+
+use utoipa::OpenApi;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "haita",
+        description = "Reservations and inventory on MySQL/MariaDB, with every locking pattern visible. \
+            Log in with POST /api/v1/session; the session cookie it sets authenticates the rest. \
+            Errors are {\"error\": code, \"message\": sentence}, sometimes with more fields."
+    ),
+    components(schemas(crate::web::error::ErrorBody)),
+    tags(
+        (name = "session", description = "Log in and out"),
+        (name = "bookings", description = "Resources and reservations: check-then-insert under a date-keyed named lock"),
+        (name = "products", description = "The catalog; optimistic edits with ETag / If-Match"),
+        (name = "orders", description = "Orders: SELECT … FOR UPDATE in product-id order, retried on deadlock"),
+        (name = "stock", description = "Receipts: increase-or-insert under a per-product named lock"),
+        (name = "edit locks", description = "Pessimistic edit locks on resources"),
+        (name = "admin", description = "Lock administration and the audit log (admin role)")
+    )
+)]
+struct Document;
+
+/// The merged document, rendered once.
+pub static JSON: LazyLock<String> = LazyLock::new(|| {
+    let mut document = Document::openapi();
+    for part in [
+        crate::auth::routes::Api::openapi(),
+        crate::bookings::routes::Api::openapi(),
+        crate::catalog::routes::Api::openapi(),
+        crate::orders::routes::Api::openapi(),
+        crate::inventory::routes::Api::openapi(),
+        crate::edit_locks::routes::Api::openapi(),
+        crate::admin::routes::Api::openapi(),
+    ] {
+        document.merge(part);
+    }
+    document.to_pretty_json().unwrap_or_else(|e| {
+        log::error!("rendering the OpenAPI document failed: {e}");
+        "{}".into()
+    })
+});
