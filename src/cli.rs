@@ -1,4 +1,4 @@
-//! `haita serve | migrate | seed | user create`.
+//! `haita serve | migrate | seed | user create | demo race | bench bookings`.
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -36,6 +36,41 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// The double-booking demo, from a terminal.
+    Demo {
+        #[command(subcommand)]
+        command: DemoCommand,
+    },
+    /// Measure throughput and latency through the app's HTTP endpoints against raw SQL.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DemoCommand {
+    /// Race many clients for one place per day and print what each strategy let through (the
+    /// table of /demo; the race is stored and shown there too).
+    Race {
+        /// A strategy name, or all. Repeat to pick several.
+        #[arg(long, default_value = "all")]
+        strategy: Vec<String>,
+        #[arg(long)]
+        clients: Option<u32>,
+        #[arg(long)]
+        attempts: Option<u32>,
+        /// Milliseconds between "the day is free" and the insert.
+        #[arg(long)]
+        pause_ms: Option<u32>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Booking throughput and p50/p99, hot key and spread keys, at several client counts, for
+    /// each correct strategy: through HTTP and as raw SQL from the same process.
+    Bookings(crate::bench::BookingsBench),
 }
 
 #[derive(Subcommand)]
@@ -81,6 +116,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 app.run_until_stopped().await?;
                 Ok(())
             })
+        }
+        Command::Demo { command: DemoCommand::Race { strategy, clients, attempts, pause_ms } } => {
+            let names: Vec<&str> = strategy.iter().map(String::as_str).collect();
+            let spec = crate::demo::RaceSpec::parse(&names, clients, attempts, pause_ms)?;
+            let report = crate::demo::race::run(&pool, &config, &spec, "cli")?;
+            print!("{}", report.table());
+            Ok(())
+        }
+        Command::Bench { which: BenchCommand::Bookings(options) } => {
+            crate::bench::bookings(&config, &options)
         }
         Command::User { command: UserCommand::Create { username, role, display_name } } => {
             let mut password = String::new();

@@ -5,10 +5,12 @@
 //! here, in the library, so the tests start exactly the server the binary runs.
 
 pub mod auth;
+pub mod bench;
 pub mod bookings;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod demo;
 pub mod locking;
 pub mod schema;
 pub mod seed;
@@ -67,10 +69,13 @@ impl Application {
         };
         let workers = config.workers;
         let state = aweb::Data::new(AppState { pool, config: Arc::new(config) });
+        // One per instance, shared by its workers: at most one demo race at a time.
+        let race_slot = aweb::Data::new(demo::routes::RaceSlot::default());
         let cookie_secure = state.config.cookie_secure;
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                .app_data(race_slot.clone())
                 .app_data(error::json_config())
                 .app_data(error::path_config())
                 .app_data(error::query_config())
@@ -124,7 +129,8 @@ fn routes(cfg: &mut aweb::ServiceConfig) {
         .route("/health", aweb::get().to(health))
         .route("/static/style.css", aweb::get().to(stylesheet))
         .configure(auth::routes::configure)
-        .configure(bookings::routes::configure);
+        .configure(bookings::routes::configure)
+        .configure(demo::routes::configure);
 }
 
 #[derive(Template)]

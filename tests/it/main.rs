@@ -6,4 +6,5 @@ mod bad_input;
 mod bookings;
 mod cli;
 mod common;
+mod demo;
 mod locking;
