@@ -48,9 +48,16 @@ pub struct BookingsBench {
     /// Key patterns, comma-separated: hot, spread.
     #[arg(long, value_delimiter = ',', default_value = "hot,spread")]
     keys: Vec<String>,
-    /// Seconds measured per cell and path.
-    #[arg(long, default_value_t = 3)]
+    /// Seconds measured per cell, path and repetition.
+    #[arg(long, default_value_t = 2)]
     seconds: u64,
+    /// Repetitions per cell, app and raw alternating; the median is printed (the machine is
+    /// shared, and one noisy second should not decide a ratio).
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    /// Measure only one path (app or raw), e.g. under a profiler.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -136,10 +143,14 @@ enum Outcome {
     Error,
 }
 
+#[derive(Default)]
 struct Measured {
     answered_per_sec: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// CPU time of this whole process (app, client and pool threads) per answered attempt;
+    /// the database server's own CPU is not in it.
+    cpu_us: f64,
     tally: Tally,
 }
 
@@ -150,8 +161,39 @@ impl Measured {
             answered_per_sec: (tally.booked + tally.refused) as f64 / elapsed.as_secs_f64(),
             p50_ms: percentile_ms(&tally.latencies, 50.0),
             p99_ms: percentile_ms(&tally.latencies, 99.0),
+            cpu_us: 0.0,
             tally,
         }
+    }
+
+    /// The repetition with the median throughput.
+    fn median(mut runs: Vec<Measured>) -> Measured {
+        runs.sort_by(|a, b| a.answered_per_sec.total_cmp(&b.answered_per_sec));
+        let middle = runs.len() / 2;
+        runs.into_iter().nth(middle).unwrap_or_default()
+    }
+}
+
+/// This process's CPU time (user + system), from `/proc/self/stat`; zero where there is none.
+struct CpuClock(Duration);
+
+impl CpuClock {
+    fn now() -> Duration {
+        let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return Duration::ZERO };
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let ticks: u64 =
+            after_name.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
+        Duration::from_millis(ticks * 10) // USER_HZ is 100 on every Linux this runs on
+    }
+
+    fn start() -> Self {
+        Self(Self::now())
+    }
+
+    fn per_answer(&self, m: &Measured) -> f64 {
+        let answered = (m.tally.booked + m.tally.refused).max(1) as f64;
+        (Self::now().saturating_sub(self.0)).as_secs_f64() * 1e6 / answered
     }
 }
 
@@ -223,16 +265,18 @@ pub fn bookings(config: &Config, options: &BookingsBench) -> anyhow::Result<()> 
         window.as_secs()
     );
     println!(
-        "{:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} | {:>9} {:>7} {:>7} | {:>7}",
+        "{:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} | {:>9} {:>7} {:>7} {:>6} | {:>7}",
         "strategy",
         "keys",
         "clients",
         "app ans/s",
         "p50 ms",
         "p99 ms",
+        "cpu µs",
         "raw ans/s",
         "p50 ms",
         "p99 ms",
+        "cpu µs",
         "app/raw"
     );
 
@@ -246,21 +290,37 @@ pub fn bookings(config: &Config, options: &BookingsBench) -> anyhow::Result<()> 
             for &keys in &patterns {
                 for &n in &options.clients {
                     let n = n as usize;
-                    let target = fresh_target(&app_pool, strategy, keys)?;
-                    let raw = measure_raw(&raw_pool, &bench_config, &target, &users[..n], window);
-                    let target = fresh_target(&app_pool, strategy, keys)?;
-                    let app = measure_app(&base, &clients[..n], &target, window).await;
+                    let (mut raws, mut apps) = (Vec::new(), Vec::new());
+                    for _ in 0..options.repeat.clamp(1, 9) {
+                        if options.only.as_deref() != Some("app") {
+                            let target = fresh_target(&app_pool, strategy, keys)?;
+                            let cpu = CpuClock::start();
+                            let mut raw = measure_raw(&raw_pool, &bench_config, &target, &users[..n], window);
+                            raw.cpu_us = cpu.per_answer(&raw);
+                            raws.push(raw);
+                        }
+                        if options.only.as_deref() != Some("raw") {
+                            let target = fresh_target(&app_pool, strategy, keys)?;
+                            let cpu = CpuClock::start();
+                            let mut app = measure_app(&base, &clients[..n], &target, window).await;
+                            app.cpu_us = cpu.per_answer(&app);
+                            apps.push(app);
+                        }
+                    }
+                    let (raw, app) = (Measured::median(raws), Measured::median(apps));
                     println!(
-                        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} | {:>9.0} {:>7.2} {:>7.2} | {:>7.2}",
+                        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} | {:>7.2}",
                         strategy.name(),
                         if keys == Keys::Hot { "hot" } else { "spread" },
                         n,
                         app.answered_per_sec,
                         app.p50_ms,
                         app.p99_ms,
+                        app.cpu_us,
                         raw.answered_per_sec,
                         raw.p50_ms,
                         raw.p99_ms,
+                        raw.cpu_us,
                         app.answered_per_sec / raw.answered_per_sec.max(f64::MIN_POSITIVE)
                     );
                     for (path, m) in [("app", &app), ("raw", &raw)] {

@@ -53,8 +53,8 @@ enum DemoCommand {
     /// Race many clients for one place per day and print what each strategy let through (the
     /// table of /demo; the race is stored and shown there too).
     Race {
-        /// A strategy name, or all. Repeat to pick several.
-        #[arg(long, default_value = "all")]
+        /// A strategy name, or all. Repeat or separate with commas to pick several.
+        #[arg(long, value_delimiter = ',', default_value = "all")]
         strategy: Vec<String>,
         #[arg(long)]
         clients: Option<u32>,

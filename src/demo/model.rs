@@ -33,14 +33,15 @@ pub struct NewDemoBooking {
     pub slot: Option<i32>,
 }
 
-impl NewDemoBooking {
-    /// The bookings of one demo resource on one day: the rows every strategy counts.
-    pub fn on(resource_id: i64, day: NaiveDate) -> demo_bookings::BoxedQuery<'static, diesel::mysql::Mysql> {
-        demo_bookings::table
-            .filter(demo_bookings::demo_resource_id.eq(resource_id))
-            .filter(demo_bookings::day.eq(day))
-            .into_boxed()
-    }
+/// The bookings of one demo resource on one day: the rows every strategy counts.
+pub fn bookings_on(
+    resource_id: i64,
+    day: NaiveDate,
+) -> demo_bookings::BoxedQuery<'static, diesel::mysql::Mysql> {
+    demo_bookings::table
+        .filter(demo_bookings::demo_resource_id.eq(resource_id))
+        .filter(demo_bookings::day.eq(day))
+        .into_boxed()
 }
 
 #[derive(Debug, Insertable)]

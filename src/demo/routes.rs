@@ -108,10 +108,11 @@ struct DemoPage {
 }
 
 const ROW: u32 = 30;
-/// Where the bars start; the template draws the latency panel from x = 600.
+/// Where the booking bars start; the template draws the latency bars from x = 580 and their
+/// numbers in a column at x = 770, so no label runs into the next panel.
 const BOOKINGS_X: u32 = 200;
-const BOOKINGS_WIDTH: f64 = 330.0;
-const LATENCY_WIDTH: f64 = 250.0;
+const BOOKINGS_WIDTH: f64 = 260.0;
+const LATENCY_WIDTH: f64 = 180.0;
 
 fn bars(report: &RaceReport) -> Vec<Bar> {
     let most_bookings = report.results.iter().map(|r| r.confirmed).max().unwrap_or(0).max(1) as f64;

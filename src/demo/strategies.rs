@@ -20,7 +20,7 @@ use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use serde::{Deserialize, Serialize};
 
 use super::DemoError;
-use super::model::{DemoResource, NewDemoBooking};
+use super::model::{DemoResource, NewDemoBooking, bookings_on};
 use crate::db::DbPool;
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
 use crate::locking::{LockName, NamedLockGuard};
@@ -197,7 +197,7 @@ fn capacity_of(conn: &mut MysqlConnection, resource_id: i64) -> Result<i32, Demo
 /// outside it stops two clients from running it for the same day at once.
 fn check_then_insert(conn: &mut MysqlConnection, a: &Attempt<'_>) -> Result<Answer, DemoError> {
     let capacity = capacity_of(conn, a.resource_id)?;
-    let confirmed: i64 = NewDemoBooking::on(a.resource_id, a.day).count().get_result(conn)?;
+    let confirmed: i64 = bookings_on(a.resource_id, a.day).count().get_result(conn)?;
     if confirmed >= i64::from(capacity) {
         return Ok(Answer::Full);
     }
@@ -333,7 +333,7 @@ fn unique_slot(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
         let tried = retry_on_lock_conflict(&RetryPolicy::default(), || {
             conn.transaction(|conn| {
                 let taken: Vec<Option<i32>> =
-                    NewDemoBooking::on(a.resource_id, a.day).select(demo_bookings::slot).load(conn)?;
+                    bookings_on(a.resource_id, a.day).select(demo_bookings::slot).load(conn)?;
                 let Some(slot) = (0..capacity).find(|s| !taken.contains(&Some(*s))) else {
                     return Ok(Answer::Full);
                 };
