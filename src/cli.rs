@@ -101,6 +101,10 @@ pub fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::from_env()?;
+    if let Command::Bench { which: BenchCommand::Bookings(options) } = &cli.command {
+        // The bench works in a database of its own and leaves DATABASE_URL's untouched.
+        return crate::bench::bookings(&config, options);
+    }
     let pool = crate::prepare_database(&config)?;
     match cli.command {
         Command::Migrate => Ok(()),

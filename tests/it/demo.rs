@@ -304,3 +304,33 @@ async fn the_cli_prints_the_race_table() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no-lock, named-lock"));
 }
+
+#[actix_web::test]
+async fn the_bench_measures_app_and_raw_and_drops_its_database() {
+    let app = TestApp::spawn().await;
+    let output = Command::new(env!("CARGO_BIN_EXE_haita"))
+        .args(["bench", "bookings", "--clients", "2", "--keys", "hot,spread", "--strategy", "unique-slot"])
+        .args(["--seconds", "1", "--repeat", "1"])
+        .env("DATABASE_URL", &app.db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run haita");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.lines().any(|l| l.starts_with("unique-slot      hot ")), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("unique-slot      spread ")), "{stdout}");
+    assert!(stdout.contains("overbooked keys after the bench: 0 real, 0 demo"), "{stdout}");
+
+    #[derive(QueryableByName)]
+    struct Exists {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let left: Exists = diesel::sql_query(
+        "SELECT COUNT(*) AS n FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = CONCAT(DATABASE(), '_bench')",
+    )
+    .get_result(&mut app.db.raw_connection())
+    .expect("schemata");
+    assert_eq!(left.n, 0, "the bench database is dropped");
+    assert_eq!(real_reservations(&app), 0, "the bench never touches DATABASE_URL's data");
+}
