@@ -1,4 +1,4 @@
-//! `haita serve | migrate | seed | user create`.
+//! `haita serve | migrate | seed | user create | demo race | bench bookings`.
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -36,8 +36,13 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
-    /// Measure a locking path against the same SQL issued by hand (uses a scratch database on
-    /// the server of DATABASE_URL and drops it afterwards).
+    /// The double-booking demo, from a terminal.
+    Demo {
+        #[command(subcommand)]
+        command: DemoCommand,
+    },
+    /// Measure a locking path against the same SQL issued by hand, in the same process (each
+    /// bench uses a scratch database on the server of DATABASE_URL and drops it afterwards).
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
@@ -45,7 +50,28 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum DemoCommand {
+    /// Race many clients for one place per day and print what each strategy let through (the
+    /// table of /demo; the race is stored and shown there too).
+    Race {
+        /// A strategy name, or all. Repeat or separate with commas to pick several.
+        #[arg(long, value_delimiter = ',', default_value = "all")]
+        strategy: Vec<String>,
+        #[arg(long)]
+        clients: Option<u32>,
+        #[arg(long)]
+        attempts: Option<u32>,
+        /// Milliseconds between "the day is free" and the insert.
+        #[arg(long)]
+        pause_ms: Option<u32>,
+    },
+}
+
+#[derive(Subcommand)]
 enum BenchCommand {
+    /// Booking throughput and p50/p99, hot key and spread keys, at several client counts, for
+    /// each correct strategy: through HTTP and as raw SQL from the same process.
+    Bookings(crate::bench::BookingsBench),
     /// Orders per second, hot product vs spread products, service vs raw SQL.
     Orders {
         #[arg(long, default_value_t = 16)]
@@ -83,11 +109,18 @@ pub fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::from_env()?;
-    if let Command::Bench { which: BenchCommand::Orders { clients, seconds } } = cli.command {
-        anyhow::ensure!((1..=256).contains(&clients), "--clients must be between 1 and 256");
-        let results = crate::orders::bench::run(&config.database_url, clients, seconds)?;
-        print!("{}", crate::orders::bench::report(&results, clients));
-        return Ok(());
+    // The benches work in databases of their own and leave DATABASE_URL's untouched.
+    match &cli.command {
+        Command::Bench { which: BenchCommand::Bookings(options) } => {
+            return crate::bench::bookings(&config, options);
+        }
+        Command::Bench { which: BenchCommand::Orders { clients, seconds } } => {
+            anyhow::ensure!((1..=256).contains(clients), "--clients must be between 1 and 256");
+            let results = crate::orders::bench::run(&config.database_url, *clients, *seconds)?;
+            print!("{}", crate::orders::bench::report(&results, *clients));
+            return Ok(());
+        }
+        _ => {}
     }
     let pool = crate::prepare_database(&config)?;
     match cli.command {
@@ -104,6 +137,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 app.run_until_stopped().await?;
                 Ok(())
             })
+        }
+        Command::Demo { command: DemoCommand::Race { strategy, clients, attempts, pause_ms } } => {
+            let names: Vec<&str> = strategy.iter().map(String::as_str).collect();
+            let spec = crate::demo::RaceSpec::parse(&names, clients, attempts, pause_ms)?;
+            let report = crate::demo::race::run(&pool, &config, &spec, "cli")?;
+            print!("{}", report.table());
+            Ok(())
         }
         Command::User { command: UserCommand::Create { username, role, display_name } } => {
             let mut password = String::new();

@@ -7,11 +7,13 @@
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod bench;
 pub mod bookings;
 pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod demo;
 pub mod edit_locks;
 pub mod inventory;
 pub mod locking;
@@ -75,10 +77,13 @@ impl Application {
         };
         let workers = config.workers;
         let state = aweb::Data::new(AppState { pool, config: Arc::new(config) });
+        // One per instance, shared by its workers: at most one demo race at a time.
+        let race_slot = aweb::Data::new(demo::routes::RaceSlot::default());
         let cookie_secure = state.config.cookie_secure;
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                .app_data(race_slot.clone())
                 .app_data(error::json_config())
                 .app_data(error::path_config())
                 .app_data(error::query_config())
@@ -139,7 +144,8 @@ fn routes(cfg: &mut aweb::ServiceConfig) {
         .configure(admin::routes::configure)
         .configure(catalog::routes::configure)
         .configure(orders::routes::configure)
-        .configure(inventory::routes::configure);
+        .configure(inventory::routes::configure)
+        .configure(demo::routes::configure);
 }
 
 #[derive(Template)]

@@ -23,7 +23,8 @@ use utoipa::OpenApi;
         (name = "orders", description = "Orders: SELECT … FOR UPDATE in product-id order, retried on deadlock"),
         (name = "stock", description = "Receipts: increase-or-insert under a per-product named lock"),
         (name = "edit locks", description = "Pessimistic edit locks on resources"),
-        (name = "admin", description = "Lock administration and the audit log (admin role)")
+        (name = "admin", description = "Lock administration and the audit log (admin role)"),
+        (name = "demo", description = "The double-booking race, strategy by strategy")
     )
 )]
 struct Document;
@@ -39,6 +40,7 @@ pub static JSON: LazyLock<String> = LazyLock::new(|| {
         crate::inventory::routes::Api::openapi(),
         crate::edit_locks::routes::Api::openapi(),
         crate::admin::routes::Api::openapi(),
+        crate::demo::routes::Api::openapi(),
     ] {
         document.merge(part);
     }

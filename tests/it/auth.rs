@@ -145,6 +145,9 @@ async fn the_openapi_document_describes_every_json_endpoint() {
         ("/api/v1/admin/named-locks/{name}", "get"),
         ("/api/v1/admin/named-locks/{name}", "delete"),
         ("/api/v1/admin/audit", "get"),
+        ("/api/v1/demo/races", "post"),
+        ("/api/v1/demo/races/{id}", "get"),
+        ("/api/v1/demo/bookings", "post"),
     ];
     for (path, method) in expected {
         assert!(document["paths"][path][method].is_object(), "{method} {path} is not documented");

@@ -1,0 +1,543 @@
+//! `haita bench bookings`: what the app's HTTP path costs on top of the locking itself.
+//!
+//! For each correct strategy, each key pattern and each client count, `clients` clients book as
+//! fast as they can for a few seconds, twice:
+//!
+//! - **app**: through the real HTTP endpoint of an app started in this process on port 0 —
+//!   `POST /api/v1/reservations` for `named-lock` (the app's booking path, real tables), and
+//!   `POST /api/v1/demo/bookings` for the other strategies (demo tables);
+//! - **raw**: the same service function — the very same statements — called from `clients`
+//!   threads of this process on a pool of the same size, without HTTP.
+//!
+//! Keys: **hot** is one resource and one day for everybody (every attempt queues for the same
+//! lock; after the first booking each attempt answers "full"); **spread** gives each attempt a
+//! new day (resource `i / 360`, day `i % 360`), so only `parent-row-lock`, which locks the whole
+//! resource, still queues. Throughput counts answered attempts (booked or refused) per second.
+//!
+//! Everything happens in a database of its own, `<DATABASE_URL's name>_bench`, dropped at the end.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::NaiveDate;
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use rand::RngCore;
+
+use crate::auth::Role;
+use crate::auth::service::{UserSpec, create_user};
+use crate::bookings::model::{BookingDate, NewResource};
+use crate::bookings::{BookingError, service as bookings};
+use crate::config::Config;
+use crate::db::{self, DbPool};
+use crate::demo::Strategy;
+use crate::demo::race::{create_resource, percentile_ms};
+use crate::demo::strategies::{Answer, Attempt, Seen};
+use crate::schema::resources;
+
+#[derive(clap::Args)]
+pub struct BookingsBench {
+    /// Client counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    clients: Vec<u32>,
+    /// Correct strategies to measure, comma-separated, or all.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    strategy: Vec<String>,
+    /// Key patterns, comma-separated: hot, spread.
+    #[arg(long, value_delimiter = ',', default_value = "hot,spread")]
+    keys: Vec<String>,
+    /// Seconds measured per cell, path and repetition.
+    #[arg(long, default_value_t = 2)]
+    seconds: u64,
+    /// Repetitions per cell, app and raw alternating; the median is printed (the machine is
+    /// shared, and one noisy second should not decide a ratio).
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    /// Measure only one path (app or raw), e.g. under a profiler.
+    #[arg(long)]
+    only: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    Hot,
+    Spread,
+}
+
+/// Days per resource in the spread pattern: within the booking horizon of the real endpoint.
+const DAYS: u64 = 360;
+const PASSWORD: &str = "bench-password-not-secret";
+
+/// One booking target.
+#[derive(Clone, Copy)]
+struct Key {
+    resource_id: i64,
+    day: NaiveDate,
+}
+
+/// The resources of one measurement (fresh for each, so no run finds another's bookings) and
+/// how attempt number `i` picks its key.
+struct Target {
+    strategy: Strategy,
+    keys: Keys,
+    resources: Vec<i64>,
+    first_day: NaiveDate,
+}
+
+impl Target {
+    fn key(&self, i: u64) -> Key {
+        match self.keys {
+            Keys::Hot => Key { resource_id: self.resources[0], day: self.first_day },
+            Keys::Spread => {
+                let resource = usize::try_from(i / DAYS).unwrap_or(0) % self.resources.len();
+                Key {
+                    resource_id: self.resources[resource],
+                    day: self.first_day + chrono::Days::new(i % DAYS),
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    latencies: Vec<Duration>,
+    booked: u64,
+    refused: u64,
+    busy: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.latencies.extend(other.latencies);
+        self.booked += other.booked;
+        self.refused += other.refused;
+        self.busy += other.busy;
+        self.errors += other.errors;
+        self.first_error = self.first_error.take().or(other.first_error);
+    }
+
+    fn record(&mut self, started: Instant, outcome: Outcome, detail: impl FnOnce() -> String) {
+        self.latencies.push(started.elapsed());
+        match outcome {
+            Outcome::Booked => self.booked += 1,
+            Outcome::Refused => self.refused += 1,
+            Outcome::Busy => self.busy += 1,
+            Outcome::Error => {
+                self.errors += 1;
+                self.first_error.get_or_insert_with(detail);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Outcome {
+    Booked,
+    Refused,
+    Busy,
+    Error,
+}
+
+#[derive(Default)]
+struct Measured {
+    answered_per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// CPU time of this whole process (app, client and pool threads) per answered attempt;
+    /// the database server's own CPU is not in it.
+    cpu_us: f64,
+    tally: Tally,
+}
+
+impl Measured {
+    fn from(mut tally: Tally, elapsed: Duration) -> Self {
+        tally.latencies.sort_unstable();
+        Self {
+            answered_per_sec: (tally.booked + tally.refused) as f64 / elapsed.as_secs_f64(),
+            p50_ms: percentile_ms(&tally.latencies, 50.0),
+            p99_ms: percentile_ms(&tally.latencies, 99.0),
+            cpu_us: 0.0,
+            tally,
+        }
+    }
+
+    /// The repetition with the median throughput.
+    fn median(mut runs: Vec<Measured>) -> Measured {
+        runs.sort_by(|a, b| a.answered_per_sec.total_cmp(&b.answered_per_sec));
+        let middle = runs.len() / 2;
+        runs.into_iter().nth(middle).unwrap_or_default()
+    }
+}
+
+/// This process's CPU time (user + system), from `/proc/self/stat`; zero where there is none.
+struct CpuClock(Duration);
+
+impl CpuClock {
+    fn now() -> Duration {
+        let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return Duration::ZERO };
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let ticks: u64 =
+            after_name.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
+        Duration::from_millis(ticks * 10) // USER_HZ is 100 on every Linux this runs on
+    }
+
+    fn start() -> Self {
+        Self(Self::now())
+    }
+
+    fn per_answer(&self, m: &Measured) -> f64 {
+        let answered = (m.tally.booked + m.tally.refused).max(1) as f64;
+        (Self::now().saturating_sub(self.0)).as_secs_f64() * 1e6 / answered
+    }
+}
+
+/// Drops the bench database however the bench ends.
+struct BenchDatabase {
+    server_url: String,
+    name: String,
+}
+
+impl Drop for BenchDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut conn) = MysqlConnection::establish(&self.server_url) {
+            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
+        }
+    }
+}
+
+pub fn bookings(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
+    if std::env::var_os("RUST_LOG").is_none() {
+        // One access-log line per request would be part of what is measured.
+        log::set_max_level(log::LevelFilter::Warn);
+    }
+    let strategies: Vec<Strategy> = if options.strategy.iter().any(|s| s == "all") {
+        Strategy::ALL.into_iter().filter(|s| s.is_correct()).collect()
+    } else {
+        options.strategy.iter().map(|s| Strategy::parse(s)).collect::<Result<_, _>>()?
+    };
+    if let Some(unsafe_one) = strategies.iter().find(|s| !s.is_correct()) {
+        anyhow::bail!("{unsafe_one} is not a correct strategy; the bench measures only correct ones");
+    }
+    let patterns = options
+        .keys
+        .iter()
+        .map(|k| match k.as_str() {
+            "hot" => Ok(Keys::Hot),
+            "spread" => Ok(Keys::Spread),
+            other => Err(anyhow::anyhow!("unknown key pattern {other:?}: use hot, spread")),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    anyhow::ensure!(
+        options.clients.iter().all(|c| (1..=256).contains(c)),
+        "clients must be between 1 and 256"
+    );
+    let most_clients = options.clients.iter().copied().max().unwrap_or(1);
+    let window = Duration::from_secs(options.seconds.clamp(1, 60));
+
+    let (server_url, name) = db::split_database_url(&config.database_url)?;
+    let bench_name = format!("{name}_bench");
+    let bench_url = match server_url.split_once("/?") {
+        Some((head, query)) => format!("{head}/{bench_name}?{query}"),
+        None => format!("{server_url}{bench_name}"),
+    };
+    let _dropped_at_end = BenchDatabase { server_url, name: bench_name.clone() };
+    let mut session_key = vec![0u8; 64];
+    rand::rng().fill_bytes(&mut session_key);
+    let bench_config = Config {
+        database_url: bench_url,
+        bind: "127.0.0.1:0".into(),
+        session_key: Some(session_key),
+        ..config.clone()
+    };
+    let app_pool = crate::prepare_database(&bench_config)?;
+    let raw_pool = db::build_pool(&bench_config)?;
+    let users = create_users(&app_pool, most_clients)?;
+
+    println!(
+        "haita bench bookings: database {bench_name}, pool {} connections for app and raw alike, {} s per cell\n",
+        bench_config.pool_size,
+        window.as_secs()
+    );
+    println!(
+        "{:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} | {:>9} {:>7} {:>7} {:>6} | {:>7}",
+        "strategy",
+        "keys",
+        "clients",
+        "app ans/s",
+        "p50 ms",
+        "p99 ms",
+        "cpu µs",
+        "raw ans/s",
+        "p50 ms",
+        "p99 ms",
+        "cpu µs",
+        "app/raw"
+    );
+
+    let app = crate::Application::build(bench_config.clone(), app_pool.clone())?;
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let server = app.handle();
+    actix_web::rt::System::new().block_on(async {
+        actix_web::rt::spawn(app.run_until_stopped());
+        let clients = log_in(&base, &users).await?;
+        for &strategy in &strategies {
+            for &keys in &patterns {
+                for &n in &options.clients {
+                    let n = n as usize;
+                    let (mut raws, mut apps) = (Vec::new(), Vec::new());
+                    for _ in 0..options.repeat.clamp(1, 9) {
+                        if options.only.as_deref() != Some("app") {
+                            let target = fresh_target(&app_pool, strategy, keys)?;
+                            let cpu = CpuClock::start();
+                            let mut raw = measure_raw(&raw_pool, &bench_config, &target, &users[..n], window);
+                            raw.cpu_us = cpu.per_answer(&raw);
+                            raws.push(raw);
+                        }
+                        if options.only.as_deref() != Some("raw") {
+                            let target = fresh_target(&app_pool, strategy, keys)?;
+                            let cpu = CpuClock::start();
+                            let mut app = measure_app(&base, &clients[..n], &target, window).await;
+                            app.cpu_us = cpu.per_answer(&app);
+                            apps.push(app);
+                        }
+                    }
+                    let (raw, app) = (Measured::median(raws), Measured::median(apps));
+                    println!(
+                        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} | {:>7.2}",
+                        strategy.name(),
+                        if keys == Keys::Hot { "hot" } else { "spread" },
+                        n,
+                        app.answered_per_sec,
+                        app.p50_ms,
+                        app.p99_ms,
+                        app.cpu_us,
+                        raw.answered_per_sec,
+                        raw.p50_ms,
+                        raw.p99_ms,
+                        raw.cpu_us,
+                        app.answered_per_sec / raw.answered_per_sec.max(f64::MIN_POSITIVE)
+                    );
+                    for (path, m) in [("app", &app), ("raw", &raw)] {
+                        let t = &m.tally;
+                        if t.busy + t.errors > 0 {
+                            println!(
+                                "    {path}: {} busy, {} errors{}",
+                                t.busy,
+                                t.errors,
+                                t.first_error
+                                    .as_deref()
+                                    .map(|e| format!(" (first: {e})"))
+                                    .unwrap_or_default()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        server.stop(true).await;
+        anyhow::Ok(())
+    })?;
+    check_no_double_booking(&app_pool)
+}
+
+fn create_users(pool: &DbPool, n: u32) -> anyhow::Result<Vec<i64>> {
+    let mut conn = pool.get()?;
+    (0..n)
+        .map(|i| {
+            let username = format!("bench{i:03}");
+            let spec = UserSpec {
+                username: &username,
+                display_name: &username,
+                password: PASSWORD,
+                role: Role::Customer,
+                is_demo: true,
+            };
+            Ok(create_user(&mut conn, &spec)?.id)
+        })
+        .collect()
+}
+
+async fn log_in(base: &str, users: &[i64]) -> anyhow::Result<Vec<reqwest::Client>> {
+    let mut clients = Vec::with_capacity(users.len());
+    for i in 0..users.len() {
+        let client = reqwest::Client::builder()
+            .cookie_store(true)
+            .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(1)
+            .build()?;
+        let response = client
+            .post(format!("{base}/api/v1/session"))
+            .json(&serde_json::json!({"username": format!("bench{i:03}"), "password": PASSWORD}))
+            .send()
+            .await?;
+        anyhow::ensure!(response.status().is_success(), "bench user {i} could not log in");
+        clients.push(client);
+    }
+    Ok(clients)
+}
+
+/// Fresh resources for one measurement: real ones for the app's booking path, demo ones for
+/// the other strategies. Days start tomorrow, inside the real endpoint's horizon.
+fn fresh_target(pool: &DbPool, strategy: Strategy, keys: Keys) -> anyhow::Result<Target> {
+    let mut conn = pool.get()?;
+    let count = if keys == Keys::Hot { 1 } else { 64 };
+    let resources = (0..count)
+        .map(|i| -> anyhow::Result<i64> {
+            if strategy == Strategy::NamedLock {
+                let name = format!("bench {i} {:x}", rand::rng().next_u64());
+                diesel::insert_into(resources::table)
+                    .values(NewResource { name: &name, description: "", capacity: 1 })
+                    .execute(&mut conn)?;
+                Ok(diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>("LAST_INSERT_ID()"))
+                    .get_result(&mut conn)?)
+            } else {
+                Ok(create_resource(&mut conn, strategy, 1)?)
+            }
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Target { strategy, keys, resources, first_day: bookings::today() + chrono::Days::new(1) })
+}
+
+fn classify_booking(result: &Result<impl Sized, BookingError>) -> Outcome {
+    match result {
+        Ok(_) => Outcome::Booked,
+        Err(BookingError::FullyBooked { .. } | BookingError::AlreadyBooked) => Outcome::Refused,
+        Err(BookingError::Lock(crate::locking::LockError::TimedOut { .. }) | BookingError::Pool(_)) => {
+            Outcome::Busy
+        }
+        Err(_) => Outcome::Error,
+    }
+}
+
+/// `clients` threads calling the service function directly, on a pool of the app's size.
+fn measure_raw(pool: &DbPool, config: &Config, target: &Target, users: &[i64], window: Duration) -> Measured {
+    let next = AtomicU64::new(0);
+    let started = Instant::now();
+    let deadline = started + window;
+    let tallies: Vec<Tally> = std::thread::scope(|scope| {
+        let workers: Vec<_> = users
+            .iter()
+            .map(|&user_id| {
+                let next = &next;
+                scope.spawn(move || {
+                    let mut tally = Tally::default();
+                    while Instant::now() < deadline {
+                        let key = target.key(next.fetch_add(1, Ordering::Relaxed));
+                        let began = Instant::now();
+                        if target.strategy == Strategy::NamedLock {
+                            let result = BookingDate::parse(&key.day.to_string(), bookings::today())
+                                .and_then(|day| {
+                                    bookings::book(pool, config.lock_wait, user_id, key.resource_id, day)
+                                });
+                            tally.record(began, classify_booking(&result), || format!("{:?}", result.err()));
+                        } else {
+                            let attempt = Attempt {
+                                pool,
+                                resource_id: key.resource_id,
+                                day: key.day,
+                                client: i32::try_from(user_id).unwrap_or(i32::MAX),
+                                pause: Duration::ZERO,
+                                lock_wait: config.lock_wait,
+                            };
+                            let result = target.strategy.book(&attempt, &mut Seen::default());
+                            let outcome = match &result {
+                                Ok(Answer::Confirmed) => Outcome::Booked,
+                                Ok(Answer::Full) => Outcome::Refused,
+                                Err(e) if e.is_busy() => Outcome::Busy,
+                                Err(_) => Outcome::Error,
+                            };
+                            tally.record(began, outcome, || format!("{:?}", result.err()));
+                        }
+                    }
+                    tally
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_default()).collect()
+    });
+    let elapsed = started.elapsed();
+    let mut total = Tally::default();
+    tallies.into_iter().for_each(|t| total.add(t));
+    Measured::from(total, elapsed)
+}
+
+/// `clients` concurrent HTTP clients, each logged in as its own user, against the running app.
+async fn measure_app(base: &str, clients: &[reqwest::Client], target: &Target, window: Duration) -> Measured {
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + window;
+    let (path, strategy) = match target.strategy {
+        Strategy::NamedLock => ("/api/v1/reservations", None),
+        other => ("/api/v1/demo/bookings", Some(other.name())),
+    };
+    let url = format!("{base}{path}");
+    let tasks = clients.iter().map(|client| {
+        let (next, url) = (next.clone(), url.clone());
+        async move {
+            let mut tally = Tally::default();
+            while Instant::now() < deadline {
+                let key = target.key(next.fetch_add(1, Ordering::Relaxed));
+                let body = match strategy {
+                    None => serde_json::json!({"resource_id": key.resource_id, "date": key.day.to_string()}),
+                    Some(name) => serde_json::json!({
+                        "strategy": name, "resource_id": key.resource_id, "date": key.day.to_string()
+                    }),
+                };
+                let began = Instant::now();
+                let outcome = match client.post(&url).json(&body).send().await {
+                    Ok(r) if r.status() == 201 => Outcome::Booked,
+                    Ok(r) if r.status() == 409 => Outcome::Refused,
+                    Ok(r) if r.status() == 503 => Outcome::Busy,
+                    Ok(r) => {
+                        let status = r.status();
+                        let text = r.text().await.unwrap_or_default();
+                        tally.record(began, Outcome::Error, || format!("{status} {text}"));
+                        continue;
+                    }
+                    Err(e) => {
+                        tally.record(began, Outcome::Error, || e.to_string());
+                        continue;
+                    }
+                };
+                tally.record(began, outcome, String::new);
+            }
+            tally
+        }
+    });
+    let tallies = futures_util::future::join_all(tasks).await;
+    let elapsed = started.elapsed();
+    let mut total = Tally::default();
+    tallies.into_iter().for_each(|t| total.add(t));
+    Measured::from(total, elapsed)
+}
+
+#[derive(QueryableByName)]
+struct Overbooked {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+/// The bench is also a load test: no key may hold more bookings than its one place.
+fn check_no_double_booking(pool: &DbPool) -> anyhow::Result<()> {
+    let mut conn = pool.get()?;
+    let real: Overbooked = diesel::sql_query(
+        "SELECT COUNT(*) AS n FROM (SELECT 1 FROM reservations WHERE status = 'confirmed' \
+         GROUP BY resource_id, day HAVING COUNT(*) > 1) x",
+    )
+    .get_result(&mut conn)
+    .context("counting overbooked days")?;
+    let demo: Overbooked = diesel::sql_query(
+        "SELECT COUNT(*) AS n FROM (SELECT 1 FROM demo_bookings GROUP BY demo_resource_id, day \
+         HAVING COUNT(*) > 1) x",
+    )
+    .get_result(&mut conn)?;
+    println!("\noverbooked keys after the bench: {} real, {} demo (must be 0)", real.n, demo.n);
+    anyhow::ensure!(real.n + demo.n == 0, "a correct strategy double-booked under load");
+    Ok(())
+}

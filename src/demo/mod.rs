@@ -1,0 +1,115 @@
+//! The double-booking demo: the race made visible, and the fixes measured side by side.
+//!
+//! Every strategy books one throwaway resource of capacity 1 (`demo_resources`, a fresh row per
+//! run) into `demo_bookings`, never the real `reservations`: two of them are wrong on purpose.
+//!
+//! - `no-lock` is the bug of background article 002: "check there is no booking, then insert",
+//!   milliseconds apart, and both requests insert. A transaction alone does not help.
+//! - `named-lock-pool-pitfall` is the bug of background article 000: GET_LOCK and RELEASE_LOCK on
+//!   whatever pooled connection comes next. Locks leak, and a request that happens to get the
+//!   holder's session walks straight through the lock.
+//! - `named-lock` is the app's booking path (`src/bookings/service.rs`), `parent-row-lock`,
+//!   `unique-slot` and `serializable` are the other correct answers, each with its cost.
+//!
+//! `strategies.rs` holds the six, one function each; `race.rs` runs many clients at once and
+//! counts the damage *in the database*; `routes.rs` serves `/demo` and `/api/v1/demo/…`.
+
+pub mod model;
+pub mod race;
+pub mod routes;
+pub mod strategies;
+
+use actix_web::http::StatusCode;
+
+pub use race::{RaceReport, RaceSpec, StrategyResult};
+pub use strategies::Strategy;
+
+use crate::locking::LockError;
+use crate::locking::retry::{LockConflict, MayConflict};
+use crate::web::error::{AsProblem, Problem, http_error};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("invalid {field}: {message}")]
+    Invalid { field: &'static str, message: String },
+    #[error("{0} is deliberately unsafe and only runs inside a race")]
+    UnsafeStrategy(Strategy),
+    #[error("a race is already running on this instance")]
+    RaceRunning,
+    #[error("race {0} not found")]
+    RaceNotFound(i64),
+    #[error("fully booked")]
+    FullyBooked,
+    #[error("demo resource {0} does not exist")]
+    UnknownDemoResource(i64),
+    /// A lock was not granted in time: GET_LOCK answered 0, the pool had no free connection, or
+    /// the deadlock retries ran out. The client would be told "busy, try again".
+    #[error("busy: {0}")]
+    Busy(String),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Pool(#[from] diesel::r2d2::PoolError),
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Blocking(#[from] actix_web::error::BlockingError),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl DemoError {
+    /// Whether a client would have been told to retry later (a bounded wait ran out), as
+    /// opposed to a bug.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Self::Busy(_) | Self::Lock(LockError::TimedOut { .. }) | Self::Pool(_))
+            || self.lock_conflict().is_some()
+    }
+}
+
+impl MayConflict for DemoError {
+    fn lock_conflict(&self) -> Option<LockConflict> {
+        match self {
+            Self::Database(e) => e.lock_conflict(),
+            _ => None,
+        }
+    }
+}
+
+impl AsProblem for DemoError {
+    fn problem(&self) -> Problem {
+        use StatusCode as S;
+        match self {
+            Self::Invalid { field, message } => {
+                Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", format!("{field}: {message}"))
+            }
+            Self::UnsafeStrategy(s) => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "unsafe_strategy",
+                format!("{s} is deliberately unsafe; it only runs inside a race on /demo."),
+            ),
+            Self::RaceRunning => Problem {
+                retry_after: Some(5),
+                ..Problem::new(
+                    S::CONFLICT,
+                    "busy",
+                    "A race is already running on this instance; wait for it to finish.",
+                )
+            },
+            Self::RaceNotFound(id) => {
+                Problem::new(S::NOT_FOUND, "not_found", format!("There is no race with id {id}."))
+            }
+            Self::FullyBooked => {
+                Problem::new(S::CONFLICT, "fully_booked", "That day of the demo resource is fully booked.")
+            }
+            Self::UnknownDemoResource(id) => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "unknown_resource",
+                format!("There is no demo resource with id {id}."),
+            ),
+            e if e.is_busy() => Problem::busy("The demo resource is busy; please try again in a moment."),
+            _ => Problem::internal(),
+        }
+    }
+}
+http_error!(DemoError);

@@ -1,0 +1,52 @@
+use chrono::NaiveDate;
+use diesel::prelude::*;
+
+use crate::schema::{demo_bookings, demo_races, demo_resources};
+
+#[derive(Clone, Debug, Queryable, Selectable, Identifiable)]
+#[diesel(table_name = demo_resources, check_for_backend(diesel::mysql::Mysql))]
+pub struct DemoResource {
+    pub id: i64,
+    pub strategy: String,
+    pub capacity: i32,
+}
+
+impl DemoResource {
+    pub fn by_id(id: i64) -> demo_resources::BoxedQuery<'static, diesel::mysql::Mysql> {
+        demo_resources::table.filter(demo_resources::id.eq(id)).into_boxed()
+    }
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = demo_resources, check_for_backend(diesel::mysql::Mysql))]
+pub struct NewDemoResource<'a> {
+    pub strategy: &'a str,
+    pub capacity: i32,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = demo_bookings, check_for_backend(diesel::mysql::Mysql))]
+pub struct NewDemoBooking {
+    pub demo_resource_id: i64,
+    pub day: NaiveDate,
+    pub client: i32,
+    pub slot: Option<i32>,
+}
+
+/// The bookings of one demo resource on one day: the rows every strategy counts.
+pub fn bookings_on(
+    resource_id: i64,
+    day: NaiveDate,
+) -> demo_bookings::BoxedQuery<'static, diesel::mysql::Mysql> {
+    demo_bookings::table
+        .filter(demo_bookings::demo_resource_id.eq(resource_id))
+        .filter(demo_bookings::day.eq(day))
+        .into_boxed()
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = demo_races, check_for_backend(diesel::mysql::Mysql))]
+pub struct NewDemoRace<'a> {
+    pub started_by: &'a str,
+    pub report: &'a str,
+}

@@ -1,0 +1,685 @@
+//! A race: many clients book the same day at the same instant, round after round, and the
+//! damage is then counted in the database, not taken from the answers.
+//!
+//! Round `r` books day `first_day + r` of a fresh demo resource of capacity 1. Every client waits
+//! at a barrier, so all of a round's attempts start together; a client's attempt is one call of
+//! the strategy, timed from the pool checkout to its answer.
+//!
+//! Each strategy runs on a pool of its own, as large as the app's (`POOL_SIZE`) or the number of
+//! clients if smaller: the pool-pitfall strategy leaves locks held by idle pooled sessions, and
+//! those must never reach the app's pool. After the run, every day's lock is checked: one still
+//! held by a session of this run is a leaked lock, and exactly those sessions are closed (`KILL`)
+//! before the pool is dropped.
+
+use std::collections::BTreeSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{NaiveDate, NaiveDateTime};
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use super::DemoError;
+use super::model::{NewDemoRace, NewDemoResource};
+use super::strategies::{Answer, Attempt, Seen, Strategy, lock_name};
+use crate::config::Config;
+use crate::db::{self, DbPool};
+use crate::schema::{demo_races, demo_resources};
+
+pub const MAX_CLIENTS: u32 = 256;
+pub const MAX_ATTEMPTS: u32 = 10_000;
+pub const MAX_PAUSE_MS: u32 = 1_000;
+pub const DEFAULT_CLIENTS: u32 = 32;
+pub const DEFAULT_ATTEMPTS: u32 = 128;
+/// A few milliseconds between check and insert: enough for the race to show on two cores.
+pub const DEFAULT_PAUSE_MS: u32 = 5;
+/// No strategy runs longer than this; the rounds not started by then are skipped.
+pub const TIME_CAP: Duration = Duration::from_secs(10);
+/// GET_LOCK's wait in a race: long enough for a round's queue, short enough that a leaked
+/// lock costs seconds, not minutes.
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+/// Every demo resource has one place per day, so any second booking of a day is a double booking.
+pub const CAPACITY: i32 = 1;
+
+/// What to race, parsed and bounded once.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RaceSpec {
+    pub strategies: Vec<Strategy>,
+    pub clients: u32,
+    pub attempts: u32,
+    pub pause_ms: u32,
+}
+
+impl RaceSpec {
+    /// `names`: strategy names, or `all`. Missing numbers take the defaults.
+    pub fn parse(
+        names: &[&str],
+        clients: Option<u32>,
+        attempts: Option<u32>,
+        pause_ms: Option<u32>,
+    ) -> Result<Self, DemoError> {
+        let mut strategies = Vec::new();
+        for name in names {
+            let chosen =
+                if name.trim() == "all" { Strategy::ALL.to_vec() } else { vec![Strategy::parse(name)?] };
+            for s in chosen {
+                if !strategies.contains(&s) {
+                    strategies.push(s);
+                }
+            }
+        }
+        if strategies.is_empty() {
+            return Err(DemoError::Invalid {
+                field: "strategy",
+                message: "pick at least one strategy".into(),
+            });
+        }
+        let bounded = |field, value: Option<u32>, default, range: std::ops::RangeInclusive<u32>| {
+            let value = value.unwrap_or(default);
+            if range.contains(&value) {
+                Ok(value)
+            } else {
+                Err(DemoError::Invalid {
+                    field,
+                    message: format!("must be between {} and {}, got {value}", range.start(), range.end()),
+                })
+            }
+        };
+        Ok(Self {
+            strategies,
+            clients: bounded("clients", clients, DEFAULT_CLIENTS, 1..=MAX_CLIENTS)?,
+            attempts: bounded("attempts", attempts, DEFAULT_ATTEMPTS, 1..=MAX_ATTEMPTS)?,
+            pause_ms: bounded("pause_ms", pause_ms, DEFAULT_PAUSE_MS, 0..=MAX_PAUSE_MS)?,
+        })
+    }
+
+    fn rounds(&self) -> u32 {
+        self.attempts.div_ceil(self.clients)
+    }
+}
+
+/// One strategy's run: what was asked, what was answered, and what the database holds after.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StrategyResult {
+    pub strategy: Strategy,
+    pub demo_resource_id: i64,
+    /// Attempts made (fewer than asked when the time cap stopped the run).
+    pub attempts: u32,
+    /// Bookings in the database after the run.
+    pub confirmed: i64,
+    /// Bookings beyond capacity, summed over the days: what must always be 0.
+    pub double_bookings: i64,
+    /// Days with more bookings than places.
+    pub overbooked_days: i64,
+    /// "Fully booked" answers.
+    pub refused: u32,
+    /// Attempts that gave up on a bounded wait (lock, pool, retries): a 503 "busy" to a client.
+    pub busy: u32,
+    /// Attempts that failed otherwise (a bug if not 0).
+    pub errors: u32,
+    pub deadlocks_retried: u32,
+    pub slot_collisions: u32,
+    /// Attempts whose GET_LOCK passed only because their session already held the lock.
+    pub reentered: u32,
+    /// RELEASE_LOCKs that ran on a session not holding the lock.
+    pub missed_releases: u32,
+    /// Locks still held by a session of this run after every attempt had finished.
+    pub leaked_locks: u32,
+    /// The sessions closed to free those locks.
+    pub closed_sessions: Vec<i64>,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub elapsed_ms: u64,
+    /// The time cap stopped the run before every round had started.
+    pub capped: bool,
+    pub first_error: Option<String>,
+    /// What happened, in a sentence or two naming the pitfall of the background articles.
+    pub verdict: String,
+}
+
+impl StrategyResult {
+    fn explain(&self) -> String {
+        let n =
+            |count: i64, one: &str, many: &str| format!("{count} {}", if count == 1 { one } else { many });
+        let busy = if self.busy > 0 {
+            format!(
+                " {} gave up on a bounded wait and would have been told 503 busy.",
+                n(self.busy.into(), "attempt", "attempts")
+            )
+        } else {
+            String::new()
+        };
+        if self.strategy.is_correct() && self.double_bookings > 0 {
+            return format!(
+                "BUG: {} beyond capacity with a strategy that should prevent it. Please report it.",
+                n(self.double_bookings, "booking", "bookings")
+            );
+        }
+        match self.strategy {
+            Strategy::NoLock if self.double_bookings > 0 => format!(
+                "{} beyond capacity on {}: the clients all counted the day as free, paused, and all \
+                 inserted — the check-then-insert race of background article 002. A transaction \
+                 alone is not a lock.",
+                n(self.double_bookings, "booking", "bookings"),
+                n(self.overbooked_days, "day", "days")
+            ),
+            Strategy::NoLock => "No double booking this time: the clients did not overlap. The race is \
+                 still there (article 002): raise clients or pause_ms."
+                .to_string(),
+            Strategy::NamedLockPoolPitfall
+                if self.leaked_locks + self.reentered + self.missed_releases == 0
+                    && self.double_bookings == 0 =>
+            {
+                "This run got lucky: every client locked and released on one session. With more \
+                 clients than pooled connections, article 000's pitfalls show."
+                    .to_string()
+            }
+            Strategy::NamedLockPoolPitfall => format!(
+                "{} ran on a session that did not hold the lock, leaving {} held by idle pooled \
+                 sessions; {} passed a held lock because the pool handed them the holder's session. \
+                 {} Both pitfalls of background article 000.{}{}",
+                n(self.missed_releases.into(), "RELEASE_LOCK", "RELEASE_LOCKs"),
+                n(self.leaked_locks.into(), "lock", "locks"),
+                n(self.reentered.into(), "request", "requests"),
+                if self.double_bookings > 0 {
+                    format!(
+                        "Two of them met in check-then-insert: {} beyond capacity.",
+                        n(self.double_bookings, "booking", "bookings")
+                    )
+                } else {
+                    "They happened to queue on the holder's session this time, so no day was \
+                     overbooked — by luck, not by design."
+                        .to_string()
+                },
+                if self.closed_sessions.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " The leaking sessions ({}) were closed after the run.",
+                        self.closed_sessions.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+                    )
+                },
+                busy
+            ),
+            Strategy::NamedLock => format!(
+                "No double booking: each day's GET_LOCK let one client at a time through \
+                 check-then-insert, on the connection that ran the transaction, committing before \
+                 releasing — article 002's fix, done the way article 000 says.{busy}"
+            ),
+            Strategy::ParentRowLock => format!(
+                "No double booking: SELECT … FOR UPDATE on the resource row queued every booking of \
+                 the resource, whatever its day — the cost of locking a parent row that article 000 \
+                 names.{busy}"
+            ),
+            Strategy::UniqueSlot => format!(
+                "No double booking and no lock: {} lost slot 0 to the unique key (resource, day, slot), \
+                 re-read, and found the day full. Works only for a fixed number of places.{busy}",
+                n(self.slot_collisions.into(), "insert", "inserts")
+            ),
+            Strategy::Serializable => format!(
+                "No double booking: SERIALIZABLE made the count a shared lock, so concurrent inserts \
+                 deadlocked and InnoDB rolled all but one back; {} retried as whole transactions \
+                 (article 003).{busy}",
+                n(self.deadlocks_retried.into(), "deadlock was", "deadlocks were")
+            ),
+        }
+    }
+}
+
+/// A finished race, as stored in `demo_races` and shown on `/demo`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RaceReport {
+    #[serde(default)]
+    pub id: i64,
+    pub started_by: String,
+    pub started_at: NaiveDateTime,
+    pub clients: u32,
+    pub attempts: u32,
+    pub pause_ms: u32,
+    pub capacity: i32,
+    pub results: Vec<StrategyResult>,
+}
+
+impl RaceReport {
+    pub fn rounds(&self) -> u32 {
+        self.attempts.div_ceil(self.clients.max(1))
+    }
+
+    /// The page's table as text, for `haita demo race`.
+    pub fn table(&self) -> String {
+        use std::fmt::Write;
+        let mut out = format!(
+            "race #{}: {} clients, {} attempts ({} rounds, one day each), pause {} ms, capacity {} per day\n\n",
+            self.id,
+            self.clients,
+            self.attempts,
+            self.rounds(),
+            self.pause_ms,
+            self.capacity
+        );
+        let _ = writeln!(
+            out,
+            "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8}",
+            "strategy",
+            "attempts",
+            "confirmed",
+            "double",
+            "refused",
+            "busy",
+            "deadlock↻",
+            "leaked",
+            "reused",
+            "p50 ms",
+            "p99 ms",
+            "elapsed"
+        );
+        for r in &self.results {
+            let _ = writeln!(
+                out,
+                "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8.1} {:>8.1} {:>6}ms{}",
+                r.strategy.name(),
+                r.attempts,
+                r.confirmed,
+                r.double_bookings,
+                r.refused,
+                r.busy,
+                r.deadlocks_retried,
+                r.leaked_locks,
+                r.reentered,
+                r.p50_ms,
+                r.p99_ms,
+                r.elapsed_ms,
+                if r.capped { " (time cap)" } else { "" }
+            );
+        }
+        out.push('\n');
+        for r in &self.results {
+            let _ = writeln!(out, "{}: {}", r.strategy.name(), r.verdict);
+            if let Some(e) = &r.first_error {
+                let _ = writeln!(out, "    first error: {e}");
+            }
+        }
+        out
+    }
+}
+
+/// Runs every strategy of `spec`, one after the other, and stores the report. Blocks for up to
+/// [`TIME_CAP`] per strategy: call it from `web::block` or a thread.
+pub fn run(
+    pool: &DbPool,
+    config: &Config,
+    spec: &RaceSpec,
+    started_by: &str,
+) -> Result<RaceReport, DemoError> {
+    let started_at = chrono::Utc::now().naive_utc();
+    let mut results = Vec::with_capacity(spec.strategies.len());
+    for &strategy in &spec.strategies {
+        results.push(run_strategy(pool, config, spec, strategy)?);
+    }
+    let mut report = RaceReport {
+        id: 0,
+        started_by: started_by.to_string(),
+        started_at,
+        clients: spec.clients,
+        attempts: spec.attempts,
+        pause_ms: spec.pause_ms,
+        capacity: CAPACITY,
+        results,
+    };
+    let json = serde_json::to_string(&report).map_err(anyhow::Error::from)?;
+    let mut conn = pool.get()?;
+    conn.transaction(|conn| {
+        diesel::insert_into(demo_races::table)
+            .values(NewDemoRace { started_by, report: &json })
+            .execute(conn)?;
+        report.id = diesel::select(diesel::dsl::sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+        Ok::<_, DemoError>(())
+    })?;
+    Ok(report)
+}
+
+/// The race `id`, or the latest one when `id` is `None`; `None` when there is none yet.
+pub fn load(conn: &mut MysqlConnection, id: Option<i64>) -> Result<Option<RaceReport>, DemoError> {
+    let query = demo_races::table.select((demo_races::id, demo_races::report)).into_boxed();
+    let row: Option<(i64, String)> = match id {
+        Some(id) => Some(
+            query.filter(demo_races::id.eq(id)).first(conn).optional()?.ok_or(DemoError::RaceNotFound(id))?,
+        ),
+        None => query.order(demo_races::id.desc()).first(conn).optional()?,
+    };
+    row.map(|(id, json)| {
+        let mut report: RaceReport = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
+        report.id = id;
+        Ok(report)
+    })
+    .transpose()
+}
+
+/// A fresh demo resource: a parent row for `parent-row-lock`, and a key no earlier run used.
+pub fn create_resource(
+    conn: &mut MysqlConnection,
+    strategy: Strategy,
+    capacity: i32,
+) -> Result<i64, DemoError> {
+    conn.transaction(|conn| {
+        diesel::insert_into(demo_resources::table)
+            .values(NewDemoResource { strategy: strategy.name(), capacity })
+            .execute(conn)?;
+        Ok(diesel::select(diesel::dsl::sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?)
+    })
+}
+
+/// What one client saw over all its rounds.
+#[derive(Default)]
+struct ClientLog {
+    latencies: Vec<Duration>,
+    refused: u32,
+    busy: u32,
+    errors: u32,
+    retries: u32,
+    slot_collisions: u32,
+    reentered: u32,
+    missed_releases: u32,
+    sessions: Vec<i64>,
+    first_error: Option<String>,
+    /// Rounds this client started.
+    rounds: u32,
+}
+
+struct Round<'a> {
+    strategy: Strategy,
+    pool: &'a DbPool,
+    resource_id: i64,
+    first_day: NaiveDate,
+    spec: &'a RaceSpec,
+    barrier: Barrier,
+    stop: AtomicBool,
+    deadline: Instant,
+}
+
+fn run_strategy(
+    pool: &DbPool,
+    config: &Config,
+    spec: &RaceSpec,
+    strategy: Strategy,
+) -> Result<StrategyResult, DemoError> {
+    let resource_id = create_resource(&mut *pool.get()?, strategy, CAPACITY)?;
+    let first_day = far_day();
+    let race_pool = db::build_pool(&Config {
+        pool_size: spec.clients.min(config.pool_size),
+        pool_timeout: TIME_CAP,
+        ..config.clone()
+    })
+    .map_err(|e| anyhow::anyhow!("cannot open the race's pool: {e}"))?;
+    let mut sessions = warm_up(&race_pool)?;
+
+    let round = Round {
+        strategy,
+        pool: &race_pool,
+        resource_id,
+        first_day,
+        spec,
+        barrier: Barrier::new(spec.clients as usize),
+        stop: AtomicBool::new(false),
+        deadline: Instant::now() + TIME_CAP,
+    };
+    let started = Instant::now();
+    let logs: Vec<ClientLog> = std::thread::scope(|scope| {
+        let round = &round;
+        let clients: Vec<_> =
+            (0..spec.clients).map(|client| scope.spawn(move || run_client(round, client))).collect();
+        clients.into_iter().map(|c| c.join().unwrap_or_default()).collect()
+    });
+    let elapsed = started.elapsed();
+
+    let mut total = ClientLog::default();
+    for log in logs {
+        total.latencies.extend(log.latencies);
+        total.refused += log.refused;
+        total.busy += log.busy;
+        total.errors += log.errors;
+        total.retries += log.retries;
+        total.slot_collisions += log.slot_collisions;
+        total.reentered += log.reentered;
+        total.missed_releases += log.missed_releases;
+        sessions.extend(log.sessions);
+        total.rounds = total.rounds.max(log.rounds);
+        total.first_error = total.first_error.or(log.first_error);
+    }
+    total.latencies.sort_unstable();
+
+    let mut conn = pool.get()?;
+    let days_raced = first_day.iter_days().take(total.rounds as usize);
+    let leaks = close_leaked_sessions(&mut conn, resource_id, days_raced, &sessions)?;
+    drop(race_pool); // closes every other session of this run
+    let damage = count_damage(&mut conn, resource_id)?;
+
+    let attempts = u32::try_from(total.latencies.len()).unwrap_or(u32::MAX);
+    let mut result = StrategyResult {
+        strategy,
+        demo_resource_id: resource_id,
+        attempts,
+        confirmed: damage.confirmed,
+        double_bookings: damage.beyond,
+        overbooked_days: damage.days,
+        refused: total.refused,
+        busy: total.busy,
+        errors: total.errors,
+        deadlocks_retried: total.retries,
+        slot_collisions: total.slot_collisions,
+        reentered: total.reentered,
+        missed_releases: total.missed_releases,
+        leaked_locks: leaks.locks,
+        closed_sessions: leaks.sessions,
+        p50_ms: percentile_ms(&total.latencies, 50.0),
+        p99_ms: percentile_ms(&total.latencies, 99.0),
+        elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        capped: attempts < spec.attempts,
+        first_error: total.first_error,
+        verdict: String::new(),
+    };
+    result.verdict = result.explain();
+    Ok(result)
+}
+
+fn run_client(round: &Round<'_>, client: u32) -> ClientLog {
+    let spec = round.spec;
+    let mut log = ClientLog::default();
+    for r in 0..spec.rounds() {
+        // One client decides for all whether the time is up, between two barriers, so every
+        // client leaves at the same round and nobody waits forever at the next barrier.
+        if round.barrier.wait().is_leader() && Instant::now() >= round.deadline {
+            round.stop.store(true, Ordering::Relaxed);
+        }
+        round.barrier.wait();
+        if round.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        log.rounds = r + 1;
+        if r * spec.clients + client >= spec.attempts {
+            continue; // the last round may need fewer clients
+        }
+        let attempt = Attempt {
+            pool: round.pool,
+            resource_id: round.resource_id,
+            day: round.first_day + chrono::Days::new(u64::from(r)),
+            client: i32::try_from(client).unwrap_or(i32::MAX),
+            pause: Duration::from_millis(u64::from(spec.pause_ms)),
+            lock_wait: LOCK_WAIT,
+        };
+        let mut seen = Seen::default();
+        let started = Instant::now();
+        // A panic must not leave the other clients stuck at the barrier.
+        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| round.strategy.book(&attempt, &mut seen)))
+            .unwrap_or_else(|_| Err(DemoError::Internal(anyhow::anyhow!("the attempt panicked"))));
+        log.latencies.push(started.elapsed());
+        match answer {
+            Ok(Answer::Confirmed) => {}
+            Ok(Answer::Full) => log.refused += 1,
+            Err(e) if e.is_busy() => log.busy += 1,
+            Err(e) => {
+                log.errors += 1;
+                log.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        log.retries += seen.retries;
+        log.slot_collisions += seen.slot_collisions;
+        log.reentered += u32::from(seen.reentered);
+        log.missed_releases += u32::from(seen.missed_release);
+        log.sessions.extend(seen.sessions);
+    }
+    log
+}
+
+/// Opens every connection of the pool before the race (so no client times the connect), and
+/// returns their session ids.
+fn warm_up(pool: &DbPool) -> Result<Vec<i64>, DemoError> {
+    let mut held = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..pool.max_size() {
+        let mut conn = pool.get()?;
+        ids.push(
+            diesel::select(diesel::dsl::sql::<BigInt>("CAST(CONNECTION_ID() AS SIGNED)"))
+                .get_result(&mut conn)?,
+        );
+        held.push(conn);
+    }
+    Ok(ids)
+}
+
+/// A random day centuries ahead: named locks are server-wide, and this keeps a demo's lock
+/// names apart from real bookings and from other races on the same server.
+fn far_day() -> NaiveDate {
+    let start = NaiveDate::from_ymd_opt(2200, 1, 1).unwrap_or(NaiveDate::MAX);
+    start + chrono::Days::new(rand::rng().random_range(0..200_000))
+}
+
+struct Leaks {
+    locks: u32,
+    sessions: Vec<i64>,
+}
+
+#[derive(QueryableByName)]
+struct Holder {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    holder: Option<i64>,
+}
+
+/// Finds the days whose lock is still held by one of `ours` and closes exactly those sessions —
+/// never a session this run did not open. Closing a session frees every lock it holds.
+fn close_leaked_sessions(
+    conn: &mut MysqlConnection,
+    resource_id: i64,
+    days: impl Iterator<Item = NaiveDate>,
+    ours: &[i64],
+) -> Result<Leaks, DemoError> {
+    let ours: BTreeSet<i64> = ours.iter().copied().collect();
+    let holder_of = |conn: &mut MysqlConnection, name: &str| -> Result<Option<i64>, DemoError> {
+        let held: Holder = diesel::sql_query("SELECT CAST(IS_USED_LOCK(?) AS SIGNED) AS holder")
+            .bind::<Text, _>(name)
+            .get_result(conn)?;
+        Ok(held.holder)
+    };
+    let mut leaked = Vec::new();
+    let mut sessions = BTreeSet::new();
+    for day in days {
+        let name = lock_name(resource_id, day);
+        if let Some(holder) = holder_of(conn, name.as_str())?.filter(|h| ours.contains(h)) {
+            leaked.push(name);
+            sessions.insert(holder);
+        }
+    }
+    for id in &sessions {
+        // KILL takes no placeholders; `id` is an integer the server gave this run.
+        conn.batch_execute(&format!("KILL CONNECTION {id}"))?;
+    }
+    // KILL returns before the session is gone: wait, bounded, until its locks are free.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for name in &leaked {
+        while holder_of(conn, name.as_str())?.is_some() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(Leaks {
+        locks: u32::try_from(leaked.len()).unwrap_or(u32::MAX),
+        sessions: sessions.into_iter().collect(),
+    })
+}
+
+struct Damage {
+    confirmed: i64,
+    beyond: i64,
+    days: i64,
+}
+
+#[derive(QueryableByName)]
+struct DamageRow {
+    #[diesel(sql_type = BigInt)]
+    confirmed: i64,
+    #[diesel(sql_type = BigInt)]
+    beyond: i64,
+    #[diesel(sql_type = BigInt)]
+    days: i64,
+}
+
+/// Counted in the database: bookings, bookings beyond capacity, and days over capacity.
+fn count_damage(conn: &mut MysqlConnection, resource_id: i64) -> Result<Damage, DemoError> {
+    let row: DamageRow = diesel::sql_query(
+        "SELECT CAST(COALESCE(SUM(n), 0) AS SIGNED) AS confirmed, \
+                CAST(COALESCE(SUM(GREATEST(n - capacity, 0)), 0) AS SIGNED) AS beyond, \
+                CAST(COALESCE(SUM(n > capacity), 0) AS SIGNED) AS days \
+         FROM (SELECT COUNT(*) AS n, r.capacity FROM demo_bookings b \
+               JOIN demo_resources r ON r.id = b.demo_resource_id \
+               WHERE b.demo_resource_id = ? GROUP BY b.day, r.capacity) per_day",
+    )
+    .bind::<BigInt, _>(resource_id)
+    .get_result(conn)?;
+    Ok(Damage { confirmed: row.confirmed, beyond: row.beyond, days: row.days })
+}
+
+/// Nearest-rank percentile of sorted latencies, in milliseconds.
+pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_are_bounded_with_a_message_naming_the_field() {
+        let spec = RaceSpec::parse(&["all"], None, None, None).expect("defaults");
+        assert_eq!(spec.strategies.len(), 6);
+        assert_eq!((spec.clients, spec.attempts, spec.pause_ms), (32, 128, 5));
+        for (clients, attempts, pause, field) in [
+            (Some(0), None, None, "clients"),
+            (Some(257), None, None, "clients"),
+            (None, Some(10_001), None, "attempts"),
+            (None, None, Some(1_001), "pause_ms"),
+        ] {
+            let err = RaceSpec::parse(&["no-lock"], clients, attempts, pause).expect_err("out of range");
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        assert!(RaceSpec::parse(&[], None, None, None).is_err());
+        let twice = RaceSpec::parse(&["no-lock", "all"], None, None, None).expect("dedup");
+        assert_eq!(twice.strategies.len(), 6);
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let ms: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile_ms(&ms, 50.0), 50.0);
+        assert_eq!(percentile_ms(&ms, 99.0), 99.0);
+        assert_eq!(percentile_ms(&ms[..1], 99.0), 1.0);
+        assert_eq!(percentile_ms(&[], 50.0), 0.0);
+    }
+}

@@ -1,0 +1,402 @@
+//! Six ways to book one place of a demo resource on one day, one function each, side by side.
+//!
+//! Every function makes one booking attempt: it answers [`Answer::Confirmed`] after inserting a
+//! row into `demo_bookings`, [`Answer::Full`] when the day has no place left, or an error. All of
+//! them pause for [`Attempt::pause`] between "the day is free" and the insert, so the race window
+//! is wide enough to see on a small machine; a correct strategy must stay correct however long
+//! that pause is.
+//!
+//! Two are wrong on purpose and run only inside a race (`race.rs`), on a pool of their own:
+//! [`Strategy::NoLock`] and [`Strategy::NamedLockPoolPitfall`].
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::NaiveDate;
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as DbError};
+use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+use serde::{Deserialize, Serialize};
+
+use super::DemoError;
+use super::model::{DemoResource, NewDemoBooking, bookings_on};
+use crate::db::DbPool;
+use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
+use crate::locking::{LockName, NamedLockGuard};
+use crate::schema::{demo_bookings, demo_resources};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    NoLock,
+    NamedLock,
+    NamedLockPoolPitfall,
+    ParentRowLock,
+    UniqueSlot,
+    Serializable,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 6] = [
+        Strategy::NoLock,
+        Strategy::NamedLock,
+        Strategy::NamedLockPoolPitfall,
+        Strategy::ParentRowLock,
+        Strategy::UniqueSlot,
+        Strategy::Serializable,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NoLock => "no-lock",
+            Self::NamedLock => "named-lock",
+            Self::NamedLockPoolPitfall => "named-lock-pool-pitfall",
+            Self::ParentRowLock => "parent-row-lock",
+            Self::UniqueSlot => "unique-slot",
+            Self::Serializable => "serializable",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, DemoError> {
+        Self::ALL.into_iter().find(|s| s.name() == text.trim()).ok_or_else(|| DemoError::Invalid {
+            field: "strategy",
+            message: format!(
+                "unknown strategy {:?}; use all or one of: {}",
+                text.chars().take(40).collect::<String>(),
+                Self::ALL.map(Self::name).join(", ")
+            ),
+        })
+    }
+
+    /// Whether the strategy never books a day beyond its capacity.
+    pub fn is_correct(self) -> bool {
+        !matches!(self, Self::NoLock | Self::NamedLockPoolPitfall)
+    }
+
+    /// What it does and what it costs, in two lines, for the demo page.
+    pub fn explanation(self) -> [&'static str; 2] {
+        match self {
+            Self::NoLock => [
+                "Count the day's bookings, and insert if there is room — inside a transaction, but with no lock.",
+                "Wrong: clients milliseconds apart all see the day free and all insert (article 002).",
+            ],
+            Self::NamedLock => [
+                "The app's booking path: GET_LOCK('haita:…:{resource}:{day}') on one pooled connection, then the transaction on that same connection, commit, release.",
+                "Correct; only bookings of the same day wait for each other.",
+            ],
+            Self::NamedLockPoolPitfall => [
+                "GET_LOCK, the transaction and RELEASE_LOCK each on whatever connection the pool hands out next.",
+                "Wrong: releases miss and locks leak; a request given the holder's session passes the lock (article 000).",
+            ],
+            Self::ParentRowLock => [
+                "SELECT … FOR UPDATE on the resource's row, then count and insert in the same transaction.",
+                "Correct, but every date of the resource waits in one queue.",
+            ],
+            Self::UniqueSlot => [
+                "No lock: insert into slot 0…capacity−1 under a unique key (resource, day, slot); on a duplicate, re-read and try the next.",
+                "Correct and lock-free, but only for a fixed number of places per day.",
+            ],
+            Self::Serializable => [
+                "SERIALIZABLE isolation: the count takes shared locks, concurrent inserts deadlock, the losers retry.",
+                "Correct, but most of the work under contention is deadlocks and retries (article 003).",
+            ],
+        }
+    }
+
+    /// The function in this file that implements the strategy (shown by `/demo/code/{name}`).
+    pub fn function(self) -> &'static str {
+        match self {
+            Self::NoLock => "no_lock",
+            Self::NamedLock => "named_lock",
+            Self::NamedLockPoolPitfall => "named_lock_pool_pitfall",
+            Self::ParentRowLock => "parent_row_lock",
+            Self::UniqueSlot => "unique_slot",
+            Self::Serializable => "serializable",
+        }
+    }
+
+    /// The source of [`Strategy::function`], cut out of this file as compiled.
+    pub fn source(self) -> &'static str {
+        let file = include_str!("strategies.rs");
+        let head = format!("\nfn {}(", self.function());
+        let Some(start) = file.find(&head) else { return "" };
+        // Include the doc comment above the function.
+        let start = file[..start].rfind("\n\n").map_or(start, |i| i + 2);
+        let end = file[start..].find("\n}\n").map_or(file.len(), |i| start + i + 3);
+        &file[start..end]
+    }
+
+    /// One booking attempt. Blocks (database and pause): call it off the async executor.
+    pub fn book(self, attempt: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+        match self {
+            Self::NoLock => no_lock(attempt),
+            Self::NamedLock => named_lock(attempt),
+            Self::NamedLockPoolPitfall => named_lock_pool_pitfall(attempt, seen),
+            Self::ParentRowLock => parent_row_lock(attempt, seen),
+            Self::UniqueSlot => unique_slot(attempt, seen),
+            Self::Serializable => serializable(attempt, seen),
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One client's attempt to book `day` of demo resource `resource_id`.
+pub struct Attempt<'a> {
+    pub pool: &'a DbPool,
+    pub resource_id: i64,
+    pub day: NaiveDate,
+    pub client: i32,
+    /// Slept between "the day has room" and the insert.
+    pub pause: Duration,
+    /// How long GET_LOCK waits (whole seconds, as MySQL takes them).
+    pub lock_wait: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Confirmed,
+    Full,
+}
+
+/// What an attempt noticed on the way, beyond its answer; the race adds these up.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Whole transactions rerun after a deadlock or lock wait timeout.
+    pub retries: u32,
+    /// Inserts that lost slot to another client under the unique key.
+    pub slot_collisions: u32,
+    /// GET_LOCK answered 1 only because this session already held the lock for someone else.
+    pub reentered: bool,
+    /// RELEASE_LOCK did not answer 1: it ran on a session that did not hold the lock.
+    pub missed_release: bool,
+    /// The connection ids (sessions) this attempt used, so leaked locks can be traced to them.
+    pub sessions: Vec<i64>,
+}
+
+/// The named lock of one demo resource and day: the same shape as `LockName::booking`, in a
+/// scope of its own so a demo run never waits for a real booking.
+pub fn lock_name(resource_id: i64, day: NaiveDate) -> LockName {
+    LockName::new("demo", &format!("{resource_id}:{}", day.format("%Y-%m-%d")))
+}
+
+fn capacity_of(conn: &mut MysqlConnection, resource_id: i64) -> Result<i32, DemoError> {
+    DemoResource::by_id(resource_id)
+        .select(demo_resources::capacity)
+        .first(conn)
+        .optional()?
+        .ok_or(DemoError::UnknownDemoResource(resource_id))
+}
+
+/// The check-then-insert every strategy but `unique-slot` runs. Correct only when something
+/// outside it stops two clients from running it for the same day at once.
+fn check_then_insert(conn: &mut MysqlConnection, a: &Attempt<'_>) -> Result<Answer, DemoError> {
+    let capacity = capacity_of(conn, a.resource_id)?;
+    let confirmed: i64 = bookings_on(a.resource_id, a.day).count().get_result(conn)?;
+    if confirmed >= i64::from(capacity) {
+        return Ok(Answer::Full);
+    }
+    std::thread::sleep(a.pause); // the race window: another client's count may run right now
+    diesel::insert_into(demo_bookings::table)
+        .values(NewDemoBooking { demo_resource_id: a.resource_id, day: a.day, client: a.client, slot: None })
+        .execute(conn)?;
+    Ok(Answer::Confirmed)
+}
+
+/// WRONG. A transaction is not a lock: under REPEATABLE READ each client counts its own
+/// snapshot, every one of them sees the day free, and every one inserts.
+fn no_lock(a: &Attempt<'_>) -> Result<Answer, DemoError> {
+    let mut conn = a.pool.get()?;
+    conn.transaction(|conn| check_then_insert(conn, a))
+}
+
+/// The app's booking path (`bookings::service::book`), step for step, on the demo tables:
+/// lock on a pooled connection, *then* begin (so the snapshot follows the previous holder's
+/// commit), check and insert on that same connection, commit, and only then release (drop).
+fn named_lock(a: &Attempt<'_>) -> Result<Answer, DemoError> {
+    let conn = a.pool.get()?;
+    let mut held = NamedLockGuard::acquire(conn, lock_name(a.resource_id, a.day), a.lock_wait)?;
+    let answer = held.conn().transaction(|conn| check_then_insert(conn, a))?;
+    drop(held); // committed above; only now may the next client look at this day
+    Ok(answer)
+}
+
+#[derive(QueryableByName)]
+struct SessionView {
+    #[diesel(sql_type = BigInt)]
+    me: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    holder: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct LockAnswer {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    answer: Option<i64>,
+}
+
+/// WRONG, as background article 000 warns: each statement on whatever connection the pool hands
+/// out next, like `db.Exec("SELECT GET_LOCK(…)")` on Go's `*sql.DB`.
+///
+/// 1. GET_LOCK, and the connection goes back to the pool still holding the lock. The next
+///    client handed that session takes the "same" lock again at once (a session may hold a lock
+///    twice) and is inside the critical section together with the first.
+/// 2. The check-then-insert runs on another connection, which holds nothing.
+/// 3. RELEASE_LOCK runs on yet another: it answers 0 or NULL, and the lock stays held by a
+///    session sitting idle in the pool, until that session is closed. Every other client now
+///    waits the full GET_LOCK timeout for a lock nobody will release.
+fn named_lock_pool_pitfall(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    let name = lock_name(a.resource_id, a.day);
+    let wait_secs = i32::try_from(a.lock_wait.as_secs()).unwrap_or(i32::MAX);
+    {
+        let mut conn = a.pool.get()?;
+        let view: SessionView = diesel::sql_query(
+            "SELECT CAST(CONNECTION_ID() AS SIGNED) AS me, CAST(IS_USED_LOCK(?) AS SIGNED) AS holder",
+        )
+        .bind::<Text, _>(name.as_str())
+        .get_result(&mut *conn)?;
+        seen.sessions.push(view.me);
+        seen.reentered = view.holder == Some(view.me); // GET_LOCK will answer 1 without waiting
+        let got: LockAnswer = diesel::sql_query("SELECT GET_LOCK(?, ?) AS answer")
+            .bind::<Text, _>(name.as_str())
+            .bind::<Integer, _>(wait_secs)
+            .get_result(&mut *conn)?;
+        if got.answer != Some(1) {
+            return Err(DemoError::Busy(format!("GET_LOCK({name}) answered {:?}", got.answer)));
+        }
+    } // back to the pool, still holding the lock
+    between_statements();
+
+    let answer = a.pool.get().map_err(DemoError::from).and_then(|mut conn| {
+        seen.sessions.push(connection_id(&mut conn)?);
+        conn.transaction(|conn| check_then_insert(conn, a))
+    });
+
+    between_statements();
+    let released = a.pool.get().map_err(DemoError::from).and_then(|mut conn| {
+        seen.sessions.push(connection_id(&mut conn)?);
+        let released: LockAnswer = diesel::sql_query("SELECT RELEASE_LOCK(?) AS answer")
+            .bind::<Text, _>(name.as_str())
+            .get_result(&mut *conn)?;
+        Ok(released.answer)
+    });
+    seen.missed_release = !matches!(released, Ok(Some(1))); // and nobody checks, as in the article
+    answer
+}
+
+/// A request does a little of its own work between two statements (here 1 ms). Meanwhile a
+/// busy pool hands the connection it just returned to another request — r2d2 would otherwise
+/// give it straight back to the same thread, which is how this bug hides under light load.
+fn between_statements() {
+    std::thread::sleep(Duration::from_millis(1));
+}
+
+fn connection_id(conn: &mut MysqlConnection) -> Result<i64, DemoError> {
+    Ok(diesel::select(diesel::dsl::sql::<BigInt>("CAST(CONNECTION_ID() AS SIGNED)")).get_result(conn)?)
+}
+
+/// Correct: `SELECT … FOR UPDATE` on the resource's row serialises every booking of the
+/// resource. The row exists before any booking does, so there is no gap lock to deadlock on
+/// (the trouble article 000 starts from) — but bookings of *other* days queue here too.
+fn parent_row_lock(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    let mut conn = a.pool.get()?;
+    let tried = retry_on_lock_conflict(&RetryPolicy::default(), || {
+        conn.transaction(|conn| {
+            demo_resources::table
+                .find(a.resource_id)
+                .select(demo_resources::id)
+                .for_update()
+                .first::<i64>(conn)
+                .optional()?
+                .ok_or(DemoError::UnknownDemoResource(a.resource_id))?;
+            check_then_insert(conn, a)
+        })
+    });
+    seen.retries += tried.attempts - 1;
+    tried.result
+}
+
+/// Correct without any lock of our own: each place of the day is a slot 0…capacity−1, and the
+/// unique key (resource, day, slot) lets only one insert per slot commit. The loser gets a
+/// duplicate-key error, re-reads in a fresh transaction (a fresh snapshot, which now shows the
+/// winner's row) and tries the next free slot. Each lost insert means one more slot taken, so
+/// capacity + 1 tries always decide. Needs a fixed capacity per day.
+fn unique_slot(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    let mut conn = a.pool.get()?;
+    let capacity = capacity_of(&mut conn, a.resource_id)?;
+    for _ in 0..=capacity {
+        let tried = retry_on_lock_conflict(&RetryPolicy::default(), || {
+            conn.transaction(|conn| {
+                let taken: Vec<Option<i32>> =
+                    bookings_on(a.resource_id, a.day).select(demo_bookings::slot).load(conn)?;
+                let Some(slot) = (0..capacity).find(|s| !taken.contains(&Some(*s))) else {
+                    return Ok(Answer::Full);
+                };
+                std::thread::sleep(a.pause);
+                diesel::insert_into(demo_bookings::table)
+                    .values(NewDemoBooking {
+                        demo_resource_id: a.resource_id,
+                        day: a.day,
+                        client: a.client,
+                        slot: Some(slot),
+                    })
+                    .execute(conn)?;
+                Ok(Answer::Confirmed)
+            })
+        });
+        seen.retries += tried.attempts - 1;
+        match tried.result {
+            Err(DemoError::Database(DbError::DatabaseError(DatabaseErrorKind::UniqueViolation, _))) => {
+                seen.slot_collisions += 1;
+            }
+            decided => return decided,
+        }
+    }
+    Err(DemoError::Busy(format!("no slot decided after {} tries", capacity + 1)))
+}
+
+/// Correct: under SERIALIZABLE, InnoDB turns the count into a locking read that holds shared
+/// next-key locks on the day's range. Two clients that both counted cannot both insert: each
+/// insert waits for the other's shared lock, InnoDB detects the deadlock (1213) and rolls one
+/// back, and the whole transaction is retried with backoff (background article 003).
+fn serializable(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    let mut conn = a.pool.get()?;
+    let tried = retry_on_lock_conflict(&RetryPolicy::default(), || {
+        // Without SESSION this applies to the next transaction only: the connection goes back to
+        // the pool at the server's default level. (diesel's `build_transaction` is Postgres-only.)
+        conn.batch_execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")?;
+        conn.transaction(|conn| check_then_insert(conn, a))
+    });
+    seen.retries += tried.attempts - 1;
+    tried.result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_unknown_names_list_the_known_ones() {
+        for s in Strategy::ALL {
+            assert_eq!(Strategy::parse(s.name()).expect("known"), s);
+            assert_eq!(serde_json::to_string(&s).expect("json"), format!("\"{}\"", s.name()));
+        }
+        let err = Strategy::parse("optimistic").expect_err("unknown");
+        assert!(err.to_string().contains("no-lock, named-lock"), "{err}");
+    }
+
+    #[test]
+    fn every_strategy_shows_its_own_function_with_its_doc_comment() {
+        for s in Strategy::ALL {
+            let source = s.source();
+            assert!(source.contains(&format!("fn {}(", s.function())), "{s}: {source}");
+            assert!(source.starts_with("///"), "{s} starts with its doc comment: {source}");
+            assert!(source.trim_end().ends_with('}'), "{s}");
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The demo's claims, checked in the database: without a lock the race double-books; every
+//! correct strategy never does; the pool pitfall leaks locks and the race closes exactly the
+//! sessions that leaked them.
+
+use std::process::Command;
+
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use haita::auth::Role;
+use haita::demo::Strategy;
+use serde_json::{Value, json};
+
+use crate::common::{Client, TestApp, error_code, invariants};
+
+async fn logged_in(app: &TestApp, name: &str) -> Client {
+    let client = app.client(0);
+    client.login(&app.user(name, Role::Customer)).await;
+    client
+}
+
+async fn race(client: &Client, body: Value) -> Value {
+    let response = client.post_json("/api/v1/demo/races", &body).await;
+    assert_eq!(response.status(), 201, "race {body} failed");
+    response.json().await.expect("race report")
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+fn count(app: &TestApp, sql: &str, resource_id: i64) -> i64 {
+    diesel::sql_query(sql)
+        .bind::<BigInt, _>(resource_id)
+        .get_result::<Count>(&mut app.db.raw_connection())
+        .expect(sql)
+        .n
+}
+
+/// Bookings beyond the one place per day, counted straight from `demo_bookings`.
+fn beyond_capacity(app: &TestApp, resource_id: i64) -> i64 {
+    count(
+        app,
+        "SELECT CAST(COALESCE(SUM(n - 1), 0) AS SIGNED) AS n FROM \
+         (SELECT COUNT(*) AS n FROM demo_bookings WHERE demo_resource_id = ? GROUP BY day) d",
+        resource_id,
+    )
+}
+
+fn booked(app: &TestApp, resource_id: i64) -> i64 {
+    count(app, "SELECT COUNT(*) AS n FROM demo_bookings WHERE demo_resource_id = ?", resource_id)
+}
+
+fn session_alive(app: &TestApp, connection_id: i64) -> bool {
+    count(app, "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE ID = ?", connection_id) > 0
+}
+
+fn id_of(result: &Value) -> i64 {
+    result["demo_resource_id"].as_i64().expect("demo_resource_id")
+}
+
+fn real_reservations(app: &TestApp) -> i64 {
+    use haita::schema::reservations;
+    reservations::table.count().get_result(&mut app.db.raw_connection()).expect("count")
+}
+
+#[actix_web::test]
+async fn no_lock_with_32_clients_double_books() {
+    let app = TestApp::spawn().await;
+    let client = logged_in(&app, "racer").await;
+
+    let report =
+        race(&client, json!({"strategy": "no-lock", "clients": 32, "attempts": 64, "pause_ms": 5})).await;
+
+    let result = &report["results"][0];
+    let resource = id_of(result);
+    let beyond = beyond_capacity(&app, resource);
+    assert!(
+        beyond > 0,
+        "no-lock should double-book with 32 clients; if not, the pause is too small: {result}"
+    );
+    assert_eq!(result["double_bookings"].as_i64(), Some(beyond), "the report counts what the database holds");
+    assert_eq!(result["confirmed"].as_i64(), Some(booked(&app, resource)));
+    assert!(result["verdict"].as_str().is_some_and(|v| v.contains("article 002")), "{result}");
+    assert_eq!(real_reservations(&app), 0, "the demo never writes real bookings");
+}
+
+#[actix_web::test]
+async fn every_correct_strategy_books_each_day_at_most_once_over_five_runs() {
+    let app = TestApp::spawn().await;
+    let client = logged_in(&app, "careful").await;
+    let correct: Vec<&str> = Strategy::ALL.iter().filter(|s| s.is_correct()).map(|s| s.name()).collect();
+    assert_eq!(correct, ["named-lock", "parent-row-lock", "unique-slot", "serializable"]);
+
+    for run in 1..=5 {
+        let report =
+            race(&client, json!({"strategy": correct, "clients": 32, "attempts": 64, "pause_ms": 5})).await;
+        for result in report["results"].as_array().expect("results") {
+            let resource = id_of(result);
+            assert_eq!(beyond_capacity(&app, resource), 0, "run {run}: {result}");
+            assert_eq!(result["double_bookings"], 0, "run {run}: {result}");
+            assert_eq!(result["errors"], 0, "run {run}: {result}");
+            // Two rounds, two days, one place each: both taken unless every client gave up.
+            let confirmed = booked(&app, resource);
+            assert!((1..=2).contains(&confirmed), "run {run}: {confirmed} booked: {result}");
+        }
+    }
+    invariants::no_named_lock_left_held(&app.db);
+    assert_eq!(real_reservations(&app), 0);
+}
+
+#[actix_web::test]
+async fn pool_pitfall_leaks_locks_and_the_race_closes_exactly_the_leaking_sessions() {
+    let app = TestApp::spawn().await;
+    let client = logged_in(&app, "pitfall").await;
+
+    let report = race(
+        &client,
+        json!({"strategy": "named-lock-pool-pitfall", "clients": 32, "attempts": 96, "pause_ms": 5}),
+    )
+    .await;
+
+    let result = &report["results"][0];
+    let leaked = result["leaked_locks"].as_i64().expect("leaked_locks");
+    let beyond = beyond_capacity(&app, id_of(result));
+    assert!(leaked + beyond > 0, "the pitfall should leak a lock or double-book: {result}");
+    assert_eq!(result["double_bookings"].as_i64(), Some(beyond));
+    let closed: Vec<i64> =
+        result["closed_sessions"].as_array().expect("closed").iter().filter_map(Value::as_i64).collect();
+    assert_eq!(closed.is_empty(), leaked == 0, "{result}");
+    // Nothing connected to this database holds a named lock any more: the leaking sessions
+    // were closed and the race's pool dropped; the app's own pool was never involved.
+    invariants::no_named_lock_left_held(&app.db);
+    let alive: Vec<i64> = closed.iter().copied().filter(|id| session_alive(&app, *id)).collect();
+    assert!(alive.is_empty(), "closed sessions are gone, still there: {alive:?}");
+}
+
+#[actix_web::test]
+async fn anyone_may_look_but_only_a_logged_in_user_may_race_within_bounds() {
+    let app = TestApp::spawn().await;
+    let anonymous = app.client(0);
+    let page = anonymous.get("/demo").await;
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.expect("page");
+    for s in Strategy::ALL {
+        assert!(page.contains(s.name()), "{} explained", s.name());
+    }
+    assert!(page.contains("Log in</a> to run a race") && page.contains("No race has run yet"));
+    let refused = anonymous.post_json("/api/v1/demo/races", &json!({"strategy": "no-lock"})).await;
+    assert_eq!(refused.status(), 401);
+
+    let client = logged_in(&app, "bounded").await;
+    for (body, status, code) in [
+        (json!({"strategy": "no-lock", "clients": 0}), 422, "invalid_input"),
+        (json!({"strategy": "no-lock", "clients": 257}), 422, "invalid_input"),
+        (json!({"strategy": "no-lock", "attempts": 10_001}), 422, "invalid_input"),
+        (json!({"strategy": "no-lock", "pause_ms": 1_001}), 422, "invalid_input"),
+        (json!({"strategy": "optimistic"}), 422, "invalid_input"),
+        (json!({"strategy": []}), 422, "invalid_input"),
+        (json!({"strategy": "no-lock", "clients": -1}), 400, "malformed_body"),
+        (json!({"strategy": "no-lock", "threads": 4}), 400, "malformed_body"),
+    ] {
+        let response = client.post_json("/api/v1/demo/races", &body).await;
+        assert_eq!(response.status(), status, "{body}");
+        assert_eq!(error_code(response).await, code, "{body}");
+    }
+
+    let code = anonymous.get("/demo/code/named-lock-pool-pitfall").await.text().await.expect("code");
+    assert!(code.contains("fn named_lock_pool_pitfall(") && code.contains("RELEASE_LOCK"));
+    assert_eq!(anonymous.get("/demo/code/nonsense").await.status(), 404);
+    assert_eq!(anonymous.get("/api/v1/demo/races/999").await.status(), 404);
+}
+
+#[actix_web::test]
+async fn a_second_race_on_the_same_instance_is_refused_while_one_runs() {
+    let app = TestApp::spawn().await;
+    let first = logged_in(&app, "first").await;
+    let second = logged_in(&app, "second").await;
+
+    // Five rounds of a 200 ms pause: about a second.
+    let slow = json!({"strategy": "no-lock", "clients": 4, "attempts": 20, "pause_ms": 200});
+    let running = actix_web::rt::spawn(async move { race(&first, slow).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    let refused = second.post_json("/api/v1/demo/races", &json!({"strategy": "no-lock"})).await;
+    assert_eq!(refused.status(), 409);
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_eq!(error_code(refused).await, "busy");
+
+    let report = running.await.expect("first race");
+    assert_eq!(report["results"][0]["attempts"], 20);
+    let again = second
+        .post_json("/api/v1/demo/races", &json!({"strategy": "no-lock", "clients": 2, "attempts": 2}))
+        .await;
+    assert_eq!(again.status(), 201, "the slot is free once the race is over");
+}
+
+#[actix_web::test]
+async fn the_page_runs_a_race_from_its_form_and_shows_table_chart_and_verdicts() {
+    let app = TestApp::spawn().await;
+    let browser = logged_in(&app, "viewer").await;
+    let token = browser.csrf_token("/demo").await;
+
+    let posted = browser
+        .post_form(
+            "/demo/races",
+            &[
+                ("csrf_token", &token),
+                ("strategy", "no-lock"),
+                ("strategy", "named-lock"),
+                ("clients", "16"),
+                ("attempts", "32"),
+                ("pause_ms", "5"),
+            ],
+        )
+        .await;
+    assert_eq!(posted.status(), 303);
+    let location = posted.headers()["location"].to_str().expect("location").to_string();
+    assert!(location.starts_with("/demo?race="), "{location}");
+
+    let page = browser.get(&location).await.text().await.expect("page");
+    assert!(page.contains("<svg") && page.contains("Double bookings"));
+    assert!(page.contains("article 002"), "the verdict names the pitfall");
+    let anonymous = app.client(0).get("/demo").await.text().await.expect("page");
+    assert!(anonymous.contains("id=\"results\""), "the latest race is shown to anyone");
+
+    let forged = browser.post_form("/demo/races", &[("csrf_token", "forged"), ("strategy", "no-lock")]).await;
+    assert_eq!(forged.status(), 403);
+    let bad = browser.post_form("/demo/races", &[("csrf_token", &token), ("clients", "many")]).await;
+    assert_eq!(bad.status(), 422);
+    assert!(bad.text().await.expect("page").contains("not a whole number"));
+}
+
+#[actix_web::test]
+async fn one_booking_endpoint_serves_the_correct_strategies_and_refuses_the_unsafe_ones() {
+    let app = TestApp::spawn().await;
+    let client = logged_in(&app, "bencher").await;
+    let day = "2300-01-01";
+    for strategy in ["named-lock", "parent-row-lock", "unique-slot", "serializable"] {
+        let resource = haita::demo::race::create_resource(
+            &mut app.db.conn(),
+            Strategy::parse(strategy).expect("known"),
+            1,
+        )
+        .expect("demo resource");
+        let body = json!({"strategy": strategy, "resource_id": resource, "date": day});
+        assert_eq!(client.post_json("/api/v1/demo/bookings", &body).await.status(), 201, "{strategy}");
+        let full = client.post_json("/api/v1/demo/bookings", &body).await;
+        assert_eq!(full.status(), 409, "{strategy}");
+        assert_eq!(error_code(full).await, "fully_booked");
+        assert_eq!(booked(&app, resource), 1);
+    }
+    for (body, code) in [
+        (json!({"strategy": "no-lock", "resource_id": 1, "date": day}), "unsafe_strategy"),
+        (json!({"strategy": "named-lock-pool-pitfall", "resource_id": 1, "date": day}), "unsafe_strategy"),
+        (json!({"strategy": "named-lock", "resource_id": 999_999, "date": day}), "unknown_resource"),
+        (json!({"strategy": "named-lock", "resource_id": 0, "date": day}), "invalid_input"),
+        (json!({"strategy": "named-lock", "resource_id": 1, "date": "tomorrow"}), "invalid_input"),
+    ] {
+        let response = client.post_json("/api/v1/demo/bookings", &body).await;
+        assert_eq!(response.status(), 422, "{body}");
+        assert_eq!(error_code(response).await, code, "{body}");
+    }
+    invariants::no_named_lock_left_held(&app.db);
+}
+
+#[actix_web::test]
+async fn the_cli_prints_the_race_table() {
+    let app = TestApp::spawn().await;
+    let output = Command::new(env!("CARGO_BIN_EXE_haita"))
+        .args([
+            "demo",
+            "race",
+            "--strategy",
+            "no-lock",
+            "--strategy",
+            "unique-slot",
+            "--clients",
+            "8",
+            "--attempts",
+            "16",
+        ])
+        .env("DATABASE_URL", &app.db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run haita");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(table.contains("8 clients, 16 attempts"), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("no-lock ")), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("unique-slot ")), "{table}");
+    assert!(table.contains("unique-slot: No double booking"), "{table}");
+
+    let bad = Command::new(env!("CARGO_BIN_EXE_haita"))
+        .args(["demo", "race", "--strategy", "nope"])
+        .env("DATABASE_URL", &app.db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run haita");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no-lock, named-lock"));
+}
+
+#[actix_web::test]
+async fn the_bench_measures_app_and_raw_and_drops_its_database() {
+    let app = TestApp::spawn().await;
+    let output = Command::new(env!("CARGO_BIN_EXE_haita"))
+        .args(["bench", "bookings", "--clients", "2", "--keys", "hot,spread", "--strategy", "unique-slot"])
+        .args(["--seconds", "1", "--repeat", "1"])
+        .env("DATABASE_URL", &app.db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run haita");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.lines().any(|l| l.starts_with("unique-slot      hot ")), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("unique-slot      spread ")), "{stdout}");
+    assert!(stdout.contains("overbooked keys after the bench: 0 real, 0 demo"), "{stdout}");
+
+    #[derive(QueryableByName)]
+    struct Exists {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let left: Exists = diesel::sql_query(
+        "SELECT COUNT(*) AS n FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = CONCAT(DATABASE(), '_bench')",
+    )
+    .get_result(&mut app.db.raw_connection())
+    .expect("schemata");
+    assert_eq!(left.n, 0, "the bench database is dropped");
+    assert_eq!(real_reservations(&app), 0, "the bench never touches DATABASE_URL's data");
+}
