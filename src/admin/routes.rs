@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::named_locks::{self, Killed, Listing, NamedLock, OurLockName};
 use super::{Admin, AdminError, Reason};
 use crate::audit::{self, AuditPage};
-use crate::auth::csrf::CsrfForm;
+use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::edit_locks::{EditLockKey, LockView, service as edit_locks};
 use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
@@ -176,12 +176,9 @@ async fn release_expired(state: &AppState, admin_id: i64) -> Result<Vec<LockView
     blocking(move || Ok(edit_locks::release_expired(&mut *pool.get()?, admin_id)?)).await
 }
 
-#[derive(Deserialize)]
-struct NoFields {}
-
 async fn release_expired_form(
     Admin(admin): Admin,
-    CsrfForm(_): CsrfForm<NoFields>,
+    CsrfForm(_): CsrfForm<TokenOnly>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let released = release_expired(&state, admin.id).await?;

@@ -51,6 +51,11 @@ fn matches(session: &Session, submitted: Option<&str>) -> bool {
     }
 }
 
+/// The fields of a form that carries nothing but its CSRF token (log out, cancel): use as
+/// `CsrfForm<TokenOnly>`.
+#[derive(Deserialize)]
+pub struct TokenOnly {}
+
 /// A URL-encoded form whose `csrf_token` field matched the session's token.
 pub struct CsrfForm<T>(pub T);
 

@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, Responder, web};
 use askama::Template;
 use serde::{Deserialize, Serialize};
 
-use super::csrf::CsrfForm;
+use super::csrf::{CsrfForm, TokenOnly};
 use super::{AuthError, Role, SessionUser, service, session};
 use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, html, local_path, see_other};
@@ -104,10 +104,7 @@ async fn login_form(
     }
 }
 
-#[derive(Deserialize)]
-struct NoFields {}
-
-async fn logout_form(CsrfForm(_): CsrfForm<NoFields>, session: Session) -> HttpResponse {
+async fn logout_form(CsrfForm(_): CsrfForm<TokenOnly>, session: Session) -> HttpResponse {
     session::log_out(&session);
     see_other("/")
 }

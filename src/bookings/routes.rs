@@ -11,7 +11,7 @@ use super::BookingError;
 use super::model::{BookingDate, Reservation, Resource, parse_id};
 use super::service::{self, DayAvailability};
 use crate::auth::SessionUser;
-use crate::auth::csrf::CsrfForm;
+use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
@@ -158,13 +158,10 @@ async fn my_bookings_page(
     Ok(html(&MyBookingsPage { ctx, bookings, just_booked: query.booked, today: service::today() })?)
 }
 
-#[derive(Deserialize)]
-struct NoFields {}
-
 async fn cancel_form(
     user: SessionUser,
     path: web::Path<i64>,
-    CsrfForm(_): CsrfForm<NoFields>,
+    CsrfForm(_): CsrfForm<TokenOnly>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let (pool, id) = (state.pool.clone(), path.into_inner());

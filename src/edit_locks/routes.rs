@@ -10,7 +10,7 @@ use super::editing::{self, ResourceChanges, ResourceInput, ThenLock};
 use super::service::{self, Acquired, Policy};
 use super::{EditLockError, EditLockKey, FieldError, LockView, Owner};
 use crate::audit::{self, AuditEvent};
-use crate::auth::csrf::CsrfForm;
+use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::{Role, SessionUser};
 use crate::bookings::model::Resource;
 use crate::web::error::{AsProblem, ErrorBody};
@@ -215,14 +215,11 @@ async fn take_over_form(
     }
 }
 
-#[derive(Deserialize)]
-struct NoFields {}
-
 /// Cancel: release my lock (if I still hold it) and go back to the resource.
 async fn cancel_form(
     user: SessionUser,
     path: web::Path<i64>,
-    CsrfForm(_): CsrfForm<NoFields>,
+    CsrfForm(_): CsrfForm<TokenOnly>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
