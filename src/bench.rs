@@ -394,8 +394,7 @@ fn fresh_target(pool: &DbPool, strategy: Strategy, keys: Keys) -> anyhow::Result
                 diesel::insert_into(resources::table)
                     .values(NewResource { name: &name, description: "", capacity: 1 })
                     .execute(&mut conn)?;
-                Ok(diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>("LAST_INSERT_ID()"))
-                    .get_result(&mut conn)?)
+                Ok(crate::db::last_insert_id(&mut conn)?)
             } else {
                 Ok(create_resource(&mut conn, strategy, 1)?)
             }

@@ -93,6 +93,18 @@ pub fn run_migrations(pool: &DbPool) -> anyhow::Result<Vec<String>> {
     Ok(applied.iter().map(ToString::to_string).collect())
 }
 
+#[diesel::declare_sql_function]
+extern "SQL" {
+    #[sql_name = "LAST_INSERT_ID"]
+    fn last_insert_id_sql() -> diesel::sql_types::BigInt;
+}
+
+/// The AUTO_INCREMENT id of the row this session inserted last: MySQL has no `RETURNING`, and
+/// the value is per session, so it must be read on the connection that inserted.
+pub fn last_insert_id(conn: &mut MysqlConnection) -> QueryResult<i64> {
+    diesel::select(last_insert_id_sql()).get_result(conn)
+}
+
 /// What the server says about itself, read once at start.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct ServerFacts {

@@ -11,15 +11,14 @@
 
 use std::time::Duration;
 
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use serde::Serialize;
 
 use super::AdminError;
 use crate::audit::{self, Action};
-use crate::locking::LockName;
 use crate::locking::names::{MAX_LEN, PREFIX};
+use crate::locking::sql::{holder_of, kill_connection, own_connection_id};
 
 /// A name the admin may look up or free: one of ours (`haita:` prefix), at most 64 characters.
 #[derive(Clone, Debug)]
@@ -37,12 +36,6 @@ impl OurLockName {
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-}
-
-impl From<&LockName> for OurLockName {
-    fn from(name: &LockName) -> Self {
-        Self(name.as_str().to_string())
     }
 }
 
@@ -139,19 +132,6 @@ pub fn lookup(conn: &mut MysqlConnection, name: &OurLockName) -> QueryResult<Opt
     .optional()
 }
 
-#[derive(QueryableByName)]
-struct Answer {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    value: Option<i64>,
-}
-
-fn holder_of(conn: &mut MysqlConnection, name: &OurLockName) -> QueryResult<Option<i64>> {
-    diesel::sql_query("SELECT IS_USED_LOCK(?) AS value")
-        .bind::<Text, _>(name.as_str())
-        .get_result::<Answer>(conn)
-        .map(|a| a.value)
-}
-
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Killed {
     pub name: String,
@@ -172,18 +152,17 @@ pub fn force_release(
     reason: &str,
 ) -> Result<Killed, AdminError> {
     let before = lookup(conn, name)?;
-    let holder = holder_of(conn, name)?.ok_or_else(|| AdminError::NotHeld(name.as_str().to_string()))?;
+    let holder =
+        holder_of(conn, name.as_str())?.ok_or_else(|| AdminError::NotHeld(name.as_str().to_string()))?;
     if let Some(expected) = expected.filter(|e| *e != holder) {
         return Err(AdminError::HolderChanged { name: name.as_str().to_string(), expected, now: holder });
     }
-    let own: i64 = diesel::select(diesel::dsl::sql::<BigInt>("CONNECTION_ID()")).get_result(conn)?;
-    if holder == own {
+    if holder == own_connection_id(conn)? {
         return Err(AdminError::OwnConnection(name.as_str().to_string()));
     }
-    // `holder` is a number the server just gave us; nothing typed by a person reaches this SQL.
-    if let Err(e) = conn.batch_execute(&format!("KILL CONNECTION {holder}")) {
+    if let Err(e) = kill_connection(conn, holder) {
         // 1094 "Unknown thread id": the session ended by itself in between.
-        return match holder_of(conn, name)? {
+        return match holder_of(conn, name.as_str())? {
             None => Err(AdminError::NotHeld(name.as_str().to_string())),
             Some(_) => Err(e.into()),
         };
@@ -198,7 +177,7 @@ pub fn force_release(
     // The server frees the session's locks as it tears the session down, which is asynchronous.
     let mut freed = false;
     for _ in 0..40 {
-        if holder_of(conn, name)? != Some(holder) {
+        if holder_of(conn, name.as_str())? != Some(holder) {
             freed = true;
             break;
         }

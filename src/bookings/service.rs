@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use chrono::NaiveDate;
-use diesel::dsl::sql;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Date};
 use serde::Serialize;
@@ -97,7 +96,7 @@ fn insert_if_free(
                 status: ReservationStatus::Confirmed,
             })
             .execute(conn)?;
-        let id: i64 = diesel::select(sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+        let id: i64 = crate::db::last_insert_id(conn)?;
         Ok(Reservation::by_id(id).select(Reservation::as_select()).first(conn)?)
     })
 }

@@ -18,9 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{NaiveDate, NaiveDateTime};
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable, Text};
+use diesel::sql_types::BigInt;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +28,7 @@ use super::model::{NewDemoRace, NewDemoResource};
 use super::strategies::{Answer, Attempt, Seen, Strategy, lock_name};
 use crate::config::Config;
 use crate::db::{self, DbPool};
+use crate::locking::sql::{holder_of, kill_connection};
 use crate::schema::{demo_races, demo_resources};
 
 pub const MAX_CLIENTS: u32 = 256;
@@ -337,7 +337,7 @@ pub fn run(
         diesel::insert_into(demo_races::table)
             .values(NewDemoRace { started_by, report: &json })
             .execute(conn)?;
-        report.id = diesel::select(diesel::dsl::sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+        report.id = crate::db::last_insert_id(conn)?;
         Ok::<_, DemoError>(())
     })?;
     Ok(report)
@@ -370,7 +370,7 @@ pub fn create_resource(
         diesel::insert_into(demo_resources::table)
             .values(NewDemoResource { strategy: strategy.name(), capacity })
             .execute(conn)?;
-        Ok(diesel::select(diesel::dsl::sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?)
+        Ok(crate::db::last_insert_id(conn)?)
     })
 }
 
@@ -564,12 +564,6 @@ struct Leaks {
     sessions: Vec<i64>,
 }
 
-#[derive(QueryableByName)]
-struct Holder {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    holder: Option<i64>,
-}
-
 /// Finds the days whose lock is still held by one of `ours` and closes exactly those sessions —
 /// never a session this run did not open. Closing a session frees every lock it holds.
 fn close_leaked_sessions(
@@ -579,12 +573,6 @@ fn close_leaked_sessions(
     ours: &[i64],
 ) -> Result<Leaks, DemoError> {
     let ours: BTreeSet<i64> = ours.iter().copied().collect();
-    let holder_of = |conn: &mut MysqlConnection, name: &str| -> Result<Option<i64>, DemoError> {
-        let held: Holder = diesel::sql_query("SELECT CAST(IS_USED_LOCK(?) AS SIGNED) AS holder")
-            .bind::<Text, _>(name)
-            .get_result(conn)?;
-        Ok(held.holder)
-    };
     let mut leaked = Vec::new();
     let mut sessions = BTreeSet::new();
     for day in days {
@@ -595,8 +583,7 @@ fn close_leaked_sessions(
         }
     }
     for id in &sessions {
-        // KILL takes no placeholders; `id` is an integer the server gave this run.
-        conn.batch_execute(&format!("KILL CONNECTION {id}"))?;
+        kill_connection(conn, *id)?;
     }
     // KILL returns before the session is gone: wait, bounded, until its locks are free.
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-use diesel::dsl::sql;
 use diesel::prelude::*;
-use diesel::sql_types::BigInt;
 use serde::Serialize;
 
 use super::InventoryError;
@@ -95,7 +93,7 @@ fn increase_or_insert(
                 actor_user_id: Some(actor_user_id),
             })
             .execute(conn)?;
-        let movement_id = diesel::select(sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+        let movement_id = crate::db::last_insert_id(conn)?;
         Ok(Received {
             product_id,
             quantity: quantity.get(),

@@ -6,10 +6,12 @@
 //!   characters.
 //! - [`retry::retry_on_lock_conflict`]: reruns a whole transaction after a deadlock or a lock
 //!   wait timeout, at most a few times, with jittered backoff.
+//! - [`sql`]: `GET_LOCK`, `RELEASE_LOCK`, `IS_USED_LOCK`, … declared once for the query builder.
 
 mod named;
 pub mod names;
 pub mod retry;
+pub mod sql;
 
 pub use named::{LockError, NamedLockGuard};
 pub use names::LockName;

@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use diesel::connection::{AnsiTransactionManager, TransactionManager};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 
 use super::LockName;
+use super::sql::{get_lock, release_all_locks, release_lock};
 use crate::db::PooledConn;
 use crate::metrics::METRICS;
 
@@ -38,12 +38,6 @@ pub enum LockError {
     /// or a user-level-lock deadlock, error 3058, when locks are taken out of order).
     #[error("server could not take named lock {name}: {detail}")]
     Failed { name: LockName, detail: String },
-}
-
-#[derive(QueryableByName)]
-struct LockAnswer {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    answer: Option<i64>,
 }
 
 /// Proof that this process holds the named lock [`NamedLockGuard::name`], and the connection
@@ -61,17 +55,13 @@ impl NamedLockGuard {
     pub fn acquire(mut conn: PooledConn, name: LockName, wait: Duration) -> Result<Self, LockError> {
         let wait_secs = i32::try_from(wait.as_secs()).unwrap_or(i32::MAX);
         let timer = METRICS.named_lock_wait_seconds.with_label_values(&[name.scope()]).start_timer();
-        let outcome = diesel::sql_query("SELECT GET_LOCK(?, ?) AS answer")
-            .bind::<Text, _>(name.as_str())
-            .bind::<Integer, _>(wait_secs)
-            .get_result::<LockAnswer>(&mut *conn);
+        let outcome =
+            diesel::select(get_lock(name.as_str(), wait_secs)).get_result::<Option<i64>>(&mut *conn);
         timer.observe_duration();
         let result = match outcome {
-            Ok(LockAnswer { answer: Some(1) }) => Ok(()),
-            Ok(LockAnswer { answer: Some(0) }) => {
-                Err(LockError::TimedOut { name: name.clone(), waited: wait })
-            }
-            Ok(LockAnswer { answer }) => {
+            Ok(Some(1)) => Ok(()),
+            Ok(Some(0)) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
+            Ok(answer) => {
                 close_instead_of_returning(&mut conn);
                 Err(LockError::Failed { name: name.clone(), detail: format!("GET_LOCK returned {answer:?}") })
             }
@@ -99,14 +89,6 @@ impl NamedLockGuard {
     }
 }
 
-#[derive(QueryableByName)]
-struct ReleaseAnswer {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    released: Option<i64>,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    leftover: Option<i64>,
-}
-
 impl Drop for NamedLockGuard {
     fn drop(&mut self) {
         // RELEASE_LOCK must answer 1: 0 (held by another session) and NULL (not held at all)
@@ -115,12 +97,11 @@ impl Drop for NamedLockGuard {
         // counts twice, so one RELEASE_LOCK would have left it held). Either way the session
         // cannot be trusted, so it is closed rather than pooled.
         let released =
-            diesel::sql_query("SELECT RELEASE_LOCK(?) AS released, RELEASE_ALL_LOCKS() AS leftover")
-                .bind::<Text, _>(self.name.as_str())
-                .get_result::<ReleaseAnswer>(&mut *self.conn);
+            diesel::select((release_lock(self.name.as_str()), release_all_locks()))
+                .get_result::<(Option<i64>, Option<i64>)>(&mut *self.conn);
         let problem = match released {
-            Ok(ReleaseAnswer { released: Some(1), leftover: Some(0) }) => return,
-            Ok(ReleaseAnswer { released, leftover }) => {
+            Ok((Some(1), Some(0))) => return,
+            Ok((released, leftover)) => {
                 format!("RELEASE_LOCK returned {released:?}, RELEASE_ALL_LOCKS found {leftover:?} more")
             }
             Err(e) => format!("release failed: {e}"),

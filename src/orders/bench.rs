@@ -106,7 +106,7 @@ fn prepare(conn: &mut MysqlConnection) -> anyhow::Result<(i64, i64, Vec<i64>)> {
     conn.batch_execute(
         "INSERT INTO users (username, display_name, password_hash, role) VALUES ('bench', 'bench', '-', 'customer')",
     )?;
-    let user_id: i64 = diesel::select(diesel::dsl::sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+    let user_id: i64 = crate::db::last_insert_id(conn)?;
     let mut ids = Vec::new();
     for i in 0..=SPREAD_PRODUCTS {
         diesel::sql_query(
@@ -115,7 +115,7 @@ fn prepare(conn: &mut MysqlConnection) -> anyhow::Result<(i64, i64, Vec<i64>)> {
         .bind::<Text, _>(format!("BENCH-{i}"))
         .bind::<Text, _>(format!("Bench product {i}"))
         .execute(conn)?;
-        let id: i64 = diesel::select(diesel::dsl::sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+        let id: i64 = crate::db::last_insert_id(conn)?;
         diesel::sql_query("INSERT INTO stock_levels (product_id, on_hand) VALUES (?, ?)")
             .bind::<BigInt, _>(id)
             .bind::<Unsigned<Integer>, _>(STOCK)
@@ -232,7 +232,7 @@ fn place_by_hand(pool: &DbPool, user_id: i64, product: i64) -> bool {
             .bind::<BigInt, _>(user_id)
             .bind::<BigInt, _>(price)
             .execute(conn)?;
-        let order_id: i64 = diesel::select(diesel::dsl::sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+        let order_id: i64 = crate::db::last_insert_id(conn)?;
         diesel::sql_query("INSERT INTO order_lines (order_id, product_id, quantity, unit_price_cents) VALUES (?, ?, 1, ?)")
             .bind::<BigInt, _>(order_id)
             .bind::<BigInt, _>(product)

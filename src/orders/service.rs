@@ -1,8 +1,6 @@
 //! Placing an order: lock, check, decrement, record — in one transaction, retried as a whole.
 
-use diesel::dsl::sql;
 use diesel::prelude::*;
-use diesel::sql_types::BigInt;
 use serde::Serialize;
 
 use super::OrderError;
@@ -105,7 +103,7 @@ fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Res
         total_cents += product(line.product_id)?.2 * i64::from(line.quantity.get());
     }
     diesel::insert_into(orders::table).values(NewOrder { user_id, total_cents }).execute(conn)?;
-    let order_id: i64 = diesel::select(sql::<BigInt>("LAST_INSERT_ID()")).get_result(conn)?;
+    let order_id: i64 = crate::db::last_insert_id(conn)?;
     let mut lines = Vec::with_capacity(cart.lines().len());
     let mut movements = Vec::with_capacity(cart.lines().len());
     for line in cart.lines() {
