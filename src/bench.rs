@@ -407,9 +407,7 @@ fn classify_booking(result: &Result<impl Sized, BookingError>) -> Outcome {
     match result {
         Ok(_) => Outcome::Booked,
         Err(BookingError::FullyBooked { .. } | BookingError::AlreadyBooked) => Outcome::Refused,
-        Err(BookingError::Lock(crate::locking::LockError::TimedOut { .. }) | BookingError::Pool(_)) => {
-            Outcome::Busy
-        }
+        Err(BookingError::Infra(e)) if e.is_busy() => Outcome::Busy,
         Err(_) => Outcome::Error,
     }
 }

@@ -15,6 +15,7 @@ pub mod config;
 pub mod db;
 pub mod demo;
 pub mod edit_locks;
+pub mod infra;
 pub mod inventory;
 pub mod locking;
 pub mod metrics;

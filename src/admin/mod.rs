@@ -24,7 +24,8 @@ use actix_web::{FromRequest, HttpRequest, dev::Payload};
 
 use crate::auth::{AuthError, Role, SessionUser};
 use crate::edit_locks::EditLockError;
-use crate::web::error::{AsProblem, Problem, http_error};
+use crate::infra::{Infra, infra_error};
+use crate::web::error::{AsProblem, Problem};
 
 /// A logged-in administrator: extracting it answers 401 to anonymous requests and 403 to every
 /// other role, before the handler runs.
@@ -81,11 +82,7 @@ pub enum AdminError {
     #[error("named lock {0} is held by the admin's own connection")]
     OwnConnection(String),
     #[error(transparent)]
-    Pool(#[from] diesel::r2d2::PoolError),
-    #[error(transparent)]
-    Database(#[from] diesel::result::Error),
-    #[error(transparent)]
-    Blocking(#[from] actix_web::error::BlockingError),
+    Infra(#[from] Infra),
 }
 
 impl AsProblem for AdminError {
@@ -122,9 +119,8 @@ impl AsProblem for AdminError {
                 "own_connection",
                 format!("{name} is held by the connection serving this request; it is not killed."),
             ),
-            Self::Pool(_) => Problem::busy("The server is busy; please try again in a moment."),
-            Self::Database(_) | Self::Blocking(_) => Problem::internal(),
+            Self::Infra(e) => e.problem(),
         }
     }
 }
-http_error!(AdminError);
+infra_error!(AdminError);

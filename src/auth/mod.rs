@@ -15,7 +15,8 @@ use actix_web::http::StatusCode;
 pub use model::{Role, User};
 pub use session::SessionUser;
 
-use crate::web::error::{AsProblem, Problem, http_error};
+use crate::infra::{Infra, infra_error};
+use crate::web::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
@@ -33,14 +34,10 @@ pub enum AuthError {
     UsernameTaken(String),
     #[error("session store failed: {0}")]
     Session(String),
-    #[error(transparent)]
-    Database(#[from] diesel::result::Error),
-    #[error(transparent)]
-    Pool(#[from] diesel::r2d2::PoolError),
-    #[error(transparent)]
-    Blocking(#[from] actix_web::error::BlockingError),
     #[error("password hashing failed: {0}")]
     Hashing(String),
+    #[error(transparent)]
+    Infra(#[from] Infra),
 }
 
 impl AsProblem for AuthError {
@@ -69,11 +66,9 @@ impl AsProblem for AuthError {
                 "username_taken",
                 format!("The username {name:?} is already taken."),
             ),
-            Self::Pool(_) => Problem::busy("The server is busy; please try again in a moment."),
-            Self::Session(_) | Self::Database(_) | Self::Blocking(_) | Self::Hashing(_) => {
-                Problem::internal()
-            }
+            Self::Infra(e) => e.problem(),
+            Self::Session(_) | Self::Hashing(_) => Problem::internal(),
         }
     }
 }
-http_error!(AuthError);
+infra_error!(AuthError);

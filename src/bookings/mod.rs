@@ -14,8 +14,8 @@ pub mod service;
 use actix_web::http::StatusCode;
 use chrono::NaiveDate;
 
-use crate::locking::LockError;
-use crate::web::error::{AsProblem, Problem, http_error};
+use crate::infra::{Infra, infra_error};
+use crate::web::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BookingError {
@@ -42,13 +42,7 @@ pub enum BookingError {
     #[error("already cancelled")]
     AlreadyCancelled,
     #[error(transparent)]
-    Lock(#[from] LockError),
-    #[error(transparent)]
-    Pool(#[from] diesel::r2d2::PoolError),
-    #[error(transparent)]
-    Database(#[from] diesel::result::Error),
-    #[error(transparent)]
-    Blocking(#[from] actix_web::error::BlockingError),
+    Infra(#[from] Infra),
 }
 
 impl AsProblem for BookingError {
@@ -90,13 +84,8 @@ impl AsProblem for BookingError {
             Self::AlreadyCancelled => {
                 Problem::new(S::CONFLICT, "already_cancelled", "This reservation is already cancelled.")
             }
-            Self::Lock(LockError::TimedOut { .. }) | Self::Pool(_) => {
-                Problem::busy("Many people are booking this day right now; please try again in a moment.")
-            }
-            Self::Lock(LockError::Failed { .. }) | Self::Database(_) | Self::Blocking(_) => {
-                Problem::internal()
-            }
+            Self::Infra(e) => e.problem(),
         }
     }
 }
-http_error!(BookingError);
+infra_error!(BookingError);

@@ -10,7 +10,8 @@ pub mod service;
 
 use actix_web::http::StatusCode;
 
-use crate::web::error::{AsProblem, Problem, http_error};
+use crate::infra::{Infra, infra_error};
+use crate::web::error::{AsProblem, Problem};
 
 /// The strong ETag of a product representation: its version.
 pub fn etag(version: i32) -> String {
@@ -31,11 +32,7 @@ pub enum CatalogError {
     #[error("If-Match unusable: {0}")]
     BadIfMatch(&'static str),
     #[error(transparent)]
-    Pool(#[from] diesel::r2d2::PoolError),
-    #[error(transparent)]
-    Database(#[from] diesel::result::Error),
-    #[error(transparent)]
-    Blocking(#[from] actix_web::error::BlockingError),
+    Infra(#[from] Infra),
 }
 
 impl AsProblem for CatalogError {
@@ -78,9 +75,8 @@ impl AsProblem for CatalogError {
             Self::BadIfMatch(why) => {
                 Problem::new(StatusCode::BAD_REQUEST, "bad_if_match", format!("If-Match: {why}."))
             }
-            Self::Pool(_) => Problem::busy("The server is busy; please try again in a moment."),
-            Self::Database(_) | Self::Blocking(_) => Problem::internal(),
+            Self::Infra(e) => e.problem(),
         }
     }
 }
-http_error!(CatalogError);
+infra_error!(CatalogError);

@@ -24,9 +24,8 @@ use actix_web::http::StatusCode;
 pub use race::{RaceReport, RaceSpec, StrategyResult};
 pub use strategies::Strategy;
 
-use crate::locking::LockError;
-use crate::locking::retry::{LockConflict, MayConflict};
-use crate::web::error::{AsProblem, Problem, http_error};
+use crate::infra::{Infra, infra_error};
+use crate::web::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
@@ -47,31 +46,19 @@ pub enum DemoError {
     #[error("busy: {0}")]
     Busy(String),
     #[error(transparent)]
-    Lock(#[from] LockError),
-    #[error(transparent)]
-    Pool(#[from] diesel::r2d2::PoolError),
-    #[error(transparent)]
-    Database(#[from] diesel::result::Error),
-    #[error(transparent)]
-    Blocking(#[from] actix_web::error::BlockingError),
-    #[error(transparent)]
     Internal(#[from] anyhow::Error),
+    #[error(transparent)]
+    Infra(#[from] Infra),
 }
 
 impl DemoError {
     /// Whether a client would have been told to retry later (a bounded wait ran out), as
     /// opposed to a bug.
     pub fn is_busy(&self) -> bool {
-        matches!(self, Self::Busy(_) | Self::Lock(LockError::TimedOut { .. }) | Self::Pool(_))
-            || self.lock_conflict().is_some()
-    }
-}
-
-impl MayConflict for DemoError {
-    fn lock_conflict(&self) -> Option<LockConflict> {
         match self {
-            Self::Database(e) => e.lock_conflict(),
-            _ => None,
+            Self::Busy(_) => true,
+            Self::Infra(e) => e.is_busy(),
+            _ => false,
         }
     }
 }
@@ -107,9 +94,10 @@ impl AsProblem for DemoError {
                 "unknown_resource",
                 format!("There is no demo resource with id {id}."),
             ),
-            e if e.is_busy() => Problem::busy("The demo resource is busy; please try again in a moment."),
-            _ => Problem::internal(),
+            Self::Busy(_) => Problem::busy("The demo resource is busy; please try again in a moment."),
+            Self::Infra(e) => e.problem(),
+            Self::Internal(_) => Problem::internal(),
         }
     }
 }
-http_error!(DemoError);
+infra_error!(DemoError);

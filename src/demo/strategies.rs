@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use super::DemoError;
 use super::model::{DemoResource, NewDemoBooking, bookings_on};
 use crate::db::DbPool;
+use crate::infra::Infra;
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
 use crate::locking::{LockName, NamedLockGuard};
 use crate::schema::{demo_bookings, demo_resources};
@@ -351,7 +352,10 @@ fn unique_slot(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
         });
         seen.retries += tried.attempts - 1;
         match tried.result {
-            Err(DemoError::Database(DbError::DatabaseError(DatabaseErrorKind::UniqueViolation, _))) => {
+            Err(DemoError::Infra(Infra::Database(DbError::DatabaseError(
+                DatabaseErrorKind::UniqueViolation,
+                _,
+            )))) => {
                 seen.slot_collisions += 1;
             }
             decided => return decided,

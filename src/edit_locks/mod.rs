@@ -30,8 +30,8 @@ use chrono::NaiveDate;
 pub use model::{EditLockKey, EditLockToken, LockView, Owner};
 
 use crate::auth::AuthError;
-use crate::locking::LockError;
-use crate::web::error::{AsProblem, Problem, http_error};
+use crate::infra::{Infra, infra_error};
+use crate::web::error::{AsProblem, Problem};
 
 /// One invalid field of a form or JSON body, with the sentence a person reads.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -61,13 +61,7 @@ pub enum EditLockError {
     #[error("capacity {capacity} is below the {confirmed} confirmed bookings on {day}")]
     CapacityBelowBookings { capacity: i32, day: NaiveDate, confirmed: i64 },
     #[error(transparent)]
-    Lock(#[from] LockError),
-    #[error(transparent)]
-    Pool(#[from] diesel::r2d2::PoolError),
-    #[error(transparent)]
-    Database(#[from] diesel::result::Error),
-    #[error(transparent)]
-    Blocking(#[from] actix_web::error::BlockingError),
+    Infra(#[from] Infra),
 }
 
 impl EditLockError {
@@ -152,13 +146,8 @@ impl AsProblem for EditLockError {
             )
             .with("day", day.to_string())
             .with("confirmed", *confirmed),
-            Self::Lock(LockError::TimedOut { .. }) | Self::Pool(_) => {
-                Problem::busy("Many people are opening this editor right now; please try again in a moment.")
-            }
-            Self::Lock(LockError::Failed { .. }) | Self::Database(_) | Self::Blocking(_) => {
-                Problem::internal()
-            }
+            Self::Infra(e) => e.problem(),
         }
     }
 }
-http_error!(EditLockError);
+infra_error!(EditLockError);

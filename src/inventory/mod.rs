@@ -14,8 +14,8 @@ pub mod service;
 
 use actix_web::http::StatusCode;
 
-use crate::locking::LockError;
-use crate::web::error::{AsProblem, Problem, http_error};
+use crate::infra::{Infra, infra_error};
+use crate::web::error::{AsProblem, Problem};
 use model::QuantityError;
 
 #[derive(Debug, thiserror::Error)]
@@ -29,13 +29,7 @@ pub enum InventoryError {
     #[error("receiving {quantity} would put product {product_id} above the stock limit")]
     StockLimit { product_id: i64, quantity: u32 },
     #[error(transparent)]
-    Lock(#[from] LockError),
-    #[error(transparent)]
-    Pool(#[from] diesel::r2d2::PoolError),
-    #[error(transparent)]
-    Database(#[from] diesel::result::Error),
-    #[error(transparent)]
-    Blocking(#[from] actix_web::error::BlockingError),
+    Infra(#[from] Infra),
 }
 
 impl AsProblem for InventoryError {
@@ -51,13 +45,8 @@ impl AsProblem for InventoryError {
                 "stock_limit",
                 format!("That receipt would put product {product_id} above {} units.", model::MAX_ON_HAND),
             ),
-            Self::Lock(LockError::TimedOut { .. }) | Self::Pool(_) => Problem::busy(
-                "Someone else is receiving this product right now; please try again in a moment.",
-            ),
-            Self::Lock(LockError::Failed { .. }) | Self::Database(_) | Self::Blocking(_) => {
-                Problem::internal()
-            }
+            Self::Infra(e) => e.problem(),
         }
     }
 }
-http_error!(InventoryError);
+infra_error!(InventoryError);

@@ -37,7 +37,7 @@ pub enum LockError {
     /// `GET_LOCK` answered NULL: the server could not take the lock (killed query, out of memory,
     /// or a user-level-lock deadlock, error 3058, when locks are taken out of order).
     #[error("server could not take named lock {name}: {detail}")]
-    Failed { name: LockName, detail: String },
+    Failed { name: LockName, detail: String, source: Option<diesel::result::Error> },
 }
 
 /// Proof that this process holds the named lock [`NamedLockGuard::name`], and the connection
@@ -63,11 +63,15 @@ impl NamedLockGuard {
             Ok(Some(0)) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
             Ok(answer) => {
                 close_instead_of_returning(&mut conn);
-                Err(LockError::Failed { name: name.clone(), detail: format!("GET_LOCK returned {answer:?}") })
+                Err(LockError::Failed {
+                    name: name.clone(),
+                    detail: format!("GET_LOCK returned {answer:?}"),
+                    source: None,
+                })
             }
             Err(e) => {
                 close_instead_of_returning(&mut conn);
-                Err(LockError::Failed { name: name.clone(), detail: e.to_string() })
+                Err(LockError::Failed { name: name.clone(), detail: e.to_string(), source: Some(e) })
             }
         };
         let outcome = match &result {

@@ -119,45 +119,17 @@ pub fn retry_on_lock_conflict<T, E: MayConflict>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct ServerSaid(&'static str);
-
-    impl diesel::result::DatabaseErrorInformation for ServerSaid {
-        fn message(&self) -> &str {
-            self.0
-        }
-        fn details(&self) -> Option<&str> {
-            None
-        }
-        fn hint(&self) -> Option<&str> {
-            None
-        }
-        fn table_name(&self) -> Option<&str> {
-            None
-        }
-        fn column_name(&self) -> Option<&str> {
-            None
-        }
-        fn constraint_name(&self) -> Option<&str> {
-            None
-        }
-        fn statement_position(&self) -> Option<i32> {
-            None
-        }
-    }
+    use crate::infra::database_error;
 
     fn deadlock() -> DbError {
-        DbError::DatabaseError(
+        database_error(
             DatabaseErrorKind::SerializationFailure,
-            Box::new(ServerSaid("Deadlock found when trying to get lock; try restarting transaction")),
+            "Deadlock found when trying to get lock; try restarting transaction",
         )
     }
 
     fn timeout() -> DbError {
-        DbError::DatabaseError(
-            DatabaseErrorKind::Unknown,
-            Box::new(ServerSaid("Lock wait timeout exceeded; try restarting transaction")),
-        )
+        database_error(DatabaseErrorKind::Unknown, "Lock wait timeout exceeded; try restarting transaction")
     }
 
     fn fast() -> RetryPolicy {
@@ -172,9 +144,9 @@ mod tests {
     fn deadlocks_and_lock_wait_timeouts_are_recognised_and_nothing_else() {
         assert_eq!(deadlock().lock_conflict(), Some(LockConflict::Deadlock));
         assert_eq!(timeout().lock_conflict(), Some(LockConflict::LockWaitTimeout));
-        let user_lock_deadlock = DbError::DatabaseError(
+        let user_lock_deadlock = database_error(
             DatabaseErrorKind::Unknown,
-            Box::new(ServerSaid("Deadlock found when trying to get user-level lock; try rolling back")),
+            "Deadlock found when trying to get user-level lock; try rolling back",
         );
         assert_eq!(
             user_lock_deadlock.lock_conflict(),
@@ -183,11 +155,7 @@ mod tests {
         );
         assert_eq!(DbError::NotFound.lock_conflict(), None);
         assert_eq!(
-            DbError::DatabaseError(
-                DatabaseErrorKind::UniqueViolation,
-                Box::new(ServerSaid("Duplicate entry"))
-            )
-            .lock_conflict(),
+            database_error(DatabaseErrorKind::UniqueViolation, "Duplicate entry").lock_conflict(),
             None
         );
     }

@@ -14,9 +14,9 @@ pub mod service;
 
 use actix_web::http::StatusCode;
 
+use crate::infra::{Infra, infra_error};
 use crate::inventory::model::QuantityError;
-use crate::locking::retry::{LockConflict, MayConflict};
-use crate::web::error::{AsProblem, Problem, http_error};
+use crate::web::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OrderError {
@@ -35,20 +35,7 @@ pub enum OrderError {
     #[error("order {0} not found")]
     NotFound(i64),
     #[error(transparent)]
-    Pool(#[from] diesel::r2d2::PoolError),
-    #[error(transparent)]
-    Database(#[from] diesel::result::Error),
-    #[error(transparent)]
-    Blocking(#[from] actix_web::error::BlockingError),
-}
-
-impl MayConflict for OrderError {
-    fn lock_conflict(&self) -> Option<LockConflict> {
-        match self {
-            Self::Database(e) => e.lock_conflict(),
-            _ => None,
-        }
-    }
+    Infra(#[from] Infra),
 }
 
 impl AsProblem for OrderError {
@@ -83,12 +70,8 @@ impl AsProblem for OrderError {
             .with("available", *available)
             .with("requested", *requested),
             Self::NotFound(_) => Problem::new(S::NOT_FOUND, "not_found", "You have no order with that id."),
-            Self::Database(e) if e.lock_conflict().is_some() => {
-                Problem::busy("These products are in great demand right now; please try again in a moment.")
-            }
-            Self::Pool(_) => Problem::busy("The server is busy; please try again in a moment."),
-            Self::Database(_) | Self::Blocking(_) => Problem::internal(),
+            Self::Infra(e) => e.problem(),
         }
     }
 }
-http_error!(OrderError);
+infra_error!(OrderError);

@@ -1,7 +1,8 @@
 //! Errors as HTTP answers, in one place.
 //!
-//! Every feature has its own error enum. Each variant maps to one [`Problem`]: a status, a stable
-//! machine code and a sentence for a person. The response is JSON
+//! Every feature has its own error enum of business answers, plus [`crate::infra::Infra`] for the
+//! plumbing (pool, database, blocking pool, named lock), which maps itself. Each variant maps to
+//! one [`Problem`]: a status, a stable machine code and a sentence for a person. The response is JSON
 //! (`{"error": code, "message": …}`) and carries the `Problem` in its extensions; the
 //! [`render_html_errors`] middleware turns it into an HTML page for requests made by a browser,
 //! so handlers never decide between the two. A 5xx logs the whole cause chain and tells the
@@ -44,6 +45,18 @@ impl Problem {
         Self { retry_after: Some(1), ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message) }
     }
 
+    /// The database cannot be reached right now; it usually comes back by itself.
+    pub fn unavailable() -> Self {
+        Self {
+            retry_after: Some(2),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "The database cannot be reached right now; please try again in a few seconds.",
+            )
+        }
+    }
+
     pub fn internal() -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -71,8 +84,13 @@ pub trait AsProblem: std::error::Error {
 
 pub fn respond<E: AsProblem>(error: &E) -> HttpResponse {
     let problem = error.problem();
-    if problem.status.is_server_error() && problem.retry_after.is_none() {
-        log::error!("{}", cause_chain(error));
+    if problem.status.is_server_error() {
+        // A 503 with Retry-After is an expected answer under load or during an outage; a 500 is
+        // a bug. Both keep their cause in the log and out of the response.
+        match problem.retry_after {
+            None => log::error!("{}", cause_chain(error)),
+            Some(_) => log::warn!("{}: {}", problem.error, cause_chain(error)),
+        }
     }
     let mut response = HttpResponse::build(problem.status);
     if let Some(secs) = problem.retry_after {

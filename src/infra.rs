@@ -1,0 +1,234 @@
+//! The one error of the plumbing every feature shares, and its one mapping to HTTP.
+//!
+//! Each feature keeps an error enum of its own with only its business answers (`FullyBooked`,
+//! `InsufficientStock`, …) and embeds [`Infra`] for everything else: the pool had no connection
+//! in time, the database refused or lost a statement, the blocking thread pool failed, a named
+//! lock was not granted. Those failures mean the same thing whichever feature meets them, so they
+//! are answered in one place, here, and every feature answers a deadlock or a lost connection
+//! the same way:
+//!
+//! | failure | answer |
+//! |---|---|
+//! | named lock not granted within its wait (`GET_LOCK` answered 0) | 503 `busy` + `Retry-After` |
+//! | deadlock (1213) or row lock wait timeout (1205) that reached the client | 503 `busy` + `Retry-After` |
+//! | no pooled connection within `POOL_TIMEOUT_SECS` | 503 `busy` + `Retry-After` |
+//! | the connection to the server was lost, or the server is going away | 503 `unavailable` + `Retry-After` |
+//! | anything else (a bug, a broken invariant) | 500, cause chain logged, nothing sent |
+//!
+//! A feature's `impl AsProblem` ends with `Self::Infra(e) => e.problem()`; the
+//! `infra_error!` macro gives the feature enum the `From` conversions, so
+//! `?` works on diesel, r2d2, blocking and lock errors alike.
+
+use diesel::result::{DatabaseErrorKind, Error as DbError};
+
+use crate::locking::LockError;
+use crate::locking::retry::{LockConflict, MayConflict};
+use crate::web::error::Problem;
+
+/// Pool, database, blocking pool, named lock: the failures no feature decides about.
+#[derive(Debug, thiserror::Error)]
+pub enum Infra {
+    #[error(transparent)]
+    Pool(#[from] diesel::r2d2::PoolError),
+    #[error(transparent)]
+    Database(#[from] DbError),
+    #[error(transparent)]
+    Blocking(#[from] actix_web::error::BlockingError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+impl Infra {
+    /// A bounded wait ran out (lock, row lock, pool): the client should retry, and nothing is
+    /// wrong with the app. Benchmarks and the demo count these apart from real failures.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Self::Pool(_) | Self::Lock(LockError::TimedOut { .. }) => true,
+            Self::Database(e) => e.lock_conflict().is_some(),
+            Self::Lock(LockError::Failed { .. }) | Self::Blocking(_) => false,
+        }
+    }
+
+    /// The server went away or the connection to it broke: not our bug, and it may come back.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Database(e) => lost_connection(e),
+            Self::Lock(LockError::Failed { source: Some(e), .. }) => lost_connection(e),
+            _ => false,
+        }
+    }
+
+    pub fn problem(&self) -> Problem {
+        if self.is_unavailable() {
+            return Problem::unavailable();
+        }
+        match self {
+            Self::Lock(LockError::TimedOut { name, .. }) => Problem::busy(match name.scope() {
+                "book" => "Many people are booking this day right now; please try again in a moment.",
+                "stock" => "Someone else is receiving this product right now; please try again in a moment.",
+                "edit" => "Many people are opening this editor right now; please try again in a moment.",
+                _ => "The server is busy; please try again in a moment.",
+            }),
+            Self::Database(e) if e.lock_conflict().is_some() => Problem::busy(
+                "What you asked for is in great demand right now; please try again in a moment.",
+            ),
+            Self::Pool(_) => Problem::busy("The server is busy; please try again in a moment."),
+            Self::Database(_) | Self::Blocking(_) | Self::Lock(LockError::Failed { .. }) => {
+                Problem::internal()
+            }
+        }
+    }
+}
+
+impl MayConflict for Infra {
+    fn lock_conflict(&self) -> Option<LockConflict> {
+        match self {
+            Self::Database(e) => e.lock_conflict(),
+            _ => None,
+        }
+    }
+}
+
+/// Client errors 2006 / 2013 and their MariaDB wordings, a server shutting down (1053) and a
+/// killed connection (1927). diesel reports all of them as `DatabaseErrorKind::Unknown` (or
+/// `ClosedConnection`), so the server's message is what tells them apart.
+fn lost_connection(error: &DbError) -> bool {
+    const MARKERS: &[&str] = &[
+        "server has gone away",
+        "lost connection",
+        "can't connect",
+        "connection was killed",
+        "shutdown in progress",
+        "connection refused",
+    ];
+    match error {
+        DbError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => true,
+        DbError::DatabaseError(_, info) => {
+            let message = info.message().to_ascii_lowercase();
+            MARKERS.iter().any(|m| message.contains(m))
+        }
+        _ => false,
+    }
+}
+
+/// Gives a feature error with an `Infra(Infra)` variant the `From` conversions of every
+/// infrastructure failure (so `?` works on each) and its `ResponseError` through `AsProblem`.
+macro_rules! infra_error {
+    ($error:ty) => {
+        $crate::infra::infra_error!(@from $error, diesel::r2d2::PoolError);
+        $crate::infra::infra_error!(@from $error, diesel::result::Error);
+        $crate::infra::infra_error!(@from $error, actix_web::error::BlockingError);
+        $crate::infra::infra_error!(@from $error, $crate::locking::LockError);
+        impl $crate::locking::retry::MayConflict for $error {
+            fn lock_conflict(&self) -> Option<$crate::locking::retry::LockConflict> {
+                match self {
+                    Self::Infra(e) => e.lock_conflict(),
+                    _ => None,
+                }
+            }
+        }
+        $crate::web::error::http_error!($error);
+    };
+    (@from $error:ty, $cause:ty) => {
+        impl From<$cause> for $error {
+            fn from(error: $cause) -> Self {
+                Self::Infra(error.into())
+            }
+        }
+    };
+}
+pub(crate) use infra_error;
+
+/// A database error as the server would report it, for unit tests of error handling.
+#[cfg(test)]
+pub(crate) fn database_error(kind: DatabaseErrorKind, message: &'static str) -> DbError {
+    struct ServerSaid(&'static str);
+
+    impl diesel::result::DatabaseErrorInformation for ServerSaid {
+        fn message(&self) -> &str {
+            self.0
+        }
+        fn details(&self) -> Option<&str> {
+            None
+        }
+        fn hint(&self) -> Option<&str> {
+            None
+        }
+        fn table_name(&self) -> Option<&str> {
+            None
+        }
+        fn column_name(&self) -> Option<&str> {
+            None
+        }
+        fn constraint_name(&self) -> Option<&str> {
+            None
+        }
+        fn statement_position(&self) -> Option<i32> {
+            None
+        }
+    }
+
+    DbError::DatabaseError(kind, Box::new(ServerSaid(message)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_said(kind: DatabaseErrorKind, message: &'static str) -> Infra {
+        Infra::Database(database_error(kind, message))
+    }
+
+    fn answer(infra: &Infra) -> (u16, &'static str, bool) {
+        let problem = infra.problem();
+        (problem.status.as_u16(), problem.error, problem.retry_after.is_some())
+    }
+
+    #[test]
+    fn lock_conflicts_are_busy_in_every_feature() {
+        let deadlock = server_said(
+            DatabaseErrorKind::SerializationFailure,
+            "Deadlock found when trying to get lock; try restarting transaction",
+        );
+        let wait =
+            server_said(DatabaseErrorKind::Unknown, "Lock wait timeout exceeded; try restarting transaction");
+        assert_eq!(answer(&deadlock), (503, "busy", true));
+        assert_eq!(answer(&wait), (503, "busy", true));
+        assert!(deadlock.is_busy() && wait.is_busy());
+    }
+
+    #[test]
+    fn a_lost_connection_is_unavailable_not_a_bug() {
+        for message in [
+            "MySQL server has gone away",
+            "Server has gone away",
+            "Lost connection to MySQL server during query",
+            "Lost connection to server during query",
+            "Connection was killed",
+            "Server shutdown in progress",
+        ] {
+            let lost = server_said(DatabaseErrorKind::Unknown, message);
+            assert_eq!(answer(&lost), (503, "unavailable", true), "{message}");
+        }
+        let closed = server_said(DatabaseErrorKind::ClosedConnection, "closed");
+        assert_eq!(answer(&closed), (503, "unavailable", true));
+    }
+
+    #[test]
+    fn a_named_lock_timeout_is_busy_and_worded_for_its_scope() {
+        let timed_out = Infra::Lock(LockError::TimedOut {
+            name: crate::locking::LockName::stock(3),
+            waited: std::time::Duration::from_secs(5),
+        });
+        let problem = timed_out.problem();
+        assert_eq!((problem.status.as_u16(), problem.error), (503, "busy"));
+        assert!(problem.message.contains("receiving this product"), "{}", problem.message);
+    }
+
+    #[test]
+    fn other_database_errors_are_internal() {
+        assert_eq!(answer(&Infra::Database(DbError::NotFound)), (500, "internal", false));
+        let duplicate = server_said(DatabaseErrorKind::UniqueViolation, "Duplicate entry");
+        assert_eq!(answer(&duplicate), (500, "internal", false));
+    }
+}
