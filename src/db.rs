@@ -123,6 +123,12 @@ impl ServerFacts {
         self.version.to_ascii_lowercase().contains("mariadb")
     }
 
+    /// MySQL 8.0+ or MariaDB 10.6+: the releases that have everything the locking relies on
+    /// (several named locks per session, `RELEASE_ALL_LOCKS`, `FOR UPDATE SKIP LOCKED`).
+    pub fn is_supported_version(&self) -> bool {
+        if self.is_mariadb() { self.version_at_least(10, 6) } else { self.version_at_least(8, 0) }
+    }
+
     fn version_at_least(&self, major: u32, minor: u32) -> bool {
         let mut parts =
             self.version.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
@@ -159,11 +165,10 @@ pub fn check_server(conn: &mut MysqlConnection) -> anyhow::Result<ServerFacts> {
         facts.read_only == 0,
         "this server is read-only (a replica?). Named locks and row locks must run on the primary."
     );
-    let several_locks =
-        if facts.is_mariadb() { facts.version_at_least(10, 0) } else { facts.version_at_least(5, 7) };
     anyhow::ensure!(
-        several_locks,
-        "server {} is too old: it releases a session's named lock when the session takes another",
+        facts.is_supported_version(),
+        "server {} is too old: haita needs MySQL 8.0+ or MariaDB 10.6+ (several named locks per \
+         session, RELEASE_ALL_LOCKS, SKIP LOCKED)",
         facts.version
     );
     if facts.binlog_format.as_deref().is_some_and(|f| f.eq_ignore_ascii_case("STATEMENT")) {
@@ -257,6 +262,24 @@ mod tests {
         assert_eq!(name, "haita");
         assert!(split_database_url("mysql://u@host:1").is_err());
         assert!(split_database_url("mysql://u@host:1/bad-name").is_err());
+    }
+
+    #[test]
+    fn only_mysql_8_and_mariadb_10_6_or_later_are_supported() {
+        let facts = |version: &str| ServerFacts {
+            version: version.into(),
+            wsrep_on: None,
+            binlog_format: None,
+            read_only: 0,
+        };
+        for ok in
+            ["8.0.36", "8.4.3", "9.1.0", "10.6.21-MariaDB", "10.11.19-MariaDB-0+deb12u1", "11.4.2-MariaDB"]
+        {
+            assert!(facts(ok).is_supported_version(), "{ok}");
+        }
+        for old in ["5.7.44", "10.5.27-MariaDB", "10.0.38-MariaDB"] {
+            assert!(!facts(old).is_supported_version(), "{old}");
+        }
     }
 
     #[test]
