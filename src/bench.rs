@@ -28,13 +28,14 @@ use rand::RngCore;
 
 use crate::auth::Role;
 use crate::auth::service::{UserSpec, create_user};
-use crate::bookings::model::{BookingDate, NewResource};
+use crate::bookings::model::BookingDate;
 use crate::bookings::{BookingError, service as bookings};
 use crate::config::Config;
 use crate::db::{self, DbPool};
 use crate::demo::Strategy;
 use crate::demo::race::{create_resource, percentile_ms};
 use crate::demo::strategies::{Answer, Attempt, Seen};
+use crate::resources::model::NewResource;
 use crate::schema::resources;
 
 #[derive(clap::Args)]

@@ -21,6 +21,7 @@ pub mod locking;
 pub mod metrics;
 pub mod openapi;
 pub mod orders;
+pub mod resources;
 pub mod schema;
 pub mod seed;
 pub mod web;
@@ -141,7 +142,7 @@ fn routes(cfg: &mut aweb::ServiceConfig) {
         .route("/static/style.css", aweb::get().to(stylesheet))
         .configure(auth::routes::configure)
         .configure(bookings::routes::configure)
-        .configure(edit_locks::routes::configure)
+        .configure(resources::routes::configure)
         .configure(admin::routes::configure)
         .configure(catalog::routes::configure)
         .configure(orders::routes::configure)

@@ -22,7 +22,7 @@ use utoipa::OpenApi;
         (name = "products", description = "The catalog; optimistic edits with ETag / If-Match"),
         (name = "orders", description = "Orders: SELECT … FOR UPDATE in product-id order, retried on deadlock"),
         (name = "stock", description = "Receipts: increase-or-insert under a per-product named lock"),
-        (name = "edit locks", description = "Pessimistic edit locks on resources"),
+        (name = "resources", description = "Resources, edited under pessimistic edit locks"),
         (name = "admin", description = "Lock administration and the audit log (admin role)"),
         (name = "demo", description = "The double-booking race, strategy by strategy")
     )
@@ -38,7 +38,7 @@ pub static JSON: LazyLock<String> = LazyLock::new(|| {
         crate::catalog::routes::Api::openapi(),
         crate::orders::routes::Api::openapi(),
         crate::inventory::routes::Api::openapi(),
-        crate::edit_locks::routes::Api::openapi(),
+        crate::resources::routes::Api::openapi(),
         crate::admin::routes::Api::openapi(),
         crate::demo::routes::Api::openapi(),
     ] {

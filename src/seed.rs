@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use crate::auth::service::{UserSpec, create_user};
 use crate::auth::{AuthError, Role};
-use crate::bookings::model::NewResource;
 use crate::catalog::model::NewProduct;
 use crate::db::DbPool;
 use crate::inventory::model::Quantity;
+use crate::resources::model::NewResource;
 use crate::schema::{products, resources, users};
 
 /// (username, display name, password, role). Demo only: the login page shows these while they

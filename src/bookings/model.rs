@@ -4,32 +4,7 @@ use serde::Serialize;
 
 use super::BookingError;
 use crate::db::text_enum;
-use crate::schema::{reservations, resources};
-
-#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, utoipa::ToSchema)]
-#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
-pub struct Resource {
-    pub id: i64,
-    pub name: String,
-    pub description: String,
-    pub capacity: i32,
-    pub version: i32,
-    pub updated_at: NaiveDateTime,
-}
-
-impl Resource {
-    pub fn by_id(id: i64) -> resources::BoxedQuery<'static, diesel::mysql::Mysql> {
-        resources::table.filter(resources::id.eq(id)).into_boxed()
-    }
-}
-
-#[derive(Debug, Insertable)]
-#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
-pub struct NewResource<'a> {
-    pub name: &'a str,
-    pub description: &'a str,
-    pub capacity: i32,
-}
+use crate::schema::reservations;
 
 text_enum! {
     pub enum ReservationStatus {

@@ -8,24 +8,23 @@ use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 
 use super::BookingError;
-use super::model::{BookingDate, Reservation, Resource, parse_id};
+use super::model::{BookingDate, Reservation, parse_id};
 use super::service::{self, DayAvailability};
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
+use crate::resources::Resource;
 use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(resources_json, availability_json, book_json, my_reservations_json, cancel_json))]
+#[openapi(paths(availability_json, book_json, my_reservations_json, cancel_json))]
 pub struct Api;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/resources", web::get().to(resources_page))
-        .route("/resources/{id}", web::get().to(resource_page))
+    cfg.route("/resources/{id}", web::get().to(resource_page))
         .route("/resources/{id}/bookings", web::post().to(book_form))
         .route("/bookings", web::get().to(my_bookings_page))
         .route("/bookings/{id}/cancel", web::post().to(cancel_form))
-        .route("/api/v1/resources", web::get().to(resources_json))
         .route("/api/v1/resources/{id}/availability", web::get().to(availability_json))
         .service(
             web::resource("/api/v1/reservations")
@@ -46,19 +45,6 @@ async fn book(
 }
 
 // ---- HTML -------------------------------------------------------------------------------
-
-#[derive(Template)]
-#[template(path = "bookings/resources.html")]
-struct ResourcesPage {
-    ctx: PageContext,
-    resources: Vec<Resource>,
-}
-
-async fn resources_page(ctx: PageContext, state: web::Data<AppState>) -> actix_web::Result<HttpResponse> {
-    let pool = state.pool.clone();
-    let resources = blocking(move || service::list_resources(&mut *pool.get()?)).await?;
-    Ok(html(&ResourcesPage { ctx, resources })?)
-}
 
 #[derive(Deserialize)]
 struct FromQuery {
@@ -170,14 +156,6 @@ async fn cancel_form(
 }
 
 // ---- JSON -------------------------------------------------------------------------------
-
-/// Every resource and its capacity per day.
-#[utoipa::path(get, path = "/api/v1/resources", tag = "bookings", responses((status = 200, body = Vec<Resource>)))]
-async fn resources_json(state: web::Data<AppState>) -> Result<HttpResponse, BookingError> {
-    let pool = state.pool.clone();
-    let resources = blocking(move || service::list_resources(&mut *pool.get()?)).await?;
-    Ok(HttpResponse::Ok().json(resources))
-}
 
 #[derive(Serialize, utoipa::ToSchema)]
 struct AvailabilityBody {

@@ -8,9 +8,10 @@ use diesel::sql_types::{BigInt, Date};
 use serde::Serialize;
 
 use super::BookingError;
-use super::model::{BookingDate, NewReservation, Reservation, ReservationStatus, Resource};
+use super::model::{BookingDate, NewReservation, Reservation, ReservationStatus};
 use crate::db::DbPool;
 use crate::locking::{LockName, NamedLockGuard};
+use crate::resources::Resource;
 use crate::schema::{reservations, resources};
 
 /// Books `resource_id` on `date` for `user_id`: at most `capacity` confirmed bookings per day and
@@ -67,7 +68,7 @@ fn insert_if_free(
     debug_assert_eq!(held.name(), &LockName::booking(resource_id, date.day()));
     held.conn().transaction(|conn| {
         // A shared lock on the resource row: staff may lower the capacity while we count
-        // (edit_locks::editing), and that save locks the row exclusively before it checks the
+        // (resources::editing), and that save locks the row exclusively before it checks the
         // bookings, so it waits for us to commit — or we wait for it and read the new capacity.
         // Bookings only share this lock, so they still run in parallel across days.
         let Capacity { capacity } =
@@ -147,18 +148,6 @@ pub fn my_reservations(
         .load(conn)?)
 }
 
-pub fn list_resources(conn: &mut MysqlConnection) -> Result<Vec<Resource>, BookingError> {
-    Ok(resources::table.order(resources::id).select(Resource::as_select()).load(conn)?)
-}
-
-pub fn find_resource(conn: &mut MysqlConnection, id: i64) -> Result<Resource, BookingError> {
-    Resource::by_id(id)
-        .select(Resource::as_select())
-        .first(conn)
-        .optional()?
-        .ok_or(BookingError::ResourceNotFound(id))
-}
-
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct DayAvailability {
     pub date: NaiveDate,
@@ -185,7 +174,7 @@ pub fn availability(
             "days must be between 1 and {MAX_AVAILABILITY_DAYS}."
         )));
     }
-    let resource = find_resource(conn, resource_id)?;
+    let resource = Resource::find(conn, resource_id)?.ok_or(BookingError::ResourceNotFound(resource_id))?;
     let to = from + chrono::Days::new(u64::from(days) - 1);
     let in_range = reservations::table
         .filter(reservations::resource_id.eq(resource_id))

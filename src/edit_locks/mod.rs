@@ -19,35 +19,20 @@
 //! Expiry is judged by the database clock (`NOW(6)`), never the app's: several instances share
 //! the database and their clocks may drift.
 
-pub mod editing;
 pub mod model;
-pub mod routes;
 pub mod service;
 
 use actix_web::http::StatusCode;
-use chrono::NaiveDate;
 
 pub use model::{EditLockKey, EditLockToken, LockView, Owner};
 
-use crate::auth::AuthError;
 use crate::infra::{Infra, infra_error};
 use crate::web::error::{AsProblem, Problem};
 
-/// One invalid field of a form or JSON body, with the sentence a person reads.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct FieldError {
-    pub field: &'static str,
-    pub message: String,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum EditLockError {
-    #[error(transparent)]
-    Auth(#[from] AuthError),
     #[error("invalid edit-lock key {0:?}")]
     InvalidKey(String),
-    #[error("resource {0} not found")]
-    ResourceNotFound(i64),
     #[error("{} holds edit lock {}", .0.owner_username, .0.key)]
     Locked(Box<LockView>),
     #[error("edit lock {0} is not held by this session")]
@@ -56,18 +41,8 @@ pub enum EditLockError {
     NoSuchLock(EditLockKey),
     #[error("edit lock {0} is held by a batch job")]
     BatchHeld(EditLockKey),
-    #[error("invalid input")]
-    Invalid(Vec<FieldError>),
-    #[error("capacity {capacity} is below the {confirmed} confirmed bookings on {day}")]
-    CapacityBelowBookings { capacity: i32, day: NaiveDate, confirmed: i64 },
     #[error(transparent)]
     Infra(#[from] Infra),
-}
-
-impl EditLockError {
-    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
-        Self::Invalid(vec![FieldError { field, message: message.into() }])
-    }
 }
 
 /// "Carol (carol) is editing this since 10:42:07 UTC, until 10:47:07 UTC." — the sentence shown
@@ -101,15 +76,11 @@ impl AsProblem for EditLockError {
     fn problem(&self) -> Problem {
         use StatusCode as S;
         match self {
-            Self::Auth(e) => e.problem(),
             Self::InvalidKey(key) => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
                 "invalid_key",
                 format!("{key:?} is not an edit-lock key; keys look like resource:42."),
             ),
-            Self::ResourceNotFound(id) => {
-                Problem::new(S::NOT_FOUND, "not_found", format!("There is no resource with id {id}."))
-            }
             Self::Locked(lock) => Problem::new(S::LOCKED, "edit_locked", describe(lock))
                 .with("holder", lock.owner_username.clone())
                 .with("expires_at", json(lock.expires_at.and_utc()))
@@ -130,22 +101,6 @@ impl AsProblem for EditLockError {
                 "batch_held",
                 format!("The edit lock {key} is held by a batch job and cannot be force-released."),
             ),
-            Self::Invalid(errors) => {
-                let message =
-                    errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>();
-                Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", message.join("; "))
-                    .with("fields", json(errors))
-            }
-            Self::CapacityBelowBookings { capacity, day, confirmed } => Problem::new(
-                S::UNPROCESSABLE_ENTITY,
-                "capacity_below_bookings",
-                format!(
-                    "Capacity {capacity} is too small: {day} already has {confirmed} confirmed bookings. \
-                     Cancel bookings first or choose at least {confirmed}."
-                ),
-            )
-            .with("day", day.to_string())
-            .with("confirmed", *confirmed),
             Self::Infra(e) => e.problem(),
         }
     }

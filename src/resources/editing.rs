@@ -7,75 +7,13 @@ use chrono::NaiveDate;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Date, Integer};
 
-use super::service::{self, Acquired, Policy};
-use super::{EditLockError, EditLockKey, EditLockToken, FieldError, LockView, Owner};
-use crate::audit::{self, Action};
-use crate::bookings::model::Resource;
+use super::model::{ResourceChanges, ResourceInput};
+use super::{FieldError, Resource, ResourceError};
+use crate::audit::{self, Action, AuditEvent};
 use crate::db::DbPool;
+use crate::edit_locks::service::{self, Acquired, Policy};
+use crate::edit_locks::{EditLockError, EditLockKey, EditLockToken, LockView, Owner};
 use crate::schema::resources;
-
-pub const NAME_MAX: usize = 100;
-pub const DESCRIPTION_MAX: usize = 2000;
-pub const CAPACITY_MAX: i32 = 10_000;
-
-/// Validated changes to a resource; `None` leaves a field as it is (JSON `PATCH`). Built only by
-/// [`ResourceChanges::parse`], so the service never sees an empty name or a capacity of 0.
-#[derive(Clone, Debug, Default, AsChangeset)]
-#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
-pub struct ResourceChanges {
-    name: Option<String>,
-    description: Option<String>,
-    capacity: Option<i32>,
-}
-
-/// Input as it arrives, before validation: the HTML form sends text for every field.
-#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
-pub struct ResourceInput {
-    pub name: Option<String>,
-    pub description: Option<String>,
-    pub capacity: Option<String>,
-}
-
-impl ResourceChanges {
-    /// Every problem at once, so the form can mark each field.
-    pub fn parse(input: &ResourceInput) -> Result<Self, EditLockError> {
-        let mut errors = Vec::new();
-        let mut fail = |field, message: String| errors.push(FieldError { field, message });
-        let name = input.name.as_deref().map(str::trim).map(str::to_string);
-        if let Some(name) = &name {
-            let chars = name.chars().count();
-            if chars == 0 || chars > NAME_MAX {
-                fail("name", format!("give a name of 1 to {NAME_MAX} characters"));
-            }
-        }
-        let description = input.description.as_deref().map(|d| d.trim().replace("\r\n", "\n"));
-        if description.as_ref().is_some_and(|d| d.chars().count() > DESCRIPTION_MAX) {
-            fail("description", format!("at most {DESCRIPTION_MAX} characters"));
-        }
-        let capacity = match input.capacity.as_deref().map(str::trim) {
-            None => None,
-            Some(text) => match text.parse::<i32>() {
-                Ok(n) if (1..=CAPACITY_MAX).contains(&n) => Some(n),
-                _ => {
-                    fail("capacity", format!("a whole number from 1 to {CAPACITY_MAX}, not {:?}", cut(text)));
-                    None
-                }
-            },
-        };
-        if input.name.is_none() && input.description.is_none() && input.capacity.is_none() {
-            fail("body", "nothing to change: send name, description or capacity".into());
-        }
-        if errors.is_empty() {
-            Ok(Self { name, description, capacity })
-        } else {
-            Err(EditLockError::Invalid(errors))
-        }
-    }
-}
-
-fn cut(text: &str) -> String {
-    text.chars().take(20).collect()
-}
 
 /// Opens the editor: the resource, and the lock taken (or renewed) for `owner`.
 pub fn open(
@@ -85,21 +23,17 @@ pub fn open(
     resource_id: i64,
     owner: &Owner,
     policy: Policy,
-) -> Result<(Resource, Acquired, LockView), EditLockError> {
+) -> Result<(Resource, Acquired, LockView), ResourceError> {
     // Answer an unknown resource before taking a lock for it.
-    find_resource(&mut *pool.get()?, resource_id)?;
+    find(&mut *pool.get()?, resource_id)?;
     let (acquired, lock) =
         service::acquire(pool, lock_wait, ttl, &EditLockKey::resource(resource_id), owner, policy)?;
-    let resource = find_resource(&mut *pool.get()?, resource_id)?;
+    let resource = find(&mut *pool.get()?, resource_id)?;
     Ok((resource, acquired, lock))
 }
 
-pub fn find_resource(conn: &mut MysqlConnection, id: i64) -> Result<Resource, EditLockError> {
-    Resource::by_id(id)
-        .select(Resource::as_select())
-        .first(conn)
-        .optional()?
-        .ok_or(EditLockError::ResourceNotFound(id))
+pub fn find(conn: &mut MysqlConnection, id: i64) -> Result<Resource, ResourceError> {
+    Resource::find(conn, id)?.ok_or(ResourceError::NotFound(id))
 }
 
 /// After a save, keep the lock (an API client may save again) or end it (the HTML form's Save
@@ -120,7 +54,7 @@ pub fn save(
     owner: &Owner,
     changes: &ResourceChanges,
     then: ThenLock,
-) -> Result<Resource, EditLockError> {
+) -> Result<Resource, ResourceError> {
     conn.transaction(|conn| {
         let token = service::claim(conn, &EditLockKey::resource(resource_id), owner)?;
         let saved = update(conn, &token, resource_id, changes)?;
@@ -151,7 +85,7 @@ fn update(
     token: &EditLockToken,
     resource_id: i64,
     changes: &ResourceChanges,
-) -> Result<Resource, EditLockError> {
+) -> Result<Resource, ResourceError> {
     debug_assert_eq!(token.key(), &EditLockKey::resource(resource_id));
     // The resource row is locked before bookings are counted. A booking reads the capacity with
     // a shared lock under its day's named lock (bookings::service), so this waits for bookings in
@@ -161,7 +95,7 @@ fn update(
         .bind::<BigInt, _>(resource_id)
         .get_result(conn)
         .optional()?
-        .ok_or(EditLockError::ResourceNotFound(resource_id))?;
+        .ok_or(ResourceError::NotFound(resource_id))?;
     if let Some(capacity) = changes.capacity {
         // Past days keep their history; only today and later must still fit. A locking read, so
         // it sees every booking committed before our lock on the resource row, whatever the
@@ -177,7 +111,7 @@ fn update(
         .get_result(conn)
         .optional()?;
         if let Some(BusiestDay { day, confirmed }) = busiest {
-            return Err(EditLockError::CapacityBelowBookings { capacity, day, confirmed });
+            return Err(ResourceError::CapacityBelowBookings { capacity, day, confirmed });
         }
     }
     diesel::update(resources::table.filter(resources::id.eq(resource_id)))
@@ -190,5 +124,64 @@ fn update(
         token.key().as_str(),
         &format!("version {} → {}", current.version, current.version + 1),
     )?;
-    find_resource(conn, resource_id)
+    find(conn, resource_id)
+}
+
+/// What the editor's Save button leads to; the handler only renders it.
+pub enum FormSaved {
+    Saved,
+    /// The input does not fit (a field, or a capacity below a future day's bookings); the saver
+    /// still holds the lock, so the editor is shown again with the errors.
+    Invalid {
+        resource: Resource,
+        lock: LockView,
+        errors: Vec<FieldError>,
+    },
+    /// The saver no longer holds the lock: taken over, expired or force-released. Nothing was
+    /// written; `lock` is whoever holds it now and `last_event` says what happened (an admin's
+    /// reason, say), so the page can show the user's input back with the why.
+    Refused {
+        resource: Resource,
+        lock: Option<LockView>,
+        last_event: Option<AuditEvent>,
+    },
+}
+
+/// The HTML form's save: validates, saves and closes the editor — or decides which page explains
+/// why not. Input errors are reported only to a saver who still holds the lock; anyone else
+/// first needs to know that the lock is gone.
+pub fn save_form(
+    conn: &mut MysqlConnection,
+    resource_id: i64,
+    owner: &Owner,
+    input: &ResourceInput,
+) -> Result<FormSaved, ResourceError> {
+    let saved = ResourceChanges::parse(input)
+        .and_then(|changes| save(conn, resource_id, owner, &changes, ThenLock::Release));
+    let key = EditLockKey::resource(resource_id);
+    let errors = match saved {
+        Ok(_) => return Ok(FormSaved::Saved),
+        Err(ResourceError::Invalid(errors)) => errors,
+        Err(e @ ResourceError::CapacityBelowBookings { .. }) => {
+            vec![FieldError { field: "capacity", message: crate::web::error::AsProblem::problem(&e).message }]
+        }
+        Err(ResourceError::EditLock(EditLockError::Locked(lock))) => {
+            let resource = find(conn, resource_id)?;
+            return Ok(FormSaved::Refused { resource, lock: Some(*lock), last_event: None });
+        }
+        Err(ResourceError::EditLock(EditLockError::NotHeld(_))) => {
+            let resource = find(conn, resource_id)?;
+            let last_event = audit::latest_for(conn, key.as_str())?;
+            let lock = service::find(conn, &key)?;
+            return Ok(FormSaved::Refused { resource, lock, last_event });
+        }
+        Err(other) => return Err(other),
+    };
+    let resource = find(conn, resource_id)?;
+    Ok(match service::find(conn, &key)? {
+        Some(lock) if lock.is_owned_by(owner) && !lock.expired => {
+            FormSaved::Invalid { resource, lock, errors }
+        }
+        lock => FormSaved::Refused { resource, lock, last_event: None },
+    })
 }

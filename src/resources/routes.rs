@@ -1,24 +1,25 @@
-//! HTTP for resource editing: the edit page (which takes the lock), its heartbeat script, the
-//! save, and the JSON edit-lock endpoints.
+//! HTTP for resources: the list, the edit page (which takes the edit lock), its heartbeat script,
+//! the save, and the JSON edit-lock endpoints of a resource.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use askama::Template;
 use serde::Deserialize;
 
-use super::editing::{self, ResourceChanges, ResourceInput, ThenLock};
-use super::service::{self, Acquired, Policy};
-use super::{EditLockError, EditLockKey, FieldError, LockView, Owner};
-use crate::audit::{self, AuditEvent};
+use super::editing::{self, FormSaved, ThenLock};
+use super::model::{ResourceChanges, ResourceInput};
+use super::{FieldError, Resource, ResourceError};
+use crate::audit::AuditEvent;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::{Role, SessionUser};
-use crate::bookings::model::Resource;
-use crate::web::error::{AsProblem, ErrorBody};
+use crate::edit_locks::service::{self, Acquired, Policy};
+use crate::edit_locks::{EditLockError, EditLockKey, LockView, Owner};
+use crate::web::error::ErrorBody;
+use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(lock_json, acquire_json, heartbeat_json, release_json, patch_json))]
+#[openapi(paths(resources_json, lock_json, acquire_json, heartbeat_json, release_json, patch_json))]
 pub struct Api;
-use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 /// The edit form may carry 2000 characters of Japanese description: 6 KB of UTF-8, up to 18 KB
 /// once percent-encoded — above the app-wide form limit, and a user's long text must not be
@@ -26,31 +27,33 @@ use crate::web::{AppState, PageContext, blocking, html, see_other};
 const EDIT_FORM_LIMIT: usize = 64 * 1024;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/resources/{id}/edit")
-            .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
-            .route(web::get().to(edit_page))
-            .route(web::post().to(save_form)),
-    )
-    .service(
-        web::resource("/resources/{id}/edit/take-over")
-            .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
-            .route(web::post().to(take_over_form)),
-    )
-    .route("/resources/{id}/edit/cancel", web::post().to(cancel_form))
-    .route("/static/edit_lock.js", web::get().to(script))
-    .service(
-        web::resource("/api/v1/resources/{id}/edit-lock")
-            .route(web::get().to(lock_json))
-            .route(web::post().to(acquire_json))
-            .route(web::put().to(heartbeat_json))
-            .route(web::delete().to(release_json)),
-    )
-    .route("/api/v1/resources/{id}", web::patch().to(patch_json));
+    cfg.route("/resources", web::get().to(list_page))
+        .route("/api/v1/resources", web::get().to(resources_json))
+        .service(
+            web::resource("/resources/{id}/edit")
+                .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
+                .route(web::get().to(edit_page))
+                .route(web::post().to(save_form)),
+        )
+        .service(
+            web::resource("/resources/{id}/edit/take-over")
+                .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
+                .route(web::post().to(take_over_form)),
+        )
+        .route("/resources/{id}/edit/cancel", web::post().to(cancel_form))
+        .route("/static/edit_lock.js", web::get().to(script))
+        .service(
+            web::resource("/api/v1/resources/{id}/edit-lock")
+                .route(web::get().to(lock_json))
+                .route(web::post().to(acquire_json))
+                .route(web::put().to(heartbeat_json))
+                .route(web::delete().to(release_json)),
+        )
+        .route("/api/v1/resources/{id}", web::patch().to(patch_json));
 }
 
 /// Editing is staff work; everyone else gets 403 (401 when not logged in).
-fn editor(user: &SessionUser) -> Result<Owner, EditLockError> {
+fn editor(user: &SessionUser) -> Result<Owner, ResourceError> {
     user.require(Role::Staff)?;
     Ok(Owner::from(user))
 }
@@ -58,7 +61,20 @@ fn editor(user: &SessionUser) -> Result<Owner, EditLockError> {
 // ---- HTML -------------------------------------------------------------------------------
 
 #[derive(Template)]
-#[template(path = "edit_locks/edit.html")]
+#[template(path = "resources/list.html")]
+struct ListPage {
+    ctx: PageContext,
+    resources: Vec<Resource>,
+}
+
+async fn list_page(ctx: PageContext, state: web::Data<AppState>) -> actix_web::Result<HttpResponse> {
+    let pool = state.pool.clone();
+    let resources = blocking(move || Ok::<_, ResourceError>(Resource::list(&mut *pool.get()?)?)).await?;
+    Ok(html(&ListPage { ctx, resources })?)
+}
+
+#[derive(Template)]
+#[template(path = "resources/edit.html")]
 struct EditPage {
     ctx: PageContext,
     resource: Resource,
@@ -78,7 +94,7 @@ impl EditPage {
 /// Shown to everyone who does not hold the lock — and to a holder whose save was refused, with
 /// their input (`unsaved`) so nothing they typed is lost.
 #[derive(Template)]
-#[template(path = "edit_locks/locked.html")]
+#[template(path = "resources/locked.html")]
 struct LockedPage {
     ctx: PageContext,
     resource: Resource,
@@ -93,7 +109,7 @@ struct LockedPage {
 
 impl LockedPage {
     fn describe(&self) -> Option<String> {
-        self.lock.as_ref().map(super::describe)
+        self.lock.as_ref().map(crate::edit_locks::describe)
     }
 
     /// Offer to take the lock: nobody holds it, or the holder's lock expired (not a batch's).
@@ -135,13 +151,13 @@ async fn open(
     user: &SessionUser,
     id: i64,
     policy: Policy,
-) -> Result<Opened, EditLockError> {
+) -> Result<Opened, ResourceError> {
     let owner = editor(user)?;
     let (pool, wait, ttl) = (state.pool.clone(), state.config.lock_wait, state.config.edit_lock_ttl);
     blocking(move || match editing::open(&pool, wait, ttl, id, &owner, policy) {
         Ok((resource, _, lock)) => Ok(Opened::Editing(resource, lock)),
-        Err(EditLockError::Locked(lock)) => {
-            let resource = editing::find_resource(&mut *pool.get()?, id)?;
+        Err(ResourceError::EditLock(EditLockError::Locked(lock))) => {
+            let resource = editing::find(&mut *pool.get()?, id)?;
             Ok(Opened::Locked(resource, lock))
         }
         Err(other) => Err(other),
@@ -223,10 +239,14 @@ async fn cancel_form(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
-    let released =
-        blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, None)).await;
+    let released = blocking(move || {
+        Ok::<_, ResourceError>(service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, None)?)
+    })
+    .await;
     match released {
-        Ok(_) | Err(EditLockError::Locked(_)) => Ok(see_other(&format!("/resources/{id}"))),
+        Ok(_) | Err(ResourceError::EditLock(EditLockError::Locked(_))) => {
+            Ok(see_other(&format!("/resources/{id}")))
+        }
         Err(other) => Err(other.into()),
     }
 }
@@ -240,45 +260,12 @@ async fn save_form(
     CsrfForm(input): CsrfForm<ResourceInput>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let (owner, id) = (editor(&user)?, path.into_inner());
-    let parsed = ResourceChanges::parse(&input);
-    let pool = state.pool.clone();
-    let outcome = blocking(move || {
-        let mut conn = pool.get()?;
-        let saved =
-            parsed.and_then(|changes| editing::save(&mut conn, id, &owner, &changes, ThenLock::Release));
-        match saved {
-            Ok(_) => Ok(SaveOutcome::Saved),
-            Err(e @ (EditLockError::Invalid(_) | EditLockError::CapacityBelowBookings { .. })) => {
-                let resource = editing::find_resource(&mut conn, id)?;
-                match service::find(&mut conn, &EditLockKey::resource(id))? {
-                    Some(lock) if lock.is_owned_by(&owner) && !lock.expired => {
-                        Ok(SaveOutcome::Invalid(resource, lock, e))
-                    }
-                    lock => Ok(SaveOutcome::Refused { resource, lock, last_event: None }),
-                }
-            }
-            Err(EditLockError::Locked(lock)) => {
-                let resource = editing::find_resource(&mut conn, id)?;
-                Ok(SaveOutcome::Refused { resource, lock: Some(*lock), last_event: None })
-            }
-            Err(EditLockError::NotHeld(key)) => {
-                let resource = editing::find_resource(&mut conn, id)?;
-                let last_event = audit::latest_for(&mut conn, key.as_str())?;
-                let lock = service::find(&mut conn, &key)?;
-                Ok(SaveOutcome::Refused { resource, lock, last_event })
-            }
-            Err(other) => Err(other),
-        }
-    })
-    .await?;
-    match outcome {
-        SaveOutcome::Saved => Ok(see_other(&format!("/resources/{id}"))),
-        SaveOutcome::Invalid(resource, lock, error) => {
-            let errors = match error {
-                EditLockError::Invalid(errors) => errors,
-                other => vec![FieldError { field: "capacity", message: other.problem().message }],
-            };
+    let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
+    let submitted = input.clone();
+    let saved = blocking(move || editing::save_form(&mut *pool.get()?, id, &owner, &submitted)).await?;
+    match saved {
+        FormSaved::Saved => Ok(see_other(&format!("/resources/{id}"))),
+        FormSaved::Invalid { resource, lock, errors } => {
             let page = EditPage {
                 ctx,
                 resource,
@@ -290,11 +277,11 @@ async fn save_form(
             };
             with_status(html(&page), StatusCode::UNPROCESSABLE_ENTITY)
         }
-        SaveOutcome::Refused { resource, lock, last_event } => {
+        FormSaved::Refused { resource, lock, last_event } => {
             let refused = Some(match &lock {
                 Some(other) if !other.expired => format!(
                     "Your changes were NOT saved: your edit lock was taken over. {}",
-                    super::describe(other)
+                    crate::edit_locks::describe(other)
                 ),
                 _ => "Your changes were NOT saved: you no longer hold the edit lock (it expired, or an \
                       administrator released it)."
@@ -304,12 +291,6 @@ async fn save_form(
             with_status(html(&page), StatusCode::LOCKED)
         }
     }
-}
-
-enum SaveOutcome {
-    Saved,
-    Invalid(Resource, LockView, EditLockError),
-    Refused { resource: Resource, lock: Option<LockView>, last_event: Option<AuditEvent> },
 }
 
 /// The heartbeat and release-on-leave script of the edit page.
@@ -322,22 +303,30 @@ async fn script() -> HttpResponse {
 
 // ---- JSON -------------------------------------------------------------------------------
 
+/// Every resource and its capacity per day.
+#[utoipa::path(get, path = "/api/v1/resources", tag = "resources", responses((status = 200, body = Vec<Resource>)))]
+async fn resources_json(state: web::Data<AppState>) -> Result<HttpResponse, ResourceError> {
+    let pool = state.pool.clone();
+    let resources = blocking(move || Ok::<_, ResourceError>(Resource::list(&mut *pool.get()?)?)).await?;
+    Ok(HttpResponse::Ok().json(resources))
+}
+
 /// The resource's edit lock, if any (staff).
-#[utoipa::path(get, path = "/api/v1/resources/{id}/edit-lock", tag = "edit locks",
+#[utoipa::path(get, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, description = "Resource id")),
     responses((status = 200, body = LockView), (status = 404, description = "no lock, or no such resource", body = ErrorBody)))]
 async fn lock_json(
     user: SessionUser,
     path: web::Path<i64>,
     state: web::Data<AppState>,
-) -> Result<HttpResponse, EditLockError> {
+) -> Result<HttpResponse, ResourceError> {
     editor(&user)?;
     let (pool, id) = (state.pool.clone(), path.into_inner());
     let lock = blocking(move || {
         let mut conn = pool.get()?;
-        editing::find_resource(&mut conn, id)?;
+        editing::find(&mut conn, id)?;
         let key = EditLockKey::resource(id);
-        service::find(&mut conn, &key)?.ok_or(EditLockError::NoSuchLock(key))
+        service::find(&mut conn, &key)?.ok_or(ResourceError::EditLock(EditLockError::NoSuchLock(key)))
     })
     .await?;
     Ok(HttpResponse::Ok().json(lock))
@@ -345,7 +334,7 @@ async fn lock_json(
 
 /// Acquire (201), renew my own (200), or take over an expired one (201); 423 while someone
 /// else's lock is live.
-#[utoipa::path(post, path = "/api/v1/resources/{id}/edit-lock", tag = "edit locks",
+#[utoipa::path(post, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, description = "Resource id")),
     responses((status = 201, description = "Acquired, or an expired lock taken over", body = LockView),
               (status = 200, description = "Already mine; expiry extended", body = LockView),
@@ -355,7 +344,7 @@ async fn acquire_json(
     user: SessionUser,
     path: web::Path<i64>,
     state: web::Data<AppState>,
-) -> Result<HttpResponse, EditLockError> {
+) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
     let (pool, wait, ttl, id) =
         (state.pool.clone(), state.config.lock_wait, state.config.edit_lock_ttl, path.into_inner());
@@ -368,19 +357,25 @@ async fn acquire_json(
 }
 
 /// Heartbeat: extend my lock by the TTL.
-#[utoipa::path(put, path = "/api/v1/resources/{id}/edit-lock", tag = "edit locks",
+#[utoipa::path(put, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, description = "Resource id")),
     responses((status = 200, body = LockView), (status = 423, description = "not mine (taken over, released or expired)", body = ErrorBody)))]
 async fn heartbeat_json(
     user: SessionUser,
     path: web::Path<i64>,
     state: web::Data<AppState>,
-) -> Result<HttpResponse, EditLockError> {
+) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
     let (pool, ttl, id) = (state.pool.clone(), state.config.edit_lock_ttl, path.into_inner());
-    let lock =
-        blocking(move || service::heartbeat(&mut *pool.get()?, ttl, &EditLockKey::resource(id), &owner))
-            .await?;
+    let lock = blocking(move || {
+        Ok::<_, ResourceError>(service::heartbeat(
+            &mut *pool.get()?,
+            ttl,
+            &EditLockKey::resource(id),
+            &owner,
+        )?)
+    })
+    .await?;
     Ok(HttpResponse::Ok().json(lock))
 }
 
@@ -393,7 +388,7 @@ struct ReleaseQuery {
 
 /// Releases my lock; 204 also when there was none, or when `if_heartbeat` no longer matches
 /// (releasing is idempotent). Someone else's lock is never released here: 423.
-#[utoipa::path(delete, path = "/api/v1/resources/{id}/edit-lock", tag = "edit locks",
+#[utoipa::path(delete, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, description = "Resource id"),
            ("if_heartbeat" = Option<String>, Query, description = "Release only if this is still the last heartbeat")),
     responses((status = 204), (status = 423, description = "someone else's lock", body = ErrorBody)))]
@@ -402,12 +397,19 @@ async fn release_json(
     path: web::Path<i64>,
     query: web::Query<ReleaseQuery>,
     state: web::Data<AppState>,
-) -> Result<HttpResponse, EditLockError> {
+) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
     let (pool, id, if_heartbeat) =
         (state.pool.clone(), path.into_inner(), query.if_heartbeat.map(|t| t.naive_utc()));
-    blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, if_heartbeat))
-        .await?;
+    blocking(move || {
+        Ok::<_, ResourceError>(service::release(
+            &mut *pool.get()?,
+            &EditLockKey::resource(id),
+            &owner,
+            if_heartbeat,
+        )?)
+    })
+    .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -420,7 +422,7 @@ struct ResourcePatch {
 }
 
 /// Changes a resource; only the holder of its edit lock may (423 otherwise). The lock is kept.
-#[utoipa::path(patch, path = "/api/v1/resources/{id}", tag = "edit locks", request_body = ResourcePatch,
+#[utoipa::path(patch, path = "/api/v1/resources/{id}", tag = "resources", request_body = ResourcePatch,
     params(("id" = i64, Path, description = "Resource id")),
     responses((status = 200, body = Resource),
               (status = 422, description = "invalid input, or capacity below a future day's bookings", body = ErrorBody),
@@ -430,7 +432,7 @@ async fn patch_json(
     path: web::Path<i64>,
     body: web::Json<ResourcePatch>,
     state: web::Data<AppState>,
-) -> Result<HttpResponse, EditLockError> {
+) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
     let body = body.into_inner();
     let input = ResourceInput {
@@ -442,7 +444,7 @@ async fn patch_json(
     let (pool, id) = (state.pool.clone(), path.into_inner());
     let saved = blocking(move || {
         let mut conn = pool.get()?;
-        editing::find_resource(&mut conn, id)?;
+        editing::find(&mut conn, id)?;
         editing::save(&mut conn, id, &owner, &changes, ThenLock::Keep)
     })
     .await?;

@@ -1,0 +1,71 @@
+//! Resources: the rooms, courts and benches that customers book, and how staff edit them.
+//!
+//! A resource's description is a long form and staff collide on it often, so an optimistic save
+//! would throw away a person's work. Editing therefore runs under a pessimistic edit lock
+//! (`crate::edit_locks`, keyed `resource:{id}`): opening the editor takes it, and the save proves
+//! in its own transaction that the saver still holds it (`editing::save`). See
+//! `docs/pessimistic-edit-lock.md`.
+//!
+//! Bookings read resources (capacity) and lock the row in share mode while they count a day;
+//! a save that lowers the capacity locks it exclusively first, so the two never interleave.
+
+pub mod editing;
+pub mod model;
+pub mod routes;
+
+use actix_web::http::StatusCode;
+use chrono::NaiveDate;
+
+pub use model::{FieldError, Resource};
+
+use crate::auth::AuthError;
+use crate::edit_locks::EditLockError;
+use crate::infra::{Infra, infra_error};
+use crate::web::error::{AsProblem, Problem};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceError {
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error(transparent)]
+    EditLock(#[from] EditLockError),
+    #[error("resource {0} not found")]
+    NotFound(i64),
+    #[error("invalid input")]
+    Invalid(Vec<FieldError>),
+    #[error("capacity {capacity} is below the {confirmed} confirmed bookings on {day}")]
+    CapacityBelowBookings { capacity: i32, day: NaiveDate, confirmed: i64 },
+    #[error(transparent)]
+    Infra(#[from] Infra),
+}
+
+impl AsProblem for ResourceError {
+    fn problem(&self) -> Problem {
+        use StatusCode as S;
+        match self {
+            Self::Auth(e) => e.problem(),
+            Self::EditLock(e) => e.problem(),
+            Self::NotFound(id) => {
+                Problem::new(S::NOT_FOUND, "not_found", format!("There is no resource with id {id}."))
+            }
+            Self::Invalid(errors) => {
+                let message =
+                    errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>();
+                Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", message.join("; "))
+                    .with("fields", serde_json::to_value(errors).unwrap_or_default())
+            }
+            Self::CapacityBelowBookings { capacity, day, confirmed } => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "capacity_below_bookings",
+                format!(
+                    "Capacity {capacity} is too small: {day} already has {confirmed} confirmed bookings. \
+                     Cancel bookings first or choose at least {confirmed}."
+                ),
+            )
+            .with("day", day.to_string())
+            .with("confirmed", *confirmed),
+            Self::Infra(e) => e.problem(),
+        }
+    }
+}
+infra_error!(ResourceError);

@@ -1,0 +1,112 @@
+//! A resource as stored, and the changes staff may make to it.
+
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use serde::Serialize;
+
+use super::ResourceError;
+use crate::schema::resources;
+
+#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, utoipa::ToSchema)]
+#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
+pub struct Resource {
+    pub id: i64,
+    pub name: String,
+    pub description: String,
+    pub capacity: i32,
+    pub version: i32,
+    pub updated_at: NaiveDateTime,
+}
+
+impl Resource {
+    pub fn by_id(id: i64) -> resources::BoxedQuery<'static, diesel::mysql::Mysql> {
+        resources::table.filter(resources::id.eq(id)).into_boxed()
+    }
+
+    /// The resource, or `None`; each caller says what a missing one means to it (404, 422).
+    pub fn find(conn: &mut MysqlConnection, id: i64) -> QueryResult<Option<Self>> {
+        Self::by_id(id).select(Self::as_select()).first(conn).optional()
+    }
+
+    pub fn list(conn: &mut MysqlConnection) -> QueryResult<Vec<Self>> {
+        resources::table.order(resources::id).select(Self::as_select()).load(conn)
+    }
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
+pub struct NewResource<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub capacity: i32,
+}
+
+/// One invalid field of a form or JSON body, with the sentence a person reads.
+#[derive(Clone, Debug, Serialize)]
+pub struct FieldError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+pub const NAME_MAX: usize = 100;
+pub const DESCRIPTION_MAX: usize = 2000;
+pub const CAPACITY_MAX: i32 = 10_000;
+
+/// Validated changes to a resource; `None` leaves a field as it is (JSON `PATCH`). Built only by
+/// [`ResourceChanges::parse`], so the service never sees an empty name or a capacity of 0.
+#[derive(Clone, Debug, Default, AsChangeset)]
+#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
+pub struct ResourceChanges {
+    name: Option<String>,
+    description: Option<String>,
+    pub(super) capacity: Option<i32>,
+}
+
+/// Input as it arrives, before validation: the HTML form sends text for every field.
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+pub struct ResourceInput {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub capacity: Option<String>,
+}
+
+impl ResourceChanges {
+    /// Every problem at once, so the form can mark each field.
+    pub fn parse(input: &ResourceInput) -> Result<Self, ResourceError> {
+        let mut errors = Vec::new();
+        let mut fail = |field, message: String| errors.push(FieldError { field, message });
+        let name = input.name.as_deref().map(str::trim).map(str::to_string);
+        if let Some(name) = &name {
+            let chars = name.chars().count();
+            if chars == 0 || chars > NAME_MAX {
+                fail("name", format!("give a name of 1 to {NAME_MAX} characters"));
+            }
+        }
+        let description = input.description.as_deref().map(|d| d.trim().replace("\r\n", "\n"));
+        if description.as_ref().is_some_and(|d| d.chars().count() > DESCRIPTION_MAX) {
+            fail("description", format!("at most {DESCRIPTION_MAX} characters"));
+        }
+        let capacity = match input.capacity.as_deref().map(str::trim) {
+            None => None,
+            Some(text) => match text.parse::<i32>() {
+                Ok(n) if (1..=CAPACITY_MAX).contains(&n) => Some(n),
+                _ => {
+                    fail("capacity", format!("a whole number from 1 to {CAPACITY_MAX}, not {:?}", cut(text)));
+                    None
+                }
+            },
+        };
+        if input.name.is_none() && input.description.is_none() && input.capacity.is_none() {
+            fail("body", "nothing to change: send name, description or capacity".into());
+        }
+        if errors.is_empty() {
+            Ok(Self { name, description, capacity })
+        } else {
+            Err(ResourceError::Invalid(errors))
+        }
+    }
+}
+
+fn cut(text: &str) -> String {
+    text.chars().take(20).collect()
+}
