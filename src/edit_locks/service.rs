@@ -21,8 +21,7 @@ pub enum Policy {
     FreeOrMine,
     /// The "take over" button and the JSON acquire: also take an *expired* lock of someone else.
     TakeOverExpired,
-    /// A batch job takes the lock whoever holds it (background article 004's "steal the online
-    /// locks" strategy); the lock is then marked `held_by_batch` and no admin may force it open.
+    /// A batch job takes the lock whoever holds it (the "steal the online locks" strategy of a batch); the lock is then marked `held_by_batch` and no admin may force it open.
     SeizeForBatch,
 }
 
@@ -57,7 +56,33 @@ pub fn acquire(
     acquired
 }
 
-/// The decision, on the connection that holds the named lock — which is why it takes the guard.
+/// What an acquire does, decided from the locked row alone (see [`decide`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// No row: insert one for the acquirer.
+    Insert,
+    /// The acquirer's own row (same user, same session): push its expiry back.
+    Renew { was_expired: bool },
+    /// Someone else's row that this policy may take: an expired one, or any one for a batch.
+    TakeOver,
+    /// Someone else's row this policy must leave alone: 423 with who holds it.
+    Refuse,
+}
+
+/// The rule of who gets an edit lock, with no database in sight: `row` is the current holder as
+/// read `FOR UPDATE` (`None` when there is no row), judged by the database clock.
+pub fn decide(row: Option<&Holder>, owner: &Owner, policy: Policy) -> Decision {
+    match row {
+        None => Decision::Insert,
+        Some(row) if row.is_owned_by(owner) => Decision::Renew { was_expired: row.expired },
+        Some(_) if policy == Policy::SeizeForBatch => Decision::TakeOver,
+        Some(row) if row.expired && policy == Policy::TakeOverExpired => Decision::TakeOver,
+        Some(_) => Decision::Refuse,
+    }
+}
+
+/// Carries out `decide` on the connection that holds the named lock — which is why it takes the
+/// guard — in one transaction with its audit event.
 fn insert_or_take_over(
     held: &mut NamedLockGuard,
     key: &EditLockKey,
@@ -69,96 +94,116 @@ fn insert_or_take_over(
     let ttl_micros = micros(ttl);
     let batch = policy == Policy::SeizeForBatch;
     held.conn().transaction(|conn| {
-        let outcome = match row_for_update(conn, key)? {
-            None => {
-                diesel::sql_query(
-                    "INSERT INTO edit_locks \
-                       (lock_key, owner_user_id, owner_session, acquired_at, heartbeat_at, expires_at, \
-                        held_by_batch) \
-                     VALUES (?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)",
-                )
-                .bind::<Text, _>(key.as_str())
-                .bind::<BigInt, _>(owner.user_id)
-                .bind::<Text, _>(&owner.session)
-                .bind::<BigInt, _>(ttl_micros)
-                .bind::<Bool, _>(batch)
-                .execute(conn)?;
+        let current = row_for_update(conn, key)?;
+        let acquired = match decide(current.as_ref(), owner, policy) {
+            Decision::Insert => {
+                insert(conn, key, owner, ttl_micros, batch)?;
                 Acquired::New
             }
-            Some(row) if row.is_owned_by(owner) => {
+            Decision::Renew { was_expired } => {
                 extend(conn, key, owner, ttl_micros, false)?;
-                Acquired::Renewed { was_expired: row.expired }
+                Acquired::Renewed { was_expired }
             }
-            Some(row) if batch || (row.expired && policy == Policy::TakeOverExpired) => {
+            Decision::TakeOver => {
                 let previous = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
                 if previous.expired {
-                    audit::record(
-                        conn,
-                        Some(owner.user_id),
-                        Action::EditLockExpired,
-                        key.as_str(),
-                        &format!(
-                            "lock of {} expired at {} (last heartbeat {}); seen by the next acquirer",
-                            previous.owner_username,
-                            at(previous.expires_at),
-                            at(previous.heartbeat_at)
-                        ),
-                    )?;
+                    let detail = format!(
+                        "lock of {} expired at {} (last heartbeat {}); seen by the next acquirer",
+                        previous.owner_username,
+                        at(previous.expires_at),
+                        at(previous.heartbeat_at)
+                    );
+                    audit::record(conn, Some(owner.user_id), Action::EditLockExpired, key.as_str(), &detail)?;
                 }
-                diesel::sql_query(
-                    "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, acquired_at = NOW(6), \
-                       heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, \
-                       held_by_batch = ? \
-                     WHERE lock_key = ?",
-                )
-                .bind::<BigInt, _>(owner.user_id)
-                .bind::<Text, _>(&owner.session)
-                .bind::<BigInt, _>(ttl_micros)
-                .bind::<Bool, _>(batch)
-                .bind::<Text, _>(key.as_str())
-                .execute(conn)?;
+                hand_over(conn, key, owner, ttl_micros, batch)?;
                 Acquired::TookOver(Box::new(previous))
             }
-            Some(_) => {
+            Decision::Refuse => {
                 let holder = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
                 return Err(EditLockError::Locked(Box::new(holder)));
             }
         };
         let lock = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
-        let (action, detail) = match &outcome {
-            Acquired::New => (
-                Action::EditLockAcquired,
-                format!("{}until {}", if batch { "by a batch job, " } else { "" }, at(lock.expires_at)),
-            ),
-            Acquired::Renewed { was_expired } => (
-                Action::EditLockAcquired,
-                format!(
-                    "already held by this session{}; now until {}",
-                    if *was_expired { " (expired, nobody had taken it over)" } else { "" },
-                    at(lock.expires_at)
-                ),
-            ),
-            Acquired::TookOver(previous) if batch => (
-                Action::EditLockBatchSeized,
-                format!(
-                    "taken by a batch job from {} (session {})",
-                    previous.owner_username,
-                    previous.session_hint()
-                ),
-            ),
-            Acquired::TookOver(previous) => (
-                Action::EditLockTakenOver,
-                format!(
-                    "from {} (session {}), expired at {}",
-                    previous.owner_username,
-                    previous.session_hint(),
-                    at(previous.expires_at)
-                ),
-            ),
-        };
+        let (action, detail) = audit_entry(&acquired, &lock, batch);
         audit::record(conn, Some(owner.user_id), action, key.as_str(), &detail)?;
-        Ok((outcome, lock))
+        Ok((acquired, lock))
     })
+}
+
+fn insert(
+    conn: &mut MysqlConnection,
+    key: &EditLockKey,
+    owner: &Owner,
+    ttl_micros: i64,
+    batch: bool,
+) -> QueryResult<usize> {
+    diesel::sql_query(
+        "INSERT INTO edit_locks \
+           (lock_key, owner_user_id, owner_session, acquired_at, heartbeat_at, expires_at, held_by_batch) \
+         VALUES (?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)",
+    )
+    .bind::<Text, _>(key.as_str())
+    .bind::<BigInt, _>(owner.user_id)
+    .bind::<Text, _>(&owner.session)
+    .bind::<BigInt, _>(ttl_micros)
+    .bind::<Bool, _>(batch)
+    .execute(conn)
+}
+
+/// Gives the existing row to `owner`, as if newly acquired.
+fn hand_over(
+    conn: &mut MysqlConnection,
+    key: &EditLockKey,
+    owner: &Owner,
+    ttl_micros: i64,
+    batch: bool,
+) -> QueryResult<usize> {
+    diesel::sql_query(
+        "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, acquired_at = NOW(6), \
+           heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, held_by_batch = ? \
+         WHERE lock_key = ?",
+    )
+    .bind::<BigInt, _>(owner.user_id)
+    .bind::<Text, _>(&owner.session)
+    .bind::<BigInt, _>(ttl_micros)
+    .bind::<Bool, _>(batch)
+    .bind::<Text, _>(key.as_str())
+    .execute(conn)
+}
+
+/// The audit event of an acquire, worded for the admin reading the log.
+fn audit_entry(acquired: &Acquired, lock: &LockView, batch: bool) -> (Action, String) {
+    match acquired {
+        Acquired::New => (
+            Action::EditLockAcquired,
+            format!("{}until {}", if batch { "by a batch job, " } else { "" }, at(lock.expires_at)),
+        ),
+        Acquired::Renewed { was_expired } => (
+            Action::EditLockAcquired,
+            format!(
+                "already held by this session{}; now until {}",
+                if *was_expired { " (expired, nobody had taken it over)" } else { "" },
+                at(lock.expires_at)
+            ),
+        ),
+        Acquired::TookOver(previous) if batch => (
+            Action::EditLockBatchSeized,
+            format!(
+                "taken by a batch job from {} (session {})",
+                previous.owner_username,
+                previous.session_hint()
+            ),
+        ),
+        Acquired::TookOver(previous) => (
+            Action::EditLockTakenOver,
+            format!(
+                "from {} (session {}), expired at {}",
+                previous.owner_username,
+                previous.session_hint(),
+                at(previous.expires_at)
+            ),
+        ),
+    }
 }
 
 /// Pushes back the expiry of `owner`'s lock: the page's heartbeat. Only an unexpired lock is
@@ -335,25 +380,26 @@ pub fn list(conn: &mut MysqlConnection) -> QueryResult<Vec<LockView>> {
 /// The edit-lock row as a locking read: only `edit_locks` is read, so only its row is locked
 /// (joining `users` here would lock the owner's user row too, and foreign-key checks of other
 /// inserts take shared locks on user rows — a needless way to deadlock).
-#[derive(QueryableByName)]
-struct LockedRow {
+#[derive(Clone, Debug, QueryableByName)]
+pub struct Holder {
     #[diesel(sql_type = BigInt)]
-    owner_user_id: i64,
+    pub owner_user_id: i64,
     #[diesel(sql_type = Text)]
-    owner_session: String,
+    pub owner_session: String,
     #[diesel(sql_type = Bool)]
-    held_by_batch: bool,
+    pub held_by_batch: bool,
+    /// `expires_at <= NOW(6)`, by the database clock.
     #[diesel(sql_type = Bool)]
-    expired: bool,
+    pub expired: bool,
 }
 
-impl LockedRow {
+impl Holder {
     fn is_owned_by(&self, owner: &Owner) -> bool {
         self.owner_user_id == owner.user_id && self.owner_session == owner.session
     }
 }
 
-fn row_for_update(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<LockedRow>> {
+fn row_for_update(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<Holder>> {
     diesel::sql_query(
         "SELECT owner_user_id, owner_session, held_by_batch, expires_at <= NOW(6) AS expired \
          FROM edit_locks WHERE lock_key = ? FOR UPDATE",
@@ -404,4 +450,74 @@ fn at(time: NaiveDateTime) -> String {
 
 fn micros(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(user_id: i64, session: &str) -> Owner {
+        Owner { user_id, session: session.into() }
+    }
+
+    fn held_by(user_id: i64, session: &str, expired: bool, batch: bool) -> Holder {
+        Holder { owner_user_id: user_id, owner_session: session.into(), held_by_batch: batch, expired }
+    }
+
+    const ALL: [Policy; 3] = [Policy::FreeOrMine, Policy::TakeOverExpired, Policy::SeizeForBatch];
+
+    #[test]
+    fn a_free_lock_is_taken_under_every_policy() {
+        for policy in ALL {
+            assert_eq!(decide(None, &owner(1, "a"), policy), Decision::Insert, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn my_own_lock_is_renewed_even_when_it_expired() {
+        for policy in ALL {
+            for expired in [false, true] {
+                let row = held_by(1, "a", expired, false);
+                assert_eq!(
+                    decide(Some(&row), &owner(1, "a"), policy),
+                    Decision::Renew { was_expired: expired },
+                    "{policy:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_same_user_in_another_session_is_someone_else() {
+        let row = held_by(1, "laptop", false, false);
+        assert_eq!(decide(Some(&row), &owner(1, "phone"), Policy::TakeOverExpired), Decision::Refuse);
+    }
+
+    #[test]
+    fn a_live_lock_of_someone_else_is_refused_to_people() {
+        let row = held_by(2, "b", false, false);
+        assert_eq!(decide(Some(&row), &owner(1, "a"), Policy::FreeOrMine), Decision::Refuse);
+        assert_eq!(decide(Some(&row), &owner(1, "a"), Policy::TakeOverExpired), Decision::Refuse);
+    }
+
+    #[test]
+    fn an_expired_lock_is_taken_over_only_deliberately() {
+        let row = held_by(2, "b", true, false);
+        assert_eq!(
+            decide(Some(&row), &owner(1, "a"), Policy::FreeOrMine),
+            Decision::Refuse,
+            "opening a page"
+        );
+        assert_eq!(decide(Some(&row), &owner(1, "a"), Policy::TakeOverExpired), Decision::TakeOver);
+    }
+
+    #[test]
+    fn a_batch_seizes_any_lock_and_people_cannot_take_a_live_batch_lock() {
+        for expired in [false, true] {
+            let row = held_by(2, "b", expired, false);
+            assert_eq!(decide(Some(&row), &owner(9, "batch"), Policy::SeizeForBatch), Decision::TakeOver);
+        }
+        let batch_row = held_by(9, "batch", false, true);
+        assert_eq!(decide(Some(&batch_row), &owner(1, "a"), Policy::TakeOverExpired), Decision::Refuse);
+    }
 }
