@@ -138,7 +138,7 @@ impl ServerFacts {
 }
 
 /// Refuses servers on which named locks cannot be trusted and warns about risky settings
-/// (DESIGN.md, "Named-lock rules").
+/// (`docs/server-facts.md`).
 pub fn check_server(conn: &mut MysqlConnection) -> anyhow::Result<ServerFacts> {
     let facts: ServerFacts = diesel::sql_query(
         "SELECT VERSION() AS version, \

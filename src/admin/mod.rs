@@ -1,11 +1,12 @@
-//! The admin's view of every lock, and the force releases background article 004 asks for:
+//! The admin's view of every lock, and the force releases that pessimistic locking needs
+//! (`docs/pessimistic-edit-lock.md`):
 //! pessimistic locks whose owner vanished (closed laptop, crashed client, killed process) must be
 //! releasable by an administrator, with a reason, in the audit log.
 //!
 //! Two kinds of lock are shown side by side:
 //! - **edit locks** (rows of `edit_locks`, `crate::edit_locks`): force release deletes the row in
 //!   a transaction that first locks it, so a save in flight either commits before or is refused
-//!   after. Batch-held locks cannot be force-released (article 004: a batch that "steals" the
+//!   after. Batch-held locks cannot be force-released (a batch that "steals" the
 //!   online locks must not have them stolen back mid-run).
 //! - **live MySQL named locks** of this application (`haita:` prefix): a named lock belongs to a
 //!   server session, so the only way to free one whose holder is stuck is to end that session

@@ -1,6 +1,6 @@
 //! Listing the live named locks of this application, and freeing one by ending its session.
 //!
-//! Where the server tells who holds which named lock (DESIGN.md, "Server facts"):
+//! Where the server tells who holds which named lock (`docs/server-facts.md`):
 //! - MariaDB: `information_schema.METADATA_LOCK_INFO`, after `INSTALL SONAME 'metadata_lock_info'`
 //!   (its `TABLE_SCHEMA` column carries the lock name for `User lock` rows);
 //! - MySQL 8: `performance_schema.metadata_locks` (`OBJECT_TYPE = 'USER LEVEL LOCK'`);

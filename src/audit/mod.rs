@@ -1,7 +1,7 @@
 //! The audit log: who acquired, took over, released or force-released which lock, and who saved
 //! which resource.
 //!
-//! Background article 004 asks for locks that an administrator can force open; an action that
+//! Pessimistic locks must be releasable by an administrator (`docs/pessimistic-edit-lock.md`); an action that
 //! strong needs a trail. Every event is written with [`record`] on the caller's connection,
 //! inside the caller's transaction, so the log and the change it describes commit or roll back
 //! together: the log never claims a release that did not happen, nor misses one that did.

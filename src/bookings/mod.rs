@@ -1,6 +1,6 @@
 //! Bookings: a customer books a resource for a date without ever exceeding its capacity.
 //!
-//! The hazard (background article 002): two requests milliseconds apart both count the day's
+//! The hazard (`docs/named-lock-check-then-insert.md`): two requests milliseconds apart both count the day's
 //! confirmed bookings, both see a free place, both insert, and the day is overbooked. There is
 //! no row to `SELECT … FOR UPDATE` before the first booking exists, and locking the resource row
 //! would serialise every date of that resource. So the check-then-insert runs under a named lock

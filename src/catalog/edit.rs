@@ -1,7 +1,7 @@
 //! Optimistic editing of products: validated changes, the one versioned UPDATE every writer
 //! uses, and the three-way merge behind the conflict screen.
 //!
-//! The hazard (background article 004): two people open the same product, both save, and the
+//! The hazard (`docs/optimistic-version.md`): two people open the same product, both save, and the
 //! second save silently overwrites the first — a lost update. Locking the row while a person
 //! types is out of the question (minutes, not milliseconds), so the row carries a version: a
 //! save names the version it was read at and applies only if that is still the current one.

@@ -2,15 +2,15 @@
 //!
 //! The hazard: staff edit a resource on a long form and collisions are frequent. With optimistic
 //! locking the second person to save would lose their work; with a row lock held across HTTP
-//! requests a closed browser would block everyone. So, following background article 004, the
+//! requests a closed browser would block everyone. So the
 //! lock is *data*: a row in `edit_locks` with its owner (user **and** session), a heartbeat and
 //! an expiry, released by the owner, by expiry, or by an admin (`crate::admin`).
 //!
 //! Two details make it correct under concurrency:
 //! - **Acquiring is atomic even when no row exists yet** (`service::acquire`). There is nothing
 //!   to `SELECT … FOR UPDATE` before the first acquire, and a locking read of a missing row only
-//!   takes gap locks, so two first acquirers would both insert (one deadlocks, DESIGN.md).
-//!   Background article 001's "advisory lock + lock table combined" closes that gap: the named
+//!   takes gap locks, so two first acquirers would both insert (one deadlocks; `docs/server-facts.md`).
+//!   An advisory lock combined with the lock table closes that gap (`docs/pessimistic-edit-lock.md`): the named
 //!   lock `haita:edit:{key}` is held around "insert, or take over when expired or already mine".
 //! - **Saving re-checks the lock in the same transaction as the update** (`editing::save`): the
 //!   edit-lock row is read `FOR UPDATE`, which yields an [`EditLockToken`] only to its unexpired

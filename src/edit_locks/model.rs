@@ -46,7 +46,7 @@ impl fmt::Display for EditLockKey {
 }
 
 /// Who may hold an edit lock: a user *in one session*. The same user in two browsers is two
-/// owners (background article 004: a user logged in on several devices needs the session too).
+/// owners (a user logged in on several devices needs the session too).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
     pub user_id: i64,

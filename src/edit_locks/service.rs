@@ -37,7 +37,7 @@ pub enum Acquired {
 
 /// Takes the edit lock `key` for `owner`, for `ttl` from now by the database clock.
 ///
-/// Background article 001, "advisory lock + lock table": before the first acquire there is no
+/// Advisory lock + lock table (`docs/pessimistic-edit-lock.md`): before the first acquire there is no
 /// row to lock, so concurrent first acquirers are serialised by the named lock
 /// `haita:edit:{key}` instead; under it, the row is read `FOR UPDATE` and inserted, renewed or
 /// taken over. The transaction commits before the named lock is released (the guard is dropped
@@ -287,7 +287,7 @@ pub fn release_claimed(conn: &mut MysqlConnection, token: EditLockToken) -> Resu
     Ok(())
 }
 
-/// An admin ends someone's lock (background article 004: locks whose owner vanished must be
+/// An admin ends someone's lock (locks whose owner vanished must be
 /// releasable). Refused for batch-held locks: the batch relies on them until it finishes.
 pub fn force_release(
     conn: &mut MysqlConnection,

@@ -1,6 +1,6 @@
 //! Stock receipts: staff receive a quantity of a product whose stock row may not exist yet.
 //!
-//! The hazard (background article 000): "increase, or insert if missing" written as
+//! The hazard (`docs/named-lock-upsert.md`): "increase, or insert if missing" written as
 //! `SELECT … FOR UPDATE` followed by INSERT deadlocks when two first receipts race. On a missing
 //! row, FOR UPDATE takes a gap lock; gap locks do not conflict with each other, so both
 //! transactions get one, and then each INSERT waits for the other's gap lock — InnoDB kills one

@@ -1,7 +1,7 @@
 //! `GET_LOCK` / `RELEASE_LOCK` held by a guard that owns its connection.
 //!
 //! A MySQL named lock belongs to a *session*, not to a transaction and not to the code that asked
-//! for it. Background article 000 shows the two ways a connection pool breaks that:
+//! for it. `docs/named-lock-guard.md` shows the two ways a connection pool breaks that:
 //!
 //! 1. `GET_LOCK` runs on one pooled connection and `RELEASE_LOCK` on another. The release
 //!    returns 0 or NULL, nobody checks, and the lock leaks until that first connection closes.

@@ -1,6 +1,6 @@
 //! Named-lock names that are valid on every supported server.
 //!
-//! Two server differences make a hand-built name dangerous (DESIGN.md, "Server facts"):
+//! Two server differences make a hand-built name dangerous (`docs/server-facts.md`):
 //! MySQL 8 rejects names over 64 characters while MariaDB accepts them, so a too-long name
 //! passes every MariaDB test and fails in production; and MySQL compares names
 //! case-insensitively while MariaDB does not, so `Room` and `room` exclude each other on one

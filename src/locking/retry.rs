@@ -1,7 +1,7 @@
 //! Rerun a whole transaction when InnoDB gives up on a lock: deadlock (1213) or lock wait
 //! timeout (1205). Nothing else is retried.
 //!
-//! Background article 003 retries "Deadlock found" three times, 100 ms apart. Two details make
+//! The classic advice is to retry "Deadlock found" three times, 100 ms apart. Two details make
 //! that safe here: InnoDB rolls back the *whole* transaction of a deadlock victim, so the retry
 //! must rerun the whole closure, never one statement; and clients that collided once will
 //! collide again if they wait the same time, so the backoff is exponential with full jitter.

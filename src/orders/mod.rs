@@ -1,6 +1,6 @@
 //! Orders: a customer buys several products at once without ever overselling.
 //!
-//! Two hazards (background article 003). Read-modify-write of stock oversells when two orders
+//! Two hazards (`docs/row-locks-in-order.md`). Read-modify-write of stock oversells when two orders
 //! read the same count; so each stock row is read with `SELECT … FOR UPDATE` inside the order's
 //! transaction, checked, then decremented. And two carts that lock the same rows in opposite
 //! orders deadlock; so every order locks its rows in ascending product id, whatever order its

@@ -243,7 +243,7 @@ async fn batch_held_locks_cannot_be_force_released_and_release_all_expired_skips
         carol.post_json(&format!("/api/v1/resources/{batch}/edit-lock"), &json!({})).await.status(),
         201
     );
-    // The nightly job takes the lock from carol (article 004's "steal" strategy).
+    // The nightly job takes the lock from carol (a batch's "steal" strategy).
     let operator = Owner { user_id: root.id, session: "batch:nightly".into() };
     service::acquire(
         &app.db.pool,

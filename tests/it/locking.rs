@@ -138,7 +138,7 @@ fn a_connection_whose_release_failed_is_closed_not_pooled() {
 
 #[test]
 fn a_lock_taken_twice_by_the_work_is_not_left_behind_in_the_pool() {
-    // Pitfall 2 of background article 000: the same session may take a lock twice and then needs
+    // The second pool pitfall (`docs/named-lock-guard.md`): the same session may take a lock twice and then needs
     // two releases. If the work re-enters the lock, one RELEASE_LOCK leaves it held and the next
     // request to get this pooled connection would walk straight in.
     let db = TestDb::new();
@@ -194,7 +194,7 @@ fn a_long_key_becomes_a_name_the_server_accepts() {
 
 #[test]
 fn a_lock_survives_rollback_so_only_the_guard_releases_it() {
-    // Named locks are not transactional: ROLLBACK leaves them held (DESIGN.md server facts).
+    // Named locks are not transactional: ROLLBACK leaves them held (`docs/server-facts.md`).
     let db = TestDb::new();
     let pool = small_pool(&db, 2);
     let name = unique_name();

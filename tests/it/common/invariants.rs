@@ -1,4 +1,4 @@
-//! The invariants of DESIGN.md, checked in the database after concurrent load.
+//! The invariants listed in `docs/README.md`, checked in the database after concurrent load.
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};

@@ -1,5 +1,5 @@
 //! The harness: a fresh database per test, the real app on a random port, HTTP clients with
-//! their own cookie jars, and the invariant checks of DESIGN.md.
+//! their own cookie jars, and the invariant checks of `docs/README.md`.
 
 pub mod browser;
 pub mod invariants;
