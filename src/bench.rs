@@ -35,6 +35,7 @@ use crate::db::{self, DbPool};
 use crate::demo::Strategy;
 use crate::demo::race::{create_resource, percentile_ms};
 use crate::demo::strategies::{Answer, Attempt, Seen};
+use crate::locking::{LockName, Turn};
 use crate::resources::model::NewResource;
 use crate::schema::resources;
 
@@ -431,7 +432,16 @@ fn measure_raw(pool: &DbPool, config: &Config, target: &Target, users: &[i64], w
                         if target.strategy == Strategy::NamedLock {
                             let result = BookingDate::parse(&key.day.to_string(), bookings::today())
                                 .and_then(|day| {
-                                    bookings::book(pool, config.lock_wait, user_id, key.resource_id, day)
+                                    bookings::book(
+                                        pool,
+                                        Turn::alone(
+                                            LockName::booking(key.resource_id, day.day()),
+                                            config.lock_wait,
+                                        ),
+                                        user_id,
+                                        key.resource_id,
+                                        day,
+                                    )
                                 });
                             tally.record(began, classify_booking(&result), || format!("{:?}", result.err()));
                         } else {

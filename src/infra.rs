@@ -43,7 +43,7 @@ impl Infra {
     /// wrong with the app. Benchmarks and the demo count these apart from real failures.
     pub fn is_busy(&self) -> bool {
         match self {
-            Self::Pool(_) | Self::Lock(LockError::TimedOut { .. }) => true,
+            Self::Pool(_) | Self::Lock(LockError::TimedOut { .. } | LockError::Crowded { .. }) => true,
             Self::Database(e) => e.lock_conflict().is_some(),
             Self::Lock(LockError::Failed { .. }) | Self::Blocking(_) => false,
         }
@@ -63,12 +63,16 @@ impl Infra {
             return Problem::unavailable();
         }
         match self {
-            Self::Lock(LockError::TimedOut { name, .. }) => Problem::busy(match name.scope() {
-                "book" => "Many people are booking this day right now; please try again in a moment.",
-                "stock" => "Someone else is receiving this product right now; please try again in a moment.",
-                "edit" => "Many people are opening this editor right now; please try again in a moment.",
-                _ => "The server is busy; please try again in a moment.",
-            }),
+            Self::Lock(LockError::TimedOut { name, .. } | LockError::Crowded { name }) => {
+                Problem::busy(match name.scope() {
+                    "book" => "Many people are booking this day right now; please try again in a moment.",
+                    "stock" => {
+                        "Someone else is receiving this product right now; please try again in a moment."
+                    }
+                    "edit" => "Many people are opening this editor right now; please try again in a moment.",
+                    _ => "The server is busy; please try again in a moment.",
+                })
+            }
             Self::Database(e) if e.lock_conflict().is_some() => Problem::busy(
                 "What you asked for is in great demand right now; please try again in a moment.",
             ),

@@ -1,5 +1,6 @@
 //! Receiving stock: the staff form and the API.
 
+use crate::locking::LockName;
 use actix_web::{HttpResponse, web};
 use askama::Template;
 use serde::Deserialize;
@@ -29,8 +30,12 @@ async fn receive(
     product_id: i64,
     quantity: Quantity,
 ) -> Result<Received, InventoryError> {
-    let (pool, wait, actor) = (state.pool.clone(), state.config.lock_wait, user.id);
-    web::block(move || service::receive(&pool, wait, actor, product_id, quantity)).await?
+    if product_id < 1 {
+        return Err(InventoryError::InvalidProductId);
+    }
+    let turn = state.turn(LockName::stock(product_id)).await?;
+    let (pool, actor) = (state.pool.clone(), user.id);
+    web::block(move || service::receive(&pool, turn, actor, product_id, quantity)).await?
 }
 
 #[derive(Template)]

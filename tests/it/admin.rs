@@ -1,6 +1,7 @@
 //! The admin's locks screen and force releases: edit locks (rows) and named locks (sessions),
 //! who may use them, and what the audit log says afterwards.
 
+use haita::locking::{LockName, Turn};
 use std::time::Duration;
 
 use diesel::prelude::*;
@@ -8,7 +9,6 @@ use diesel::sql_types::{BigInt, Nullable, Text};
 use haita::auth::Role;
 use haita::edit_locks::service::{self, Policy};
 use haita::edit_locks::{EditLockKey, Owner};
-use haita::locking::LockName;
 use rand::Rng;
 use serde_json::{Value, json};
 
@@ -247,7 +247,7 @@ async fn batch_held_locks_cannot_be_force_released_and_release_all_expired_skips
     let operator = Owner { user_id: root.id, session: "batch:nightly".into() };
     service::acquire(
         &app.db.pool,
-        Duration::from_secs(5),
+        Turn::alone(LockName::edit_lock(&batch_key), Duration::from_secs(5)),
         Duration::from_secs(1),
         &EditLockKey::resource(batch),
         &operator,

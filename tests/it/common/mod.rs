@@ -205,8 +205,14 @@ pub fn create_product(db: &TestDb, sku: &str, price_cents: i64, stock: u32) -> i
             Err(_) => create_user(db, "stock-keeper", Role::Staff).id,
         };
         let quantity = haita::inventory::model::Quantity::parse(i64::from(stock), 100_000).expect("quantity");
-        haita::inventory::service::receive(&db.pool, Duration::from_secs(5), receiver, id, quantity)
-            .expect("receive");
+        haita::inventory::service::receive(
+            &db.pool,
+            haita::locking::Turn::alone(haita::locking::LockName::stock(id), Duration::from_secs(5)),
+            receiver,
+            id,
+            quantity,
+        )
+        .expect("receive");
     }
     id
 }
