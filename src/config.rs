@@ -4,6 +4,7 @@
 //! is present but unparsable stops the program with a message naming the variable, rather than
 //! silently falling back to a default the operator did not choose.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +36,12 @@ pub struct Config {
     /// `innodb_lock_wait_timeout` set on every pooled connection: a stuck row lock becomes a
     /// fast, clean error instead of MySQL's default 50 s hang.
     pub row_lock_wait_secs: u32,
+    /// Password checks that may run at once (`HASHING_SLOTS`, default one per core).
+    pub hashing_slots: usize,
+    /// Login attempts per minute per username (`LOGIN_ATTEMPTS_PER_MINUTE`) and per client
+    /// address (`LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS`); past them, 429 with Retry-After.
+    pub login_attempts_per_username: NonZeroU32,
+    pub login_attempts_per_address: NonZeroU32,
     /// Lifetime of a pessimistic edit lock without heartbeat.
     pub edit_lock_ttl: Duration,
     /// Key that signs and encrypts session cookies; generated (with a warning) when absent.
@@ -83,6 +90,17 @@ impl Config {
                 Err(_) => None,
             },
             cookie_secure: parse("COOKIE_SECURE", defaults.cookie_secure, |_| true)?,
+            hashing_slots: parse("HASHING_SLOTS", defaults.hashing_slots, |v| (1..=256).contains(&v))?,
+            login_attempts_per_username: parse(
+                "LOGIN_ATTEMPTS_PER_MINUTE",
+                defaults.login_attempts_per_username,
+                |_| true,
+            )?,
+            login_attempts_per_address: parse(
+                "LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS",
+                defaults.login_attempts_per_address,
+                |_| true,
+            )?,
             workers: match std::env::var("WORKERS") {
                 Ok(_) => Some(parse("WORKERS", 1usize, |v| (1..=256).contains(&v))?),
                 Err(_) => None,
@@ -104,6 +122,9 @@ impl Config {
             edit_lock_ttl: Duration::from_secs(300),
             session_key: None,
             cookie_secure: false,
+            hashing_slots: std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+            login_attempts_per_username: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN),
+            login_attempts_per_address: NonZeroU32::new(60).unwrap_or(NonZeroU32::MIN),
             workers: None,
         }
     }

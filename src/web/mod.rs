@@ -9,6 +9,7 @@ use actix_session::SessionExt;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload};
 use askama::Template;
 
+use crate::auth::throttle::LoginGate;
 use crate::auth::{AuthError, SessionUser, csrf};
 use crate::config::Config;
 use crate::db::DbPool;
@@ -22,12 +23,19 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// This instance's per-key queues in front of every named lock, and its waiting budget.
     pub locks: Arc<LockQueue>,
+    /// This instance's login throttles and password-hashing slots.
+    pub logins: Arc<LoginGate>,
 }
 
 impl AppState {
     pub fn new(pool: DbPool, config: Config) -> Self {
         let locks = Arc::new(LockQueue::new(config.lock_waiters_max));
-        Self { pool, config: Arc::new(config), locks }
+        let logins = Arc::new(LoginGate::new(
+            config.hashing_slots,
+            config.login_attempts_per_username,
+            config.login_attempts_per_address,
+        ));
+        Self { pool, config: Arc::new(config), locks, logins }
     }
 
     /// Waits in memory for this request's turn at `name` (see [`LockQueue`]), within
