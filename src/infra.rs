@@ -54,6 +54,8 @@ impl Infra {
         match self {
             Self::Database(e) => lost_connection(e),
             Self::Lock(LockError::Failed { source: Some(e), .. }) => lost_connection(e),
+            // r2d2 reports why its last connect failed in the checkout error's text.
+            Self::Pool(e) => mentions_lost_connection(&e.to_string()),
             _ => false,
         }
     }
@@ -96,23 +98,26 @@ impl MayConflict for Infra {
 /// Client errors 2006 / 2013 and their MariaDB wordings, a server shutting down (1053) and a
 /// killed connection (1927). diesel reports all of them as `DatabaseErrorKind::Unknown` (or
 /// `ClosedConnection`), so the server's message is what tells them apart.
+const MARKERS: &[&str] = &[
+    "server has gone away",
+    "lost connection",
+    "can't connect",
+    "connection was killed",
+    "shutdown in progress",
+    "connection refused",
+];
+
 fn lost_connection(error: &DbError) -> bool {
-    const MARKERS: &[&str] = &[
-        "server has gone away",
-        "lost connection",
-        "can't connect",
-        "connection was killed",
-        "shutdown in progress",
-        "connection refused",
-    ];
     match error {
         DbError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => true,
-        DbError::DatabaseError(_, info) => {
-            let message = info.message().to_ascii_lowercase();
-            MARKERS.iter().any(|m| message.contains(m))
-        }
+        DbError::DatabaseError(_, info) => mentions_lost_connection(info.message()),
         _ => false,
     }
+}
+
+fn mentions_lost_connection(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    MARKERS.iter().any(|m| message.contains(m))
 }
 
 /// Gives a feature error with an `Infra(Infra)` variant the `From` conversions of every

@@ -14,3 +14,4 @@ mod edit_locks;
 mod inventory;
 mod locking;
 mod orders;
+mod outage;

@@ -3,6 +3,7 @@
 
 pub mod browser;
 pub mod invariants;
+pub mod own_server;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -30,7 +31,12 @@ pub struct TestDb {
 
 impl TestDb {
     pub fn new() -> Self {
-        let (server_url, _) = db::split_database_url(&base_database_url()).expect("DATABASE_URL");
+        Self::on_server(&base_database_url())
+    }
+
+    /// A database of its own on the server of `base_url` (another server than the tests' usual).
+    pub fn on_server(base_url: &str) -> Self {
+        let (server_url, _) = db::split_database_url(base_url).expect("DATABASE_URL");
         let name = format!("haita_t_{:016x}", rand::rng().random::<u64>());
         let url = match server_url.split_once("/?") {
             Some((head, query)) => format!("{head}/{name}?{query}"),
@@ -39,7 +45,7 @@ impl TestDb {
         db::ensure_database_exists(&url).expect("create test database");
         let pool = db::build_pool(&test_config(&url)).expect("pool");
         db::run_migrations(&pool).expect("migrations");
-        install_lock_introspection(&mut pool.get().expect("connection"));
+        install_lock_introspection(&server_url, &mut pool.get().expect("connection"));
         Self { url, name, server_url, pool }
     }
 
@@ -63,11 +69,13 @@ impl Drop for TestDb {
 
 /// Lets tests list which sessions hold named locks (MariaDB's METADATA_LOCK_INFO plugin; MySQL 8
 /// has performance_schema.metadata_locks built in).
-fn install_lock_introspection(conn: &mut MysqlConnection) {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
+fn install_lock_introspection(server_url: &str, conn: &mut MysqlConnection) {
+    static DONE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut done = DONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !done.iter().any(|s| s == server_url) {
         let _ = conn.batch_execute("INSTALL SONAME 'metadata_lock_info'");
-    });
+        done.push(server_url.to_string());
+    }
 }
 
 pub fn test_config(database_url: &str) -> Config {
@@ -98,7 +106,11 @@ impl TestApp {
     /// `n` independent app instances (each its own pool) sharing one database, as behind a
     /// load balancer.
     pub async fn spawn_instances(n: usize, tweak: impl Fn(&mut Config)) -> Self {
-        let db = TestDb::new();
+        Self::spawn_on(TestDb::new(), n, tweak).await
+    }
+
+    /// `n` instances on the database `db` (for a server the test controls itself).
+    pub async fn spawn_on(db: TestDb, n: usize, tweak: impl Fn(&mut Config)) -> Self {
         let mut addresses = Vec::new();
         for _ in 0..n {
             let mut config = test_config(&db.url);
