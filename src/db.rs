@@ -85,10 +85,16 @@ pub fn ensure_database_exists(url: &str) -> anyhow::Result<()> {
 /// Runs pending migrations under a named lock, so several instances starting together do not
 /// race each other through the same DDL (MySQL DDL is not transactional).
 pub fn run_migrations(pool: &DbPool) -> anyhow::Result<Vec<String>> {
+    run_embedded_migrations(pool, MIGRATIONS)
+}
+
+/// Runs the pending migrations of one embedded set under the migration lock. Several sets may
+/// share a database (the lab has its own): diesel skips the versions a set does not contain.
+pub fn run_embedded_migrations(pool: &DbPool, migrations: EmbeddedMigrations) -> anyhow::Result<Vec<String>> {
     let mut lock = NamedLockGuard::acquire(pool.get()?, LockName::migrations(), Duration::from_secs(120))?;
     let applied = lock
         .conn()
-        .run_pending_migrations(MIGRATIONS)
+        .run_pending_migrations(migrations)
         .map_err(|e| anyhow::anyhow!("migration failed: {e}"))?;
     Ok(applied.iter().map(ToString::to_string).collect())
 }

@@ -8,6 +8,7 @@ mod bookings;
 mod catalog;
 mod cli;
 mod common;
+#[cfg(feature = "lab")]
 mod demo;
 mod edit_locks;
 mod inventory;

@@ -95,7 +95,18 @@ impl TestApp {
     /// `n` independent app instances (each its own pool) sharing one database, as behind a
     /// load balancer.
     pub async fn spawn_instances(n: usize, tweak: impl Fn(&mut Config)) -> Self {
+        Self::spawn_on(TestDb::new(), n, tweak).await
+    }
+
+    /// One instance on a database that also has the lab's demo tables (its own migrations).
+    #[cfg(feature = "lab")]
+    pub async fn spawn_lab() -> Self {
         let db = TestDb::new();
+        haita::lab::prepare(&db.pool).expect("lab migrations");
+        Self::spawn_on(db, 1, |_| {}).await
+    }
+
+    async fn spawn_on(db: TestDb, n: usize, tweak: impl Fn(&mut Config)) -> Self {
         let mut addresses = Vec::new();
         for _ in 0..n {
             let mut config = test_config(&db.url);

@@ -28,8 +28,8 @@ use super::model::{NewDemoRace, NewDemoResource};
 use super::strategies::{Answer, Attempt, Seen, Strategy, lock_name};
 use crate::config::Config;
 use crate::db::{self, DbPool};
+use crate::lab::schema::{demo_races, demo_resources};
 use crate::locking::sql::{holder_of, kill_connection};
-use crate::schema::{demo_races, demo_resources};
 
 pub const MAX_CLIENTS: u32 = 256;
 pub const MAX_ATTEMPTS: u32 = 10_000;

@@ -32,9 +32,9 @@ use crate::bookings::model::BookingDate;
 use crate::bookings::{BookingError, service as bookings};
 use crate::config::Config;
 use crate::db::{self, DbPool};
-use crate::demo::Strategy;
-use crate::demo::race::{create_resource, percentile_ms};
-use crate::demo::strategies::{Answer, Attempt, Seen};
+use crate::lab::demo::Strategy;
+use crate::lab::demo::race::{create_resource, percentile_ms};
+use crate::lab::demo::strategies::{Answer, Attempt, Seen};
 use crate::resources::model::NewResource;
 use crate::schema::resources;
 
@@ -212,7 +212,7 @@ impl Drop for BenchDatabase {
     }
 }
 
-pub fn bookings(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
+pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
     if std::env::var_os("RUST_LOG").is_none() {
         // One access-log line per request would be part of what is measured.
         log::set_max_level(log::LevelFilter::Warn);
@@ -257,6 +257,7 @@ pub fn bookings(config: &Config, options: &BookingsBench) -> anyhow::Result<()> 
         ..config.clone()
     };
     let app_pool = crate::prepare_database(&bench_config)?;
+    crate::lab::prepare(&app_pool)?;
     let raw_pool = db::build_pool(&bench_config)?;
     let users = create_users(&app_pool, most_clients)?;
 

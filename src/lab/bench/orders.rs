@@ -15,11 +15,11 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Text, Unsigned};
 use rand::Rng;
 
-use super::model::Cart;
-use super::service;
 use crate::config::Config;
 use crate::db::{self, DbPool};
 use crate::locking::retry::RetryPolicy;
+use crate::orders::model::Cart;
+use crate::orders::service;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {

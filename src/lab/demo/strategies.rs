@@ -23,9 +23,9 @@ use super::DemoError;
 use super::model::{DemoResource, NewDemoBooking, bookings_on};
 use crate::db::DbPool;
 use crate::infra::Infra;
+use crate::lab::schema::{demo_bookings, demo_resources};
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
 use crate::locking::{LockName, NamedLockGuard};
-use crate::schema::{demo_bookings, demo_resources};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
