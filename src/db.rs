@@ -82,6 +82,40 @@ pub fn ensure_database_exists(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A database of its own on the server of another URL, created with a random name and dropped
+/// when the value is dropped: what a test or a benchmark works in, so that it never touches the
+/// database it was pointed at. Created empty; the caller migrates it.
+pub struct ScratchDatabase {
+    /// The scratch database's URL (the base URL's server, user and options).
+    pub url: String,
+    pub name: String,
+    server_url: String,
+}
+
+impl ScratchDatabase {
+    /// `CREATE DATABASE <prefix><16 hex digits>` next to the one in `base_url`.
+    pub fn create(base_url: &str, prefix: &str) -> anyhow::Result<Self> {
+        use rand::Rng;
+        let (server_url, _) = split_database_url(base_url)?;
+        let name = format!("{prefix}{:016x}", rand::rng().random::<u64>());
+        let url = match server_url.split_once("/?") {
+            Some((head, query)) => format!("{head}/{name}?{query}"),
+            None => format!("{server_url}{name}"),
+        };
+        ensure_database_exists(&url)?;
+        Ok(Self { url, name, server_url })
+    }
+}
+
+impl Drop for ScratchDatabase {
+    /// Best effort: a server that is gone by now cannot be told anything.
+    fn drop(&mut self) {
+        if let Ok(mut conn) = MysqlConnection::establish(&self.server_url) {
+            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
+        }
+    }
+}
+
 /// Runs pending migrations under a named lock, so several instances starting together do not
 /// race each other through the same DDL (MySQL DDL is not transactional).
 pub fn run_migrations(pool: &DbPool) -> anyhow::Result<Vec<String>> {

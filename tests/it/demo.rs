@@ -324,7 +324,8 @@ async fn the_bench_measures_app_and_raw_and_drops_its_database() {
         n: i64,
     }
     let left: Exists = diesel::sql_query(
-        "SELECT COUNT(*) AS n FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = CONCAT(DATABASE(), '_bench')",
+        "SELECT COUNT(*) AS n FROM information_schema.SCHEMATA \
+         WHERE LOCATE(CONCAT(DATABASE(), '_bench_'), SCHEMA_NAME) = 1",
     )
     .get_result(&mut app.db.raw_connection())
     .expect("schemata");

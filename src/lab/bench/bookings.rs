@@ -14,7 +14,8 @@
 //! new day (resource `i / 360`, day `i % 360`), so only `parent-row-lock`, which locks the whole
 //! resource, still queues. Throughput counts answered attempts (booked or refused) per second.
 //!
-//! Everything happens in a database of its own, `<DATABASE_URL's name>_bench`, dropped at the end.
+//! Everything happens in a database of its own, `<DATABASE_URL's name>_bench_<random>`, dropped at
+//! the end.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::NaiveDate;
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use rand::RngCore;
 
@@ -31,7 +31,7 @@ use crate::auth::service::{UserSpec, create_user};
 use crate::bookings::model::BookingDate;
 use crate::bookings::{BookingError, service as bookings};
 use crate::config::Config;
-use crate::db::{self, DbPool};
+use crate::db::{self, DbPool, ScratchDatabase};
 use crate::lab::demo::Strategy;
 use crate::lab::demo::race::{create_resource, percentile_ms};
 use crate::lab::demo::strategies::{Answer, Attempt, Seen};
@@ -198,20 +198,6 @@ impl CpuClock {
     }
 }
 
-/// Drops the bench database however the bench ends.
-struct BenchDatabase {
-    server_url: String,
-    name: String,
-}
-
-impl Drop for BenchDatabase {
-    fn drop(&mut self) {
-        if let Ok(mut conn) = MysqlConnection::establish(&self.server_url) {
-            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
-        }
-    }
-}
-
 pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
     if std::env::var_os("RUST_LOG").is_none() {
         // One access-log line per request would be part of what is measured.
@@ -241,17 +227,14 @@ pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
     let most_clients = options.clients.iter().copied().max().unwrap_or(1);
     let window = Duration::from_secs(options.seconds.clamp(1, 60));
 
-    let (server_url, name) = db::split_database_url(&config.database_url)?;
-    let bench_name = format!("{name}_bench");
-    let bench_url = match server_url.split_once("/?") {
-        Some((head, query)) => format!("{head}/{bench_name}?{query}"),
-        None => format!("{server_url}{bench_name}"),
-    };
-    let _dropped_at_end = BenchDatabase { server_url, name: bench_name.clone() };
+    let (_, name) = db::split_database_url(&config.database_url)?;
+    // Dropped however the bench ends.
+    let scratch = ScratchDatabase::create(&config.database_url, &format!("{name}_bench_"))?;
+    let bench_name = scratch.name.clone();
     let mut session_key = vec![0u8; 64];
     rand::rng().fill_bytes(&mut session_key);
     let bench_config = Config {
-        database_url: bench_url,
+        database_url: scratch.url.clone(),
         bind: "127.0.0.1:0".into(),
         session_key: Some(session_key),
         ..config.clone()

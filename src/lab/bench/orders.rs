@@ -16,7 +16,7 @@ use diesel::sql_types::{BigInt, Integer, Text, Unsigned};
 use rand::Rng;
 
 use crate::config::Config;
-use crate::db::{self, DbPool};
+use crate::db::{self, DbPool, ScratchDatabase};
 use crate::locking::retry::RetryPolicy;
 use crate::orders::model::Cart;
 use crate::orders::service;
@@ -43,18 +43,12 @@ pub struct Measured {
 const SPREAD_PRODUCTS: i64 = 64;
 const STOCK: u32 = 900_000_000;
 
-/// Runs the four measurements on a scratch database next to the one in `database_url`, which is
-/// dropped afterwards.
+/// Runs the four measurements on a scratch database next to the one in `database_url`
+/// (`<its name>_bench_<random>`), which is dropped afterwards.
 pub fn run(database_url: &str, clients: usize, seconds: u64) -> anyhow::Result<Vec<Measured>> {
-    let (server, _) = db::split_database_url(database_url)?;
-    let name = format!("haita_bench_{:08x}", rand::rng().random::<u32>());
-    let url = match server.split_once("/?") {
-        Some((head, query)) => format!("{head}/{name}?{query}"),
-        None => format!("{server}{name}"),
-    };
-    let scratch = ScratchDatabase { server: server.clone(), name };
-    db::ensure_database_exists(&url)?;
-    let config = Config { pool_size: u32::try_from(clients + 2)?, ..Config::for_database(&url) };
+    let (_, name) = db::split_database_url(database_url)?;
+    let scratch = ScratchDatabase::create(database_url, &format!("{name}_bench_"))?;
+    let config = Config { pool_size: u32::try_from(clients + 2)?, ..Config::for_database(&scratch.url) };
     let pool = db::build_pool(&config)?;
     db::run_migrations(&pool)?;
     let (user_id, hot, spread) = prepare(&mut *pool.get()?)?;
@@ -85,19 +79,6 @@ struct Status {
 fn statements_prepared(conn: &mut MysqlConnection) -> anyhow::Result<u64> {
     let status: Status = diesel::sql_query("SHOW GLOBAL STATUS LIKE 'Com_stmt_prepare'").get_result(conn)?;
     Ok(status.value.parse()?)
-}
-
-struct ScratchDatabase {
-    server: String,
-    name: String,
-}
-
-impl Drop for ScratchDatabase {
-    fn drop(&mut self) {
-        if let Ok(mut conn) = MysqlConnection::establish(&self.server) {
-            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
-        }
-    }
 }
 
 /// A buyer, one hot product and 64 spread products, all with plenty of stock (and the ledger
