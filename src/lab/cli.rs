@@ -72,7 +72,7 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
             super::prepare(&pool)?;
             let names: Vec<&str> = strategy.iter().map(String::as_str).collect();
             let spec = super::demo::RaceSpec::parse(&names, clients, attempts, pause_ms)?;
-            let report = super::demo::race::run(&pool, &config, &spec, "cli")?;
+            let report = super::demo::run_race(&pool, &config, &spec, "cli")?;
             print!("{}", report.table());
             Ok(())
         }

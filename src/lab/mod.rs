@@ -13,6 +13,7 @@ pub mod cli;
 pub mod demo;
 pub mod schema;
 pub mod seed;
+pub mod stats;
 
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 

@@ -238,7 +238,7 @@ async fn one_booking_endpoint_serves_the_correct_strategies_and_refuses_the_unsa
     let client = logged_in(&app, "bencher").await;
     let day = "2300-01-01";
     for strategy in ["named-lock", "parent-row-lock", "unique-slot", "serializable"] {
-        let resource = haita::lab::demo::race::create_resource(
+        let resource = haita::lab::demo::create_resource(
             &mut app.db.conn(),
             Strategy::parse(strategy).expect("known"),
             1,

@@ -32,9 +32,8 @@ use crate::bookings::model::BookingDate;
 use crate::bookings::{BookingError, service as bookings};
 use crate::config::Config;
 use crate::db::{self, DbPool, ScratchDatabase};
-use crate::lab::demo::Strategy;
-use crate::lab::demo::race::{create_resource, percentile_ms};
-use crate::lab::demo::strategies::{Answer, Attempt, Seen};
+use crate::lab::demo::{Answer, Attempt, Seen, Strategy, create_resource};
+use crate::lab::stats::percentile_ms;
 use crate::resources::model::NewResource;
 use crate::schema::resources;
 

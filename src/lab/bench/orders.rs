@@ -17,6 +17,7 @@ use rand::Rng;
 
 use crate::config::Config;
 use crate::db::{self, DbPool, ScratchDatabase};
+use crate::lab::stats::percentile_ms;
 use crate::locking::retry::RetryPolicy;
 use crate::orders::model::Cart;
 use crate::orders::service;
@@ -34,8 +35,8 @@ pub struct Measured {
     pub orders: usize,
     pub failed: usize,
     pub per_second: f64,
-    pub p50: Duration,
-    pub p99: Duration,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
     /// Statements the server prepared per order (server-wide counter: run on a quiet server).
     pub prepares_per_order: f64,
 }
@@ -157,17 +158,14 @@ fn measure(
         }
     }
     latencies.sort_unstable();
-    let at = |q: f64| {
-        latencies.get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
-    };
     Measured {
         workload,
         path,
         orders: latencies.len(),
         failed,
         per_second: latencies.len() as f64 / duration.as_secs_f64(),
-        p50: at(0.50).copied().unwrap_or_default(),
-        p99: at(0.99).copied().unwrap_or_default(),
+        p50_ms: percentile_ms(&latencies, 50.0),
+        p99_ms: percentile_ms(&latencies, 99.0),
         prepares_per_order: 0.0,
     }
 }
@@ -261,8 +259,8 @@ pub fn report(results: &[Measured], clients: usize) -> String {
             m.workload,
             if m.path == Path::App { "app" } else { "raw" },
             m.per_second,
-            m.p50.as_secs_f64() * 1000.0,
-            m.p99.as_secs_f64() * 1000.0,
+            m.p50_ms,
+            m.p99_ms,
             m.failed,
             m.prepares_per_order,
             ratio

@@ -14,15 +14,17 @@
 //! `strategies.rs` holds the six, one function each; `race.rs` runs many clients at once and
 //! counts the damage *in the database*; `routes.rs` serves `/demo` and `/api/v1/demo/…`.
 
-pub mod model;
-pub mod race;
+mod model;
+mod race;
 pub mod routes;
-pub mod strategies;
+mod strategies;
 
 use actix_web::http::StatusCode;
 
-pub use race::{RaceReport, RaceSpec, StrategyResult};
-pub use strategies::Strategy;
+// What the rest of the lab (the CLI, `bench bookings`) and the tests may use; the rest is the
+// demo's own.
+pub use race::{RaceReport, RaceSpec, StrategyResult, create_resource, run as run_race};
+pub use strategies::{Answer, Attempt, Seen, Strategy};
 
 use crate::infra::{Infra, infra_error};
 use crate::web::error::{AsProblem, Problem};

@@ -29,6 +29,7 @@ use super::strategies::{Answer, Attempt, Seen, Strategy, lock_name};
 use crate::config::Config;
 use crate::db::{self, DbPool};
 use crate::lab::schema::{demo_races, demo_resources};
+use crate::lab::stats::percentile_ms;
 use crate::locking::sql::{holder_of, kill_connection};
 
 pub const MAX_CLIENTS: u32 = 256;
@@ -361,6 +362,7 @@ pub fn load(conn: &mut MysqlConnection, id: Option<i64>) -> Result<Option<RaceRe
 }
 
 /// A fresh demo resource: a parent row for `parent-row-lock`, and a key no earlier run used.
+/// `bench bookings` books such throwaway resources too.
 pub fn create_resource(
     conn: &mut MysqlConnection,
     strategy: Strategy,
@@ -629,15 +631,6 @@ fn count_damage(conn: &mut MysqlConnection, resource_id: i64) -> Result<Damage, 
     Ok(Damage { confirmed: row.confirmed, beyond: row.beyond, days: row.days })
 }
 
-/// Nearest-rank percentile of sorted latencies, in milliseconds.
-pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,14 +652,5 @@ mod tests {
         assert!(RaceSpec::parse(&[], None, None, None).is_err());
         let twice = RaceSpec::parse(&["no-lock", "all"], None, None, None).expect("dedup");
         assert_eq!(twice.strategies.len(), 6);
-    }
-
-    #[test]
-    fn percentiles_use_the_nearest_rank() {
-        let ms: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(percentile_ms(&ms, 50.0), 50.0);
-        assert_eq!(percentile_ms(&ms, 99.0), 99.0);
-        assert_eq!(percentile_ms(&ms[..1], 99.0), 1.0);
-        assert_eq!(percentile_ms(&[], 50.0), 0.0);
     }
 }
