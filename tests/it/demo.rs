@@ -82,7 +82,12 @@ async fn no_lock_with_32_clients_double_books() {
     );
     assert_eq!(result["double_bookings"].as_i64(), Some(beyond), "the report counts what the database holds");
     assert_eq!(result["confirmed"].as_i64(), Some(booked(&app, resource)));
-    assert!(result["verdict"].as_str().is_some_and(|v| v.contains("article 002")), "{result}");
+    assert!(
+        result["verdict"]
+            .as_str()
+            .is_some_and(|v| v.contains("check-then-insert race (docs/named-lock-check-then-insert.md)")),
+        "{result}"
+    );
     assert_eq!(real_reservations(&app), 0, "the demo never writes real bookings");
 }
 
@@ -221,7 +226,7 @@ async fn the_page_runs_a_race_from_its_form_and_shows_table_chart_and_verdicts()
 
     let page = browser.get(&location).await.text().await.expect("page");
     assert!(page.contains("<svg") && page.contains("Double bookings"));
-    assert!(page.contains("article 002"), "the verdict names the pitfall");
+    assert!(page.contains("docs/named-lock-check-then-insert.md"), "the verdict names the pitfall");
     let anonymous = app.client(0).get("/demo").await.text().await.expect("page");
     assert!(anonymous.contains("id=\"results\""), "the latest race is shown to anyone");
 

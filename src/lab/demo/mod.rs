@@ -3,9 +3,9 @@
 //! Every strategy books one throwaway resource of capacity 1 (`demo_resources`, a fresh row per
 //! run) into `demo_bookings`, never the real `reservations`: two of them are wrong on purpose.
 //!
-//! - `no-lock` is the bug of background article 002: "check there is no booking, then insert",
-//!   milliseconds apart, and both requests insert. A transaction alone does not help.
-//! - `named-lock-pool-pitfall` is the bug of background article 000: GET_LOCK and RELEASE_LOCK on
+//! - `no-lock` is the bug of docs/named-lock-check-then-insert.md: "check there is no booking,
+//!   then insert", milliseconds apart, and both requests insert. A transaction alone does not help.
+//! - `named-lock-pool-pitfall` is the bug of docs/named-lock-guard.md: GET_LOCK and RELEASE_LOCK on
 //!   whatever pooled connection comes next. Locks leak, and a request that happens to get the
 //!   holder's session walks straight through the lock.
 //! - `named-lock` is the app's booking path (`src/bookings/service.rs`), `parent-row-lock`,
