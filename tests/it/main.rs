@@ -12,5 +12,6 @@ mod common;
 mod demo;
 mod edit_locks;
 mod inventory;
+mod lab_apart;
 mod locking;
 mod orders;
