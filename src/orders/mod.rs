@@ -7,7 +7,6 @@
 //! lines came in. A deadlock or lock wait timeout that still happens (a row locked by something
 //! else, say) reruns the whole transaction, at most three times (`crate::locking::retry`).
 
-pub mod bench;
 pub mod model;
 pub mod routes;
 pub mod service;

@@ -8,8 +8,10 @@ mod bookings;
 mod catalog;
 mod cli;
 mod common;
+#[cfg(feature = "lab")]
 mod demo;
 mod edit_locks;
 mod inventory;
+mod lab_apart;
 mod locking;
 mod orders;

@@ -11,7 +11,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use haita::auth::Role;
 use haita::config::Config;
-use haita::db::{self, DbPool};
+use haita::db::{self, DbPool, ScratchDatabase};
 use rand::Rng;
 use serde_json::Value;
 
@@ -24,23 +24,19 @@ pub fn base_database_url() -> String {
 pub struct TestDb {
     pub url: String,
     pub name: String,
-    server_url: String,
     pub pool: DbPool,
+    /// Declared after the pool, so the pool's connections close before the database is dropped.
+    _scratch: ScratchDatabase,
 }
 
 impl TestDb {
     pub fn new() -> Self {
-        let (server_url, _) = db::split_database_url(&base_database_url()).expect("DATABASE_URL");
-        let name = format!("haita_t_{:016x}", rand::rng().random::<u64>());
-        let url = match server_url.split_once("/?") {
-            Some((head, query)) => format!("{head}/{name}?{query}"),
-            None => format!("{server_url}{name}"),
-        };
-        db::ensure_database_exists(&url).expect("create test database");
-        let pool = db::build_pool(&test_config(&url)).expect("pool");
+        let scratch =
+            ScratchDatabase::create(&base_database_url(), "haita_t_").expect("create test database");
+        let pool = db::build_pool(&test_config(&scratch.url)).expect("pool");
         db::run_migrations(&pool).expect("migrations");
         install_lock_introspection(&mut pool.get().expect("connection"));
-        Self { url, name, server_url, pool }
+        Self { url: scratch.url.clone(), name: scratch.name.clone(), pool, _scratch: scratch }
     }
 
     pub fn conn(&self) -> db::PooledConn {
@@ -50,14 +46,6 @@ impl TestDb {
     /// A connection outside any pool: a second, independent session.
     pub fn raw_connection(&self) -> MysqlConnection {
         MysqlConnection::establish(&self.url).expect("raw connection")
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if let Ok(mut conn) = MysqlConnection::establish(&self.server_url) {
-            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
-        }
     }
 }
 
@@ -95,7 +83,18 @@ impl TestApp {
     /// `n` independent app instances (each its own pool) sharing one database, as behind a
     /// load balancer.
     pub async fn spawn_instances(n: usize, tweak: impl Fn(&mut Config)) -> Self {
+        Self::spawn_on(TestDb::new(), n, tweak).await
+    }
+
+    /// One instance on a database that also has the lab's demo tables (its own migrations).
+    #[cfg(feature = "lab")]
+    pub async fn spawn_lab() -> Self {
         let db = TestDb::new();
+        haita::lab::prepare(&db.pool).expect("lab migrations");
+        Self::spawn_on(db, 1, |_| {}).await
+    }
+
+    async fn spawn_on(db: TestDb, n: usize, tweak: impl Fn(&mut Config)) -> Self {
         let mut addresses = Vec::new();
         for _ in 0..n {
             let mut config = test_config(&db.url);
