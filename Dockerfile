@@ -1,11 +1,12 @@
-# The app image used by docker-compose.yml. Templates, CSS and migrations are compiled into the
-# binary, so the runtime image needs only the MariaDB client library.
+# The app image used by docker-compose.yml, the demo setup: built with the lab (the demo, the
+# benches, the demo data that `serve --seed` creates). Templates, CSS and migrations are compiled
+# into the binary, so the runtime image needs only the MariaDB client library.
 FROM rust:1-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends libmariadb-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked
+RUN cargo build --release --locked --features lab
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends libmariadb3 ca-certificates \

@@ -1,4 +1,5 @@
-//! `haita serve | migrate | seed | user create | demo race | bench bookings`.
+//! `haita serve | migrate | user create`, and with the `lab` feature also `seed`, `demo race`,
+//! `bench bookings | orders` (see `lab::cli`).
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -24,61 +25,20 @@ enum Command {
     /// Apply migrations and serve HTTP on BIND (default 127.0.0.1:8080).
     Serve {
         /// Also create the demo users, resources and products (idempotent).
+        #[cfg(feature = "lab")]
         #[arg(long)]
         seed: bool,
     },
     /// Create the database if needed and apply pending migrations.
     Migrate,
-    /// Create the demo users and data (idempotent).
-    Seed,
     /// Manage users.
     User {
         #[command(subcommand)]
         command: UserCommand,
     },
-    /// The double-booking demo, from a terminal.
-    Demo {
-        #[command(subcommand)]
-        command: DemoCommand,
-    },
-    /// Measure a locking path against the same SQL issued by hand, in the same process (each
-    /// bench uses a scratch database on the server of DATABASE_URL and drops it afterwards).
-    Bench {
-        #[command(subcommand)]
-        which: BenchCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum DemoCommand {
-    /// Race many clients for one place per day and print what each strategy let through (the
-    /// table of /demo; the race is stored and shown there too).
-    Race {
-        /// A strategy name, or all. Repeat or separate with commas to pick several.
-        #[arg(long, value_delimiter = ',', default_value = "all")]
-        strategy: Vec<String>,
-        #[arg(long)]
-        clients: Option<u32>,
-        #[arg(long)]
-        attempts: Option<u32>,
-        /// Milliseconds between "the day is free" and the insert.
-        #[arg(long)]
-        pause_ms: Option<u32>,
-    },
-}
-
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Booking throughput and p50/p99, hot key and spread keys, at several client counts, for
-    /// each correct strategy: through HTTP and as raw SQL from the same process.
-    Bookings(crate::bench::BookingsBench),
-    /// Orders per second, hot product vs spread products, service vs raw SQL.
-    Orders {
-        #[arg(long, default_value_t = 16)]
-        clients: usize,
-        #[arg(long, default_value_t = 5)]
-        seconds: u64,
-    },
+    #[cfg(feature = "lab")]
+    #[command(flatten)]
+    Lab(crate::lab::cli::LabCommand),
 }
 
 #[derive(Subcommand)]
@@ -109,26 +69,19 @@ pub fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::from_env()?;
-    // The benches work in databases of their own and leave DATABASE_URL's untouched.
-    match &cli.command {
-        Command::Bench { which: BenchCommand::Bookings(options) } => {
-            return crate::bench::bookings(&config, options);
-        }
-        Command::Bench { which: BenchCommand::Orders { clients, seconds } } => {
-            anyhow::ensure!((1..=256).contains(clients), "--clients must be between 1 and 256");
-            let results = crate::orders::bench::run(&config.database_url, *clients, *seconds)?;
-            print!("{}", crate::orders::bench::report(&results, *clients));
-            return Ok(());
-        }
-        _ => {}
-    }
-    let pool = crate::prepare_database(&config)?;
     match cli.command {
-        Command::Migrate | Command::Bench { .. } => Ok(()),
-        Command::Seed => crate::seed::run(&pool),
-        Command::Serve { seed } => {
-            if seed {
-                crate::seed::run(&pool)?;
+        Command::Migrate => crate::prepare_database(&config).map(drop),
+        Command::Serve {
+            #[cfg(feature = "lab")]
+            seed,
+        } => {
+            let pool = crate::prepare_database(&config)?;
+            #[cfg(feature = "lab")]
+            {
+                crate::lab::prepare(&pool)?;
+                if seed {
+                    crate::lab::seed::run(&pool)?;
+                }
             }
             let bind = config.bind.clone();
             actix_web::rt::System::new().block_on(async move {
@@ -138,14 +91,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             })
         }
-        Command::Demo { command: DemoCommand::Race { strategy, clients, attempts, pause_ms } } => {
-            let names: Vec<&str> = strategy.iter().map(String::as_str).collect();
-            let spec = crate::demo::RaceSpec::parse(&names, clients, attempts, pause_ms)?;
-            let report = crate::demo::race::run(&pool, &config, &spec, "cli")?;
-            print!("{}", report.table());
-            Ok(())
-        }
         Command::User { command: UserCommand::Create { username, role, display_name } } => {
+            let pool = crate::prepare_database(&config)?;
             let mut password = String::new();
             std::io::stdin().read_to_string(&mut password)?;
             let password = password.lines().next().unwrap_or_default();
@@ -162,5 +109,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("created user {} (id {}, role {})", user.username, user.id, user.role);
             Ok(())
         }
+        #[cfg(feature = "lab")]
+        Command::Lab(command) => crate::lab::cli::run(command, config),
     }
 }

@@ -171,13 +171,53 @@ pub fn ensure_database_exists(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A database of its own on the server of another URL, created with a random name and dropped
+/// when the value is dropped: what a test or a benchmark works in, so that it never touches the
+/// database it was pointed at. Created empty; the caller migrates it.
+pub struct ScratchDatabase {
+    /// The scratch database's URL (the base URL's server, user and options).
+    pub url: String,
+    pub name: String,
+    server_url: String,
+}
+
+impl ScratchDatabase {
+    /// `CREATE DATABASE <prefix><16 hex digits>` next to the one in `base_url`.
+    pub fn create(base_url: &str, prefix: &str) -> anyhow::Result<Self> {
+        use rand::Rng;
+        let (server_url, _) = split_database_url(base_url)?;
+        let name = format!("{prefix}{:016x}", rand::rng().random::<u64>());
+        let url = match server_url.split_once("/?") {
+            Some((head, query)) => format!("{head}/{name}?{query}"),
+            None => format!("{server_url}{name}"),
+        };
+        ensure_database_exists(&url)?;
+        Ok(Self { url, name, server_url })
+    }
+}
+
+impl Drop for ScratchDatabase {
+    /// Best effort: a server that is gone by now cannot be told anything.
+    fn drop(&mut self) {
+        if let Ok(mut conn) = MysqlConnection::establish(&self.server_url) {
+            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
+        }
+    }
+}
+
 /// Runs pending migrations under a named lock, so several instances starting together do not
 /// race each other through the same DDL (MySQL DDL is not transactional).
 pub fn run_migrations(pool: &DbPool) -> anyhow::Result<Vec<String>> {
+    run_embedded_migrations(pool, MIGRATIONS)
+}
+
+/// Runs the pending migrations of one embedded set under the migration lock. Several sets may
+/// share a database (the lab has its own): diesel skips the versions a set does not contain.
+pub fn run_embedded_migrations(pool: &DbPool, migrations: EmbeddedMigrations) -> anyhow::Result<Vec<String>> {
     let mut lock = NamedLockGuard::acquire(pool.get()?, LockName::migrations(), Duration::from_secs(120))?;
     let applied = lock
         .conn()
-        .run_pending_migrations(MIGRATIONS)
+        .run_pending_migrations(migrations)
         .map_err(|e| anyhow::anyhow!("migration failed: {e}"))?;
     Ok(applied.iter().map(ToString::to_string).collect())
 }

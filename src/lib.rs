@@ -2,28 +2,28 @@
 //! MySQL/MariaDB, how to stop double bookings, overselling and lost updates.
 //!
 //! Start reading at `bookings/` (named locks) and `locking/` (the primitives). The app is built
-//! here, in the library, so the tests start exactly the server the binary runs.
+//! here, in the library, so the tests start exactly the server the binary runs. The demo, the
+//! benchmarks and the demo data are the lab (`lab/`), compiled only with the `lab` feature.
 
 pub mod admin;
 pub mod audit;
 pub mod auth;
-pub mod bench;
 pub mod bookings;
 pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod db;
-pub mod demo;
 pub mod edit_locks;
 pub mod infra;
 pub mod inventory;
+#[cfg(feature = "lab")]
+pub mod lab;
 pub mod locking;
 pub mod metrics;
 pub mod openapi;
 pub mod orders;
 pub mod resources;
 pub mod schema;
-pub mod seed;
 pub mod web;
 
 use std::net::TcpListener;
@@ -39,6 +39,9 @@ use askama::Template;
 use crate::config::Config;
 use crate::db::DbPool;
 use crate::web::{AppState, PageContext, error};
+
+/// Whether this build has the lab (demo, benchmarks, demo data): pages link to `/demo` only then.
+pub const LAB: bool = cfg!(feature = "lab");
 
 /// Creates the database if needed, connects, checks the server can be trusted with named
 /// locks, and applies pending migrations.
@@ -79,13 +82,14 @@ impl Application {
         let workers = config.workers;
         let state = aweb::Data::new(AppState::new(pool, config));
         // One per instance, shared by its workers: at most one demo race at a time.
-        let race_slot = aweb::Data::new(demo::routes::RaceSlot::default());
+        #[cfg(feature = "lab")]
+        let race_slot = aweb::Data::new(lab::demo::routes::RaceSlot::default());
         let cookie_secure = state.config.cookie_secure;
         let server = HttpServer::new(move || {
-            App::new()
-                .app_data(state.clone())
-                .app_data(race_slot.clone())
-                .app_data(error::json_config())
+            let app = App::new().app_data(state.clone());
+            #[cfg(feature = "lab")]
+            let app = app.app_data(race_slot.clone());
+            app.app_data(error::json_config())
                 .app_data(error::path_config())
                 .app_data(error::query_config())
                 .app_data(aweb::PayloadConfig::new(error::BODY_LIMIT))
@@ -145,8 +149,9 @@ fn routes(cfg: &mut aweb::ServiceConfig) {
         .configure(admin::routes::configure)
         .configure(catalog::routes::configure)
         .configure(orders::routes::configure)
-        .configure(inventory::routes::configure)
-        .configure(demo::routes::configure);
+        .configure(inventory::routes::configure);
+    #[cfg(feature = "lab")]
+    cfg.configure(lab::demo::routes::configure);
 }
 
 #[derive(Template)]

@@ -1,7 +1,8 @@
 //! The OpenAPI document of the JSON API, served at `/api/v1/openapi.json`.
 //!
 //! Each feature describes its endpoints next to their handlers (`#[utoipa::path]` in its
-//! `routes.rs`, collected in that module's `Api`); this module only merges them.
+//! `routes.rs`, collected in that module's `Api`); this module only merges them. The lab's demo
+//! endpoints are in it only when the `lab` feature is on.
 
 use std::sync::LazyLock;
 
@@ -23,8 +24,7 @@ use utoipa::OpenApi;
         (name = "orders", description = "Orders: SELECT … FOR UPDATE in product-id order, retried on deadlock"),
         (name = "stock", description = "Receipts: increase-or-insert under a per-product named lock"),
         (name = "resources", description = "Resources, edited under pessimistic edit locks"),
-        (name = "admin", description = "Lock administration and the audit log (admin role)"),
-        (name = "demo", description = "The double-booking race, strategy by strategy")
+        (name = "admin", description = "Lock administration and the audit log (admin role)")
     )
 )]
 struct Document;
@@ -40,10 +40,11 @@ pub static JSON: LazyLock<String> = LazyLock::new(|| {
         crate::inventory::routes::Api::openapi(),
         crate::resources::routes::Api::openapi(),
         crate::admin::routes::Api::openapi(),
-        crate::demo::routes::Api::openapi(),
     ] {
         document.merge(part);
     }
+    #[cfg(feature = "lab")]
+    document.merge(crate::lab::demo::routes::Api::openapi());
     document.to_pretty_json().unwrap_or_else(|e| {
         log::error!("rendering the OpenAPI document failed: {e}");
         "{}".into()

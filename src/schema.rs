@@ -15,37 +15,6 @@ diesel::table! {
 }
 
 diesel::table! {
-    demo_bookings (id) {
-        id -> Bigint,
-        demo_resource_id -> Bigint,
-        day -> Date,
-        client -> Integer,
-        slot -> Nullable<Integer>,
-        created_at -> Datetime,
-    }
-}
-
-diesel::table! {
-    demo_races (id) {
-        id -> Bigint,
-        #[max_length = 64]
-        started_by -> Varchar,
-        report -> Mediumtext,
-        created_at -> Datetime,
-    }
-}
-
-diesel::table! {
-    demo_resources (id) {
-        id -> Bigint,
-        #[max_length = 32]
-        strategy -> Varchar,
-        capacity -> Integer,
-        created_at -> Datetime,
-    }
-}
-
-diesel::table! {
     edit_locks (lock_key) {
         #[max_length = 64]
         lock_key -> Varchar,
@@ -154,7 +123,6 @@ diesel::table! {
 }
 
 diesel::joinable!(audit_events -> users (actor_user_id));
-diesel::joinable!(demo_bookings -> demo_resources (demo_resource_id));
 diesel::joinable!(edit_locks -> users (owner_user_id));
 diesel::joinable!(order_lines -> orders (order_id));
 diesel::joinable!(order_lines -> products (product_id));
@@ -169,9 +137,6 @@ diesel::joinable!(stock_movements -> users (actor_user_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
-    demo_bookings,
-    demo_races,
-    demo_resources,
     edit_locks,
     order_lines,
     orders,

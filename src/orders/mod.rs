@@ -8,7 +8,6 @@
 //! reruns the whole transaction, at most three times; a row lock wait timeout answers 503 busy
 //! at once (`crate::locking::retry`).
 
-pub mod bench;
 pub mod model;
 pub mod routes;
 pub mod service;

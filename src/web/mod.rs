@@ -59,6 +59,11 @@ impl PageContext {
     pub fn is_admin(&self) -> bool {
         self.user.as_ref().is_some_and(|u| u.role.includes(crate::auth::Role::Admin))
     }
+
+    /// Whether pages may link to the lab's `/demo` (see [`crate::LAB`]).
+    pub fn lab(&self) -> bool {
+        crate::LAB
+    }
 }
 
 impl FromRequest for PageContext {

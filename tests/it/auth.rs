@@ -77,18 +77,19 @@ async fn the_login_form_needs_its_csrf_token_and_only_redirects_within_the_site(
     assert_eq!(browser.get("/api/v1/session").await.status(), 401);
 }
 
+#[cfg(feature = "lab")]
 #[actix_web::test]
 async fn demo_accounts_are_listed_on_the_login_page_only_when_seeded() {
     let app = TestApp::spawn().await;
     let before = app.client(0).get("/login").await.text().await.expect("page");
     assert!(!before.contains("Demo accounts"));
 
-    haita::seed::run(&app.db.pool).expect("seed");
-    haita::seed::run(&app.db.pool).expect("seed is idempotent");
+    haita::lab::seed::run(&app.db.pool).expect("seed");
+    haita::lab::seed::run(&app.db.pool).expect("seed is idempotent");
     let after = app.client(0).get("/login").await.text().await.expect("page");
     assert!(after.contains("Demo accounts") && after.contains("alice-demo"));
 
-    for (username, _, password, role) in haita::seed::DEMO_USERS {
+    for (username, _, password, role) in haita::lab::seed::DEMO_USERS {
         let client = app.client(0);
         let response =
             client.post_json("/api/v1/session", &json!({"username": username, "password": password})).await;
@@ -145,6 +146,9 @@ async fn the_openapi_document_describes_every_json_endpoint() {
         ("/api/v1/admin/named-locks/{name}", "get"),
         ("/api/v1/admin/named-locks/{name}", "delete"),
         ("/api/v1/admin/audit", "get"),
+    ];
+    // The lab's endpoints are documented exactly when they are served.
+    let lab = [
         ("/api/v1/demo/races", "post"),
         ("/api/v1/demo/races/{id}", "get"),
         ("/api/v1/demo/bookings", "post"),
@@ -152,6 +156,15 @@ async fn the_openapi_document_describes_every_json_endpoint() {
     for (path, method) in expected {
         assert!(document["paths"][path][method].is_object(), "{method} {path} is not documented");
     }
+    for (path, method) in lab {
+        assert_eq!(
+            document["paths"][path][method].is_object(),
+            haita::LAB,
+            "{method} {path} is documented if and only if the lab is built in"
+        );
+    }
+    let demo_tag = document["tags"].as_array().expect("tags").iter().any(|t| t["name"] == "demo");
+    assert_eq!(demo_tag, haita::LAB, "the demo tag comes with the lab");
     // Every documented operation exists: anonymous calls get 401/400/415/404-from-a-handler, never
     // the router's "nothing at this address".
     let client = app.client(0);

@@ -7,7 +7,7 @@ use std::process::Command;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use haita::auth::Role;
-use haita::demo::Strategy;
+use haita::lab::demo::Strategy;
 use serde_json::{Value, json};
 
 use crate::common::{Client, TestApp, error_code, invariants};
@@ -67,7 +67,7 @@ fn real_reservations(app: &TestApp) -> i64 {
 
 #[actix_web::test]
 async fn no_lock_with_32_clients_double_books() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_lab().await;
     let client = logged_in(&app, "racer").await;
 
     let report =
@@ -82,13 +82,18 @@ async fn no_lock_with_32_clients_double_books() {
     );
     assert_eq!(result["double_bookings"].as_i64(), Some(beyond), "the report counts what the database holds");
     assert_eq!(result["confirmed"].as_i64(), Some(booked(&app, resource)));
-    assert!(result["verdict"].as_str().is_some_and(|v| v.contains("article 002")), "{result}");
+    assert!(
+        result["verdict"]
+            .as_str()
+            .is_some_and(|v| v.contains("check-then-insert race (docs/named-lock-check-then-insert.md)")),
+        "{result}"
+    );
     assert_eq!(real_reservations(&app), 0, "the demo never writes real bookings");
 }
 
 #[actix_web::test]
 async fn every_correct_strategy_books_each_day_at_most_once_over_five_runs() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_lab().await;
     let client = logged_in(&app, "careful").await;
     let correct: Vec<&str> = Strategy::ALL.iter().filter(|s| s.is_correct()).map(|s| s.name()).collect();
     assert_eq!(correct, ["named-lock", "parent-row-lock", "unique-slot", "serializable"]);
@@ -112,7 +117,7 @@ async fn every_correct_strategy_books_each_day_at_most_once_over_five_runs() {
 
 #[actix_web::test]
 async fn pool_pitfall_leaks_locks_and_the_race_closes_exactly_the_leaking_sessions() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_lab().await;
     let client = logged_in(&app, "pitfall").await;
 
     let report = race(
@@ -138,7 +143,7 @@ async fn pool_pitfall_leaks_locks_and_the_race_closes_exactly_the_leaking_sessio
 
 #[actix_web::test]
 async fn anyone_may_look_but_only_a_logged_in_user_may_race_within_bounds() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_lab().await;
     let anonymous = app.client(0);
     let page = anonymous.get("/demo").await;
     assert_eq!(page.status(), 200);
@@ -174,7 +179,7 @@ async fn anyone_may_look_but_only_a_logged_in_user_may_race_within_bounds() {
 
 #[actix_web::test]
 async fn a_second_race_on_the_same_instance_is_refused_while_one_runs() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_lab().await;
     let first = logged_in(&app, "first").await;
     let second = logged_in(&app, "second").await;
 
@@ -198,7 +203,7 @@ async fn a_second_race_on_the_same_instance_is_refused_while_one_runs() {
 
 #[actix_web::test]
 async fn the_page_runs_a_race_from_its_form_and_shows_table_chart_and_verdicts() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_lab().await;
     let browser = logged_in(&app, "viewer").await;
     let token = browser.csrf_token("/demo").await;
 
@@ -221,7 +226,7 @@ async fn the_page_runs_a_race_from_its_form_and_shows_table_chart_and_verdicts()
 
     let page = browser.get(&location).await.text().await.expect("page");
     assert!(page.contains("<svg") && page.contains("Double bookings"));
-    assert!(page.contains("article 002"), "the verdict names the pitfall");
+    assert!(page.contains("docs/named-lock-check-then-insert.md"), "the verdict names the pitfall");
     let anonymous = app.client(0).get("/demo").await.text().await.expect("page");
     assert!(anonymous.contains("id=\"results\""), "the latest race is shown to anyone");
 
@@ -234,11 +239,11 @@ async fn the_page_runs_a_race_from_its_form_and_shows_table_chart_and_verdicts()
 
 #[actix_web::test]
 async fn one_booking_endpoint_serves_the_correct_strategies_and_refuses_the_unsafe_ones() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_lab().await;
     let client = logged_in(&app, "bencher").await;
     let day = "2300-01-01";
     for strategy in ["named-lock", "parent-row-lock", "unique-slot", "serializable"] {
-        let resource = haita::demo::race::create_resource(
+        let resource = haita::lab::demo::create_resource(
             &mut app.db.conn(),
             Strategy::parse(strategy).expect("known"),
             1,
@@ -324,7 +329,8 @@ async fn the_bench_measures_app_and_raw_and_drops_its_database() {
         n: i64,
     }
     let left: Exists = diesel::sql_query(
-        "SELECT COUNT(*) AS n FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = CONCAT(DATABASE(), '_bench')",
+        "SELECT COUNT(*) AS n FROM information_schema.SCHEMATA \
+         WHERE LOCATE(CONCAT(DATABASE(), '_bench_'), SCHEMA_NAME) = 1",
     )
     .get_result(&mut app.db.raw_connection())
     .expect("schemata");

@@ -9,9 +9,11 @@ mod catalog;
 mod cli;
 mod common;
 mod contention;
+#[cfg(feature = "lab")]
 mod demo;
 mod edit_locks;
 mod inventory;
+mod lab_apart;
 mod locking;
 mod orders;
 mod outage;

@@ -12,7 +12,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use haita::auth::Role;
 use haita::config::Config;
-use haita::db::{self, DbPool};
+use haita::db::{self, DbPool, ScratchDatabase};
 use rand::Rng;
 use serde_json::Value;
 
@@ -25,8 +25,9 @@ pub fn base_database_url() -> String {
 pub struct TestDb {
     pub url: String,
     pub name: String,
-    server_url: String,
     pub pool: DbPool,
+    /// Declared after the pool, so the pool's connections close before the database is dropped.
+    _scratch: ScratchDatabase,
 }
 
 impl TestDb {
@@ -36,17 +37,11 @@ impl TestDb {
 
     /// A database of its own on the server of `base_url` (another server than the tests' usual).
     pub fn on_server(base_url: &str) -> Self {
-        let (server_url, _) = db::split_database_url(base_url).expect("DATABASE_URL");
-        let name = format!("haita_t_{:016x}", rand::rng().random::<u64>());
-        let url = match server_url.split_once("/?") {
-            Some((head, query)) => format!("{head}/{name}?{query}"),
-            None => format!("{server_url}{name}"),
-        };
-        db::ensure_database_exists(&url).expect("create test database");
-        let pool = db::build_pool(&test_config(&url)).expect("pool");
+        let scratch = ScratchDatabase::create(base_url, "haita_t_").expect("create test database");
+        let pool = db::build_pool(&test_config(&scratch.url)).expect("pool");
         db::run_migrations(&pool).expect("migrations");
-        install_lock_introspection(&server_url, &mut pool.get().expect("connection"));
-        Self { url, name, server_url, pool }
+        install_lock_introspection(base_url, &mut pool.get().expect("connection"));
+        Self { url: scratch.url.clone(), name: scratch.name.clone(), pool, _scratch: scratch }
     }
 
     pub fn conn(&self) -> db::PooledConn {
@@ -56,14 +51,6 @@ impl TestDb {
     /// A connection outside any pool: a second, independent session.
     pub fn raw_connection(&self) -> MysqlConnection {
         MysqlConnection::establish(&self.url).expect("raw connection")
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if let Ok(mut conn) = MysqlConnection::establish(&self.server_url) {
-            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
-        }
     }
 }
 
@@ -107,6 +94,14 @@ impl TestApp {
     /// load balancer.
     pub async fn spawn_instances(n: usize, tweak: impl Fn(&mut Config)) -> Self {
         Self::spawn_on(TestDb::new(), n, tweak).await
+    }
+
+    /// One instance on a database that also has the lab's demo tables (its own migrations).
+    #[cfg(feature = "lab")]
+    pub async fn spawn_lab() -> Self {
+        let db = TestDb::new();
+        haita::lab::prepare(&db.pool).expect("lab migrations");
+        Self::spawn_on(db, 1, |_| {}).await
     }
 
     /// `n` instances on the database `db` (for a server the test controls itself).

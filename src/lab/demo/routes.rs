@@ -18,7 +18,10 @@ use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(race_json, race_by_id_json, book_json))]
+#[openapi(
+    paths(race_json, race_by_id_json, book_json),
+    tags((name = "demo", description = "The double-booking race, strategy by strategy"))
+)]
 pub struct Api;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

@@ -23,9 +23,9 @@ use super::DemoError;
 use super::model::{DemoResource, NewDemoBooking, bookings_on};
 use crate::db::DbPool;
 use crate::infra::Infra;
+use crate::lab::schema::{demo_bookings, demo_resources};
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
 use crate::locking::{LockName, NamedLockGuard};
-use crate::schema::{demo_bookings, demo_resources};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -80,7 +80,7 @@ impl Strategy {
         match self {
             Self::NoLock => [
                 "Count the day's bookings, and insert if there is room — inside a transaction, but with no lock.",
-                "Wrong: clients milliseconds apart all see the day free and all insert (article 002).",
+                "Wrong: clients milliseconds apart all see the day free and all insert: the check-then-insert race (docs/named-lock-check-then-insert.md).",
             ],
             Self::NamedLock => [
                 "The app's booking path: GET_LOCK('haita:…:{resource}:{day}') on one pooled connection, then the transaction on that same connection, commit, release.",
@@ -88,7 +88,7 @@ impl Strategy {
             ],
             Self::NamedLockPoolPitfall => [
                 "GET_LOCK, the transaction and RELEASE_LOCK each on whatever connection the pool hands out next.",
-                "Wrong: releases miss and locks leak; a request given the holder's session passes the lock (article 000).",
+                "Wrong: releases miss and locks leak; a request given the holder's session passes the lock (docs/named-lock-guard.md).",
             ],
             Self::ParentRowLock => [
                 "SELECT … FOR UPDATE on the resource's row, then count and insert in the same transaction.",
@@ -100,7 +100,7 @@ impl Strategy {
             ],
             Self::Serializable => [
                 "SERIALIZABLE isolation: the count takes shared locks, concurrent inserts deadlock, the losers retry.",
-                "Correct, but most of the work under contention is deadlocks and retries (article 003).",
+                "Correct, but most of the work under contention is deadlocks and retries (docs/row-locks-in-order.md).",
             ],
         }
     }
@@ -241,7 +241,7 @@ struct LockAnswer {
     answer: Option<i64>,
 }
 
-/// WRONG, as background article 000 warns: each statement on whatever connection the pool hands
+/// WRONG, as docs/named-lock-guard.md warns: each statement on whatever connection the pool hands
 /// out next, like `db.Exec("SELECT GET_LOCK(…)")` on Go's `*sql.DB`.
 ///
 /// 1. GET_LOCK, and the connection goes back to the pool still holding the lock. The next
@@ -286,7 +286,7 @@ fn named_lock_pool_pitfall(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, D
             .get_result(&mut *conn)?;
         Ok(released.answer)
     });
-    seen.missed_release = !matches!(released, Ok(Some(1))); // and nobody checks, as in the article
+    seen.missed_release = !matches!(released, Ok(Some(1))); // and nobody checks the answer
     answer
 }
 
@@ -303,7 +303,7 @@ fn connection_id(conn: &mut MysqlConnection) -> Result<i64, DemoError> {
 
 /// Correct: `SELECT … FOR UPDATE` on the resource's row serialises every booking of the
 /// resource. The row exists before any booking does, so there is no gap lock to deadlock on
-/// (the trouble article 000 starts from) — but bookings of *other* days queue here too.
+/// (the trouble of docs/named-lock-upsert.md) — but bookings of *other* days queue here too.
 fn parent_row_lock(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
     let mut conn = a.pool.get()?;
     let tried = retry_on_lock_conflict(&RetryPolicy::default(), || {
@@ -367,7 +367,7 @@ fn unique_slot(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
 /// Correct: under SERIALIZABLE, InnoDB turns the count into a locking read that holds shared
 /// next-key locks on the day's range. Two clients that both counted cannot both insert: each
 /// insert waits for the other's shared lock, InnoDB detects the deadlock (1213) and rolls one
-/// back, and the whole transaction is retried with backoff (background article 003).
+/// back, and the whole transaction is retried with backoff (docs/row-locks-in-order.md).
 fn serializable(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
     let mut conn = a.pool.get()?;
     let tried = retry_on_lock_conflict(&RetryPolicy::default(), || {

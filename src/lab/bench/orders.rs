@@ -15,11 +15,12 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Text, Unsigned};
 use rand::Rng;
 
-use super::model::Cart;
-use super::service;
 use crate::config::Config;
-use crate::db::{self, DbPool};
+use crate::db::{self, DbPool, ScratchDatabase};
+use crate::lab::stats::percentile_ms;
 use crate::locking::retry::RetryPolicy;
+use crate::orders::model::Cart;
+use crate::orders::service;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
@@ -34,8 +35,8 @@ pub struct Measured {
     pub orders: usize,
     pub failed: usize,
     pub per_second: f64,
-    pub p50: Duration,
-    pub p99: Duration,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
     /// Statements the server prepared per order (server-wide counter: run on a quiet server).
     pub prepares_per_order: f64,
 }
@@ -43,18 +44,12 @@ pub struct Measured {
 const SPREAD_PRODUCTS: i64 = 64;
 const STOCK: u32 = 900_000_000;
 
-/// Runs the four measurements on a scratch database next to the one in `database_url`, which is
-/// dropped afterwards.
+/// Runs the four measurements on a scratch database next to the one in `database_url`
+/// (`<its name>_bench_<random>`), which is dropped afterwards.
 pub fn run(database_url: &str, clients: usize, seconds: u64) -> anyhow::Result<Vec<Measured>> {
-    let (server, _) = db::split_database_url(database_url)?;
-    let name = format!("haita_bench_{:08x}", rand::rng().random::<u32>());
-    let url = match server.split_once("/?") {
-        Some((head, query)) => format!("{head}/{name}?{query}"),
-        None => format!("{server}{name}"),
-    };
-    let scratch = ScratchDatabase { server: server.clone(), name };
-    db::ensure_database_exists(&url)?;
-    let config = Config { pool_size: u32::try_from(clients + 2)?, ..Config::for_database(&url) };
+    let (_, name) = db::split_database_url(database_url)?;
+    let scratch = ScratchDatabase::create(database_url, &format!("{name}_bench_"))?;
+    let config = Config { pool_size: u32::try_from(clients + 2)?, ..Config::for_database(&scratch.url) };
     let pool = db::build_pool(&config)?;
     db::run_migrations(&pool)?;
     let (user_id, hot, spread) = prepare(&mut *pool.get()?)?;
@@ -85,19 +80,6 @@ struct Status {
 fn statements_prepared(conn: &mut MysqlConnection) -> anyhow::Result<u64> {
     let status: Status = diesel::sql_query("SHOW GLOBAL STATUS LIKE 'Com_stmt_prepare'").get_result(conn)?;
     Ok(status.value.parse()?)
-}
-
-struct ScratchDatabase {
-    server: String,
-    name: String,
-}
-
-impl Drop for ScratchDatabase {
-    fn drop(&mut self) {
-        if let Ok(mut conn) = MysqlConnection::establish(&self.server) {
-            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
-        }
-    }
 }
 
 /// A buyer, one hot product and 64 spread products, all with plenty of stock (and the ledger
@@ -176,17 +158,14 @@ fn measure(
         }
     }
     latencies.sort_unstable();
-    let at = |q: f64| {
-        latencies.get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
-    };
     Measured {
         workload,
         path,
         orders: latencies.len(),
         failed,
         per_second: latencies.len() as f64 / duration.as_secs_f64(),
-        p50: at(0.50).copied().unwrap_or_default(),
-        p99: at(0.99).copied().unwrap_or_default(),
+        p50_ms: percentile_ms(&latencies, 50.0),
+        p99_ms: percentile_ms(&latencies, 99.0),
         prepares_per_order: 0.0,
     }
 }
@@ -280,8 +259,8 @@ pub fn report(results: &[Measured], clients: usize) -> String {
             m.workload,
             if m.path == Path::App { "app" } else { "raw" },
             m.per_second,
-            m.p50.as_secs_f64() * 1000.0,
-            m.p99.as_secs_f64() * 1000.0,
+            m.p50_ms,
+            m.p99_ms,
             m.failed,
             m.prepares_per_order,
             ratio

@@ -3,9 +3,9 @@
 //! Every strategy books one throwaway resource of capacity 1 (`demo_resources`, a fresh row per
 //! run) into `demo_bookings`, never the real `reservations`: two of them are wrong on purpose.
 //!
-//! - `no-lock` is the bug of background article 002: "check there is no booking, then insert",
-//!   milliseconds apart, and both requests insert. A transaction alone does not help.
-//! - `named-lock-pool-pitfall` is the bug of background article 000: GET_LOCK and RELEASE_LOCK on
+//! - `no-lock` is the bug of docs/named-lock-check-then-insert.md: "check there is no booking,
+//!   then insert", milliseconds apart, and both requests insert. A transaction alone does not help.
+//! - `named-lock-pool-pitfall` is the bug of docs/named-lock-guard.md: GET_LOCK and RELEASE_LOCK on
 //!   whatever pooled connection comes next. Locks leak, and a request that happens to get the
 //!   holder's session walks straight through the lock.
 //! - `named-lock` is the app's booking path (`src/bookings/service.rs`), `parent-row-lock`,
@@ -14,15 +14,17 @@
 //! `strategies.rs` holds the six, one function each; `race.rs` runs many clients at once and
 //! counts the damage *in the database*; `routes.rs` serves `/demo` and `/api/v1/demo/…`.
 
-pub mod model;
-pub mod race;
+mod model;
+mod race;
 pub mod routes;
-pub mod strategies;
+mod strategies;
 
 use actix_web::http::StatusCode;
 
-pub use race::{RaceReport, RaceSpec, StrategyResult};
-pub use strategies::Strategy;
+// What the rest of the lab (the CLI, `bench bookings`) and the tests may use; the rest is the
+// demo's own.
+pub use race::{RaceReport, RaceSpec, StrategyResult, create_resource, run as run_race};
+pub use strategies::{Answer, Attempt, Seen, Strategy};
 
 use crate::infra::{Infra, infra_error};
 use crate::web::error::{AsProblem, Problem};

@@ -1,4 +1,4 @@
--- The double-booking demo (src/demo/) books only these throwaway resources, one fresh row per
+-- The double-booking demo (src/lab/demo/) books only these throwaway resources, one fresh row per
 -- strategy run, so the deliberately unsafe strategies can never touch real `resources` or
 -- `reservations`. `parent-row-lock` locks this row with SELECT … FOR UPDATE.
 CREATE TABLE demo_resources (

@@ -14,7 +14,8 @@
 //! new day (resource `i / 360`, day `i % 360`), so only `parent-row-lock`, which locks the whole
 //! resource, still queues. Throughput counts answered attempts (booked or refused) per second.
 //!
-//! Everything happens in a database of its own, `<DATABASE_URL's name>_bench`, dropped at the end.
+//! Everything happens in a database of its own, `<DATABASE_URL's name>_bench_<random>`, dropped at
+//! the end.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::NaiveDate;
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use rand::RngCore;
 
@@ -31,10 +31,9 @@ use crate::auth::service::{UserSpec, create_user};
 use crate::bookings::model::BookingDate;
 use crate::bookings::{BookingError, service as bookings};
 use crate::config::Config;
-use crate::db::{self, DbPool};
-use crate::demo::Strategy;
-use crate::demo::race::{create_resource, percentile_ms};
-use crate::demo::strategies::{Answer, Attempt, Seen};
+use crate::db::{self, DbPool, ScratchDatabase};
+use crate::lab::demo::{Answer, Attempt, Seen, Strategy, create_resource};
+use crate::lab::stats::percentile_ms;
 use crate::locking::{LockName, Turn};
 use crate::resources::model::NewResource;
 use crate::schema::resources;
@@ -199,153 +198,140 @@ impl CpuClock {
     }
 }
 
-/// Drops the bench database however the bench ends.
-struct BenchDatabase {
-    server_url: String,
-    name: String,
-}
-
-impl Drop for BenchDatabase {
-    fn drop(&mut self) {
-        if let Ok(mut conn) = MysqlConnection::establish(&self.server_url) {
-            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
-        }
-    }
-}
-
-pub fn bookings(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
+/// `haita bench bookings`: parse, prepare, then measure cell after cell, printing each row as it
+/// is measured (a full run takes minutes), and finally check that nothing was overbooked.
+pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
     if std::env::var_os("RUST_LOG").is_none() {
         // One access-log line per request would be part of what is measured.
         log::set_max_level(log::LevelFilter::Warn);
     }
-    let strategies: Vec<Strategy> = if options.strategy.iter().any(|s| s == "all") {
-        Strategy::ALL.into_iter().filter(|s| s.is_correct()).collect()
-    } else {
-        options.strategy.iter().map(|s| Strategy::parse(s)).collect::<Result<_, _>>()?
-    };
-    if let Some(unsafe_one) = strategies.iter().find(|s| !s.is_correct()) {
-        anyhow::bail!("{unsafe_one} is not a correct strategy; the bench measures only correct ones");
-    }
-    let patterns = options
-        .keys
-        .iter()
-        .map(|k| match k.as_str() {
-            "hot" => Ok(Keys::Hot),
-            "spread" => Ok(Keys::Spread),
-            other => Err(anyhow::anyhow!("unknown key pattern {other:?}: use hot, spread")),
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    anyhow::ensure!(
-        options.clients.iter().all(|c| (1..=256).contains(c)),
-        "clients must be between 1 and 256"
-    );
-    let most_clients = options.clients.iter().copied().max().unwrap_or(1);
-    let window = Duration::from_secs(options.seconds.clamp(1, 60));
+    let plan = options.plan()?;
+    let (bench, app) = Prepared::new(config, plan.most_clients())?;
+    print!("{}", report_header(&bench.scratch.name, bench.config.pool_size, plan.window));
 
-    let (server_url, name) = db::split_database_url(&config.database_url)?;
-    let bench_name = format!("{name}_bench");
-    let bench_url = match server_url.split_once("/?") {
-        Some((head, query)) => format!("{head}/{bench_name}?{query}"),
-        None => format!("{server_url}{bench_name}"),
-    };
-    let _dropped_at_end = BenchDatabase { server_url, name: bench_name.clone() };
-    let mut session_key = vec![0u8; 64];
-    rand::rng().fill_bytes(&mut session_key);
-    let bench_config = Config {
-        database_url: bench_url,
-        bind: "127.0.0.1:0".into(),
-        session_key: Some(session_key),
-        ..config.clone()
-    };
-    let app_pool = crate::prepare_database(&bench_config)?;
-    let raw_pool = db::build_pool(&bench_config)?;
-    let users = create_users(&app_pool, most_clients)?;
-
-    println!(
-        "haita bench bookings: database {bench_name}, pool {} connections for app and raw alike, {} s per cell\n",
-        bench_config.pool_size,
-        window.as_secs()
-    );
-    println!(
-        "{:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} | {:>9} {:>7} {:>7} {:>6} | {:>7}",
-        "strategy",
-        "keys",
-        "clients",
-        "app ans/s",
-        "p50 ms",
-        "p99 ms",
-        "cpu µs",
-        "raw ans/s",
-        "p50 ms",
-        "p99 ms",
-        "cpu µs",
-        "app/raw"
-    );
-
-    let app = crate::Application::build(bench_config.clone(), app_pool.clone())?;
     let base = format!("http://127.0.0.1:{}", app.port());
     let server = app.handle();
     actix_web::rt::System::new().block_on(async {
         actix_web::rt::spawn(app.run_until_stopped());
-        let clients = log_in(&base, &users).await?;
-        for &strategy in &strategies {
-            for &keys in &patterns {
-                for &n in &options.clients {
-                    let n = n as usize;
-                    let (mut raws, mut apps) = (Vec::new(), Vec::new());
-                    for _ in 0..options.repeat.clamp(1, 9) {
-                        if options.only.as_deref() != Some("app") {
-                            let target = fresh_target(&app_pool, strategy, keys)?;
-                            let cpu = CpuClock::start();
-                            let mut raw = measure_raw(&raw_pool, &bench_config, &target, &users[..n], window);
-                            raw.cpu_us = cpu.per_answer(&raw);
-                            raws.push(raw);
-                        }
-                        if options.only.as_deref() != Some("raw") {
-                            let target = fresh_target(&app_pool, strategy, keys)?;
-                            let cpu = CpuClock::start();
-                            let mut app = measure_app(&base, &clients[..n], &target, window).await;
-                            app.cpu_us = cpu.per_answer(&app);
-                            apps.push(app);
-                        }
-                    }
-                    let (raw, app) = (Measured::median(raws), Measured::median(apps));
-                    println!(
-                        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} | {:>7.2}",
-                        strategy.name(),
-                        if keys == Keys::Hot { "hot" } else { "spread" },
-                        n,
-                        app.answered_per_sec,
-                        app.p50_ms,
-                        app.p99_ms,
-                        app.cpu_us,
-                        raw.answered_per_sec,
-                        raw.p50_ms,
-                        raw.p99_ms,
-                        raw.cpu_us,
-                        app.answered_per_sec / raw.answered_per_sec.max(f64::MIN_POSITIVE)
-                    );
-                    for (path, m) in [("app", &app), ("raw", &raw)] {
-                        let t = &m.tally;
-                        if t.busy + t.errors > 0 {
-                            println!(
-                                "    {path}: {} busy, {} errors{}",
-                                t.busy,
-                                t.errors,
-                                t.first_error
-                                    .as_deref()
-                                    .map(|e| format!(" (first: {e})"))
-                                    .unwrap_or_default()
-                            );
-                        }
-                    }
-                }
-            }
+        let clients = log_in(&base, &bench.users).await?;
+        for cell in plan.cells() {
+            let row = measure_cell(&bench, &plan, cell, &base, &clients).await?;
+            print!("{}", report_row(&row));
         }
         server.stop(true).await;
         anyhow::Ok(())
     })?;
-    check_no_double_booking(&app_pool)
+    let overbooked = count_overbooked(&bench.app_pool)?;
+    print!("{}", report_footer(&overbooked));
+    anyhow::ensure!(overbooked.real + overbooked.demo == 0, "a correct strategy double-booked under load");
+    Ok(())
+}
+
+// ---- options -----------------------------------------------------------------------------
+
+/// The options, checked once: what to measure and how long.
+struct Plan {
+    strategies: Vec<Strategy>,
+    patterns: Vec<Keys>,
+    clients: Vec<u32>,
+    window: Duration,
+    repeat: u32,
+    app: bool,
+    raw: bool,
+}
+
+/// One row of the table.
+#[derive(Clone, Copy)]
+struct Cell {
+    strategy: Strategy,
+    keys: Keys,
+    clients: usize,
+}
+
+impl BookingsBench {
+    fn plan(&self) -> anyhow::Result<Plan> {
+        let strategies: Vec<Strategy> = if self.strategy.iter().any(|s| s == "all") {
+            Strategy::ALL.into_iter().filter(|s| s.is_correct()).collect()
+        } else {
+            self.strategy.iter().map(|s| Strategy::parse(s)).collect::<Result<_, _>>()?
+        };
+        if let Some(unsafe_one) = strategies.iter().find(|s| !s.is_correct()) {
+            anyhow::bail!("{unsafe_one} is not a correct strategy; the bench measures only correct ones");
+        }
+        let patterns = self
+            .keys
+            .iter()
+            .map(|k| match k.as_str() {
+                "hot" => Ok(Keys::Hot),
+                "spread" => Ok(Keys::Spread),
+                other => Err(anyhow::anyhow!("unknown key pattern {other:?}: use hot, spread")),
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        anyhow::ensure!(
+            self.clients.iter().all(|c| (1..=256).contains(c)),
+            "clients must be between 1 and 256"
+        );
+        Ok(Plan {
+            strategies,
+            patterns,
+            clients: self.clients.clone(),
+            window: Duration::from_secs(self.seconds.clamp(1, 60)),
+            repeat: self.repeat.clamp(1, 9),
+            app: self.only.as_deref() != Some("raw"),
+            raw: self.only.as_deref() != Some("app"),
+        })
+    }
+}
+
+impl Plan {
+    fn most_clients(&self) -> u32 {
+        self.clients.iter().copied().max().unwrap_or(1)
+    }
+
+    /// Strategy by strategy, then key pattern, then client count: the order of the table.
+    fn cells(&self) -> impl Iterator<Item = Cell> + '_ {
+        self.strategies.iter().flat_map(move |&strategy| {
+            self.patterns.iter().flat_map(move |&keys| {
+                self.clients.iter().map(move |&n| Cell { strategy, keys, clients: n as usize })
+            })
+        })
+    }
+}
+
+// ---- preparation -------------------------------------------------------------------------
+
+/// What every cell is measured in: a scratch database, pools of the same size for both paths,
+/// and one user per client.
+struct Prepared {
+    config: Config,
+    app_pool: DbPool,
+    raw_pool: DbPool,
+    users: Vec<i64>,
+    /// Last, so it is dropped after the pools, however the bench ends.
+    scratch: ScratchDatabase,
+}
+
+impl Prepared {
+    /// The scratch database, migrated (the lab's tables too), its users, and the app on port 0,
+    /// bound but not yet running.
+    fn new(config: &Config, users: u32) -> anyhow::Result<(Self, crate::Application)> {
+        let (_, name) = db::split_database_url(&config.database_url)?;
+        let scratch = ScratchDatabase::create(&config.database_url, &format!("{name}_bench_"))?;
+        let mut session_key = vec![0u8; 64];
+        rand::rng().fill_bytes(&mut session_key);
+        let bench_config = Config {
+            database_url: scratch.url.clone(),
+            bind: "127.0.0.1:0".into(),
+            session_key: Some(session_key),
+            ..config.clone()
+        };
+        let app_pool = crate::prepare_database(&bench_config)?;
+        crate::lab::prepare(&app_pool)?;
+        let raw_pool = db::build_pool(&bench_config)?;
+        let users = create_users(&app_pool, users)?;
+        let app = crate::Application::build(bench_config.clone(), app_pool.clone())?;
+        Ok((Self { config: bench_config, app_pool, raw_pool, users, scratch }, app))
+    }
 }
 
 fn create_users(pool: &DbPool, n: u32) -> anyhow::Result<Vec<i64>> {
@@ -382,6 +368,46 @@ async fn log_in(base: &str, users: &[i64]) -> anyhow::Result<Vec<reqwest::Client
         clients.push(client);
     }
     Ok(clients)
+}
+
+// ---- measurement -------------------------------------------------------------------------
+
+/// One row of the table, measured: both paths, each the median of the repetitions (a path not
+/// measured, `--only`, is all zeros).
+struct Row {
+    cell: Cell,
+    app: Measured,
+    raw: Measured,
+}
+
+/// Measures one cell `plan.repeat` times, raw and app alternating, each on fresh resources.
+async fn measure_cell(
+    bench: &Prepared,
+    plan: &Plan,
+    cell: Cell,
+    base: &str,
+    clients: &[reqwest::Client],
+) -> anyhow::Result<Row> {
+    let n = cell.clients;
+    let (mut raws, mut apps) = (Vec::new(), Vec::new());
+    for _ in 0..plan.repeat {
+        if plan.raw {
+            let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
+            let cpu = CpuClock::start();
+            let mut raw =
+                measure_raw(&bench.raw_pool, &bench.config, &target, &bench.users[..n], plan.window);
+            raw.cpu_us = cpu.per_answer(&raw);
+            raws.push(raw);
+        }
+        if plan.app {
+            let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
+            let cpu = CpuClock::start();
+            let mut app = measure_app(base, &clients[..n], &target, plan.window).await;
+            app.cpu_us = cpu.per_answer(&app);
+            apps.push(app);
+        }
+    }
+    Ok(Row { cell, app: Measured::median(apps), raw: Measured::median(raws) })
 }
 
 /// Fresh resources for one measurement: real ones for the app's booking path, demo ones for
@@ -526,26 +552,170 @@ async fn measure_app(base: &str, clients: &[reqwest::Client], target: &Target, w
 }
 
 #[derive(QueryableByName)]
-struct Overbooked {
+struct Count {
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     n: i64,
 }
 
+/// Keys holding more bookings than their one place, real and demo.
+struct Overbooked {
+    real: i64,
+    demo: i64,
+}
+
 /// The bench is also a load test: no key may hold more bookings than its one place.
-fn check_no_double_booking(pool: &DbPool) -> anyhow::Result<()> {
+fn count_overbooked(pool: &DbPool) -> anyhow::Result<Overbooked> {
     let mut conn = pool.get()?;
-    let real: Overbooked = diesel::sql_query(
+    let real: Count = diesel::sql_query(
         "SELECT COUNT(*) AS n FROM (SELECT 1 FROM reservations WHERE status = 'confirmed' \
          GROUP BY resource_id, day HAVING COUNT(*) > 1) x",
     )
     .get_result(&mut conn)
     .context("counting overbooked days")?;
-    let demo: Overbooked = diesel::sql_query(
+    let demo: Count = diesel::sql_query(
         "SELECT COUNT(*) AS n FROM (SELECT 1 FROM demo_bookings GROUP BY demo_resource_id, day \
          HAVING COUNT(*) > 1) x",
     )
     .get_result(&mut conn)?;
-    println!("\noverbooked keys after the bench: {} real, {} demo (must be 0)", real.n, demo.n);
-    anyhow::ensure!(real.n + demo.n == 0, "a correct strategy double-booked under load");
-    Ok(())
+    Ok(Overbooked { real: real.n, demo: demo.n })
+}
+
+// ---- the table ---------------------------------------------------------------------------
+
+fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
+    format!(
+        "haita bench bookings: database {database}, pool {pool_size} connections for app and raw alike, {} s per cell\n\n\
+         {:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} | {:>9} {:>7} {:>7} {:>6} | {:>7}\n",
+        window.as_secs(),
+        "strategy",
+        "keys",
+        "clients",
+        "app ans/s",
+        "p50 ms",
+        "p99 ms",
+        "cpu µs",
+        "raw ans/s",
+        "p50 ms",
+        "p99 ms",
+        "cpu µs",
+        "app/raw"
+    )
+}
+
+/// One line per cell, and one more per path that had busy answers or errors.
+fn report_row(row: &Row) -> String {
+    use std::fmt::Write;
+    let Row { cell, app, raw } = row;
+    let mut out = format!(
+        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} | {:>7.2}\n",
+        cell.strategy.name(),
+        if cell.keys == Keys::Hot { "hot" } else { "spread" },
+        cell.clients,
+        app.answered_per_sec,
+        app.p50_ms,
+        app.p99_ms,
+        app.cpu_us,
+        raw.answered_per_sec,
+        raw.p50_ms,
+        raw.p99_ms,
+        raw.cpu_us,
+        app.answered_per_sec / raw.answered_per_sec.max(f64::MIN_POSITIVE)
+    );
+    for (path, m) in [("app", app), ("raw", raw)] {
+        let t = &m.tally;
+        if t.busy + t.errors > 0 {
+            let _ = writeln!(
+                out,
+                "    {path}: {} busy, {} errors{}",
+                t.busy,
+                t.errors,
+                t.first_error.as_deref().map(|e| format!(" (first: {e})")).unwrap_or_default()
+            );
+        }
+    }
+    out
+}
+
+fn report_footer(overbooked: &Overbooked) -> String {
+    format!(
+        "\noverbooked keys after the bench: {} real, {} demo (must be 0)\n",
+        overbooked.real, overbooked.demo
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(answered_per_sec: f64, p50_ms: f64, p99_ms: f64, cpu_us: f64) -> Measured {
+        Measured { answered_per_sec, p50_ms, p99_ms, cpu_us, tally: Tally::default() }
+    }
+
+    #[test]
+    fn a_row_prints_both_paths_and_their_ratio_under_the_header() {
+        let header = report_header("haita_bench_00ff", 16, Duration::from_secs(2));
+        assert_eq!(
+            header,
+            "haita bench bookings: database haita_bench_00ff, pool 16 connections for app and raw alike, 2 s per cell\n\n\
+             strategy         keys    clients | app ans/s  p50 ms  p99 ms cpu µs | raw ans/s  p50 ms  p99 ms cpu µs | app/raw\n"
+        );
+        let row = Row {
+            cell: Cell { strategy: Strategy::UniqueSlot, keys: Keys::Spread, clients: 16 },
+            app: measured(1200.4, 9.125, 17.5, 180.2),
+            raw: measured(1600.0, 7.0, 12.25, 40.0),
+        };
+        assert_eq!(
+            report_row(&row),
+            "unique-slot      spread       16 |      1200    9.12   17.50    180 |      1600    7.00   12.25     40 |    0.75\n"
+        );
+        // Header and rows line up on the same columns.
+        let width = |text: &str| text.lines().last().map(|l| l.chars().count());
+        assert_eq!(width(&header), width(&report_row(&row)));
+    }
+
+    #[test]
+    fn busy_answers_and_errors_get_a_line_of_their_own() {
+        let mut app = measured(10.0, 1.0, 2.0, 3.0);
+        app.tally.busy = 2;
+        app.tally.errors = 1;
+        app.tally.first_error = Some("500 boom".into());
+        let row = Row {
+            cell: Cell { strategy: Strategy::NamedLock, keys: Keys::Hot, clients: 1 },
+            app,
+            raw: Measured::default(),
+        };
+        let text = report_row(&row);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].starts_with("named-lock       hot           1 |"), "{text}");
+        assert_eq!(lines[1], "    app: 2 busy, 1 errors (first: 500 boom)");
+    }
+
+    #[test]
+    fn the_footer_counts_overbooked_keys() {
+        assert_eq!(
+            report_footer(&Overbooked { real: 0, demo: 0 }),
+            "\noverbooked keys after the bench: 0 real, 0 demo (must be 0)\n"
+        );
+    }
+
+    #[test]
+    fn options_are_checked_before_anything_is_prepared() {
+        let options = |strategy: &str, keys: &str, clients: &[u32]| BookingsBench {
+            clients: clients.to_vec(),
+            strategy: vec![strategy.into()],
+            keys: vec![keys.into()],
+            seconds: 2,
+            repeat: 3,
+            only: None,
+        };
+        let plan = options("all", "hot", &[1, 16]).plan().expect("valid");
+        assert_eq!(plan.strategies.len(), 4, "all means the correct ones");
+        assert_eq!(plan.cells().count(), 8);
+        assert_eq!(plan.most_clients(), 16);
+        let error = |o: BookingsBench| o.plan().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error(options("no-lock", "hot", &[1])).contains("not a correct strategy"));
+        assert!(error(options("named-lock", "warm", &[1])).contains("unknown key pattern"));
+        assert!(error(options("named-lock", "hot", &[0])).contains("between 1 and 256"));
+    }
 }

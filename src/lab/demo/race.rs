@@ -28,8 +28,9 @@ use super::model::{NewDemoRace, NewDemoResource};
 use super::strategies::{Answer, Attempt, Seen, Strategy, lock_name};
 use crate::config::Config;
 use crate::db::{self, DbPool};
+use crate::lab::schema::{demo_races, demo_resources};
+use crate::lab::stats::percentile_ms;
 use crate::locking::sql::{holder_of, kill_connection};
-use crate::schema::{demo_races, demo_resources};
 
 pub const MAX_CLIENTS: u32 = 256;
 pub const MAX_ATTEMPTS: u32 = 10_000;
@@ -138,7 +139,7 @@ pub struct StrategyResult {
     /// The time cap stopped the run before every round had started.
     pub capped: bool,
     pub first_error: Option<String>,
-    /// What happened, in a sentence or two naming the pitfall of the background articles.
+    /// What happened, in a sentence or two naming the pitfall and the page of `docs/` on it.
     pub verdict: String,
 }
 
@@ -163,26 +164,28 @@ impl StrategyResult {
         match self.strategy {
             Strategy::NoLock if self.double_bookings > 0 => format!(
                 "{} beyond capacity on {}: the clients all counted the day as free, paused, and all \
-                 inserted — the check-then-insert race of background article 002. A transaction \
-                 alone is not a lock.",
+                 inserted — the check-then-insert race (docs/named-lock-check-then-insert.md). A \
+                 transaction alone is not a lock.",
                 n(self.double_bookings, "booking", "bookings"),
                 n(self.overbooked_days, "day", "days")
             ),
-            Strategy::NoLock => "No double booking this time: the clients did not overlap. The race is \
-                 still there (article 002): raise clients or pause_ms."
+            Strategy::NoLock => "No double booking this time: the clients did not overlap. The \
+                 check-then-insert race is still there (docs/named-lock-check-then-insert.md): raise \
+                 clients or pause_ms."
                 .to_string(),
             Strategy::NamedLockPoolPitfall
                 if self.leaked_locks + self.reentered + self.missed_releases == 0
                     && self.double_bookings == 0 =>
             {
                 "This run got lucky: every client locked and released on one session. With more \
-                 clients than pooled connections, article 000's pitfalls show."
+                 clients than pooled connections, the pitfalls of session locks on a pool show \
+                 (docs/named-lock-guard.md)."
                     .to_string()
             }
             Strategy::NamedLockPoolPitfall => format!(
                 "{} ran on a session that did not hold the lock, leaving {} held by idle pooled \
                  sessions; {} passed a held lock because the pool handed them the holder's session. \
-                 {} Both pitfalls of background article 000.{}{}",
+                 {} Both pitfalls of session locks on a connection pool (docs/named-lock-guard.md).{}{}",
                 n(self.missed_releases.into(), "RELEASE_LOCK", "RELEASE_LOCKs"),
                 n(self.leaked_locks.into(), "lock", "locks"),
                 n(self.reentered.into(), "request", "requests"),
@@ -209,12 +212,13 @@ impl StrategyResult {
             Strategy::NamedLock => format!(
                 "No double booking: each day's GET_LOCK let one client at a time through \
                  check-then-insert, on the connection that ran the transaction, committing before \
-                 releasing — article 002's fix, done the way article 000 says.{busy}"
+                 releasing — the fix of docs/named-lock-check-then-insert.md, with the lock guard of \
+                 docs/named-lock-guard.md.{busy}"
             ),
             Strategy::ParentRowLock => format!(
                 "No double booking: SELECT … FOR UPDATE on the resource row queued every booking of \
-                 the resource, whatever its day — the cost of locking a parent row that article 000 \
-                 names.{busy}"
+                 the resource, whatever its day — the cost of locking a parent row \
+                 (docs/named-lock-check-then-insert.md, \"What it costs\").{busy}"
             ),
             Strategy::UniqueSlot => format!(
                 "No double booking and no lock: {} lost slot 0 to the unique key (resource, day, slot), \
@@ -224,7 +228,7 @@ impl StrategyResult {
             Strategy::Serializable => format!(
                 "No double booking: SERIALIZABLE made the count a shared lock, so concurrent inserts \
                  deadlocked and InnoDB rolled all but one back; {} retried as whole transactions \
-                 (article 003).{busy}",
+                 (docs/row-locks-in-order.md).{busy}",
                 n(self.deadlocks_retried.into(), "deadlock was", "deadlocks were")
             ),
         }
@@ -361,6 +365,7 @@ pub fn load(conn: &mut MysqlConnection, id: Option<i64>) -> Result<Option<RaceRe
 }
 
 /// A fresh demo resource: a parent row for `parent-row-lock`, and a key no earlier run used.
+/// `bench bookings` books such throwaway resources too.
 pub fn create_resource(
     conn: &mut MysqlConnection,
     strategy: Strategy,
@@ -629,15 +634,6 @@ fn count_damage(conn: &mut MysqlConnection, resource_id: i64) -> Result<Damage, 
     Ok(Damage { confirmed: row.confirmed, beyond: row.beyond, days: row.days })
 }
 
-/// Nearest-rank percentile of sorted latencies, in milliseconds.
-pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,14 +655,5 @@ mod tests {
         assert!(RaceSpec::parse(&[], None, None, None).is_err());
         let twice = RaceSpec::parse(&["no-lock", "all"], None, None, None).expect("dedup");
         assert_eq!(twice.strategies.len(), 6);
-    }
-
-    #[test]
-    fn percentiles_use_the_nearest_rank() {
-        let ms: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(percentile_ms(&ms, 50.0), 50.0);
-        assert_eq!(percentile_ms(&ms, 99.0), 99.0);
-        assert_eq!(percentile_ms(&ms[..1], 99.0), 1.0);
-        assert_eq!(percentile_ms(&[], 50.0), 0.0);
     }
 }

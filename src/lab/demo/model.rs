@@ -1,7 +1,7 @@
 use chrono::NaiveDate;
 use diesel::prelude::*;
 
-use crate::schema::{demo_bookings, demo_races, demo_resources};
+use crate::lab::schema::{demo_bookings, demo_races, demo_resources};
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable)]
 #[diesel(table_name = demo_resources, check_for_backend(diesel::mysql::Mysql))]

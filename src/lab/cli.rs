@@ -1,0 +1,80 @@
+//! The lab's subcommands: `haita seed | demo race | bench bookings | bench orders`, flattened
+//! into the product's CLI (`crate::cli`) when the `lab` feature is on.
+
+use clap::Subcommand;
+
+use crate::config::Config;
+
+#[derive(Subcommand)]
+pub enum LabCommand {
+    /// Create the demo users and data (idempotent).
+    Seed,
+    /// The double-booking demo, from a terminal.
+    Demo {
+        #[command(subcommand)]
+        command: DemoCommand,
+    },
+    /// Measure a locking path against the same SQL issued by hand, in the same process (each
+    /// bench uses a scratch database on the server of DATABASE_URL and drops it afterwards).
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DemoCommand {
+    /// Race many clients for one place per day and print what each strategy let through (the
+    /// table of /demo; the race is stored and shown there too).
+    Race {
+        /// A strategy name, or all. Repeat or separate with commas to pick several.
+        #[arg(long, value_delimiter = ',', default_value = "all")]
+        strategy: Vec<String>,
+        #[arg(long)]
+        clients: Option<u32>,
+        #[arg(long)]
+        attempts: Option<u32>,
+        /// Milliseconds between "the day is free" and the insert.
+        #[arg(long)]
+        pause_ms: Option<u32>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Booking throughput and p50/p99, hot key and spread keys, at several client counts, for
+    /// each correct strategy: through HTTP and as raw SQL from the same process.
+    Bookings(super::bench::bookings::BookingsBench),
+    /// Orders per second, hot product vs spread products, service vs raw SQL.
+    Orders {
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
+}
+
+pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
+    match command {
+        // The benches work in databases of their own and leave DATABASE_URL's untouched.
+        LabCommand::Bench { which: BenchCommand::Bookings(options) } => {
+            super::bench::bookings::run(&config, &options)
+        }
+        LabCommand::Bench { which: BenchCommand::Orders { clients, seconds } } => {
+            anyhow::ensure!((1..=256).contains(&clients), "--clients must be between 1 and 256");
+            let results = super::bench::orders::run(&config.database_url, clients, seconds)?;
+            print!("{}", super::bench::orders::report(&results, clients));
+            Ok(())
+        }
+        LabCommand::Seed => super::seed::run(&crate::prepare_database(&config)?),
+        LabCommand::Demo { command: DemoCommand::Race { strategy, clients, attempts, pause_ms } } => {
+            let pool = crate::prepare_database(&config)?;
+            super::prepare(&pool)?;
+            let names: Vec<&str> = strategy.iter().map(String::as_str).collect();
+            let spec = super::demo::RaceSpec::parse(&names, clients, attempts, pause_ms)?;
+            let report = super::demo::run_race(&pool, &config, &spec, "cli")?;
+            print!("{}", report.table());
+            Ok(())
+        }
+    }
+}

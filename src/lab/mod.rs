@@ -1,0 +1,36 @@
+//! The lab: the double-booking demo (`/demo`, `haita demo race`), the benchmarks (`haita bench`)
+//! and the demo data (`haita seed`, `serve --seed`).
+//!
+//! It is apart from the product, compiled only with the cargo feature `lab`, because none of it
+//! is needed to take bookings or sell stock: two demo strategies are wrong on purpose, the benches
+//! open pools and HTTP clients of their own, and the seed writes well-known passwords. A product
+//! build has no demo route, no lab subcommand and no demo table: the lab's tables come from its
+//! own migrations (`src/lab/migrations/`, schema in `schema.rs`), run by [`prepare`] only where
+//! the demo runs.
+
+pub mod bench;
+pub mod cli;
+pub mod demo;
+pub mod schema;
+pub mod seed;
+pub mod stats;
+
+use diesel_migrations::{EmbeddedMigrations, embed_migrations};
+
+use crate::db::{self, DbPool};
+
+/// The demo's tables. Their versions (`2026-11-23-0003xx`) are the ones they had when they were
+/// product migrations, so a database that applied them then finds nothing pending now; the
+/// product's migrations ignore these versions and these ignore the product's.
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("src/lab/migrations");
+
+/// Applies the lab's pending migrations, under the same named lock as the product's (see
+/// [`db::run_migrations`]). Call it after the product's migrations, on the database the demo or
+/// a bench will use.
+pub fn prepare(pool: &DbPool) -> anyhow::Result<Vec<String>> {
+    let applied = db::run_embedded_migrations(pool, MIGRATIONS)?;
+    for migration in &applied {
+        log::info!("applied lab migration {migration}");
+    }
+    Ok(applied)
+}

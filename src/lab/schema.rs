@@ -1,0 +1,38 @@
+// @generated automatically by Diesel CLI, on a database the lab has prepared:
+// `diesel print-schema --only-tables '^demo_' > src/lab/schema.rs`. The product's tables are in
+// `crate::schema`; these exist only where `crate::lab::prepare` has run.
+
+diesel::table! {
+    demo_bookings (id) {
+        id -> Bigint,
+        demo_resource_id -> Bigint,
+        day -> Date,
+        client -> Integer,
+        slot -> Nullable<Integer>,
+        created_at -> Datetime,
+    }
+}
+
+diesel::table! {
+    demo_races (id) {
+        id -> Bigint,
+        #[max_length = 64]
+        started_by -> Varchar,
+        report -> Mediumtext,
+        created_at -> Datetime,
+    }
+}
+
+diesel::table! {
+    demo_resources (id) {
+        id -> Bigint,
+        #[max_length = 32]
+        strategy -> Varchar,
+        capacity -> Integer,
+        created_at -> Datetime,
+    }
+}
+
+diesel::joinable!(demo_bookings -> demo_resources (demo_resource_id));
+
+diesel::allow_tables_to_appear_in_same_query!(demo_bookings, demo_races, demo_resources,);

@@ -1,0 +1,248 @@
+//! Every relative link in `README.md` and `docs/*.md` points at a file or folder that exists, and
+//! the pages stand on their own (no pointers to material outside this repository).
+//!
+//! Standard library only: it reads files and needs no database and no running app.
+
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+/// Text that must not appear in the pages (compared case-insensitively): each points at material
+/// outside this repository, which a reader of a clone cannot follow.
+const FORBIDDEN: &[&str] = &["../shared", "DESIGN.md", "background article", "article 00"];
+
+/// `README.md` and every `docs/*.md`, relative to the repository root.
+fn pages(root: &Path) -> Vec<PathBuf> {
+    let mut pages = vec![root.join("README.md")];
+    let mut docs: Vec<PathBuf> = fs::read_dir(root.join("docs"))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "md"))
+                .collect()
+        })
+        .unwrap_or_default();
+    docs.sort();
+    pages.extend(docs);
+    pages
+}
+
+/// A link found in a page: the line it starts on and its target as written.
+#[derive(Debug, PartialEq, Eq)]
+struct Link {
+    line: usize,
+    target: String,
+}
+
+/// The targets of `[text](target)` and `![alt](target)` links outside code: fenced blocks
+/// (```` ``` ```` / `~~~`) and inline code spans are skipped, so SQL and shell examples that
+/// happen to contain brackets are not mistaken for links.
+fn links(text: &str) -> Vec<Link> {
+    // Blank out fenced code blocks, keeping line breaks so line numbers stay right.
+    let mut visible = String::with_capacity(text.len());
+    let mut fence: Option<&str> = None;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let marker = ["```", "~~~"].into_iter().find(|m| trimmed.starts_with(m));
+        let hidden = match (fence, marker) {
+            (None, Some(m)) => {
+                fence = Some(m);
+                true
+            }
+            (Some(open), Some(m)) if open == m => {
+                fence = None;
+                true
+            }
+            (Some(_), _) => true,
+            (None, None) => false,
+        };
+        if hidden {
+            visible.extend(line.chars().map(|c| if c == '\n' { '\n' } else { ' ' }));
+        } else {
+            visible.push_str(line);
+        }
+    }
+
+    let chars: Vec<char> = visible.chars().collect();
+    let line_of = |at: usize| 1 + chars[..at].iter().filter(|c| **c == '\n').count();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '`' => i = skip_code_span(&chars, i),
+            '[' => {
+                if let Some(close) = matching(&chars, i, '[', ']')
+                    && chars.get(close + 1) == Some(&'(')
+                    && let Some(end) = matching(&chars, close + 1, '(', ')')
+                {
+                    let inside: String = chars[close + 2..end].iter().collect();
+                    // `(target "title")`: the target is the first word; `<target>` is allowed too.
+                    let target = inside.split_whitespace().next().unwrap_or_default();
+                    let target = target.trim_start_matches('<').trim_end_matches('>');
+                    found.push(Link { line: line_of(i), target: target.to_string() });
+                }
+                // Continue inside the text, so an image inside a link's text is seen too.
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    found
+}
+
+/// Index just past the inline code span that starts at `start` (a run of backticks closed by a
+/// run of the same length); a run that is never closed is literal text.
+fn skip_code_span(chars: &[char], start: usize) -> usize {
+    let run = chars[start..].iter().take_while(|c| **c == '`').count();
+    let mut j = start + run;
+    while j < chars.len() {
+        if chars[j] == '`' {
+            let closing = chars[j..].iter().take_while(|c| **c == '`').count();
+            if closing == run {
+                return j + closing;
+            }
+            j += closing;
+        } else {
+            j += 1;
+        }
+    }
+    start + run
+}
+
+/// Index of the bracket closing the one at `open`, counting nesting and skipping code spans.
+fn matching(chars: &[char], open: usize, left: char, right: char) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut j = open;
+    while j < chars.len() {
+        let c = chars[j];
+        if c == '`' && left == '[' {
+            j = skip_code_span(chars, j);
+            continue;
+        }
+        if c == '\n' && chars.get(j + 1) == Some(&'\n') {
+            return None; // a blank line ends a paragraph, and any link with it
+        }
+        if c == left {
+            depth += 1;
+        } else if c == right {
+            depth -= 1;
+            if depth == 0 {
+                return Some(j);
+            }
+        }
+        j += 1;
+    }
+    None
+}
+
+/// The path part of a target, or `None` for targets that are not files of this repository.
+fn local_path(target: &str) -> Option<&str> {
+    if target.is_empty()
+        || target.starts_with('#')
+        || ["http://", "https://", "mailto:"].iter().any(|scheme| target.starts_with(scheme))
+    {
+        return None;
+    }
+    let path = target.split('#').next().unwrap_or(target);
+    // `src/db.rs:120` or `src/db.rs:120-140`: a line reference, not part of the file name.
+    let path = match path.rsplit_once(':') {
+        Some((file, line)) if !line.is_empty() && line.chars().all(|c| c.is_ascii_digit() || c == '-') => {
+            file
+        }
+        _ => path,
+    };
+    Some(path)
+}
+
+/// `a/b/../c` → `a/c`, without touching the file system (the target may not exist).
+fn normalise(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Every problem in one page, as `file:line: what`.
+fn problems_in(root: &Path, page: &Path) -> Vec<String> {
+    let shown = page.strip_prefix(root).unwrap_or(page).display().to_string();
+    let text = match fs::read_to_string(page) {
+        Ok(text) => text,
+        Err(e) => return vec![format!("{shown}: cannot read: {e}")],
+    };
+    let mut problems = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        for word in FORBIDDEN {
+            if line.to_lowercase().contains(&word.to_lowercase()) {
+                problems.push(format!(
+                    "{shown}:{}: mentions {word:?}; the repository must explain itself",
+                    number + 1
+                ));
+            }
+        }
+    }
+    let dir = page.parent().unwrap_or(root);
+    for Link { line, target } in links(&text) {
+        let Some(path) = local_path(&target) else { continue };
+        let resolved =
+            if let Some(from_root) = path.strip_prefix('/') { root.join(from_root) } else { dir.join(path) };
+        let resolved = normalise(&resolved);
+        if !resolved.starts_with(normalise(root)) {
+            problems.push(format!("{shown}:{line}: ({target}) points outside the repository"));
+        } else if !resolved.exists() {
+            problems.push(format!("{shown}:{line}: ({target}) does not exist"));
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_link_in_readme_and_docs_resolves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pages = pages(root);
+    assert!(pages.len() > 1, "expected README.md and docs/*.md, found {pages:?}");
+    let problems: Vec<String> = pages.iter().flat_map(|page| problems_in(root, page)).collect();
+    assert!(
+        problems.is_empty(),
+        "{} broken link(s) or outside pointer(s):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_scanner_finds_links_and_images_but_not_code() {
+    let text = "See [the guard](../src/locking/named.rs#L10) and ![chart](demo.png \"title\").\n\
+                `[not](a-link)` and\n\
+                ```sql\n\
+                SELECT x[1](2)\n\
+                ```\n\
+                [`code` text](<other.md>) [web](https://example.com) [top](#hazard)\n\
+                [line](../src/db.rs:120) [wrapped\n\
+                text](wrapped.md)\n";
+    let found = links(text);
+    let found: Vec<(usize, &str)> = found.iter().map(|l| (l.line, l.target.as_str())).collect();
+    assert_eq!(
+        found,
+        [
+            (1, "../src/locking/named.rs#L10"),
+            (1, "demo.png"),
+            (6, "other.md"),
+            (6, "https://example.com"),
+            (6, "#hazard"),
+            (7, "../src/db.rs:120"),
+            (7, "wrapped.md"),
+        ]
+    );
+    assert_eq!(local_path("../src/locking/named.rs#L10"), Some("../src/locking/named.rs"));
+    assert_eq!(local_path("../src/db.rs:120-140"), Some("../src/db.rs"));
+    assert_eq!(local_path("https://example.com"), None);
+    assert_eq!(local_path("#hazard"), None);
+    assert_eq!(local_path("mailto:a@b"), None);
+}
