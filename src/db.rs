@@ -18,7 +18,7 @@ use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use crate::config::Config;
-use crate::locking::{LockName, NamedLockGuard};
+use crate::locking::{NamedLockGuard, Namespace};
 
 pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
 
@@ -34,6 +34,7 @@ pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
 pub struct DbPool {
     pool: Pool<ConnectionManager<MysqlConnection>>,
     health: Arc<Health>,
+    names: Namespace,
 }
 
 /// How long a checkout waits while the server is known to be unreachable.
@@ -48,6 +49,11 @@ impl DbPool {
     /// Whether the last thing the pool saw of the server was a failure.
     pub fn server_unreachable(&self) -> bool {
         self.health.is_down()
+    }
+
+    /// The lock names of this database's deployment (named locks are server-wide).
+    pub fn names(&self) -> &Namespace {
+        &self.names
     }
 
     pub fn state(&self) -> diesel::r2d2::State {
@@ -136,7 +142,7 @@ pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
         .error_handler(Box::new(MarkDown(Arc::clone(&health))))
         .event_handler(Box::new(MarkUp(Arc::clone(&health))))
         .build(ConnectionManager::new(&config.database_url))?;
-    Ok(DbPool { pool, health })
+    Ok(DbPool { pool, health, names: Namespace::for_url(&config.database_url) })
 }
 
 /// Splits `mysql://…/name?opts` into the server URL (no database) and the database name.
@@ -214,7 +220,7 @@ pub fn run_migrations(pool: &DbPool) -> anyhow::Result<Vec<String>> {
 /// Runs the pending migrations of one embedded set under the migration lock. Several sets may
 /// share a database (the lab has its own): diesel skips the versions a set does not contain.
 pub fn run_embedded_migrations(pool: &DbPool, migrations: EmbeddedMigrations) -> anyhow::Result<Vec<String>> {
-    let mut lock = NamedLockGuard::acquire(pool.get()?, LockName::migrations(), Duration::from_secs(120))?;
+    let mut lock = NamedLockGuard::acquire(pool.get()?, pool.names().migrations(), Duration::from_secs(120))?;
     let applied = lock
         .conn()
         .run_pending_migrations(migrations)

@@ -226,7 +226,7 @@ mod tests {
     #[test]
     fn a_named_lock_timeout_is_busy_and_worded_for_its_scope() {
         let timed_out = Infra::Lock(LockError::TimedOut {
-            name: crate::locking::LockName::stock(3),
+            name: crate::locking::Namespace::for_database("haita").stock(3),
             waited: std::time::Duration::from_secs(5),
         });
         let problem = timed_out.problem();

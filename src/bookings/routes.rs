@@ -12,7 +12,6 @@ use super::model::{BookingDate, Reservation, parse_id};
 use super::service::{self, DayAvailability};
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
-use crate::locking::LockName;
 use crate::resources::Resource;
 use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
@@ -41,7 +40,7 @@ async fn book(
     resource_id: i64,
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
-    let turn = state.turn(LockName::booking(resource_id, date.day())).await?;
+    let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
     let (pool, user_id) = (state.pool.clone(), user.id);
     blocking(move || service::book(&pool, turn, user_id, resource_id, date)).await
 }

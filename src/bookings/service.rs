@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::BookingError;
 use super::model::{BookingDate, NewReservation, Reservation, ReservationStatus};
 use crate::db::DbPool;
-use crate::locking::{LockName, NamedLockGuard, Turn};
+use crate::locking::{NamedLockGuard, Turn};
 use crate::resources::Resource;
 use crate::schema::{reservations, resources};
 
@@ -31,7 +31,7 @@ pub fn book(
     resource_id: i64,
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
-    debug_assert_eq!(turn.name(), &LockName::booking(resource_id, date.day()));
+    debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
     let mut conn = pool.get()?;
     // Answer an unknown resource before taking a lock for it.
     if Resource::by_id(resource_id).select(resources::id).first::<i64>(&mut conn).optional()?.is_none() {
@@ -65,7 +65,7 @@ fn insert_if_free(
     resource_id: i64,
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
-    debug_assert_eq!(held.name(), &LockName::booking(resource_id, date.day()));
+    debug_assert_eq!(held.name().scope(), "book");
     held.conn().transaction(|conn| {
         // A shared lock on the resource row: staff may lower the capacity while we count
         // (resources::editing), and that save locks the row exclusively before it checks the

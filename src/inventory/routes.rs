@@ -1,6 +1,5 @@
 //! Receiving stock: the staff form and the API.
 
-use crate::locking::LockName;
 use actix_web::{HttpResponse, web};
 use askama::Template;
 use serde::Deserialize;
@@ -33,7 +32,7 @@ async fn receive(
     if product_id < 1 {
         return Err(InventoryError::InvalidProductId);
     }
-    let turn = state.turn(LockName::stock(product_id)).await?;
+    let turn = state.turn(state.pool.names().stock(product_id)).await?;
     let (pool, actor) = (state.pool.clone(), user.id);
     web::block(move || service::receive(&pool, turn, actor, product_id, quantity)).await?
 }

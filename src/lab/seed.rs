@@ -10,7 +10,7 @@ use crate::auth::{AuthError, Role};
 use crate::catalog::model::NewProduct;
 use crate::db::DbPool;
 use crate::inventory::model::Quantity;
-use crate::locking::{LockName, Turn};
+use crate::locking::Turn;
 use crate::resources::model::NewResource;
 use crate::schema::{products, resources, users};
 
@@ -73,7 +73,7 @@ pub fn run(pool: &DbPool) -> anyhow::Result<()> {
             let quantity = Quantity::parse(i64::from(*stock), Quantity::MAX_PER_RECEIPT)?;
             crate::inventory::service::receive(
                 pool,
-                Turn::alone(LockName::stock(id), Duration::from_secs(5)),
+                Turn::alone(pool.names().stock(id), Duration::from_secs(5)),
                 receiver,
                 id,
                 quantity,

@@ -17,5 +17,5 @@ pub mod retry;
 pub mod sql;
 
 pub use named::{LockError, NamedLockGuard};
-pub use names::LockName;
+pub use names::{LockName, Namespace};
 pub use queue::{LockQueue, Turn};

@@ -163,7 +163,7 @@ mod tests {
     use super::*;
 
     fn name(key: &str) -> LockName {
-        LockName::new("book", key)
+        super::super::Namespace::for_database("haita").name("book", key)
     }
 
     #[actix_web::test]

@@ -14,7 +14,6 @@ use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::{Role, SessionUser};
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, LockView, Owner};
-use crate::locking::LockName;
 use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
@@ -154,7 +153,7 @@ async fn open(
     policy: Policy,
 ) -> Result<Opened, ResourceError> {
     let owner = editor(user)?;
-    let turn = state.turn(LockName::edit_lock(EditLockKey::resource(id).as_str())).await?;
+    let turn = state.turn(state.pool.names().edit_lock(EditLockKey::resource(id).as_str())).await?;
     let (pool, ttl) = (state.pool.clone(), state.config.edit_lock_ttl);
     blocking(move || match editing::open(&pool, turn, ttl, id, &owner, policy) {
         Ok((resource, _, lock)) => Ok(Opened::Editing(resource, lock)),
@@ -348,7 +347,7 @@ async fn acquire_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
     let (owner, id) = (editor(&user)?, path.into_inner());
-    let turn = state.turn(LockName::edit_lock(EditLockKey::resource(id).as_str())).await?;
+    let turn = state.turn(state.pool.names().edit_lock(EditLockKey::resource(id).as_str())).await?;
     let (pool, ttl) = (state.pool.clone(), state.config.edit_lock_ttl);
     let (_, acquired, lock) =
         blocking(move || editing::open(&pool, turn, ttl, id, &owner, Policy::TakeOverExpired)).await?;

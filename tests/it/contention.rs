@@ -6,7 +6,6 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use haita::auth::Role;
-use haita::locking::LockName;
 use tokio::sync::Barrier;
 
 use crate::common::{Client, TestApp, error_code, future_day, invariants};
@@ -46,7 +45,7 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
     let other_day = hot_day.succ_opt().expect("a next day");
 
     let mut stuck = app.db.raw_connection();
-    let name = LockName::booking(resource, hot_day);
+    let name = app.db.pool.names().booking(resource, hot_day);
     let holder = ask(&mut stuck, "SELECT CAST(GET_LOCK(?, 0) AS SIGNED) AS value", name.as_str());
     assert_eq!(holder, Some(1), "the stuck session takes the hot day's lock");
     let stuck_id = haita::locking::sql::own_connection_id(&mut stuck).expect("connection id");
@@ -129,7 +128,7 @@ async fn past_the_waiting_budget_a_request_for_a_held_lock_is_refused_at_once() 
     let days: Vec<_> = (0..6).map(|i| first_day + chrono::Days::new(i)).collect();
     let mut stuck = app.db.raw_connection();
     for day in &days {
-        let name = LockName::booking(resource, *day);
+        let name = app.db.pool.names().booking(resource, *day);
         diesel::sql_query("SELECT GET_LOCK(?, 0) AS value")
             .bind::<Text, _>(name.as_str())
             .execute(&mut stuck)

@@ -12,7 +12,8 @@ use rand::Rng;
 use crate::common::{TestDb, test_config};
 
 fn unique_name() -> LockName {
-    LockName::new("test", &format!("{:016x}", rand::rng().random::<u64>()))
+    haita::locking::Namespace::for_database("locking_tests")
+        .name("test", &format!("{:016x}", rand::rng().random::<u64>()))
 }
 
 fn small_pool(db: &TestDb, size: u32) -> DbPool {
@@ -184,7 +185,7 @@ fn the_work_runs_on_the_session_that_holds_the_lock() {
 fn a_long_key_becomes_a_name_the_server_accepts() {
     let db = TestDb::new();
     let pool = small_pool(&db, 2);
-    let name = LockName::new("test", &format!("{:x}-{}", rand::rng().random::<u64>(), "k".repeat(300)));
+    let name = pool.names().name("test", &format!("{:x}-{}", rand::rng().random::<u64>(), "k".repeat(300)));
     assert!(name.as_str().len() <= 64, "{name}");
     let mut held =
         NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");

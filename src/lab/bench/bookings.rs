@@ -34,7 +34,7 @@ use crate::config::Config;
 use crate::db::{self, DbPool, ScratchDatabase};
 use crate::lab::demo::{Answer, Attempt, Seen, Strategy, create_resource};
 use crate::lab::stats::percentile_ms;
-use crate::locking::{LockName, Turn};
+use crate::locking::Turn;
 use crate::resources::model::NewResource;
 use crate::schema::resources;
 
@@ -461,7 +461,7 @@ fn measure_raw(pool: &DbPool, config: &Config, target: &Target, users: &[i64], w
                                     bookings::book(
                                         pool,
                                         Turn::alone(
-                                            LockName::booking(key.resource_id, day.day()),
+                                            pool.names().booking(key.resource_id, day.day()),
                                             config.lock_wait,
                                         ),
                                         user_id,
