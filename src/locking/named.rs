@@ -78,7 +78,7 @@ impl NamedLockGuard {
             let wait = turn.remaining();
             result = match turn.try_wait_slot() {
                 None => Err(LockError::Crowded { name: name.clone() }),
-                Some(_waiting) if wait.as_secs() > 0 => ask(&mut conn, &name, wait),
+                Some(_waiting) if whole_seconds(wait) > 0 => ask(&mut conn, &name, wait),
                 Some(_) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
             };
         }
@@ -103,9 +103,16 @@ impl NamedLockGuard {
     }
 }
 
-/// One `GET_LOCK(name, wait)`: whole seconds, rounded down so the deadline is never passed.
+/// `GET_LOCK` waits whole seconds (MySQL's granularity). What is left of a turn's wait is
+/// rounded to the nearest second: down would turn a 1 s wait that lost a few milliseconds in the
+/// queue into no wait at all; the nearest passes the deadline by half a second at most.
+fn whole_seconds(wait: Duration) -> i32 {
+    i32::try_from((wait.as_millis() + 500) / 1000).unwrap_or(i32::MAX)
+}
+
+/// One `GET_LOCK(name, wait)`.
 fn ask(conn: &mut PooledConn, name: &LockName, wait: Duration) -> Result<(), LockError> {
-    let wait_secs = i32::try_from(wait.as_secs()).unwrap_or(i32::MAX);
+    let wait_secs = whole_seconds(wait);
     match diesel::select(get_lock(name.as_str(), wait_secs)).get_result::<Option<i64>>(&mut **conn) {
         Ok(Some(1)) => Ok(()),
         Ok(Some(0)) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
