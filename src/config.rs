@@ -4,6 +4,7 @@
 //! is present but unparsable stops the program with a message naming the variable, rather than
 //! silently falling back to a default the operator did not choose.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -25,11 +26,22 @@ pub struct Config {
     pub pool_size: u32,
     /// How long a request waits for a pooled connection before answering 503 busy.
     pub pool_timeout: Duration,
-    /// How long `GET_LOCK` waits for a held named lock (`LOCK_WAIT_SECS`, whole seconds).
+    /// How long a request waits for a held named lock, queued in memory and then in `GET_LOCK`
+    /// (`LOCK_WAIT_SECS`, whole seconds).
     pub lock_wait: Duration,
+    /// How many sessions of this instance may wait in `GET_LOCK` at once (`LOCK_WAITERS_MAX`,
+    /// default a quarter of the pool): past it a request for a held lock is refused at once, so
+    /// waiting can never take the connections that other requests need.
+    pub lock_waiters_max: usize,
     /// `innodb_lock_wait_timeout` set on every pooled connection: a stuck row lock becomes a
     /// fast, clean error instead of MySQL's default 50 s hang.
     pub row_lock_wait_secs: u32,
+    /// Password checks that may run at once (`HASHING_SLOTS`, default one per core).
+    pub hashing_slots: usize,
+    /// Login attempts per minute per username (`LOGIN_ATTEMPTS_PER_MINUTE`) and per client
+    /// address (`LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS`); past them, 429 with Retry-After.
+    pub login_attempts_per_username: NonZeroU32,
+    pub login_attempts_per_address: NonZeroU32,
     /// Lifetime of a pessimistic edit lock without heartbeat.
     pub edit_lock_ttl: Duration,
     /// Key that signs and encrypts session cookies; generated (with a warning) when absent.
@@ -47,9 +59,13 @@ impl Config {
         );
         Ok(Self {
             bind: std::env::var("BIND").unwrap_or(defaults.bind),
-            pool_size: parse("POOL_SIZE", defaults.pool_size, |v: u32| v >= 2)?,
+            pool_size: pool_size_from_env(defaults.pool_size)?,
             pool_timeout: secs("POOL_TIMEOUT_SECS", defaults.pool_timeout)?,
             lock_wait: secs("LOCK_WAIT_SECS", defaults.lock_wait)?,
+            lock_waiters_max: match std::env::var("LOCK_WAITERS_MAX") {
+                Ok(_) => parse("LOCK_WAITERS_MAX", 1usize, |v| (1..=1024).contains(&v))?,
+                Err(_) => default_waiters_max(pool_size_from_env(defaults.pool_size)?),
+            },
             row_lock_wait_secs: parse("ROW_LOCK_WAIT_SECS", defaults.row_lock_wait_secs, |v| {
                 (1..=3600).contains(&v)
             })?,
@@ -74,6 +90,17 @@ impl Config {
                 Err(_) => None,
             },
             cookie_secure: parse("COOKIE_SECURE", defaults.cookie_secure, |_| true)?,
+            hashing_slots: parse("HASHING_SLOTS", defaults.hashing_slots, |v| (1..=256).contains(&v))?,
+            login_attempts_per_username: parse(
+                "LOGIN_ATTEMPTS_PER_MINUTE",
+                defaults.login_attempts_per_username,
+                |_| true,
+            )?,
+            login_attempts_per_address: parse(
+                "LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS",
+                defaults.login_attempts_per_address,
+                |_| true,
+            )?,
             workers: match std::env::var("WORKERS") {
                 Ok(_) => Some(parse("WORKERS", 1usize, |v| (1..=256).contains(&v))?),
                 Err(_) => None,
@@ -90,13 +117,26 @@ impl Config {
             pool_size: 16,
             pool_timeout: Duration::from_secs(5),
             lock_wait: Duration::from_secs(5),
+            lock_waiters_max: default_waiters_max(16),
             row_lock_wait_secs: 5,
             edit_lock_ttl: Duration::from_secs(300),
             session_key: None,
             cookie_secure: false,
+            hashing_slots: std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+            login_attempts_per_username: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN),
+            login_attempts_per_address: NonZeroU32::new(60).unwrap_or(NonZeroU32::MIN),
             workers: None,
         }
     }
+}
+
+/// A quarter of the pool, at least one.
+pub fn default_waiters_max(pool_size: u32) -> usize {
+    usize::try_from(pool_size / 4).unwrap_or(1).max(1)
+}
+
+fn pool_size_from_env(default: u32) -> Result<u32, ConfigError> {
+    parse("POOL_SIZE", default, |v: u32| v >= 2)
 }
 
 fn parse<T>(name: &'static str, default: T, valid: impl Fn(T) -> bool) -> Result<T, ConfigError>

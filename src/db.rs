@@ -4,19 +4,123 @@
 //! diesel is synchronous: nothing here may run on the async executor. Handlers reach the pool
 //! through `web::block`, including `pool.get()`, whose wait is bounded by `POOL_TIMEOUT_SECS`.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::r2d2::event::{AcquireEvent, CheckoutEvent};
+use diesel::r2d2::{
+    ConnectionManager, CustomizeConnection, HandleError, HandleEvent, Pool, PooledConnection,
+};
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use crate::config::Config;
-use crate::locking::{LockName, NamedLockGuard};
+use crate::locking::{NamedLockGuard, Namespace};
 
-pub type DbPool = Pool<ConnectionManager<MysqlConnection>>;
 pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
+
+/// The r2d2 pool, and what it has seen of the server's health.
+///
+/// While the server is unreachable, r2d2 would keep every request waiting the full
+/// `POOL_TIMEOUT_SECS` for a connection that cannot be made, and requests pile up behind each
+/// other. So the pool remembers a failed connect or a dead connection found at checkout (r2d2
+/// reports both to its error handler), and until a connection works again (a new one is made,
+/// or a checkout passes its test) a checkout waits at most [`OUTAGE_WAIT`]: the answer is a quick
+/// 503 `unavailable` with `Retry-After`, and the pool's own reconnect attempts bring it back.
+#[derive(Clone)]
+pub struct DbPool {
+    pool: Pool<ConnectionManager<MysqlConnection>>,
+    health: Arc<Health>,
+    names: Namespace,
+    timeout: Duration,
+}
+
+/// How long a checkout waits while the server is known to be unreachable.
+pub const OUTAGE_WAIT: Duration = Duration::from_millis(500);
+
+impl DbPool {
+    /// A connection, within `POOL_TIMEOUT_SECS` — or within [`OUTAGE_WAIT`] during an outage.
+    ///
+    /// The wait is taken in slices of at most `OUTAGE_WAIT`, so that a checkout that began just
+    /// before the server went away stops waiting as soon as the pool has noticed, instead of
+    /// sitting out the whole pool timeout.
+    pub fn get(&self) -> Result<PooledConn, diesel::r2d2::PoolError> {
+        let end = Instant::now() + self.timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.pool.get_timeout(left.min(OUTAGE_WAIT)) {
+                Ok(conn) => return Ok(conn),
+                Err(e) if self.health.is_down() || left <= OUTAGE_WAIT => return Err(e),
+                Err(_) => continue,
+            }
+        }
+    }
+
+    /// Whether the last thing the pool saw of the server was a failure.
+    pub fn server_unreachable(&self) -> bool {
+        self.health.is_down()
+    }
+
+    /// The lock names of this database's deployment (named locks are server-wide).
+    pub fn names(&self) -> &Namespace {
+        &self.names
+    }
+
+    pub fn state(&self) -> diesel::r2d2::State {
+        self.pool.state()
+    }
+
+    pub fn max_size(&self) -> u32 {
+        self.pool.max_size()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Health {
+    down: AtomicBool,
+}
+
+impl Health {
+    fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+}
+
+/// r2d2 calls this when connecting fails or a pooled connection fails its checkout test.
+#[derive(Debug)]
+struct MarkDown(Arc<Health>);
+
+impl HandleError<diesel::r2d2::Error> for MarkDown {
+    fn handle_error(&self, error: diesel::r2d2::Error) {
+        if !self.0.down.swap(true, Ordering::Relaxed) {
+            log::warn!("database unreachable ({error}); answering 503 until a connection works again");
+        }
+    }
+}
+
+/// A connection made or a checkout that passed its test: the server answers again.
+#[derive(Debug)]
+struct MarkUp(Arc<Health>);
+
+impl MarkUp {
+    fn up(&self) {
+        if self.0.down.swap(false, Ordering::Relaxed) {
+            log::info!("database reachable again");
+        }
+    }
+}
+
+impl HandleEvent for MarkUp {
+    fn handle_acquire(&self, _: AcquireEvent) {
+        self.up();
+    }
+    fn handle_checkout(&self, _: CheckoutEvent) {
+        self.up();
+    }
+}
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -42,12 +146,19 @@ impl CustomizeConnection<MysqlConnection, diesel::r2d2::Error> for SessionSettin
 }
 
 pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
-    Pool::builder()
+    let health = Arc::new(Health::default());
+    let pool = Pool::builder()
         .max_size(config.pool_size)
         .min_idle(Some(2.min(config.pool_size)))
-        .connection_timeout(config.pool_timeout.max(Duration::from_millis(100)))
+        // r2d2 retries a failed connect with a backoff capped at half of this; `DbPool::get`
+        // bounds checkouts itself. Two seconds keeps the retries at most a second apart, so
+        // the pool is back within about a second of the server.
+        .connection_timeout(config.pool_timeout.clamp(Duration::from_millis(100), Duration::from_secs(2)))
         .connection_customizer(Box::new(SessionSettings { row_lock_wait_secs: config.row_lock_wait_secs }))
-        .build(ConnectionManager::new(&config.database_url))
+        .error_handler(Box::new(MarkDown(Arc::clone(&health))))
+        .event_handler(Box::new(MarkUp(Arc::clone(&health))))
+        .build(ConnectionManager::new(&config.database_url))?;
+    Ok(DbPool { pool, health, names: Namespace::for_url(&config.database_url), timeout: config.pool_timeout })
 }
 
 /// Splits `mysql://…/name?opts` into the server URL (no database) and the database name.
@@ -125,7 +236,7 @@ pub fn run_migrations(pool: &DbPool) -> anyhow::Result<Vec<String>> {
 /// Runs the pending migrations of one embedded set under the migration lock. Several sets may
 /// share a database (the lab has its own): diesel skips the versions a set does not contain.
 pub fn run_embedded_migrations(pool: &DbPool, migrations: EmbeddedMigrations) -> anyhow::Result<Vec<String>> {
-    let mut lock = NamedLockGuard::acquire(pool.get()?, LockName::migrations(), Duration::from_secs(120))?;
+    let mut lock = NamedLockGuard::acquire(pool.get()?, pool.names().migrations(), Duration::from_secs(120))?;
     let applied = lock
         .conn()
         .run_pending_migrations(migrations)

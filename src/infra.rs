@@ -43,7 +43,7 @@ impl Infra {
     /// wrong with the app. Benchmarks and the demo count these apart from real failures.
     pub fn is_busy(&self) -> bool {
         match self {
-            Self::Pool(_) | Self::Lock(LockError::TimedOut { .. }) => true,
+            Self::Pool(_) | Self::Lock(LockError::TimedOut { .. } | LockError::Crowded { .. }) => true,
             Self::Database(e) => e.lock_conflict().is_some(),
             Self::Lock(LockError::Failed { .. }) | Self::Blocking(_) => false,
         }
@@ -54,6 +54,8 @@ impl Infra {
         match self {
             Self::Database(e) => lost_connection(e),
             Self::Lock(LockError::Failed { source: Some(e), .. }) => lost_connection(e),
+            // r2d2 reports why its last connect failed in the checkout error's text.
+            Self::Pool(e) => mentions_lost_connection(&e.to_string()),
             _ => false,
         }
     }
@@ -63,12 +65,16 @@ impl Infra {
             return Problem::unavailable();
         }
         match self {
-            Self::Lock(LockError::TimedOut { name, .. }) => Problem::busy(match name.scope() {
-                "book" => "Many people are booking this day right now; please try again in a moment.",
-                "stock" => "Someone else is receiving this product right now; please try again in a moment.",
-                "edit" => "Many people are opening this editor right now; please try again in a moment.",
-                _ => "The server is busy; please try again in a moment.",
-            }),
+            Self::Lock(LockError::TimedOut { name, .. } | LockError::Crowded { name }) => {
+                Problem::busy(match name.scope() {
+                    "book" => "Many people are booking this day right now; please try again in a moment.",
+                    "stock" => {
+                        "Someone else is receiving this product right now; please try again in a moment."
+                    }
+                    "edit" => "Many people are opening this editor right now; please try again in a moment.",
+                    _ => "The server is busy; please try again in a moment.",
+                })
+            }
             Self::Database(e) if e.lock_conflict().is_some() => Problem::busy(
                 "What you asked for is in great demand right now; please try again in a moment.",
             ),
@@ -92,23 +98,32 @@ impl MayConflict for Infra {
 /// Client errors 2006 / 2013 and their MariaDB wordings, a server shutting down (1053) and a
 /// killed connection (1927). diesel reports all of them as `DatabaseErrorKind::Unknown` (or
 /// `ClosedConnection`), so the server's message is what tells them apart.
+const MARKERS: &[&str] = &[
+    "server has gone away",
+    "lost connection",
+    "can't connect",
+    "connection was killed",
+    "shutdown in progress",
+    "connection refused",
+];
+
 fn lost_connection(error: &DbError) -> bool {
-    const MARKERS: &[&str] = &[
-        "server has gone away",
-        "lost connection",
-        "can't connect",
-        "connection was killed",
-        "shutdown in progress",
-        "connection refused",
-    ];
     match error {
         DbError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => true,
-        DbError::DatabaseError(_, info) => {
-            let message = info.message().to_ascii_lowercase();
-            MARKERS.iter().any(|m| message.contains(m))
+        DbError::DatabaseError(_, info) => mentions_lost_connection(info.message()),
+        // COMMIT failed and so did the ROLLBACK after it: the connection died mid-transaction.
+        DbError::RollbackErrorOnCommit { commit_error, rollback_error } => {
+            lost_connection(commit_error) || lost_connection(rollback_error)
         }
+        // diesel gives up on a connection whose ROLLBACK failed: in practice, a dead one.
+        DbError::BrokenTransactionManager => true,
         _ => false,
     }
+}
+
+fn mentions_lost_connection(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    MARKERS.iter().any(|m| message.contains(m))
 }
 
 /// Gives a feature error with an `Infra(Infra)` variant the `From` conversions of every
@@ -212,12 +227,17 @@ mod tests {
         }
         let closed = server_said(DatabaseErrorKind::ClosedConnection, "closed");
         assert_eq!(answer(&closed), (503, "unavailable", true));
+        let commit_then_rollback = Infra::Database(DbError::RollbackErrorOnCommit {
+            commit_error: Box::new(database_error(DatabaseErrorKind::Unknown, "Server has gone away")),
+            rollback_error: Box::new(database_error(DatabaseErrorKind::Unknown, "Server has gone away")),
+        });
+        assert_eq!(answer(&commit_then_rollback), (503, "unavailable", true));
     }
 
     #[test]
     fn a_named_lock_timeout_is_busy_and_worded_for_its_scope() {
         let timed_out = Infra::Lock(LockError::TimedOut {
-            name: crate::locking::LockName::stock(3),
+            name: crate::locking::Namespace::for_database("haita").stock(3),
             waited: std::time::Duration::from_secs(5),
         });
         let problem = timed_out.problem();

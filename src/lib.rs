@@ -27,7 +27,6 @@ pub mod schema;
 pub mod web;
 
 use std::net::TcpListener;
-use std::sync::Arc;
 
 use actix_session::SessionMiddleware;
 use actix_session::config::{CookieContentSecurity, PersistentSession};
@@ -81,7 +80,7 @@ impl Application {
             }
         };
         let workers = config.workers;
-        let state = aweb::Data::new(AppState { pool, config: Arc::new(config) });
+        let state = aweb::Data::new(AppState::new(pool, config));
         // One per instance, shared by its workers: at most one demo race at a time.
         #[cfg(feature = "lab")]
         let race_slot = aweb::Data::new(lab::demo::routes::RaceSlot::default());

@@ -8,7 +8,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 pub struct Metrics {
@@ -23,6 +24,13 @@ pub struct Metrics {
     pub transaction_retries: IntCounterVec,
     /// Transactions that still conflicted after the last attempt.
     pub transaction_gave_up: IntCounter,
+    /// Requests waiting in memory for their turn at a lock name, by scope.
+    pub lock_queue_depth: IntGaugeVec,
+    /// Sessions of this instance waiting in `GET_LOCK` now, and how many may.
+    pub lock_waiters: IntGauge,
+    pub lock_waiters_budget: IntGauge,
+    /// Requests refused at once because the waiting budget was spent, by scope.
+    pub lock_waiters_refused: IntCounterVec,
     pool_connections: IntGauge,
     pool_idle: IntGauge,
 }
@@ -51,6 +59,19 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "transaction_gave_up_total",
             "Transactions still in a lock conflict after their last attempt",
         )?,
+        lock_queue_depth: IntGaugeVec::new(
+            Opts::new("lock_queue_depth", "Requests queued in memory for their turn at a named lock"),
+            &["scope"],
+        )?,
+        lock_waiters: IntGauge::new("lock_waiters", "Sessions of this instance waiting in GET_LOCK")?,
+        lock_waiters_budget: IntGauge::new(
+            "lock_waiters_budget",
+            "How many sessions of this instance may wait in GET_LOCK (LOCK_WAITERS_MAX)",
+        )?,
+        lock_waiters_refused: IntCounterVec::new(
+            Opts::new("lock_waiters_refused_total", "Requests refused because the waiting budget was spent"),
+            &["scope"],
+        )?,
         pool_connections: IntGauge::new("pool_connections", "Open connections in this instance's pool")?,
         pool_idle: IntGauge::new("pool_idle_connections", "Idle connections in this instance's pool")?,
         registry,
@@ -60,6 +81,10 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry.register(Box::new(m.named_lock_sessions_closed.clone()))?;
     m.registry.register(Box::new(m.transaction_retries.clone()))?;
     m.registry.register(Box::new(m.transaction_gave_up.clone()))?;
+    m.registry.register(Box::new(m.lock_queue_depth.clone()))?;
+    m.registry.register(Box::new(m.lock_waiters.clone()))?;
+    m.registry.register(Box::new(m.lock_waiters_budget.clone()))?;
+    m.registry.register(Box::new(m.lock_waiters_refused.clone()))?;
     m.registry.register(Box::new(m.pool_connections.clone()))?;
     m.registry.register(Box::new(m.pool_idle.clone()))?;
     Ok(m)

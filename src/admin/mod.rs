@@ -8,7 +8,7 @@
 //!   a transaction that first locks it, so a save in flight either commits before or is refused
 //!   after. Batch-held locks cannot be force-released (a batch that "steals" the
 //!   online locks must not have them stolen back mid-run).
-//! - **live MySQL named locks** of this application (`haita:` prefix): a named lock belongs to a
+//! - **live MySQL named locks** of this deployment (`haita:{tag}:` prefix): a named lock belongs to a
 //!   server session, so the only way to free one whose holder is stuck is to end that session
 //!   (`KILL`). The holder is re-checked with `IS_USED_LOCK` right before, so a session that has
 //!   meanwhile released the lock is never killed.
@@ -74,8 +74,8 @@ pub enum AdminError {
     EditLock(#[from] EditLockError),
     #[error("a reason of 3 to {REASON_MAX} characters is required")]
     InvalidReason,
-    #[error("{0:?} is not a named lock of this application")]
-    NotOurs(String),
+    #[error("{name:?} is not a named lock of this deployment ({prefix}…)")]
+    NotOurs { name: String, prefix: String },
     #[error("named lock {0} is not held")]
     NotHeld(String),
     #[error("named lock {name} is now held by connection {now}, not {expected}")]
@@ -97,11 +97,11 @@ impl AsProblem for AdminError {
                 "invalid_reason",
                 format!("Give a reason of 3 to {REASON_MAX} characters; it goes into the audit log."),
             ),
-            Self::NotOurs(name) => Problem::new(
+            Self::NotOurs { name, prefix } => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
                 "not_haita_lock",
                 format!(
-                    "{name:?} is not a named lock of this application (they start with \"haita:\"); it is not touched."
+                    "{name:?} is not a named lock of this deployment (they start with {prefix:?}); it is not touched."
                 ),
             ),
             Self::NotHeld(name) => {

@@ -17,20 +17,25 @@ use serde::Serialize;
 
 use super::AdminError;
 use crate::audit::{self, Action};
-use crate::locking::names::{MAX_LEN, PREFIX};
+use crate::locking::Namespace;
+use crate::locking::names::MAX_LEN;
 use crate::locking::sql::{holder_of, kill_connection, own_connection_id};
 
-/// A name the admin may look up or free: one of ours (`haita:` prefix), at most 64 characters.
+/// A name the admin may look up or free: one of this deployment's (`haita:{tag}:` prefix), at
+/// most 64 characters. Another deployment's locks on the same server are not ours to kill.
 #[derive(Clone, Debug)]
 pub struct OurLockName(String);
 
 impl OurLockName {
-    pub fn parse(text: &str) -> Result<Self, AdminError> {
+    pub fn parse(names: &Namespace, text: &str) -> Result<Self, AdminError> {
         let text = text.trim();
-        if text.starts_with(PREFIX) && text.len() <= MAX_LEN && !text.chars().any(char::is_control) {
+        if names.owns(text) && text.len() <= MAX_LEN && !text.chars().any(char::is_control) {
             Ok(Self(text.to_string()))
         } else {
-            Err(AdminError::NotOurs(text.chars().take(80).collect()))
+            Err(AdminError::NotOurs {
+                name: text.chars().take(80).collect(),
+                prefix: names.prefix().to_string(),
+            })
         }
     }
 
@@ -62,6 +67,9 @@ pub struct NamedLock {
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Listing {
+    /// What every lock name of this deployment starts with: `haita:{tag}:`, the tag a hash of
+    /// the database name. Other deployments' locks on the same server are not listed.
+    pub prefix: String,
     /// `metadata_lock_info` (MariaDB), `performance_schema` (MySQL) or `unavailable`.
     pub source: &'static str,
     /// Why the listing is unavailable and how to enable it.
@@ -74,7 +82,7 @@ const MARIADB: &str = "SELECT m.TABLE_SCHEMA AS name, CAST(m.THREAD_ID AS SIGNED
        p.COMMAND AS command \
      FROM information_schema.METADATA_LOCK_INFO m \
      LEFT JOIN information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID \
-     WHERE m.LOCK_TYPE = 'User lock' AND m.TABLE_SCHEMA LIKE 'haita:%' \
+     WHERE m.LOCK_TYPE = 'User lock' AND m.TABLE_SCHEMA LIKE CONCAT(?, '%') \
      ORDER BY state_secs DESC, name";
 
 const MYSQL: &str = "SELECT m.OBJECT_NAME AS name, CAST(t.PROCESSLIST_ID AS SIGNED) AS connection_id, \
@@ -82,7 +90,7 @@ const MYSQL: &str = "SELECT m.OBJECT_NAME AS name, CAST(t.PROCESSLIST_ID AS SIGN
        t.PROCESSLIST_HOST AS host, t.PROCESSLIST_DB AS db, t.PROCESSLIST_COMMAND AS command \
      FROM performance_schema.metadata_locks m \
      JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID \
-     WHERE m.OBJECT_TYPE = 'USER LEVEL LOCK' AND m.LOCK_STATUS = 'GRANTED' AND m.OBJECT_NAME LIKE 'haita:%' \
+     WHERE m.OBJECT_TYPE = 'USER LEVEL LOCK' AND m.LOCK_STATUS = 'GRANTED' AND m.OBJECT_NAME LIKE CONCAT(?, '%') \
      ORDER BY state_secs DESC, name";
 
 #[derive(QueryableByName)]
@@ -91,9 +99,10 @@ struct Version {
     version: String,
 }
 
-/// Every named lock of this application held right now, server-wide (named locks are not per
-/// database: every schema on the server shares one namespace).
-pub fn list(conn: &mut MysqlConnection) -> QueryResult<Listing> {
+/// Every named lock of this deployment held right now. Named locks are server-wide, not per
+/// database; the namespace's prefix (`haita:{tag}:`) is what keeps other deployments' locks off
+/// this list. The prefix is hex and colons only, so it needs no LIKE escaping.
+pub fn list(conn: &mut MysqlConnection, names: &Namespace) -> QueryResult<Listing> {
     let Version { version } = diesel::sql_query("SELECT VERSION() AS version").get_result(conn)?;
     let mariadb = version.to_ascii_lowercase().contains("mariadb");
     let (source, sql, enable) = if mariadb {
@@ -101,9 +110,10 @@ pub fn list(conn: &mut MysqlConnection) -> QueryResult<Listing> {
     } else {
         ("performance_schema", MYSQL, "start the server with performance_schema=ON")
     };
-    Ok(match diesel::sql_query(sql).load(conn) {
-        Ok(locks) => Listing { source, note: None, locks },
+    Ok(match diesel::sql_query(sql).bind::<Text, _>(names.prefix()).load(conn) {
+        Ok(locks) => Listing { prefix: names.prefix().to_string(), source, note: None, locks },
         Err(e) => Listing {
+            prefix: names.prefix().to_string(),
             source: "unavailable",
             note: Some(format!(
                 "This server cannot list named locks ({e}). To see them here, {enable}. Meanwhile, look \

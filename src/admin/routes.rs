@@ -64,7 +64,7 @@ async fn load_locks(state: &AppState) -> Result<Locks, AdminError> {
             .into_iter()
             .map(|lock| AdminEditLock { session: lock.session_hint().to_string(), lock })
             .collect();
-        Ok(Locks { edit_locks, named_locks: named_locks::list(&mut conn)? })
+        Ok(Locks { edit_locks, named_locks: named_locks::list(&mut conn, pool.names())? })
     })
     .await
 }
@@ -133,7 +133,7 @@ async fn locks_page(
     let locks = load_locks(&state).await?;
     let lookup = match query.name.as_deref().filter(|n| !n.trim().is_empty()) {
         Some(text) => {
-            let name = OurLockName::parse(text)?;
+            let name = OurLockName::parse(state.pool.names(), text)?;
             let pool = state.pool.clone();
             let found =
                 blocking(move || Ok::<_, AdminError>(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
@@ -211,7 +211,7 @@ async fn force_release_named_form(
     CsrfForm(form): CsrfForm<ForceReleaseNamedForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let name = OurLockName::parse(&form.name)?;
+    let name = OurLockName::parse(state.pool.names(), &form.name)?;
     let reason = Reason::parse(form.reason.as_deref())?;
     let killed = force_release_named(&state, name, form.connection_id, admin.id, reason).await?;
     Ok(see_other(&format!("/admin/locks?killed={}&freed={}", killed.connection_id, killed.freed)))
@@ -298,14 +298,14 @@ async fn release_expired_json(
 
 /// `GET /api/v1/admin/named-locks/{name}`: who holds it (IS_USED_LOCK), 404 when nobody.
 #[utoipa::path(get, path = "/api/v1/admin/named-locks/{name}", tag = "admin",
-    params(("name" = String, Path, description = "A haita: lock name")),
+    params(("name" = String, Path, description = "A lock name of this deployment (haita:{tag}:…)")),
     responses((status = 200, body = NamedLock), (status = 404, description = "nobody holds it", body = ErrorBody)))]
 async fn lookup_named_json(
     Admin(_): Admin,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, AdminError> {
-    let name = OurLockName::parse(&path.into_inner())?;
+    let name = OurLockName::parse(state.pool.names(), &path.into_inner())?;
     let pool = state.pool.clone();
     let key = name.as_str().to_string();
     let found = blocking(move || Ok::<_, AdminError>(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
@@ -315,7 +315,7 @@ async fn lookup_named_json(
 /// `DELETE /api/v1/admin/named-locks/{name}?reason=…&connection_id=…` — `connection_id`, when
 /// given, must still be the holder.
 #[utoipa::path(delete, path = "/api/v1/admin/named-locks/{name}", tag = "admin",
-    params(("name" = String, Path, description = "A haita: lock name"),
+    params(("name" = String, Path, description = "A lock name of this deployment (haita:{tag}:…)"),
            ("reason" = String, Query, description = "Written to the audit log"),
            ("connection_id" = Option<i64>, Query, description = "The holder the admin saw; must still hold it")),
     responses((status = 200, description = "`{\"released\": Killed}`"),
@@ -327,7 +327,7 @@ async fn force_release_named_json(
     query: web::Query<ReasonQuery>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, AdminError> {
-    let name = OurLockName::parse(&path.into_inner())?;
+    let name = OurLockName::parse(state.pool.names(), &path.into_inner())?;
     let reason = Reason::parse(query.reason.as_deref())?;
     let killed = force_release_named(&state, name, query.connection_id, admin.id, reason).await?;
     Ok(HttpResponse::Ok().json(Released { released: killed }))

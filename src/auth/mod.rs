@@ -9,6 +9,7 @@ pub mod password;
 pub mod routes;
 pub mod service;
 pub mod session;
+pub mod throttle;
 
 use actix_web::http::StatusCode;
 
@@ -36,6 +37,10 @@ pub enum AuthError {
     Session(String),
     #[error("password hashing failed: {0}")]
     Hashing(String),
+    #[error("too many login attempts; retry in {retry_after_secs} s")]
+    Throttled { retry_after_secs: u32 },
+    #[error("no password-hashing slot free in time")]
+    HashingBusy,
     #[error(transparent)]
     Infra(#[from] Infra),
 }
@@ -66,6 +71,17 @@ impl AsProblem for AuthError {
                 "username_taken",
                 format!("The username {name:?} is already taken."),
             ),
+            Self::Throttled { retry_after_secs } => Problem {
+                retry_after: Some(*retry_after_secs),
+                ..Problem::new(
+                    S::TOO_MANY_REQUESTS,
+                    "too_many_attempts",
+                    format!("Too many login attempts; please wait {retry_after_secs} s and try again."),
+                )
+            },
+            Self::HashingBusy => {
+                Problem::busy("Many people are logging in right now; please try again in a moment.")
+            }
             Self::Infra(e) => e.problem(),
             Self::Session(_) | Self::Hashing(_) => Problem::internal(),
         }

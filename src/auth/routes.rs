@@ -1,7 +1,9 @@
 //! Login and logout: HTML pages and the JSON session endpoints.
 
 use actix_session::Session;
-use actix_web::{HttpResponse, Responder, web};
+use std::net::IpAddr;
+
+use actix_web::{HttpRequest, HttpResponse, Responder, web};
 use askama::Template;
 use serde::{Deserialize, Serialize};
 
@@ -68,22 +70,29 @@ struct Credentials {
     next: Option<String>,
 }
 
+/// Throttle, fetch the hash (and give the connection back), then verify on a hashing slot.
 async fn check_credentials(
     state: &AppState,
+    address: Option<IpAddr>,
     username: String,
     password: String,
 ) -> Result<super::User, AuthError> {
+    state.logins.admit(&username, address)?;
     let pool = state.pool.clone();
-    web::block(move || service::authenticate(&mut *pool.get()?, &username, &password)).await?
+    let user = web::block(move || service::find_for_login(&mut *pool.get()?, &username)).await??;
+    let _slot = state.logins.hashing_slot().await?;
+    web::block(move || service::verify(user, &password)).await?
 }
 
 async fn login_form(
+    req: HttpRequest,
     CsrfForm(form): CsrfForm<Credentials>,
     session: Session,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let next = local_path(form.next.as_deref()).to_string();
-    match check_credentials(&state, form.username.clone(), form.password).await {
+    let address = req.peer_addr().map(|a| a.ip());
+    match check_credentials(&state, address, form.username.clone(), form.password).await {
         Ok(user) => {
             session::log_in(&session, &user)?;
             Ok(see_other(&next))
@@ -123,14 +132,18 @@ struct JsonCredentials {
 
 /// Log in: sets the session cookie the rest of the API uses.
 #[utoipa::path(post, path = "/api/v1/session", tag = "session", request_body = JsonCredentials,
-    responses((status = 200, body = SessionBody), (status = 401, description = "bad_credentials", body = ErrorBody)))]
+    responses((status = 200, body = SessionBody), (status = 401, description = "bad_credentials", body = ErrorBody),
+              (status = 429, description = "too_many_attempts, with Retry-After", body = ErrorBody),
+              (status = 503, description = "busy: no hashing slot free in time", body = ErrorBody)))]
 async fn login_json(
+    req: HttpRequest,
     body: web::Json<JsonCredentials>,
     session: Session,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let body = body.into_inner();
-    let user = check_credentials(&state, body.username, body.password).await?;
+    let address = req.peer_addr().map(|a| a.ip());
+    let user = check_credentials(&state, address, body.username, body.password).await?;
     let logged_in = session::log_in(&session, &user)?;
     Ok(HttpResponse::Ok().json(SessionBody { user: &logged_in }))
 }

@@ -10,8 +10,15 @@ use crate::schema::users;
 
 pub const MIN_PASSWORD_LEN: usize = 8;
 
-pub fn authenticate(conn: &mut MysqlConnection, username: &str, given: &str) -> Result<User, AuthError> {
-    let user = User::by_username(username.trim()).select(User::as_select()).first(conn).optional()?;
+/// The user who would log in as `username`, with their password hash: one short read, so the
+/// connection goes back to the pool before the slow part, [`verify`].
+pub fn find_for_login(conn: &mut MysqlConnection, username: &str) -> Result<Option<User>, AuthError> {
+    Ok(User::by_username(username.trim()).select(User::as_select()).first(conn).optional()?)
+}
+
+/// The slow part of a login: no database, only CPU. A missing user costs the same time as a
+/// wrong password, so response times do not tell which usernames exist.
+pub fn verify(user: Option<User>, given: &str) -> Result<User, AuthError> {
     match user {
         Some(user) if password::verify(given, &user.password_hash) => Ok(user),
         Some(_) => Err(AuthError::BadCredentials),

@@ -4,7 +4,7 @@
 //! confirmed bookings, both see a free place, both insert, and the day is overbooked. There is
 //! no row to `SELECT … FOR UPDATE` before the first booking exists, and locking the resource row
 //! would serialise every date of that resource. So the check-then-insert runs under a named lock
-//! keyed by resource *and date* — `GET_LOCK('haita:book:{resource}:{date}')` — held on the very
+//! keyed by resource *and date* — `GET_LOCK('haita:{tag}:book:{resource}:{date}')` — held on the very
 //! connection that runs the transaction (`service.rs`, `crate::locking`).
 
 pub mod model;

@@ -40,8 +40,9 @@ async fn book(
     resource_id: i64,
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
-    let (pool, wait, user_id) = (state.pool.clone(), state.config.lock_wait, user.id);
-    blocking(move || service::book(&pool, wait, user_id, resource_id, date)).await
+    let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
+    let (pool, user_id) = (state.pool.clone(), user.id);
+    blocking(move || service::book(&pool, turn, user_id, resource_id, date)).await
 }
 
 // ---- HTML -------------------------------------------------------------------------------

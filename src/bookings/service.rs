@@ -1,7 +1,5 @@
 //! The booking rules and the locking that makes them hold under concurrency.
 
-use std::time::Duration;
-
 use chrono::NaiveDate;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Date};
@@ -10,7 +8,7 @@ use serde::Serialize;
 use super::BookingError;
 use super::model::{BookingDate, NewReservation, Reservation, ReservationStatus};
 use crate::db::DbPool;
-use crate::locking::{LockName, NamedLockGuard};
+use crate::locking::{NamedLockGuard, Turn};
 use crate::resources::Resource;
 use crate::schema::{reservations, resources};
 
@@ -19,6 +17,7 @@ use crate::schema::{reservations, resources};
 /// instances of the app.
 ///
 /// The order of the steps is the lesson:
+/// 0. (before this, off the pool) wait in memory for this instance's turn at the day's lock;
 /// 1. take the date's named lock on a pooled connection (bounded wait → 503 busy);
 /// 2. *then* start the transaction on that same connection, so its snapshot is taken after the
 ///    previous holder committed (under REPEATABLE READ a snapshot taken before the lock would
@@ -27,17 +26,18 @@ use crate::schema::{reservations, resources};
 /// 4. release the lock (dropping the guard) only after the commit.
 pub fn book(
     pool: &DbPool,
-    lock_wait: Duration,
+    turn: Turn,
     user_id: i64,
     resource_id: i64,
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
+    debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
     let mut conn = pool.get()?;
     // Answer an unknown resource before taking a lock for it.
     if Resource::by_id(resource_id).select(resources::id).first::<i64>(&mut conn).optional()?.is_none() {
         return Err(BookingError::UnknownResource(resource_id));
     }
-    let mut held = NamedLockGuard::acquire(conn, LockName::booking(resource_id, date.day()), lock_wait)?;
+    let mut held = NamedLockGuard::acquire_in_turn(conn, turn)?;
     let reservation = insert_if_free(&mut held, user_id, resource_id, date)?;
     drop(held); // committed above; only now may the next request look at this day
     Ok(reservation)
@@ -65,7 +65,7 @@ fn insert_if_free(
     resource_id: i64,
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
-    debug_assert_eq!(held.name(), &LockName::booking(resource_id, date.day()));
+    debug_assert_eq!(held.name().scope(), "book");
     held.conn().transaction(|conn| {
         // A shared lock on the resource row: staff may lower the capacity while we count
         // (resources::editing), and that save locks the row exclusively before it checks the

@@ -11,7 +11,7 @@ use super::model::{LOCK_VIEW, LockView};
 use super::{EditLockError, EditLockKey, EditLockToken, Owner};
 use crate::audit::{self, Action};
 use crate::db::DbPool;
-use crate::locking::{LockName, NamedLockGuard};
+use crate::locking::{NamedLockGuard, Turn};
 
 /// What an acquirer may do about a lock someone else holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,13 +44,14 @@ pub enum Acquired {
 /// last), so the next acquirer sees our row.
 pub fn acquire(
     pool: &DbPool,
-    lock_wait: Duration,
+    turn: Turn,
     ttl: Duration,
     key: &EditLockKey,
     owner: &Owner,
     policy: Policy,
 ) -> Result<(Acquired, LockView), EditLockError> {
-    let mut held = NamedLockGuard::acquire(pool.get()?, LockName::edit_lock(key.as_str()), lock_wait)?;
+    debug_assert_eq!(turn.name(), &pool.names().edit_lock(key.as_str()));
+    let mut held = NamedLockGuard::acquire_in_turn(pool.get()?, turn)?;
     let acquired = insert_or_take_over(&mut held, key, owner, ttl, policy);
     drop(held); // committed (or rolled back) above; only now may the next acquirer look
     acquired
@@ -90,7 +91,7 @@ fn insert_or_take_over(
     ttl: Duration,
     policy: Policy,
 ) -> Result<(Acquired, LockView), EditLockError> {
-    debug_assert_eq!(held.name(), &LockName::edit_lock(key.as_str()));
+    debug_assert_eq!(held.name().scope(), "edit");
     let ttl_micros = micros(ttl);
     let batch = policy == Policy::SeizeForBatch;
     held.conn().transaction(|conn| {

@@ -29,8 +29,12 @@ async fn receive(
     product_id: i64,
     quantity: Quantity,
 ) -> Result<Received, InventoryError> {
-    let (pool, wait, actor) = (state.pool.clone(), state.config.lock_wait, user.id);
-    web::block(move || service::receive(&pool, wait, actor, product_id, quantity)).await?
+    if product_id < 1 {
+        return Err(InventoryError::InvalidProductId);
+    }
+    let turn = state.turn(state.pool.names().stock(product_id)).await?;
+    let (pool, actor) = (state.pool.clone(), user.id);
+    web::block(move || service::receive(&pool, turn, actor, product_id, quantity)).await?
 }
 
 #[derive(Template)]

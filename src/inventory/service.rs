@@ -1,7 +1,5 @@
 //! Receiving stock under the product's named lock.
 
-use std::time::Duration;
-
 use diesel::prelude::*;
 use serde::Serialize;
 
@@ -9,7 +7,7 @@ use super::InventoryError;
 use super::model::{MAX_ON_HAND, MovementReason, NewStockMovement, Quantity};
 use crate::catalog::model::Product;
 use crate::db::DbPool;
-use crate::locking::{LockName, NamedLockGuard};
+use crate::locking::{NamedLockGuard, Turn};
 use crate::schema::{products, stock_levels, stock_movements, users};
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -27,7 +25,7 @@ pub struct Received {
 /// before the lock is released.
 pub fn receive(
     pool: &DbPool,
-    lock_wait: Duration,
+    turn: Turn,
     actor_user_id: i64,
     product_id: i64,
     quantity: Quantity,
@@ -39,7 +37,8 @@ pub fn receive(
     if Product::by_id(product_id).select(products::id).first::<i64>(&mut conn).optional()?.is_none() {
         return Err(InventoryError::UnknownProduct(product_id));
     }
-    let mut held = NamedLockGuard::acquire(conn, LockName::stock(product_id), lock_wait)?;
+    debug_assert_eq!(turn.name(), &pool.names().stock(product_id));
+    let mut held = NamedLockGuard::acquire_in_turn(conn, turn)?;
     let received = increase_or_insert(&mut held, actor_user_id, product_id, quantity)?;
     drop(held); // committed above
     Ok(received)
@@ -55,7 +54,7 @@ fn increase_or_insert(
     product_id: i64,
     quantity: Quantity,
 ) -> Result<Received, InventoryError> {
-    debug_assert_eq!(held.name(), &LockName::stock(product_id));
+    debug_assert_eq!(held.name().scope(), "stock");
     held.conn().transaction(|conn| {
         let current: Option<u32> = stock_levels::table
             .find(product_id)

@@ -10,6 +10,7 @@ use crate::auth::{AuthError, Role};
 use crate::catalog::model::NewProduct;
 use crate::db::DbPool;
 use crate::inventory::model::Quantity;
+use crate::locking::Turn;
 use crate::resources::model::NewResource;
 use crate::schema::{products, resources, users};
 
@@ -70,7 +71,13 @@ pub fn run(pool: &DbPool) -> anyhow::Result<()> {
         let id: i64 = products::table.filter(products::sku.eq(sku)).select(products::id).first(&mut conn)?;
         if *stock > 0 {
             let quantity = Quantity::parse(i64::from(*stock), Quantity::MAX_PER_RECEIPT)?;
-            crate::inventory::service::receive(pool, Duration::from_secs(5), receiver, id, quantity)?;
+            crate::inventory::service::receive(
+                pool,
+                Turn::alone(pool.names().stock(id), Duration::from_secs(5)),
+                receiver,
+                id,
+                quantity,
+            )?;
         }
         log::info!("seed: created product {sku} ({stock} in stock)");
     }

@@ -6,12 +6,16 @@
 //!   characters.
 //! - [`retry::retry_on_lock_conflict`]: reruns a whole transaction after a deadlock or a lock
 //!   wait timeout, at most a few times, with jittered backoff.
+//! - [`LockQueue`]: one waiter per lock name per instance, in memory, and a budget for the
+//!   sessions that wait at the server, so one hot or stuck key cannot take every connection.
 //! - [`sql`]: `GET_LOCK`, `RELEASE_LOCK`, `IS_USED_LOCK`, … declared once for the query builder.
 
 mod named;
 pub mod names;
+pub mod queue;
 pub mod retry;
 pub mod sql;
 
 pub use named::{LockError, NamedLockGuard};
-pub use names::LockName;
+pub use names::{LockName, Namespace};
+pub use queue::{LockQueue, Turn};

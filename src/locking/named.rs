@@ -25,15 +25,21 @@ use diesel::connection::{AnsiTransactionManager, TransactionManager};
 use diesel::prelude::*;
 
 use super::LockName;
+use super::queue::Turn;
 use super::sql::{get_lock, release_all_locks, release_lock};
 use crate::db::PooledConn;
 use crate::metrics::METRICS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    /// `GET_LOCK` answered 0: another session held the lock for the whole wait.
+    /// `GET_LOCK` answered 0, or the request's turn in the queue did not come: another session
+    /// held the lock for the whole wait.
     #[error("named lock {name} is held elsewhere; gave up after {waited:?}")]
     TimedOut { name: LockName, waited: Duration },
+    /// The lock was held elsewhere and this instance already has `LOCK_WAITERS_MAX` sessions
+    /// waiting at the server: refused at once rather than take one more connection to wait.
+    #[error("named lock {name} is held elsewhere and the waiting budget is spent")]
+    Crowded { name: LockName },
     /// `GET_LOCK` answered NULL: the server could not take the lock (killed query, out of memory,
     /// or a user-level-lock deadlock, error 3058, when locks are taken out of order).
     #[error("server could not take named lock {name}: {detail}")]
@@ -45,42 +51,46 @@ pub enum LockError {
 pub struct NamedLockGuard {
     conn: PooledConn,
     name: LockName,
+    /// Dropped after the release (fields drop after `Drop::drop`): the next request queued for
+    /// this key reaches the server only once we have let go.
+    _turn: Option<Turn>,
 }
 
 impl NamedLockGuard {
     /// Takes `name` on `conn`, waiting at most `wait` (whole seconds; MySQL's granularity).
+    /// For callers that are alone with their lock names (migrations at start, tools); request
+    /// handlers queue first and use [`NamedLockGuard::acquire_in_turn`].
     ///
     /// On timeout the connection goes back to the pool untouched. On any other failure it may
     /// be in an unknown state (did the server grant the lock before the error?), so it is closed.
-    pub fn acquire(mut conn: PooledConn, name: LockName, wait: Duration) -> Result<Self, LockError> {
-        let wait_secs = i32::try_from(wait.as_secs()).unwrap_or(i32::MAX);
+    pub fn acquire(conn: PooledConn, name: LockName, wait: Duration) -> Result<Self, LockError> {
+        Self::acquire_in_turn(conn, Turn::alone(name, wait))
+    }
+
+    /// Takes the lock of `turn` on `conn`. It first asks without waiting; only when the lock is
+    /// held elsewhere does it wait at the server, for what is left of the turn's deadline, and
+    /// only if the instance's waiting budget has room (else [`LockError::Crowded`] at once).
+    pub fn acquire_in_turn(mut conn: PooledConn, turn: Turn) -> Result<Self, LockError> {
+        let name = turn.name().clone();
         let timer = METRICS.named_lock_wait_seconds.with_label_values(&[name.scope()]).start_timer();
-        let outcome =
-            diesel::select(get_lock(name.as_str(), wait_secs)).get_result::<Option<i64>>(&mut *conn);
+        let mut result = ask(&mut conn, &name, Duration::ZERO);
+        if matches!(result, Err(LockError::TimedOut { .. })) {
+            let wait = turn.remaining();
+            result = match turn.try_wait_slot() {
+                None => Err(LockError::Crowded { name: name.clone() }),
+                Some(_waiting) if whole_seconds(wait) > 0 => ask(&mut conn, &name, wait),
+                Some(_) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
+            };
+        }
         timer.observe_duration();
-        let result = match outcome {
-            Ok(Some(1)) => Ok(()),
-            Ok(Some(0)) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
-            Ok(answer) => {
-                close_instead_of_returning(&mut conn);
-                Err(LockError::Failed {
-                    name: name.clone(),
-                    detail: format!("GET_LOCK returned {answer:?}"),
-                    source: None,
-                })
-            }
-            Err(e) => {
-                close_instead_of_returning(&mut conn);
-                Err(LockError::Failed { name: name.clone(), detail: e.to_string(), source: Some(e) })
-            }
-        };
         let outcome = match &result {
             Ok(()) => "acquired",
             Err(LockError::TimedOut { .. }) => "timed_out",
+            Err(LockError::Crowded { .. }) => "crowded",
             Err(LockError::Failed { .. }) => "failed",
         };
         METRICS.named_lock_acquisitions.with_label_values(&[name.scope(), outcome]).inc();
-        result.map(|()| Self { conn, name })
+        result.map(|()| Self { conn, name, _turn: Some(turn) })
     }
 
     /// The connection that holds the lock. Everything done "under the lock" must run here.
@@ -90,6 +100,34 @@ impl NamedLockGuard {
 
     pub fn name(&self) -> &LockName {
         &self.name
+    }
+}
+
+/// `GET_LOCK` waits whole seconds (MySQL's granularity). What is left of a turn's wait is
+/// rounded to the nearest second: down would turn a 1 s wait that lost a few milliseconds in the
+/// queue into no wait at all; the nearest passes the deadline by half a second at most.
+fn whole_seconds(wait: Duration) -> i32 {
+    i32::try_from((wait.as_millis() + 500) / 1000).unwrap_or(i32::MAX)
+}
+
+/// One `GET_LOCK(name, wait)`.
+fn ask(conn: &mut PooledConn, name: &LockName, wait: Duration) -> Result<(), LockError> {
+    let wait_secs = whole_seconds(wait);
+    match diesel::select(get_lock(name.as_str(), wait_secs)).get_result::<Option<i64>>(&mut **conn) {
+        Ok(Some(1)) => Ok(()),
+        Ok(Some(0)) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
+        Ok(answer) => {
+            close_instead_of_returning(conn);
+            Err(LockError::Failed {
+                name: name.clone(),
+                detail: format!("GET_LOCK returned {answer:?}"),
+                source: None,
+            })
+        }
+        Err(e) => {
+            close_instead_of_returning(conn);
+            Err(LockError::Failed { name: name.clone(), detail: e.to_string(), source: Some(e) })
+        }
     }
 }
 

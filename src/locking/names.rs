@@ -6,6 +6,7 @@
 //! case-insensitively while MariaDB does not, so `Room` and `room` exclude each other on one
 //! server and not on the other. A `LockName` is therefore built only from a scope and a key made
 //! of ids and ISO dates; anything else, and anything too long, is replaced by a hash of itself.
+//! And since named locks are server-wide, every name carries its deployment's [`Namespace`].
 
 use std::fmt;
 
@@ -17,59 +18,105 @@ use sha2::{Digest, Sha256};
 pub const PREFIX: &str = "haita:";
 /// MySQL's limit on a user-level lock name.
 pub const MAX_LEN: usize = 64;
+/// Hex digits of the deployment tag: 24 bits, so two databases on one server share a tag with a
+/// chance of one in sixteen million (and then they only contend, they never break each other).
+const TAG_LEN: usize = 6;
 
+/// This deployment's part of the server's lock names: `haita:{tag}:`, the tag a short hash of
+/// the database name.
+///
+/// Named locks are server-wide, not per database: without a tag, staging and production on one
+/// server, or two test databases, would wait on each other's `haita:book:1:2026-12-24`, and an
+/// admin of one could list and kill the other's lock holders. Every instance of one deployment
+/// uses the same database, so they all derive the same tag and still exclude each other.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct LockName(String);
+pub struct Namespace {
+    prefix: String,
+}
 
-impl LockName {
-    /// `haita:{scope}:{key}`. The key is kept readable when it is short and made only of
+impl Namespace {
+    pub fn for_database(name: &str) -> Self {
+        let digest = format!("{:x}", Sha256::digest(name.as_bytes()));
+        Self { prefix: format!("{PREFIX}{}:", &digest[..TAG_LEN]) }
+    }
+
+    /// From `mysql://…/name?…`: the database name is what the instances of a deployment share.
+    pub fn for_url(database_url: &str) -> Self {
+        let path = database_url.split('?').next().unwrap_or_default();
+        let after_host = path.split_once("://").map_or(path, |(_, rest)| rest);
+        Self::for_database(after_host.split_once('/').map_or("", |(_, name)| name))
+    }
+
+    /// `haita:{tag}:` — what every lock name of this deployment starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The short tag alone, for the admin screen.
+    pub fn tag(&self) -> &str {
+        &self.prefix[PREFIX.len()..self.prefix.len() - 1]
+    }
+
+    /// Whether `name` is a lock of this deployment.
+    pub fn owns(&self, name: &str) -> bool {
+        name.starts_with(&self.prefix)
+    }
+
+    /// `haita:{tag}:{scope}:{key}`. The key is kept readable when it is short and made only of
     /// lower-case ASCII letters, digits and `:-._`; otherwise it is replaced by `#` and the
-    /// SHA-256 of the key, cut to fit 64 characters (still 200+ bits, no realistic collision).
-    pub fn new(scope: &str, key: &str) -> Self {
+    /// SHA-256 of the key, cut to fit 64 characters (still 180+ bits, no realistic collision).
+    pub fn name(&self, scope: &str, key: &str) -> LockName {
         debug_assert!(
             !scope.is_empty() && scope.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
             "scope {scope:?} must be lower-case letters"
         );
-        let readable = format!("{PREFIX}{scope}:{key}");
+        let readable = format!("{}{scope}:{key}", self.prefix);
         let key_is_plain =
             key.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b":-._".contains(&b));
         if key_is_plain && readable.len() <= MAX_LEN {
-            return Self(readable);
+            return LockName(readable);
         }
         let digest = format!("{:x}", Sha256::digest(key.as_bytes()));
-        let head = format!("{PREFIX}{scope}:#");
+        let head = format!("{}{scope}:#", self.prefix);
         let room = MAX_LEN.saturating_sub(head.len()).min(digest.len());
-        Self(format!("{head}{}", &digest[..room]))
+        LockName(format!("{head}{}", &digest[..room]))
     }
 
     /// The lock around check-then-insert of one resource on one day.
-    pub fn booking(resource_id: i64, day: NaiveDate) -> Self {
-        Self::new("book", &format!("{resource_id}:{}", day.format("%Y-%m-%d")))
+    pub fn booking(&self, resource_id: i64, day: NaiveDate) -> LockName {
+        self.name("book", &format!("{resource_id}:{}", day.format("%Y-%m-%d")))
     }
 
     /// The lock around increase-or-insert of one product's stock row.
-    pub fn stock(product_id: i64) -> Self {
-        Self::new("stock", &product_id.to_string())
+    pub fn stock(&self, product_id: i64) -> LockName {
+        self.name("stock", &product_id.to_string())
     }
 
     /// The lock every instance takes before running migrations.
-    pub fn migrations() -> Self {
-        Self::new("migrate", "schema")
+    pub fn migrations(&self) -> LockName {
+        self.name("migrate", "schema")
     }
 
     /// The lock around "insert the edit-lock row, or take it over" for one edit-lock key
     /// (`resource:42`): the row may not exist yet, so there is nothing to `SELECT … FOR UPDATE`.
-    pub fn edit_lock(key: &str) -> Self {
-        Self::new("edit", key)
+    pub fn edit_lock(&self, key: &str) -> LockName {
+        self.name("edit", key)
     }
+}
 
+/// A named-lock name, built only by a [`Namespace`]: namespaced, case-stable, at most 64
+/// characters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LockName(String);
+
+impl LockName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The scope part (`book`, `stock`, …), for metrics.
     pub fn scope(&self) -> &str {
-        self.0[PREFIX.len()..].split(':').next().unwrap_or("")
+        self.0.split(':').nth(2).unwrap_or("")
     }
 }
 
@@ -83,36 +130,56 @@ impl fmt::Display for LockName {
 mod tests {
     use super::*;
 
-    #[test]
-    fn booking_names_read_like_their_key() {
-        let day = NaiveDate::from_ymd_opt(2026, 12, 24).expect("valid date");
-        assert_eq!(LockName::booking(42, day).as_str(), "haita:book:42:2026-12-24");
+    fn ns() -> Namespace {
+        Namespace::for_database("haita")
     }
 
     #[test]
-    fn the_scope_is_the_part_after_the_prefix() {
-        assert_eq!(LockName::stock(7).scope(), "stock");
-        assert_eq!(LockName::new("book", &"x".repeat(200)).scope(), "book");
+    fn booking_names_read_like_their_key() {
+        let day = NaiveDate::from_ymd_opt(2026, 12, 24).expect("valid date");
+        let name = ns().booking(42, day);
+        assert_eq!(name.as_str(), format!("{}book:42:2026-12-24", ns().prefix()));
+        assert!(name.as_str().starts_with("haita:") && name.as_str().len() <= MAX_LEN);
+    }
+
+    #[test]
+    fn each_database_gets_its_own_names_and_every_instance_of_one_the_same() {
+        let day = NaiveDate::from_ymd_opt(2026, 12, 24).expect("valid date");
+        let production = Namespace::for_url("mysql://app:secret@db.internal:3306/haita?ssl_mode=REQUIRED");
+        let again = Namespace::for_url("mysql://other-user@10.0.0.5/haita");
+        let staging = Namespace::for_url("mysql://app@db.internal/haita_staging");
+        assert_eq!(production, again, "the database name decides, not the host or the user");
+        assert_ne!(production.booking(1, day), staging.booking(1, day));
+        assert_eq!(production.tag().len(), TAG_LEN);
+        assert!(production.owns(production.stock(7).as_str()));
+        assert!(!staging.owns(production.stock(7).as_str()));
+    }
+
+    #[test]
+    fn the_scope_is_the_part_after_the_tag() {
+        assert_eq!(ns().stock(7).scope(), "stock");
+        assert_eq!(ns().name("book", &"x".repeat(200)).scope(), "book");
     }
 
     #[test]
     fn long_keys_are_hashed_to_at_most_64_characters() {
         let long = "x".repeat(500);
-        let name = LockName::new("book", &long);
+        let name = ns().name("book", &long);
         assert_eq!(name.as_str().len(), MAX_LEN);
-        assert!(name.as_str().starts_with("haita:book:#"));
+        assert!(name.as_str().starts_with(&format!("{}book:#", ns().prefix())));
         // Deterministic: the same key always gives the same lock.
-        assert_eq!(name, LockName::new("book", &long));
-        assert_ne!(name, LockName::new("book", &"x".repeat(501)));
+        assert_eq!(name, ns().name("book", &long));
+        assert_ne!(name, ns().name("book", &"x".repeat(501)));
     }
 
     #[test]
     fn a_key_just_over_the_limit_is_hashed_and_one_at_the_limit_is_not() {
-        let fits = "1".repeat(MAX_LEN - "haita:book:".len());
-        assert_eq!(LockName::new("book", &fits).as_str().len(), MAX_LEN);
-        assert!(!LockName::new("book", &fits).as_str().contains('#'));
+        let head = format!("{}book:", ns().prefix());
+        let fits = "1".repeat(MAX_LEN - head.len());
+        assert_eq!(ns().name("book", &fits).as_str().len(), MAX_LEN);
+        assert!(!ns().name("book", &fits).as_str().contains('#'));
         let over = format!("{fits}1");
-        let hashed = LockName::new("book", &over);
+        let hashed = ns().name("book", &over);
         assert!(hashed.as_str().contains('#') && hashed.as_str().len() <= MAX_LEN);
     }
 
@@ -120,22 +187,22 @@ mod tests {
     fn keys_whose_case_varies_never_reach_the_server_as_such() {
         // MySQL would treat these as one lock and MariaDB as two; hashing makes them two everywhere
         // and, more importantly, means no name with upper-case letters is ever sent.
-        let upper = LockName::new("book", "Room-A");
-        let lower = LockName::new("book", "room-a");
+        let upper = ns().name("book", "Room-A");
+        let lower = ns().name("book", "room-a");
         assert_ne!(upper, lower);
         assert!(upper.as_str().chars().all(|c| !c.is_ascii_uppercase()));
-        assert_eq!(lower.as_str(), "haita:book:room-a");
+        assert_eq!(lower.as_str(), format!("{}book:room-a", ns().prefix()));
     }
 
     #[test]
     fn non_ascii_keys_are_hashed_so_length_is_counted_in_ascii() {
-        let name = LockName::new("book", "会議室:2026-12-24");
+        let name = ns().name("book", "会議室:2026-12-24");
         assert!(name.as_str().is_ascii());
         assert!(name.as_str().len() <= MAX_LEN);
     }
 
     #[test]
     fn edit_lock_names_read_like_their_key() {
-        assert_eq!(LockName::edit_lock("resource:42").as_str(), "haita:edit:resource:42");
+        assert_eq!(ns().edit_lock("resource:42").as_str(), format!("{}edit:resource:42", ns().prefix()));
     }
 }

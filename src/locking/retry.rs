@@ -1,5 +1,8 @@
-//! Rerun a whole transaction when InnoDB gives up on a lock: deadlock (1213) or lock wait
-//! timeout (1205). Nothing else is retried.
+//! Rerun a whole transaction when InnoDB chose it as a deadlock victim (1213). Nothing else is
+//! retried — in particular not a row lock wait timeout (1205): it already waited the whole
+//! `innodb_lock_wait_timeout` holding a pooled connection, and the row is still held by
+//! someone slow or stuck; waiting that long twice more would hold the connection for three
+//! timeouts. It ends the request with 503 busy and `Retry-After` instead, at once.
 //!
 //! The classic advice is to retry "Deadlock found" three times, 100 ms apart. Two details make
 //! that safe here: InnoDB rolls back the *whole* transaction of a deadlock victim, so the retry
@@ -102,7 +105,7 @@ pub fn retry_on_lock_conflict<T, E: MayConflict>(
             Ok(_) => None,
         };
         match conflict {
-            None => return Attempted { result, attempts },
+            None | Some(LockConflict::LockWaitTimeout) => return Attempted { result, attempts },
             Some(_) if attempts >= policy.max_attempts => {
                 METRICS.transaction_gave_up.inc();
                 return Attempted { result, attempts };
@@ -176,9 +179,20 @@ mod tests {
         let mut calls = 0;
         let outcome = retry_on_lock_conflict(&fast(), || -> Result<(), DbError> {
             calls += 1;
-            Err(timeout())
+            Err(deadlock())
         });
         assert_eq!((calls, outcome.attempts), (3, 3));
+        assert!(matches!(outcome.result, Err(e) if e.lock_conflict() == Some(LockConflict::Deadlock)));
+    }
+
+    #[test]
+    fn a_lock_wait_timeout_is_not_waited_out_again() {
+        let mut calls = 0;
+        let outcome = retry_on_lock_conflict(&fast(), || -> Result<(), DbError> {
+            calls += 1;
+            Err(timeout())
+        });
+        assert_eq!((calls, outcome.attempts), (1, 1), "one timeout is enough: answer busy");
         assert!(matches!(outcome.result, Err(e) if e.lock_conflict() == Some(LockConflict::LockWaitTimeout)));
     }
 

@@ -4,8 +4,9 @@
 //! read the same count; so each stock row is read with `SELECT … FOR UPDATE` inside the order's
 //! transaction, checked, then decremented. And two carts that lock the same rows in opposite
 //! orders deadlock; so every order locks its rows in ascending product id, whatever order its
-//! lines came in. A deadlock or lock wait timeout that still happens (a row locked by something
-//! else, say) reruns the whole transaction, at most three times (`crate::locking::retry`).
+//! lines came in. A deadlock that still happens (with a row locked by something else, say)
+//! reruns the whole transaction, at most three times; a row lock wait timeout answers 503 busy
+//! at once (`crate::locking::retry`).
 
 pub mod model;
 pub mod routes;

@@ -13,12 +13,13 @@ use crate::audit::{self, Action, AuditEvent};
 use crate::db::DbPool;
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, EditLockToken, LockView, Owner};
+use crate::locking::Turn;
 use crate::schema::resources;
 
 /// Opens the editor: the resource, and the lock taken (or renewed) for `owner`.
 pub fn open(
     pool: &DbPool,
-    lock_wait: Duration,
+    turn: Turn,
     ttl: Duration,
     resource_id: i64,
     owner: &Owner,
@@ -27,7 +28,7 @@ pub fn open(
     // Answer an unknown resource before taking a lock for it.
     find(&mut *pool.get()?, resource_id)?;
     let (acquired, lock) =
-        service::acquire(pool, lock_wait, ttl, &EditLockKey::resource(resource_id), owner, policy)?;
+        service::acquire(pool, turn, ttl, &EditLockKey::resource(resource_id), owner, policy)?;
     let resource = find(&mut *pool.get()?, resource_id)?;
     Ok((resource, acquired, lock))
 }

@@ -153,8 +153,9 @@ async fn open(
     policy: Policy,
 ) -> Result<Opened, ResourceError> {
     let owner = editor(user)?;
-    let (pool, wait, ttl) = (state.pool.clone(), state.config.lock_wait, state.config.edit_lock_ttl);
-    blocking(move || match editing::open(&pool, wait, ttl, id, &owner, policy) {
+    let turn = state.turn(state.pool.names().edit_lock(EditLockKey::resource(id).as_str())).await?;
+    let (pool, ttl) = (state.pool.clone(), state.config.edit_lock_ttl);
+    blocking(move || match editing::open(&pool, turn, ttl, id, &owner, policy) {
         Ok((resource, _, lock)) => Ok(Opened::Editing(resource, lock)),
         Err(ResourceError::EditLock(EditLockError::Locked(lock))) => {
             let resource = editing::find(&mut *pool.get()?, id)?;
@@ -345,11 +346,11 @@ async fn acquire_json(
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
-    let owner = editor(&user)?;
-    let (pool, wait, ttl, id) =
-        (state.pool.clone(), state.config.lock_wait, state.config.edit_lock_ttl, path.into_inner());
+    let (owner, id) = (editor(&user)?, path.into_inner());
+    let turn = state.turn(state.pool.names().edit_lock(EditLockKey::resource(id).as_str())).await?;
+    let (pool, ttl) = (state.pool.clone(), state.config.edit_lock_ttl);
     let (_, acquired, lock) =
-        blocking(move || editing::open(&pool, wait, ttl, id, &owner, Policy::TakeOverExpired)).await?;
+        blocking(move || editing::open(&pool, turn, ttl, id, &owner, Policy::TakeOverExpired)).await?;
     Ok(match acquired {
         Acquired::Renewed { .. } => HttpResponse::Ok().json(lock),
         Acquired::New | Acquired::TookOver(_) => HttpResponse::Created().json(lock),

@@ -9,9 +9,11 @@ use actix_session::SessionExt;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload};
 use askama::Template;
 
+use crate::auth::throttle::LoginGate;
 use crate::auth::{AuthError, SessionUser, csrf};
 use crate::config::Config;
 use crate::db::DbPool;
+use crate::locking::{LockError, LockName, LockQueue, Turn};
 use error::RequestError;
 
 /// Shared by every handler (as `web::Data<AppState>`).
@@ -19,6 +21,28 @@ use error::RequestError;
 pub struct AppState {
     pub pool: DbPool,
     pub config: Arc<Config>,
+    /// This instance's per-key queues in front of every named lock, and its waiting budget.
+    pub locks: Arc<LockQueue>,
+    /// This instance's login throttles and password-hashing slots.
+    pub logins: Arc<LoginGate>,
+}
+
+impl AppState {
+    pub fn new(pool: DbPool, config: Config) -> Self {
+        let locks = Arc::new(LockQueue::new(config.lock_waiters_max));
+        let logins = Arc::new(LoginGate::new(
+            config.hashing_slots,
+            config.login_attempts_per_username,
+            config.login_attempts_per_address,
+        ));
+        Self { pool, config: Arc::new(config), locks, logins }
+    }
+
+    /// Waits in memory for this request's turn at `name` (see [`LockQueue`]), within
+    /// `LOCK_WAIT_SECS`; the rest of that wait is left for `GET_LOCK`.
+    pub async fn turn(&self, name: LockName) -> Result<Turn, LockError> {
+        self.locks.turn(name, self.config.lock_wait).await
+    }
 }
 
 /// What the layout of every HTML page needs: who is logged in and the CSRF token for its forms.

@@ -8,7 +8,7 @@ use diesel::sql_types::{BigInt, Nullable, Text};
 use haita::auth::Role;
 use haita::edit_locks::service::{self, Policy};
 use haita::edit_locks::{EditLockKey, Owner};
-use haita::locking::LockName;
+use haita::locking::Turn;
 use rand::Rng;
 use serde_json::{Value, json};
 
@@ -170,7 +170,7 @@ async fn only_admins_reach_any_admin_route_or_action() {
 async fn a_leaked_named_lock_is_listed_with_its_connection_and_the_admins_force_release_frees_it() {
     let app = TestApp::spawn().await;
     let (_, admin) = logged_in(&app, "root", Role::Admin).await;
-    let name = LockName::new("test", &format!("{:016x}", rand::rng().random::<u64>()));
+    let name = app.db.pool.names().name("test", &format!("{:016x}", rand::rng().random::<u64>()));
     let mut leaker = app.db.raw_connection();
     assert_eq!(ask(&mut leaker, "SELECT GET_LOCK(?, 0) AS value", name.as_str()), Some(1));
     let leaker_id: i64 =
@@ -231,6 +231,46 @@ async fn a_leaked_named_lock_is_listed_with_its_connection_and_the_admins_force_
     assert_eq!(invariants::audit_actions(&app.db, name.as_str()), ["named_lock.force_released"]);
 }
 
+/// Named locks are server-wide: another deployment (another database on the same server) holds
+/// a lock with the same scope and key. This deployment's admin neither lists it nor may kill it,
+/// and this deployment's bookings do not wait for it.
+#[actix_web::test]
+async fn another_deployments_locks_are_neither_listed_nor_killable_nor_in_the_way() {
+    let app = TestApp::spawn().await;
+    let other = TestApp::spawn().await;
+    let (_, admin) = logged_in(&app, "root", Role::Admin).await;
+    let resource = app.resource("Shared id", 1);
+    let day = crate::common::future_day();
+    let theirs = other.db.pool.names().booking(resource, day);
+    let ours = app.db.pool.names().booking(resource, day);
+    assert_ne!(theirs, ours, "same resource id and day, different deployments");
+    let mut their_session = other.db.raw_connection();
+    assert_eq!(ask(&mut their_session, "SELECT GET_LOCK(?, 0) AS value", theirs.as_str()), Some(1));
+
+    let listing: Value = admin.get("/api/v1/admin/locks").await.json().await.expect("json");
+    let prefix = listing["named_locks"]["prefix"].as_str().expect("prefix").to_string();
+    assert_eq!(prefix, app.db.pool.names().prefix());
+    let names: Vec<&str> = listing["named_locks"]["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    assert!(names.iter().all(|n| n.starts_with(&prefix)), "only this deployment's locks: {names:?}");
+    let kill = send(
+        &admin,
+        reqwest::Method::DELETE,
+        &format!("/api/v1/admin/named-locks/{theirs}?reason=not%20mine"),
+    )
+    .await;
+    assert_eq!((kill.status().as_u16(), error_code(kill).await.as_str()), (422, "not_haita_lock"));
+    assert!(diesel::sql_query("SELECT 1").execute(&mut their_session).is_ok(), "their session lives on");
+
+    let customer = app.client(1);
+    customer.login(&app.user("booker", Role::Customer)).await;
+    assert_eq!(customer.book(resource, day).await.status(), 201, "their lock is not ours to wait for");
+}
+
 #[actix_web::test]
 async fn batch_held_locks_cannot_be_force_released_and_release_all_expired_skips_them() {
     let app = TestApp::spawn_instances(1, |c| c.edit_lock_ttl = Duration::from_secs(1)).await;
@@ -247,7 +287,7 @@ async fn batch_held_locks_cannot_be_force_released_and_release_all_expired_skips
     let operator = Owner { user_id: root.id, session: "batch:nightly".into() };
     service::acquire(
         &app.db.pool,
-        Duration::from_secs(5),
+        Turn::alone(app.db.pool.names().edit_lock(&batch_key), Duration::from_secs(5)),
         Duration::from_secs(1),
         &EditLockKey::resource(batch),
         &operator,

@@ -183,3 +183,48 @@ async fn the_openapi_document_describes_every_json_endpoint() {
         }
     }
 }
+
+/// 48 clients guess one account's password in a loop. The per-username throttle answers 429
+/// (with Retry-After) after a handful of attempts, so only those few reach the database and the
+/// password hasher; a bystander's product list is served meanwhile.
+#[actix_web::test]
+async fn a_password_guessing_storm_is_throttled_before_any_hashing() {
+    let app = TestApp::spawn_instances(1, |c| {
+        c.login_attempts_per_username = std::num::NonZeroU32::new(5).expect("non-zero");
+        c.hashing_slots = 1;
+    })
+    .await;
+    app.user("victim", Role::Customer);
+    let answers = futures::future::join_all((0..48).map(|i| {
+        let client = app.client(i);
+        async move {
+            let mut seen = Vec::new();
+            for _ in 0..5 {
+                let response = client
+                    .post_json("/api/v1/session", &json!({"username": "victim", "password": "guess"}))
+                    .await;
+                let status = response.status().as_u16();
+                let retry_after = response.headers().get("retry-after").is_some();
+                seen.push((status, retry_after));
+            }
+            seen
+        }
+    }));
+    let bystander = async {
+        let started = std::time::Instant::now();
+        let status = app.client(99).get("/api/v1/products").await.status().as_u16();
+        (status, started.elapsed())
+    };
+    let (answers, (bystander_status, bystander_took)) = futures::future::join(answers, bystander).await;
+    let answers: Vec<_> = answers.into_iter().flatten().collect();
+    println!("bystander product list during the storm: {bystander_status} in {bystander_took:?}");
+
+    assert_eq!(bystander_status, 200);
+    let checked = answers.iter().filter(|(s, _)| *s == 401).count();
+    let throttled = answers.iter().filter(|(s, retry)| *s == 429 && *retry).count();
+    assert_eq!(checked + throttled, answers.len(), "only 401 and 429 (with Retry-After): {answers:?}");
+    assert!(checked <= 6, "only the quota's worth of guesses reached the hasher, not {checked}");
+    let body =
+        app.client(0).post_json("/api/v1/session", &json!({"username": "victim", "password": "x"})).await;
+    assert_eq!(error_code(body).await, "too_many_attempts");
+}

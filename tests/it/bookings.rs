@@ -6,7 +6,6 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::{Integer, Text};
 use haita::auth::Role;
-use haita::locking::LockName;
 use serde_json::Value;
 use tokio::sync::Barrier;
 
@@ -133,7 +132,7 @@ async fn a_day_whose_lock_stays_held_answers_busy_and_other_days_still_book() {
 
     // Another session (say a stuck batch job) holds this day's lock.
     let mut other = app.db.raw_connection();
-    let name = LockName::booking(resource, day);
+    let name = app.db.pool.names().booking(resource, day);
     #[derive(QueryableByName)]
     struct Got {
         #[diesel(sql_type = Integer)]

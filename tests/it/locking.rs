@@ -12,7 +12,8 @@ use rand::Rng;
 use crate::common::{TestDb, test_config};
 
 fn unique_name() -> LockName {
-    LockName::new("test", &format!("{:016x}", rand::rng().random::<u64>()))
+    haita::locking::Namespace::for_database("locking_tests")
+        .name("test", &format!("{:016x}", rand::rng().random::<u64>()))
 }
 
 fn small_pool(db: &TestDb, size: u32) -> DbPool {
@@ -184,7 +185,7 @@ fn the_work_runs_on_the_session_that_holds_the_lock() {
 fn a_long_key_becomes_a_name_the_server_accepts() {
     let db = TestDb::new();
     let pool = small_pool(&db, 2);
-    let name = LockName::new("test", &format!("{:x}-{}", rand::rng().random::<u64>(), "k".repeat(300)));
+    let name = pool.names().name("test", &format!("{:x}-{}", rand::rng().random::<u64>(), "k".repeat(300)));
     assert!(name.as_str().len() <= 64, "{name}");
     let mut held =
         NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
@@ -290,7 +291,7 @@ mod retry {
     }
 
     #[test]
-    fn a_lock_wait_timeout_ends_in_a_clean_error_after_bounded_retries() {
+    fn a_lock_wait_timeout_ends_in_a_clean_error_without_waiting_again() {
         let db = TestDb::new();
         let row = create_resource(&db, "held", 1);
         let mut holder = db.raw_connection();
@@ -304,7 +305,7 @@ mod retry {
         let mut conn = pool.get().expect("conn");
         let outcome = retry_on_lock_conflict(&fast(), || conn.transaction(|conn| lock_row(conn, row)));
 
-        assert_eq!(outcome.attempts, 3, "timeouts are retried, but only up to the bound");
+        assert_eq!(outcome.attempts, 1, "a row held past innodb_lock_wait_timeout is not waited for again");
         let error = outcome.result.expect_err("the row stayed locked");
         assert_eq!(error.lock_conflict(), Some(LockConflict::LockWaitTimeout));
         holder.batch_execute("ROLLBACK").expect("rollback");

@@ -8,6 +8,7 @@ mod bookings;
 mod catalog;
 mod cli;
 mod common;
+mod contention;
 #[cfg(feature = "lab")]
 mod demo;
 mod edit_locks;
@@ -15,3 +16,4 @@ mod inventory;
 mod lab_apart;
 mod locking;
 mod orders;
+mod outage;

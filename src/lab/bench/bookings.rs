@@ -34,6 +34,7 @@ use crate::config::Config;
 use crate::db::{self, DbPool, ScratchDatabase};
 use crate::lab::demo::{Answer, Attempt, Seen, Strategy, create_resource};
 use crate::lab::stats::percentile_ms;
+use crate::locking::Turn;
 use crate::resources::model::NewResource;
 use crate::schema::resources;
 
@@ -457,7 +458,16 @@ fn measure_raw(pool: &DbPool, config: &Config, target: &Target, users: &[i64], w
                         if target.strategy == Strategy::NamedLock {
                             let result = BookingDate::parse(&key.day.to_string(), bookings::today())
                                 .and_then(|day| {
-                                    bookings::book(pool, config.lock_wait, user_id, key.resource_id, day)
+                                    bookings::book(
+                                        pool,
+                                        Turn::alone(
+                                            pool.names().booking(key.resource_id, day.day()),
+                                            config.lock_wait,
+                                        ),
+                                        user_id,
+                                        key.resource_id,
+                                        day,
+                                    )
                                 });
                             tally.record(began, classify_booking(&result), || format!("{:?}", result.err()));
                         } else {

@@ -30,6 +30,7 @@ use crate::config::Config;
 use crate::db::{self, DbPool};
 use crate::lab::schema::{demo_races, demo_resources};
 use crate::lab::stats::percentile_ms;
+use crate::locking::Namespace;
 use crate::locking::sql::{holder_of, kill_connection};
 
 pub const MAX_CLIENTS: u32 = 256;
@@ -460,7 +461,7 @@ fn run_strategy(
 
     let mut conn = pool.get()?;
     let days_raced = first_day.iter_days().take(total.rounds as usize);
-    let leaks = close_leaked_sessions(&mut conn, resource_id, days_raced, &sessions)?;
+    let leaks = close_leaked_sessions(&mut conn, pool.names(), resource_id, days_raced, &sessions)?;
     drop(race_pool); // closes every other session of this run
     let damage = count_damage(&mut conn, resource_id)?;
 
@@ -573,6 +574,7 @@ struct Leaks {
 /// never a session this run did not open. Closing a session frees every lock it holds.
 fn close_leaked_sessions(
     conn: &mut MysqlConnection,
+    names: &Namespace,
     resource_id: i64,
     days: impl Iterator<Item = NaiveDate>,
     ours: &[i64],
@@ -581,7 +583,7 @@ fn close_leaked_sessions(
     let mut leaked = Vec::new();
     let mut sessions = BTreeSet::new();
     for day in days {
-        let name = lock_name(resource_id, day);
+        let name = lock_name(names, resource_id, day);
         if let Some(holder) = holder_of(conn, name.as_str())?.filter(|h| ours.contains(h)) {
             leaked.push(name);
             sessions.insert(holder);

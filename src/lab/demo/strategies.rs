@@ -25,7 +25,7 @@ use crate::db::DbPool;
 use crate::infra::Infra;
 use crate::lab::schema::{demo_bookings, demo_resources};
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
-use crate::locking::{LockName, NamedLockGuard};
+use crate::locking::{LockName, NamedLockGuard, Namespace};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -180,10 +180,10 @@ pub struct Seen {
     pub sessions: Vec<i64>,
 }
 
-/// The named lock of one demo resource and day: the same shape as `LockName::booking`, in a
+/// The named lock of one demo resource and day: the same shape as `Namespace::booking`, in a
 /// scope of its own so a demo run never waits for a real booking.
-pub fn lock_name(resource_id: i64, day: NaiveDate) -> LockName {
-    LockName::new("demo", &format!("{resource_id}:{}", day.format("%Y-%m-%d")))
+pub fn lock_name(names: &Namespace, resource_id: i64, day: NaiveDate) -> LockName {
+    names.name("demo", &format!("{resource_id}:{}", day.format("%Y-%m-%d")))
 }
 
 fn capacity_of(conn: &mut MysqlConnection, resource_id: i64) -> Result<i32, DemoError> {
@@ -221,7 +221,8 @@ fn no_lock(a: &Attempt<'_>) -> Result<Answer, DemoError> {
 /// commit), check and insert on that same connection, commit, and only then release (drop).
 fn named_lock(a: &Attempt<'_>) -> Result<Answer, DemoError> {
     let conn = a.pool.get()?;
-    let mut held = NamedLockGuard::acquire(conn, lock_name(a.resource_id, a.day), a.lock_wait)?;
+    let mut held =
+        NamedLockGuard::acquire(conn, lock_name(a.pool.names(), a.resource_id, a.day), a.lock_wait)?;
     let answer = held.conn().transaction(|conn| check_then_insert(conn, a))?;
     drop(held); // committed above; only now may the next client look at this day
     Ok(answer)
@@ -252,7 +253,7 @@ struct LockAnswer {
 ///    session sitting idle in the pool, until that session is closed. Every other client now
 ///    waits the full GET_LOCK timeout for a lock nobody will release.
 fn named_lock_pool_pitfall(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
-    let name = lock_name(a.resource_id, a.day);
+    let name = lock_name(a.pool.names(), a.resource_id, a.day);
     let wait_secs = i32::try_from(a.lock_wait.as_secs()).unwrap_or(i32::MAX);
     {
         let mut conn = a.pool.get()?;

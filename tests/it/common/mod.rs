@@ -3,6 +3,7 @@
 
 pub mod browser;
 pub mod invariants;
+pub mod own_server;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -31,11 +32,15 @@ pub struct TestDb {
 
 impl TestDb {
     pub fn new() -> Self {
-        let scratch =
-            ScratchDatabase::create(&base_database_url(), "haita_t_").expect("create test database");
+        Self::on_server(&base_database_url())
+    }
+
+    /// A database of its own on the server of `base_url` (another server than the tests' usual).
+    pub fn on_server(base_url: &str) -> Self {
+        let scratch = ScratchDatabase::create(base_url, "haita_t_").expect("create test database");
         let pool = db::build_pool(&test_config(&scratch.url)).expect("pool");
         db::run_migrations(&pool).expect("migrations");
-        install_lock_introspection(&mut pool.get().expect("connection"));
+        install_lock_introspection(base_url, &mut pool.get().expect("connection"));
         Self { url: scratch.url.clone(), name: scratch.name.clone(), pool, _scratch: scratch }
     }
 
@@ -51,11 +56,13 @@ impl TestDb {
 
 /// Lets tests list which sessions hold named locks (MariaDB's METADATA_LOCK_INFO plugin; MySQL 8
 /// has performance_schema.metadata_locks built in).
-fn install_lock_introspection(conn: &mut MysqlConnection) {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
+fn install_lock_introspection(server_url: &str, conn: &mut MysqlConnection) {
+    static DONE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut done = DONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !done.iter().any(|s| s == server_url) {
         let _ = conn.batch_execute("INSTALL SONAME 'metadata_lock_info'");
-    });
+        done.push(server_url.to_string());
+    }
 }
 
 pub fn test_config(database_url: &str) -> Config {
@@ -65,6 +72,9 @@ pub fn test_config(database_url: &str) -> Config {
         workers: Some(2),
         // Shared by all instances of one test, so a session cookie works on every instance.
         session_key: Some(b"test-session-key-test-session-key-test-session-key-test-session-key!".to_vec()),
+        // Every test client logs in from 127.0.0.1; the throttle has tests of its own.
+        login_attempts_per_address: std::num::NonZeroU32::MAX,
+        login_attempts_per_username: std::num::NonZeroU32::MAX,
         ..Config::for_database(database_url)
     }
 }
@@ -94,7 +104,8 @@ impl TestApp {
         Self::spawn_on(db, 1, |_| {}).await
     }
 
-    async fn spawn_on(db: TestDb, n: usize, tweak: impl Fn(&mut Config)) -> Self {
+    /// `n` instances on the database `db` (for a server the test controls itself).
+    pub async fn spawn_on(db: TestDb, n: usize, tweak: impl Fn(&mut Config)) -> Self {
         let mut addresses = Vec::new();
         for _ in 0..n {
             let mut config = test_config(&db.url);
@@ -204,8 +215,14 @@ pub fn create_product(db: &TestDb, sku: &str, price_cents: i64, stock: u32) -> i
             Err(_) => create_user(db, "stock-keeper", Role::Staff).id,
         };
         let quantity = haita::inventory::model::Quantity::parse(i64::from(stock), 100_000).expect("quantity");
-        haita::inventory::service::receive(&db.pool, Duration::from_secs(5), receiver, id, quantity)
-            .expect("receive");
+        haita::inventory::service::receive(
+            &db.pool,
+            haita::locking::Turn::alone(db.pool.names().stock(id), Duration::from_secs(5)),
+            receiver,
+            id,
+            quantity,
+        )
+        .expect("receive");
     }
     id
 }
@@ -249,13 +266,18 @@ impl Client {
         self.http.post(self.url(path)).form(form).send().await.expect("POST form")
     }
 
+    /// Logs in, as a client would: a 503 busy (every hashing slot taken while dozens of test
+    /// users log in at once on a loaded machine) is retried after its Retry-After, twice at most.
     pub async fn login(&self, user: &TestUser) {
-        let response = self
-            .post_json(
-                "/api/v1/session",
-                &serde_json::json!({"username": user.username, "password": PASSWORD}),
-            )
-            .await;
+        let body = serde_json::json!({"username": user.username, "password": PASSWORD});
+        let mut response = self.post_json("/api/v1/session", &body).await;
+        for _ in 0..2 {
+            if response.status() != 503 {
+                break;
+            }
+            actix_web::rt::time::sleep(Duration::from_secs(1)).await;
+            response = self.post_json("/api/v1/session", &body).await;
+        }
         assert_eq!(response.status(), 200, "login of {} failed", user.username);
     }
 

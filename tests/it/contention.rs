@@ -1,0 +1,156 @@
+//! Contention stays in its lane: one hot or stuck lock key must not slow anything else.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
+use haita::auth::Role;
+use tokio::sync::Barrier;
+
+use crate::common::{Client, TestApp, error_code, future_day, invariants};
+
+#[derive(QueryableByName)]
+struct Answer {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    value: Option<i64>,
+}
+
+fn ask(conn: &mut MysqlConnection, sql: &str, name: &str) -> Option<i64> {
+    diesel::sql_query(sql).bind::<Text, _>(name).get_result::<Answer>(conn).expect("query").value
+}
+
+/// A separate session (a stuck batch job, a paused holder) holds one day's booking lock while 48
+/// clients book that day. Without the per-key queue and the waiting budget, their `GET_LOCK`
+/// waits fill the pool and a booking of another day, the product list and an order all wait for
+/// a connection until they answer 503. With them, only one request per instance waits at the
+/// server, and everything else finds a connection.
+///
+/// The pool timeout is made shorter than the lock wait, so that starving would show as 503s
+/// (a bound on behaviour, not a timing assertion): the bystanders must all succeed while the
+/// stuck session still holds the lock, and every hot-day client must give up with 503 `busy`
+/// on its own, also before the lock is released.
+#[actix_web::test]
+async fn a_stuck_booking_lock_starves_nothing_else() {
+    let app = TestApp::spawn_instances(1, |c| {
+        c.pool_size = 8;
+        c.pool_timeout = Duration::from_secs(1);
+        c.lock_wait = Duration::from_secs(3);
+        c.lock_waiters_max = 2;
+    })
+    .await;
+    let resource = app.resource("Hot room", 50);
+    let product = app.product("BYSTANDER-1", 500, 10);
+    let hot_day = future_day();
+    let other_day = hot_day.succ_opt().expect("a next day");
+
+    let mut stuck = app.db.raw_connection();
+    let name = app.db.pool.names().booking(resource, hot_day);
+    let holder = ask(&mut stuck, "SELECT CAST(GET_LOCK(?, 0) AS SIGNED) AS value", name.as_str());
+    assert_eq!(holder, Some(1), "the stuck session takes the hot day's lock");
+    let stuck_id = haita::locking::sql::own_connection_id(&mut stuck).expect("connection id");
+
+    let hot_clients: Vec<Client> = (0..48).map(|i| app.client(i)).collect();
+    let hot_users: Vec<_> = (0..48).map(|i| app.user(&format!("hot{i:02}"), Role::Customer)).collect();
+    // A few at a time: this pool is small on purpose, and logging in is not what is tested.
+    for (clients, users) in hot_clients.chunks(4).zip(hot_users.chunks(4)) {
+        futures::future::join_all(clients.iter().zip(users).map(|(c, u)| c.login(u))).await;
+    }
+    let bystander = app.client(0);
+    bystander.login(&app.user("bystander", Role::Customer)).await;
+
+    let barrier = Arc::new(Barrier::new(hot_clients.len() + 1));
+    let hot = hot_clients.into_iter().map(|client| {
+        let barrier = barrier.clone();
+        actix_web::rt::spawn(async move {
+            barrier.wait().await;
+            let response = client.book(resource, hot_day).await;
+            let status = response.status().as_u16();
+            let retry_after = response.headers().get("retry-after").is_some();
+            (status, error_code(response).await, retry_after)
+        })
+    });
+    let hot = futures::future::join_all(hot);
+    let bystanders = async {
+        barrier.wait().await;
+        // Let the hot clients reach the queue and the server first.
+        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        let booking = bystander.book(resource, other_day).await.status().as_u16();
+        let products = bystander.get("/api/v1/products").await.status().as_u16();
+        let order = bystander.order(&[(product, 1)]).await.status().as_u16();
+        let metrics = bystander.get("/metrics").await.text().await.expect("metrics");
+        (booking, products, order, metrics)
+    };
+    let (answers, (booking, products, order, metrics)) = futures::future::join(hot, bystanders).await;
+
+    // Everything above finished while the stuck session still held the lock.
+    let still = haita::locking::sql::holder_of(&mut stuck, name.as_str()).expect("IS_USED_LOCK");
+    assert_eq!(still, Some(stuck_id), "the stuck session held the lock throughout");
+
+    assert_eq!((booking, products, order), (201, 200, 201), "bystanders are served while one key is stuck");
+    let answers: Vec<_> = answers.into_iter().map(|a| a.expect("client task")).collect();
+    for (status, code, retry_after) in &answers {
+        assert_eq!((*status, code.as_str(), *retry_after), (503, "busy", true), "{answers:?}");
+    }
+    // Operators see the queue at work: read while the hot clients were still waiting, most of
+    // them in memory and one at the server. (Metrics are per process and tests share it, so
+    // other tests can only add to these numbers.)
+    let gauge = |metric: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(metric))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(gauge("haita_lock_queue_depth{scope=\"book\"}") >= 40.0, "{metrics}");
+    assert!(gauge("haita_lock_waiters ") >= 1.0, "{metrics}");
+
+    drop(stuck);
+    assert_eq!(invariants::confirmed_on(&app.db, resource, hot_day), 0);
+    assert_eq!(invariants::confirmed_on(&app.db, resource, other_day), 1);
+    invariants::no_named_lock_left_held(&app.db);
+}
+
+/// The waiting budget on its own: with the in-memory queue letting one request per key through,
+/// requests for *different* held keys are what can pile up at the server. Past the budget they
+/// are refused at once with 503 `busy`, and the pool stays free for everyone else.
+#[actix_web::test]
+async fn past_the_waiting_budget_a_request_for_a_held_lock_is_refused_at_once() {
+    let app = TestApp::spawn_instances(1, |c| {
+        c.pool_size = 4;
+        c.pool_timeout = Duration::from_secs(1);
+        c.lock_wait = Duration::from_secs(3);
+        c.lock_waiters_max = 1;
+    })
+    .await;
+    let resource = app.resource("Held room", 5);
+    let first_day = future_day();
+    let days: Vec<_> = (0..6).map(|i| first_day + chrono::Days::new(i)).collect();
+    let mut stuck = app.db.raw_connection();
+    for day in &days {
+        let name = app.db.pool.names().booking(resource, *day);
+        diesel::sql_query("SELECT GET_LOCK(?, 0) AS value")
+            .bind::<Text, _>(name.as_str())
+            .execute(&mut stuck)
+            .expect("hold");
+    }
+    let clients: Vec<Client> = (0..days.len()).map(|i| app.client(i)).collect();
+    for (i, client) in clients.iter().enumerate() {
+        client.login(&app.user(&format!("held{i}"), Role::Customer)).await;
+    }
+    let answers = futures::future::join_all(clients.iter().zip(&days).map(|(client, day)| async move {
+        let response = client.book(resource, *day).await;
+        (response.status().as_u16(), error_code(response).await)
+    }))
+    .await;
+    assert!(answers.iter().all(|(s, c)| *s == 503 && c == "busy"), "{answers:?}");
+    let metrics = clients[0].get("/metrics").await.text().await.expect("metrics");
+    let refused: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("haita_lock_waiters_refused_total") && l.contains("scope=\"book\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(refused >= 4.0, "at most one of six waited at the server, the rest were refused: {metrics}");
+    drop(stuck);
+    invariants::no_named_lock_left_held(&app.db);
+}
