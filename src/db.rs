@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
@@ -35,6 +35,7 @@ pub struct DbPool {
     pool: Pool<ConnectionManager<MysqlConnection>>,
     health: Arc<Health>,
     names: Namespace,
+    timeout: Duration,
 }
 
 /// How long a checkout waits while the server is known to be unreachable.
@@ -42,8 +43,20 @@ pub const OUTAGE_WAIT: Duration = Duration::from_millis(500);
 
 impl DbPool {
     /// A connection, within `POOL_TIMEOUT_SECS` — or within [`OUTAGE_WAIT`] during an outage.
+    ///
+    /// The wait is taken in slices of at most `OUTAGE_WAIT`, so that a checkout that began just
+    /// before the server went away stops waiting as soon as the pool has noticed, instead of
+    /// sitting out the whole pool timeout.
     pub fn get(&self) -> Result<PooledConn, diesel::r2d2::PoolError> {
-        if self.health.is_down() { self.pool.get_timeout(OUTAGE_WAIT) } else { self.pool.get() }
+        let end = Instant::now() + self.timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.pool.get_timeout(left.min(OUTAGE_WAIT)) {
+                Ok(conn) => return Ok(conn),
+                Err(e) if self.health.is_down() || left <= OUTAGE_WAIT => return Err(e),
+                Err(_) => continue,
+            }
+        }
     }
 
     /// Whether the last thing the pool saw of the server was a failure.
@@ -137,12 +150,15 @@ pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
     let pool = Pool::builder()
         .max_size(config.pool_size)
         .min_idle(Some(2.min(config.pool_size)))
-        .connection_timeout(config.pool_timeout.max(Duration::from_millis(100)))
+        // r2d2 retries a failed connect with a backoff capped at half of this; `DbPool::get`
+        // bounds checkouts itself. Two seconds keeps the retries at most a second apart, so
+        // the pool is back within about a second of the server.
+        .connection_timeout(config.pool_timeout.clamp(Duration::from_millis(100), Duration::from_secs(2)))
         .connection_customizer(Box::new(SessionSettings { row_lock_wait_secs: config.row_lock_wait_secs }))
         .error_handler(Box::new(MarkDown(Arc::clone(&health))))
         .event_handler(Box::new(MarkUp(Arc::clone(&health))))
         .build(ConnectionManager::new(&config.database_url))?;
-    Ok(DbPool { pool, health, names: Namespace::for_url(&config.database_url) })
+    Ok(DbPool { pool, health, names: Namespace::for_url(&config.database_url), timeout: config.pool_timeout })
 }
 
 /// Splits `mysql://…/name?opts` into the server URL (no database) and the database name.

@@ -111,6 +111,12 @@ fn lost_connection(error: &DbError) -> bool {
     match error {
         DbError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => true,
         DbError::DatabaseError(_, info) => mentions_lost_connection(info.message()),
+        // COMMIT failed and so did the ROLLBACK after it: the connection died mid-transaction.
+        DbError::RollbackErrorOnCommit { commit_error, rollback_error } => {
+            lost_connection(commit_error) || lost_connection(rollback_error)
+        }
+        // diesel gives up on a connection whose ROLLBACK failed: in practice, a dead one.
+        DbError::BrokenTransactionManager => true,
         _ => false,
     }
 }
@@ -221,6 +227,11 @@ mod tests {
         }
         let closed = server_said(DatabaseErrorKind::ClosedConnection, "closed");
         assert_eq!(answer(&closed), (503, "unavailable", true));
+        let commit_then_rollback = Infra::Database(DbError::RollbackErrorOnCommit {
+            commit_error: Box::new(database_error(DatabaseErrorKind::Unknown, "Server has gone away")),
+            rollback_error: Box::new(database_error(DatabaseErrorKind::Unknown, "Server has gone away")),
+        });
+        assert_eq!(answer(&commit_then_rollback), (503, "unavailable", true));
     }
 
     #[test]

@@ -23,8 +23,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::AuthError;
 
-/// How long a login waits for a hashing slot before answering 503 busy.
-pub const HASHING_WAIT: Duration = Duration::from_secs(2);
+/// How long a login waits for a hashing slot before answering 503 busy: a burst of people
+/// logging in at once (a class starting) waits its turn; a storm is cut short by the throttles
+/// long before it could queue this long.
+pub const HASHING_WAIT: Duration = Duration::from_secs(5);
 
 /// Keys kept by a limiter before the idle ones are dropped (bounded memory under a spray of
 /// made-up usernames or addresses).

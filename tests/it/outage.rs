@@ -26,6 +26,8 @@ struct Answer {
 /// restart without anyone touching the app; the invariants hold in the database afterwards.
 #[actix_web::test]
 async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
+    // The app's log shows the cause of any 500 this test finds (`RUST_LOG=warn` to see it).
+    let _ = env_logger::builder().is_test(true).try_init();
     let mut server = OwnServer::start();
     let db = TestDb::on_server(&server.url());
     let app = TestApp::spawn_on(db, 1, |c| {
@@ -104,6 +106,11 @@ async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
     let during: Vec<&Answer> =
         answers.iter().filter(|a| a.started >= killed_at && a.started < back_at).collect();
     let slowest = during.iter().map(|a| a.took).max().unwrap_or_default();
+    let slowest_started = during
+        .iter()
+        .max_by_key(|a| a.took)
+        .map(|a| a.started.saturating_duration_since(killed_at))
+        .unwrap_or_default();
     let unavailable = during.iter().filter(|a| a.status == 503).count();
     let first_success_after = answers
         .iter()
@@ -112,7 +119,7 @@ async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
         .min();
     let codes: std::collections::BTreeSet<&str> = during.iter().map(|a| a.code.as_str()).collect();
     println!(
-        "outage: {} requests while down ({unavailable} × 503, codes {codes:?}), slowest {slowest:?}; \
+        "outage: {} requests while down ({unavailable} × 503, codes {codes:?}), slowest {slowest:?} (started {slowest_started:?} after the kill); \
          first success {first_success_after:?} after the server was back; {} requests in all",
         during.len(),
         answers.len()

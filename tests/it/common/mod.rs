@@ -266,13 +266,18 @@ impl Client {
         self.http.post(self.url(path)).form(form).send().await.expect("POST form")
     }
 
+    /// Logs in, as a client would: a 503 busy (every hashing slot taken while dozens of test
+    /// users log in at once on a loaded machine) is retried after its Retry-After, twice at most.
     pub async fn login(&self, user: &TestUser) {
-        let response = self
-            .post_json(
-                "/api/v1/session",
-                &serde_json::json!({"username": user.username, "password": PASSWORD}),
-            )
-            .await;
+        let body = serde_json::json!({"username": user.username, "password": PASSWORD});
+        let mut response = self.post_json("/api/v1/session", &body).await;
+        for _ in 0..2 {
+            if response.status() != 503 {
+                break;
+            }
+            actix_web::rt::time::sleep(Duration::from_secs(1)).await;
+            response = self.post_json("/api/v1/session", &body).await;
+        }
         assert_eq!(response.status(), 200, "login of {} failed", user.username);
     }
 
