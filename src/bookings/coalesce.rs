@@ -87,7 +87,12 @@ impl Coalescer {
         let start_drainer = {
             let mut days = self.days.lock().unwrap_or_else(PoisonError::into_inner);
             let start = !days.contains_key(&name);
-            days.entry(name.clone()).or_default().waiting.push_back(Waiter { ticket, user_id, deadline, reply });
+            days.entry(name.clone()).or_default().waiting.push_back(Waiter {
+                ticket,
+                user_id,
+                deadline,
+                reply,
+            });
             start
         };
         METRICS.lock_queue_depth.with_label_values(&["book"]).inc();
@@ -159,7 +164,10 @@ struct Drain {
 impl Drain {
     async fn run(self) {
         while let Some(batch) = self.coalescer.next_batch(&self.name) {
-            METRICS.lock_queue_depth.with_label_values(&["book"]).sub(i64::try_from(batch.len()).unwrap_or(0));
+            METRICS
+                .lock_queue_depth
+                .with_label_values(&["book"])
+                .sub(i64::try_from(batch.len()).unwrap_or(0));
             let (late, batch): (Vec<Waiter>, Vec<Waiter>) =
                 batch.into_iter().partition(|w| w.deadline <= Instant::now());
             for waiter in late {
@@ -177,7 +185,8 @@ impl Drain {
             let users: Vec<i64> = batch.iter().map(|w| w.user_id).collect();
             let (pool, resource_id, date) = (self.pool.clone(), self.resource_id, self.date);
             let decided =
-                actix_web::web::block(move || service::book_batch(&pool, turn, resource_id, date, &users)).await;
+                actix_web::web::block(move || service::book_batch(&pool, turn, resource_id, date, &users))
+                    .await;
             match decided {
                 Ok(Ok(answers)) => {
                     for (waiter, answer) in batch.into_iter().zip(answers) {

@@ -159,7 +159,10 @@ pub fn book_batch(
     let answers = match insert_batch_if_free(&mut held, resource_id, date, users) {
         Ok(answers) => answers,
         Err(batch_failed) => {
-            log::warn!("a batch of {} bookings failed ({batch_failed}); serving each on its own", users.len());
+            log::warn!(
+                "a batch of {} bookings failed ({batch_failed}); serving each on its own",
+                users.len()
+            );
             users.iter().map(|user| insert_if_free(&mut held, *user, resource_id, date)).collect()
         }
     };

@@ -10,8 +10,8 @@ use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload};
 use askama::Template;
 
 use crate::auth::throttle::LoginGate;
-use crate::bookings::coalesce::Coalescer;
 use crate::auth::{AuthError, SessionUser, csrf};
+use crate::bookings::coalesce::Coalescer;
 use crate::config::Config;
 use crate::db::DbPool;
 use crate::locking::{LockError, LockName, LockQueue, Turn};

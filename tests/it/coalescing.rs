@@ -10,7 +10,9 @@ use haita::bookings::service;
 use haita::locking::Turn;
 use rand::Rng;
 
-use crate::common::{Client, TestApp, TestDb, create_resource, create_user, error_code, future_day, invariants};
+use crate::common::{
+    Client, TestApp, TestDb, create_resource, create_user, error_code, future_day, invariants,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Outcome {
@@ -129,7 +131,9 @@ async fn a_hot_day_is_booked_in_batches_and_never_overbooked() {
 
     assert_eq!(answers.iter().filter(|(s, _)| *s == 201).count(), 3, "{answers:?}");
     assert!(
-        answers.iter().all(|(s, c)| *s == 201 || (*s == 409 && c == "fully_booked") || (*s == 503 && c == "busy")),
+        answers
+            .iter()
+            .all(|(s, c)| *s == 201 || (*s == 409 && c == "fully_booked") || (*s == 503 && c == "busy")),
         "{answers:?}"
     );
     let (batches, bookings) = (after.0 - before.0, after.1 - before.1);
