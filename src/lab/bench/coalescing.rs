@@ -1,8 +1,9 @@
-//! `haita bench coalescing`: one hot day, bookings one at a time against coalesced batches.
+//! `haita bench coalescing`: one hot day, bookings unqueued, one at a time and in coalesced batches.
 //!
-//! Both paths run in this process on the same pool, without HTTP, through exactly what a
-//! booking request runs: one at a time is the per-key queue's turn and `service::book`;
-//! coalesced is `bookings::coalesce::Coalescer`. Every attempt books a user who has no booking
+//! All three run in this process on the same pool, without HTTP, through exactly what a booking
+//! request runs: *unqueued* is every client at the server at once (each with its own turn, as
+//! before the per-key queue); *one at a time* is the per-key queue's turn and `service::book`;
+//! *coalesced* is `bookings::coalesce::Coalescer`. Every attempt books a user who has no booking
 //! yet on a day with room for all, so every attempt is a real insert and commit. The server's
 //! own counters (`SHOW GLOBAL STATUS`) give the statements and commits per booking; run on a
 //! quiet server, since they count everything it does.
@@ -20,20 +21,26 @@ use crate::bookings::model::BookingDate;
 use crate::bookings::service;
 use crate::config::Config;
 use crate::db::{self, DbPool, ScratchDatabase};
-use crate::locking::LockQueue;
+use crate::locking::{LockQueue, Turn};
 
 /// Users created up front: each booking needs one without a booking that day.
 const USERS: i64 = 200_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Path {
+    /// Every client at the server at once, as before the per-key queue (`Turn::alone`).
+    Unqueued,
+    /// The per-key queue: one request per day at the server, one booking per transaction.
     OneAtATime,
     Coalesced,
 }
 
 impl Path {
+    const ALL: [Path; 3] = [Path::Unqueued, Path::OneAtATime, Path::Coalesced];
+
     fn label(self) -> &'static str {
         match self {
+            Path::Unqueued => "unqueued",
             Path::OneAtATime => "one at a time",
             Path::Coalesced => "coalesced",
         }
@@ -61,11 +68,10 @@ pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> 
     let duration = Duration::from_secs(seconds);
 
     let mut results = Vec::new();
-    // Alternate the two paths, three times each, on fresh days; the median run is reported.
+    // Alternate the paths, three times each, on fresh days; the median run is reported.
     for round in 0..3 {
-        for path in [Path::OneAtATime, Path::Coalesced] {
-            let day =
-                service::today() + chrono::Days::new(10 + round * 2 + u64::from(path == Path::Coalesced));
+        for (n, path) in (0u64..).zip(Path::ALL) {
+            let day = service::today() + chrono::Days::new(10 + round * 3 + n);
             let day = BookingDate::parse(&day.to_string(), service::today())?;
             results.push(measure(&pool, &bench_config, path, resource, day, &next_user, clients, duration)?);
         }
@@ -82,7 +88,7 @@ fn prepare(conn: &mut MysqlConnection) -> anyhow::Result<i64> {
          INSERT INTO users (username, display_name, password_hash, role) \
            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {USERS}) \
            SELECT CONCAT('b', i), CONCAT('b', i), '-', 'customer' FROM n; \
-         INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 10000)"
+         INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 1000000)"
     ))
     .or_else(|_| {
         // MariaDB calls the recursion limit max_recursive_iterations.
@@ -91,7 +97,7 @@ fn prepare(conn: &mut MysqlConnection) -> anyhow::Result<i64> {
              INSERT INTO users (username, display_name, password_hash, role) \
                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {USERS}) \
                SELECT CONCAT('b', i), CONCAT('b', i), '-', 'customer' FROM n; \
-             INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 10000)"
+             INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 1000000)"
         ))
     })?;
     Ok(db::last_insert_id(conn)?)
@@ -107,13 +113,13 @@ struct Status {
 
 /// (statements, commits) the server has run since it started.
 fn server_counters(pool: &DbPool) -> anyhow::Result<(u64, u64)> {
-    let rows: Vec<Status> = diesel::sql_query(
-        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_execute', 'Com_commit')",
-    )
-    .load(&mut *pool.get()?)?;
+    let rows: Vec<Status> =
+        diesel::sql_query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit')")
+            .load(&mut *pool.get()?)?;
     let value = |name: &str| rows.iter().find(|r| r.name == name).and_then(|r| r.value.parse::<u64>().ok());
-    let statements = value("Questions").unwrap_or(0) + value("Com_stmt_execute").unwrap_or(0);
-    Ok((statements, value("Com_commit").unwrap_or(0)))
+    // Questions: every statement clients sent, prepared executions included (not the
+    // prepares and closes themselves).
+    Ok((value("Questions").unwrap_or(0), value("Com_commit").unwrap_or(0)))
 }
 
 #[expect(clippy::too_many_arguments, reason = "one measurement's inputs, passed once")]
@@ -151,6 +157,14 @@ fn measure(
                         }
                         let answer = match path {
                             Path::Coalesced => coalescer.book(&pool, &locks, wait, user, resource, day).await,
+                            Path::Unqueued => {
+                                let (pool, name) = (pool.clone(), pool.names().booking(resource, day.day()));
+                                actix_web::web::block(move || {
+                                    service::book(&pool, Turn::alone(name, wait), user, resource, day)
+                                })
+                                .await
+                                .unwrap_or_else(|e| Err(e.into()))
+                            }
                             Path::OneAtATime => {
                                 match locks.turn(pool.names().booking(resource, day.day()), wait).await {
                                     Ok(turn) => {
@@ -197,15 +211,15 @@ pub fn report(results: &[Measured], clients: usize, seconds: u64) -> String {
     let mut out = format!(
         "hot day, {clients} clients, {seconds} s per run, median of {} runs per path\n\
          {:<14} {:>10} {:>8} {:>11} {:>13} {:>11}\n",
-        results.len() / 2,
+        results.iter().filter(|m| m.path == Path::Coalesced).count(),
         "path",
         "booked/s",
-        "busy",
+        "refused",
         "bookings",
         "statements/b",
         "commits/b"
     );
-    for path in [Path::OneAtATime, Path::Coalesced] {
+    for path in Path::ALL {
         if let Some(m) = median(path) {
             out.push_str(&format!(
                 "{:<14} {:>10.0} {:>8} {:>11} {:>13.1} {:>11.2}\n",
@@ -218,10 +232,14 @@ pub fn report(results: &[Measured], clients: usize, seconds: u64) -> String {
             ));
         }
     }
-    if let (Some(alone), Some(batched)) = (median(Path::OneAtATime), median(Path::Coalesced)) {
+    if let (Some(unqueued), Some(alone), Some(batched)) =
+        (median(Path::Unqueued), median(Path::OneAtATime), median(Path::Coalesced))
+    {
+        let ratio = |a: &Measured, b: &Measured| a.per_second / b.per_second.max(f64::MIN_POSITIVE);
         out.push_str(&format!(
-            "coalesced / one at a time: {:.2}\n",
-            batched.per_second / alone.per_second.max(f64::MIN_POSITIVE)
+            "coalesced / one at a time: {:.2}; coalesced / unqueued: {:.2}\n",
+            ratio(batched, alone),
+            ratio(batched, unqueued)
         ));
     }
     out
