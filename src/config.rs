@@ -36,6 +36,9 @@ pub struct Config {
     /// `innodb_lock_wait_timeout` set on every pooled connection: a stuck row lock becomes a
     /// fast, clean error instead of MySQL's default 50 s hang.
     pub row_lock_wait_secs: u32,
+    /// Book a busy day's queued requests together, one lock and one commit per batch
+    /// (`BOOKING_COALESCING`, default true; see `bookings::coalesce`).
+    pub coalesce_bookings: bool,
     /// Password checks that may run at once (`HASHING_SLOTS`, default one per core).
     pub hashing_slots: usize,
     /// Login attempts per minute per username (`LOGIN_ATTEMPTS_PER_MINUTE`) and per client
@@ -90,6 +93,7 @@ impl Config {
                 Err(_) => None,
             },
             cookie_secure: parse("COOKIE_SECURE", defaults.cookie_secure, |_| true)?,
+            coalesce_bookings: parse("BOOKING_COALESCING", defaults.coalesce_bookings, |_| true)?,
             hashing_slots: parse("HASHING_SLOTS", defaults.hashing_slots, |v| (1..=256).contains(&v))?,
             login_attempts_per_username: parse(
                 "LOGIN_ATTEMPTS_PER_MINUTE",
@@ -122,6 +126,7 @@ impl Config {
             edit_lock_ttl: Duration::from_secs(300),
             session_key: None,
             cookie_secure: false,
+            coalesce_bookings: true,
             hashing_slots: std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
             login_attempts_per_username: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN),
             login_attempts_per_address: NonZeroU32::new(60).unwrap_or(NonZeroU32::MIN),

@@ -8,8 +8,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -31,6 +31,8 @@ pub struct Metrics {
     pub lock_waiters_budget: IntGauge,
     /// Requests refused at once because the waiting budget was spent, by scope.
     pub lock_waiters_refused: IntCounterVec,
+    /// Bookings decided per coalesced batch (one lock, one transaction, one commit each).
+    pub booking_batch_size: Histogram,
     pool_connections: IntGauge,
     pool_idle: IntGauge,
 }
@@ -72,6 +74,10 @@ fn build() -> Result<Metrics, prometheus::Error> {
             Opts::new("lock_waiters_refused_total", "Requests refused because the waiting budget was spent"),
             &["scope"],
         )?,
+        booking_batch_size: Histogram::with_opts(
+            HistogramOpts::new("booking_batch_size", "Bookings decided per coalesced batch")
+                .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0]),
+        )?,
         pool_connections: IntGauge::new("pool_connections", "Open connections in this instance's pool")?,
         pool_idle: IntGauge::new("pool_idle_connections", "Idle connections in this instance's pool")?,
         registry,
@@ -85,6 +91,7 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry.register(Box::new(m.lock_waiters.clone()))?;
     m.registry.register(Box::new(m.lock_waiters_budget.clone()))?;
     m.registry.register(Box::new(m.lock_waiters_refused.clone()))?;
+    m.registry.register(Box::new(m.booking_batch_size.clone()))?;
     m.registry.register(Box::new(m.pool_connections.clone()))?;
     m.registry.register(Box::new(m.pool_idle.clone()))?;
     Ok(m)

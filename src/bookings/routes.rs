@@ -40,6 +40,10 @@ async fn book(
     resource_id: i64,
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
+    if state.config.coalesce_bookings {
+        let wait = state.config.lock_wait;
+        return state.bookings.book(&state.pool, &state.locks, wait, user.id, resource_id, date).await;
+    }
     let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
     let (pool, user_id) = (state.pool.clone(), user.id);
     blocking(move || service::book(&pool, turn, user_id, resource_id, date)).await

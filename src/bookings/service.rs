@@ -1,5 +1,7 @@
 //! The booking rules and the locking that makes them hold under concurrency.
 
+use std::collections::{HashMap, HashSet};
+
 use chrono::NaiveDate;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Date};
@@ -99,6 +101,130 @@ fn insert_if_free(
             .execute(conn)?;
         let id: i64 = crate::db::last_insert_id(conn)?;
         Ok(Reservation::by_id(id).select(Reservation::as_select()).first(conn)?)
+    })
+}
+
+/// What one request of a batch gets, decided exactly as [`insert_if_free`] would decide it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Insert,
+    AlreadyBooked,
+    FullyBooked,
+}
+
+/// The booking rules for several requests of one resource and day, in arrival order, against
+/// the day as it stands (`booked`: users with a confirmed booking). The same checks, in the same
+/// order, as running the requests one after another: the user's own booking first, then the
+/// capacity, each request seeing the ones before it.
+pub fn decide_batch(capacity: i32, booked: &[i64], users: &[i64]) -> Vec<Verdict> {
+    let mut booked: HashSet<i64> = booked.iter().copied().collect();
+    let mut confirmed = i64::try_from(booked.len()).unwrap_or(i64::MAX);
+    users
+        .iter()
+        .map(|user| {
+            if booked.contains(user) {
+                Verdict::AlreadyBooked
+            } else if confirmed >= i64::from(capacity) {
+                Verdict::FullyBooked
+            } else {
+                booked.insert(*user);
+                confirmed += 1;
+                Verdict::Insert
+            }
+        })
+        .collect()
+}
+
+/// Books `users` (in arrival order) on one resource and day under one lock and one
+/// transaction: one `GET_LOCK`, one read of the day, one commit for all of them, instead of one
+/// each. Every request still gets its own answer, the one it would have got alone in that order.
+///
+/// The outer error is what every request of the batch would have met anyway (the lock stayed
+/// held, the resource does not exist). If the batch's transaction itself fails — a deadlock
+/// with a capacity change, say — no request is failed for it: each is then run on its own, in
+/// order, under the same lock, exactly as without coalescing.
+pub fn book_batch(
+    pool: &DbPool,
+    turn: Turn,
+    resource_id: i64,
+    date: BookingDate,
+    users: &[i64],
+) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
+    debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
+    let mut conn = pool.get()?;
+    if Resource::by_id(resource_id).select(resources::id).first::<i64>(&mut conn).optional()?.is_none() {
+        return Err(BookingError::UnknownResource(resource_id));
+    }
+    let mut held = NamedLockGuard::acquire_in_turn(conn, turn)?;
+    let answers = match insert_batch_if_free(&mut held, resource_id, date, users) {
+        Ok(answers) => answers,
+        Err(batch_failed) => {
+            log::warn!(
+                "a batch of {} bookings failed ({batch_failed}); serving each on its own",
+                users.len()
+            );
+            users.iter().map(|user| insert_if_free(&mut held, *user, resource_id, date)).collect()
+        }
+    };
+    drop(held); // committed above; only now may the next batch look at this day
+    Ok(answers)
+}
+
+/// Check-then-insert for a whole batch, under the day's lock (hence the guard).
+fn insert_batch_if_free(
+    held: &mut NamedLockGuard,
+    resource_id: i64,
+    date: BookingDate,
+    users: &[i64],
+) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
+    debug_assert_eq!(held.name().scope(), "book");
+    held.conn().transaction(|conn| {
+        // Shared lock on the resource row, as in `insert_if_free`.
+        let Capacity { capacity } =
+            diesel::sql_query("SELECT capacity FROM resources WHERE id = ? LOCK IN SHARE MODE")
+                .bind::<BigInt, _>(resource_id)
+                .get_result(conn)?;
+        let booked: Vec<i64> = reservations::table
+            .filter(reservations::resource_id.eq(resource_id))
+            .filter(reservations::day.eq(date.day()))
+            .filter(reservations::status.eq(ReservationStatus::Confirmed))
+            .select(reservations::user_id)
+            .load(conn)?;
+        let verdicts = decide_batch(capacity, &booked, users);
+        let mut inserted = Vec::new();
+        for (user_id, verdict) in users.iter().zip(&verdicts) {
+            if *verdict == Verdict::Insert {
+                diesel::insert_into(reservations::table)
+                    .values(NewReservation {
+                        resource_id,
+                        user_id: *user_id,
+                        day: date.day(),
+                        status: ReservationStatus::Confirmed,
+                    })
+                    .execute(conn)?;
+                inserted.push(crate::db::last_insert_id(conn)?);
+            }
+        }
+        let mut rows: HashMap<i64, Reservation> = reservations::table
+            .filter(reservations::id.eq_any(&inserted))
+            .select(Reservation::as_select())
+            .load(conn)?
+            .into_iter()
+            .map(|r| (r.id, r))
+            .collect();
+        let mut ids = inserted.into_iter();
+        verdicts
+            .into_iter()
+            .map(|verdict| match verdict {
+                Verdict::Insert => ids
+                    .next()
+                    .and_then(|id| rows.remove(&id))
+                    .ok_or_else(|| BookingError::Infra(diesel::result::Error::NotFound.into()))
+                    .map(Ok),
+                Verdict::AlreadyBooked => Ok(Err(BookingError::AlreadyBooked)),
+                Verdict::FullyBooked => Ok(Err(BookingError::FullyBooked { capacity })),
+            })
+            .collect()
     })
 }
 
@@ -210,4 +336,26 @@ pub fn availability(
 /// "Today" for bookings: the calendar day in the server's local time zone (`TZ`).
 pub fn today() -> NaiveDate {
     chrono::Local::now().date_naive()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Verdict, decide_batch};
+
+    #[test]
+    fn a_batch_fills_the_day_in_arrival_order_and_refuses_the_rest() {
+        use Verdict::*;
+        assert_eq!(decide_batch(2, &[], &[1, 2, 3]), [Insert, Insert, FullyBooked]);
+        assert_eq!(decide_batch(3, &[9], &[1, 2, 3]), [Insert, Insert, FullyBooked]);
+        assert_eq!(decide_batch(1, &[], &[]), []);
+    }
+
+    #[test]
+    fn one_booking_per_user_holds_within_a_batch_and_against_the_day() {
+        use Verdict::*;
+        assert_eq!(decide_batch(5, &[], &[1, 1, 2]), [Insert, AlreadyBooked, Insert]);
+        assert_eq!(decide_batch(5, &[1], &[1, 2]), [AlreadyBooked, Insert]);
+        // The user's own booking is checked before the capacity, as a single request would.
+        assert_eq!(decide_batch(1, &[1], &[1]), [AlreadyBooked]);
+    }
 }

@@ -45,6 +45,14 @@ pub enum BenchCommand {
     /// Booking throughput and p50/p99, hot key and spread keys, at several client counts, for
     /// each correct strategy: through HTTP and as raw SQL from the same process.
     Bookings(super::bench::bookings::BookingsBench),
+    /// One hot day: bookings per second one at a time (the per-key queue) against coalesced
+    /// batches, in process, with the server's statements and commits per booking.
+    Coalescing {
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
     /// Orders per second, hot product vs spread products, service vs raw SQL.
     Orders {
         #[arg(long, default_value_t = 16)]
@@ -59,6 +67,9 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
         // The benches work in databases of their own and leave DATABASE_URL's untouched.
         LabCommand::Bench { which: BenchCommand::Bookings(options) } => {
             super::bench::bookings::run(&config, &options)
+        }
+        LabCommand::Bench { which: BenchCommand::Coalescing { clients, seconds } } => {
+            super::bench::coalescing::run(&config, clients, seconds)
         }
         LabCommand::Bench { which: BenchCommand::Orders { clients, seconds } } => {
             anyhow::ensure!((1..=256).contains(&clients), "--clients must be between 1 and 256");

@@ -74,6 +74,12 @@ impl LockQueue {
         }
     }
 
+    /// A turn for a caller that queues per key itself (the booking coalescer keeps one batch
+    /// per key at the server): it shares this instance's waiting budget and ends at `deadline`.
+    pub fn turn_queued_elsewhere(&self, name: LockName, deadline: Instant) -> Turn {
+        Turn { name, deadline, waiters: Arc::clone(&self.waiters), key: None, keys: Arc::clone(&self.keys) }
+    }
+
     /// Sessions of this instance waiting in `GET_LOCK` right now.
     pub fn waiting_at_server(&self) -> usize {
         self.waiters_max - self.waiters.available_permits()

@@ -11,6 +11,7 @@ use askama::Template;
 
 use crate::auth::throttle::LoginGate;
 use crate::auth::{AuthError, SessionUser, csrf};
+use crate::bookings::coalesce::Coalescer;
 use crate::config::Config;
 use crate::db::DbPool;
 use crate::locking::{LockError, LockName, LockQueue, Turn};
@@ -25,6 +26,8 @@ pub struct AppState {
     pub locks: Arc<LockQueue>,
     /// This instance's login throttles and password-hashing slots.
     pub logins: Arc<LoginGate>,
+    /// This instance's queues of bookings per day, served in batches.
+    pub bookings: Arc<Coalescer>,
 }
 
 impl AppState {
@@ -35,7 +38,7 @@ impl AppState {
             config.login_attempts_per_username,
             config.login_attempts_per_address,
         ));
-        Self { pool, config: Arc::new(config), locks, logins }
+        Self { pool, config: Arc::new(config), locks, logins, bookings: Arc::default() }
     }
 
     /// Waits in memory for this request's turn at `name` (see [`LockQueue`]), within

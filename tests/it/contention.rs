@@ -154,3 +154,112 @@ async fn past_the_waiting_budget_a_request_for_a_held_lock_is_refused_at_once() 
     drop(stuck);
     invariants::no_named_lock_left_held(&app.db);
 }
+
+/// A separate `haita serve` process, killed with SIGKILL mid-run.
+struct AppProcess {
+    child: std::process::Child,
+    address: String,
+}
+
+impl AppProcess {
+    fn start(database_url: &str) -> Self {
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_haita"))
+            .arg("serve")
+            .env("DATABASE_URL", database_url)
+            .env("BIND", format!("127.0.0.1:{port}"))
+            .env("SESSION_KEY", "test-session-key-test-session-key-test-session-key-test-session-key!")
+            .env("LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS", "100000")
+            .env("LOGIN_ATTEMPTS_PER_MINUTE", "100000")
+            .env("RUST_LOG", "error")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("haita serve");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "haita serve did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, address: format!("http://127.0.0.1:{port}") }
+    }
+}
+
+impl Drop for AppProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Three instances on one database: two in this process, one a `haita serve` process that is
+/// killed with SIGKILL while 64 clients book one hot day (capacity 3) and 32 book spread days.
+/// The survivors finish; nobody gets a 5xx other than 503 busy; the killed process's sessions,
+/// and with them any lock they held, are gone from the server; every day holds at most its
+/// capacity and nobody is booked twice.
+#[actix_web::test]
+async fn three_instances_keep_every_day_within_capacity_when_one_is_killed() {
+    let app = TestApp::spawn_instances(2, |_| {}).await;
+    let mut doomed = AppProcess::start(&app.db.url);
+    let resource = app.resource("Three instances", 3);
+    let hot_day = future_day();
+    let spread_first = hot_day + chrono::Days::new(40);
+    let address =
+        |i: usize| if i % 3 == 2 { doomed.address.clone() } else { app.addresses[i % 3 % 2].clone() };
+    let clients: Vec<(usize, Client)> = (0..96).map(|i| (i, Client::new(&address(i)))).collect();
+    let users: Vec<_> = (0..clients.len()).map(|i| app.user(&format!("t{i:02}"), Role::Customer)).collect();
+    for (chunk, users) in clients.chunks(8).zip(users.chunks(8)) {
+        futures::future::join_all(chunk.iter().zip(users).map(|((_, c), u)| c.login(u))).await;
+    }
+    let barrier = Arc::new(Barrier::new(clients.len() + 1));
+    let bookings = clients.into_iter().map(|(i, client)| {
+        let barrier = barrier.clone();
+        actix_web::rt::spawn(async move {
+            barrier.wait().await;
+            let day = if i < 64 { hot_day } else { spread_first + chrono::Days::new((i % 8) as u64) };
+            // A killed instance's client sees its connection drop: no answer, not a 5xx.
+            let sent = client
+                .http
+                .post(client.url("/api/v1/reservations"))
+                .json(&serde_json::json!({"resource_id": resource, "date": day.to_string()}))
+                .send()
+                .await;
+            match sent {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    let code = if status == 201 { String::new() } else { error_code(response).await };
+                    Some((status, code))
+                }
+                Err(_) => None,
+            }
+        })
+    });
+    let answers = futures::future::join_all(bookings);
+    let kill = async {
+        barrier.wait().await;
+        actix_web::rt::time::sleep(Duration::from_millis(30)).await;
+        let _ = doomed.child.kill();
+        let _ = doomed.child.wait();
+    };
+    let (answers, ()) = futures::future::join(answers, kill).await;
+    let answers: Vec<_> = answers.into_iter().map(|a| a.expect("client task")).collect();
+
+    for (status, code) in answers.iter().flatten() {
+        assert!(
+            *status == 201
+                || (*status == 409 && code == "fully_booked")
+                || (*status == 503 && code == "busy"),
+            "{status} {code}"
+        );
+    }
+    assert!(invariants::confirmed_on(&app.db, resource, hot_day) <= 3);
+    invariants::no_day_over_capacity(&app.db);
+    invariants::no_user_booked_twice(&app.db);
+    // The killed process's sessions are gone, and with them every lock they held.
+    invariants::no_named_lock_left_held(&app.db);
+    // The survivors still serve.
+    let late = app.client(0);
+    late.login(&app.user("late", Role::Customer)).await;
+    assert_eq!(late.book(resource, spread_first + chrono::Days::new(20)).await.status(), 201);
+}

@@ -337,3 +337,21 @@ async fn the_bench_measures_app_and_raw_and_drops_its_database() {
     assert_eq!(left.n, 0, "the bench database is dropped");
     assert_eq!(real_reservations(&app), 0, "the bench never touches DATABASE_URL's data");
 }
+
+#[actix_web::test]
+async fn the_coalescing_bench_runs_all_three_paths_and_drops_its_database() {
+    let app = TestApp::spawn().await;
+    let output = Command::new(env!("CARGO_BIN_EXE_haita"))
+        .args(["bench", "coalescing", "--clients", "4", "--seconds", "1"])
+        .env("DATABASE_URL", &app.db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run haita");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    for path in ["unqueued ", "one at a time ", "coalesced "] {
+        assert!(stdout.lines().any(|l| l.starts_with(path)), "{path}: {stdout}");
+    }
+    assert!(stdout.contains("coalesced / one at a time: "), "{stdout}");
+    assert_eq!(real_reservations(&app), 0, "the bench never touches DATABASE_URL's data");
+}

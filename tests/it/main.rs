@@ -7,6 +7,7 @@ mod bad_input;
 mod bookings;
 mod catalog;
 mod cli;
+mod coalescing;
 mod common;
 mod contention;
 #[cfg(feature = "lab")]

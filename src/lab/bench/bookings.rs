@@ -323,6 +323,9 @@ impl Prepared {
             database_url: scratch.url.clone(),
             bind: "127.0.0.1:0".into(),
             session_key: Some(session_key),
+            // Every bench user logs in from 127.0.0.1 within a second; the throttles are for people.
+            login_attempts_per_address: std::num::NonZeroU32::MAX,
+            login_attempts_per_username: std::num::NonZeroU32::MAX,
             ..config.clone()
         };
         let app_pool = crate::prepare_database(&bench_config)?;

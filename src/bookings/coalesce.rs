@@ -1,0 +1,207 @@
+//! Coalesced bookings: the request at a hot day's lock serves the ones queued behind it.
+//!
+//! Under the per-key queue, bookings of one popular day run strictly one after another, each
+//! with its own `GET_LOCK`, transaction, commit and release: the day is capped at one commit
+//! (one disk flush) per booking however many people are waiting. Databases built for flash
+//! sales solve this inside the server (one lock, many pending updates, one commit); this does
+//! it in the application, on a stock server.
+//!
+//! Requests for a day queue here, in memory, holding no connection. The first to arrive starts
+//! a drainer for that day, which takes the waiting requests in arrival order, at most
+//! [`MAX_BATCH`] at a time, and books them with one lock and one transaction
+//! (`service::book_batch`); each request gets the answer it would have got on its own in that
+//! order. Requests that arrive meanwhile form the next batch. With N instances, at most N
+//! batches per day are at the server, and the named lock still serialises them.
+//!
+//! A request whose deadline (`LOCK_WAIT_SECS`) passes while it is still queued leaves the
+//! queue with 503 `busy`; once a batch has taken it, its answer is on the way. The drainer runs
+//! as a task of its own, so a client that disconnects cannot strand the requests behind it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::BookingError;
+use super::model::{BookingDate, Reservation};
+use super::service;
+use crate::db::DbPool;
+use crate::locking::{LockError, LockName, LockQueue};
+use crate::metrics::METRICS;
+
+/// Most bookings decided in one transaction: large enough to absorb a burst, small enough that
+/// one transaction's row locks and duration stay short.
+pub const MAX_BATCH: usize = 32;
+
+type Answer = Result<Reservation, BookingError>;
+
+/// What the drainer tells a queued request.
+enum Reply {
+    /// The batch decided this request: its own answer.
+    Decided(Answer),
+    /// The batch as a whole could not run (the lock stayed held past the batch's deadline, the
+    /// pool had no connection, …): try alone, with what is left of this request's own wait.
+    Alone,
+}
+
+struct Waiter {
+    ticket: u64,
+    user_id: i64,
+    deadline: Instant,
+    reply: oneshot::Sender<Reply>,
+}
+
+#[derive(Default)]
+struct Day {
+    waiting: VecDeque<Waiter>,
+}
+
+/// One per app instance.
+pub struct Coalescer {
+    days: Mutex<HashMap<LockName, Day>>,
+    tickets: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Coalescer {
+    fn default() -> Self {
+        Self { days: Mutex::new(HashMap::new()), tickets: std::sync::atomic::AtomicU64::new(1) }
+    }
+}
+
+impl Coalescer {
+    /// Books `resource_id` on `date` for `user_id`, in the day's next batch.
+    pub async fn book(
+        self: &Arc<Self>,
+        pool: &DbPool,
+        locks: &Arc<LockQueue>,
+        wait: Duration,
+        user_id: i64,
+        resource_id: i64,
+        date: BookingDate,
+    ) -> Answer {
+        let name = pool.names().booking(resource_id, date.day());
+        let deadline = Instant::now() + wait;
+        let ticket = self.tickets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (reply, mut answer) = oneshot::channel();
+        let start_drainer = {
+            let mut days = self.days.lock().unwrap_or_else(PoisonError::into_inner);
+            let start = !days.contains_key(&name);
+            days.entry(name.clone()).or_default().waiting.push_back(Waiter {
+                ticket,
+                user_id,
+                deadline,
+                reply,
+            });
+            start
+        };
+        METRICS.lock_queue_depth.with_label_values(&["book"]).inc();
+        if start_drainer {
+            let drain = Drain {
+                coalescer: Arc::clone(self),
+                pool: pool.clone(),
+                locks: Arc::clone(locks),
+                name: name.clone(),
+                resource_id,
+                date,
+            };
+            actix_web::rt::spawn(drain.run());
+        }
+        let waited = actix_web::rt::time::timeout(wait, &mut answer).await;
+        let reply = match waited {
+            Ok(reply) => reply,
+            // Still queued: leave with "busy". Already in a batch: its answer is coming.
+            Err(_) if self.withdraw(&name, ticket) => {
+                METRICS.named_lock_acquisitions.with_label_values(&["book", "timed_out_queued"]).inc();
+                METRICS.lock_queue_depth.with_label_values(&["book"]).dec();
+                return Err(LockError::TimedOut { name, waited: wait }.into());
+            }
+            Err(_) => answer.await,
+        };
+        match reply {
+            Ok(Reply::Decided(answer)) => answer,
+            // The drainer always replies; a dropped sender means its task died (a panic).
+            Ok(Reply::Alone) | Err(_) => {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                let turn = locks.turn(name, remaining).await?;
+                let pool = pool.clone();
+                actix_web::web::block(move || service::book(&pool, turn, user_id, resource_id, date)).await?
+            }
+        }
+    }
+
+    fn withdraw(&self, name: &LockName, ticket: u64) -> bool {
+        let mut days = self.days.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(day) = days.get_mut(name) else { return false };
+        let before = day.waiting.len();
+        day.waiting.retain(|w| w.ticket != ticket);
+        before != day.waiting.len()
+    }
+
+    /// The next batch of `name`, or `None` (and the day forgotten) when nobody waits.
+    fn next_batch(&self, name: &LockName) -> Option<Vec<Waiter>> {
+        let mut days = self.days.lock().unwrap_or_else(PoisonError::into_inner);
+        let day = days.get_mut(name)?;
+        if day.waiting.is_empty() {
+            days.remove(name);
+            return None;
+        }
+        let take = day.waiting.len().min(MAX_BATCH);
+        Some(day.waiting.drain(..take).collect())
+    }
+}
+
+/// The drainer of one day: batches until the day's queue is empty.
+struct Drain {
+    coalescer: Arc<Coalescer>,
+    pool: DbPool,
+    locks: Arc<LockQueue>,
+    name: LockName,
+    resource_id: i64,
+    date: BookingDate,
+}
+
+impl Drain {
+    async fn run(self) {
+        while let Some(batch) = self.coalescer.next_batch(&self.name) {
+            METRICS
+                .lock_queue_depth
+                .with_label_values(&["book"])
+                .sub(i64::try_from(batch.len()).unwrap_or(0));
+            let (late, batch): (Vec<Waiter>, Vec<Waiter>) =
+                batch.into_iter().partition(|w| w.deadline <= Instant::now());
+            for waiter in late {
+                let busy = LockError::TimedOut { name: self.name.clone(), waited: Duration::ZERO };
+                let _ = waiter.reply.send(Reply::Decided(Err(busy.into())));
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            METRICS.booking_batch_size.observe(batch.len() as f64);
+            // Arrival order: the earliest deadline first, so the batch waits no longer than
+            // its most patient member could.
+            let deadline = batch.iter().map(|w| w.deadline).min().unwrap_or_else(Instant::now);
+            let turn = self.locks.turn_queued_elsewhere(self.name.clone(), deadline);
+            let users: Vec<i64> = batch.iter().map(|w| w.user_id).collect();
+            let (pool, resource_id, date) = (self.pool.clone(), self.resource_id, self.date);
+            let decided =
+                actix_web::web::block(move || service::book_batch(&pool, turn, resource_id, date, &users))
+                    .await;
+            match decided {
+                Ok(Ok(answers)) => {
+                    for (waiter, answer) in batch.into_iter().zip(answers) {
+                        let _ = waiter.reply.send(Reply::Decided(answer));
+                    }
+                }
+                failed => {
+                    if let Ok(Err(e)) = &failed {
+                        log::info!("a booking batch for {} could not run ({e}); each tries alone", self.name);
+                    }
+                    for waiter in batch {
+                        let _ = waiter.reply.send(Reply::Alone);
+                    }
+                }
+            }
+        }
+    }
+}
