@@ -77,11 +77,20 @@ async fn check_credentials(
     username: String,
     password: String,
 ) -> Result<super::User, AuthError> {
-    state.logins.admit(&username, address)?;
+    state.logins.admit_address(address)?;
     let pool = state.pool.clone();
-    let user = web::block(move || service::find_for_login(&mut *pool.get()?, &username)).await??;
-    let _slot = state.logins.hashing_slot().await?;
-    web::block(move || service::verify(user, &password)).await?
+    let (user, typed) = web::block(move || {
+        let user = service::find_for_login(&mut *pool.get()?, &username)?;
+        Ok::<_, AuthError>((user, username))
+    })
+    .await??;
+    state.logins.admit_account(user.as_ref().map_or(typed.as_str(), |u| u.username.as_str()))?;
+    let slot = state.logins.hashing_slot().await?;
+    web::block(move || {
+        let _slot = slot; // held until the hash is checked, even if the client has gone
+        service::verify(user, &password)
+    })
+    .await?
 }
 
 async fn login_form(

@@ -7,7 +7,7 @@
 //! - the password hash is fetched and the connection given back *before* verifying;
 //! - verifications run at most [`LoginGate::new`]'s `hashing_slots` at a time (about one per
 //!   core); a login that cannot get a slot within [`HASHING_WAIT`] is answered 503 busy;
-//! - login attempts are throttled per username and per client address (the TCP peer; behind a
+//! - login attempts are throttled per account and per client address (the TCP peer; behind a
 //!   proxy, that is the proxy) with `governor`'s GCRA limiters: past the quota the answer is 429
 //!   with `Retry-After`, before any hashing or database work. Every attempt counts, successful or
 //!   not: a person logs in a few times a minute, a password-guessing script thousands of times.
@@ -50,30 +50,47 @@ impl LoginGate {
         }
     }
 
-    /// Counts one attempt for `username` from `address`; refuses it (429) when either is over
-    /// its quota. Cheap: no database, no hashing.
-    pub fn admit(&self, username: &str, address: Option<IpAddr>) -> Result<(), AuthError> {
-        let username = username.trim().to_lowercase();
-        let over_user = self.by_username.check_key(&username).err();
-        let over_address = address.and_then(|a| self.by_address.check_key(&a).err());
-        if self.by_username.len() > MAX_TRACKED_KEYS {
-            self.by_username.retain_recent();
-        }
+    /// Counts one attempt from `address`; refuses it (429) past the address's quota. Checked
+    /// first, so an address already over its quota cannot use up an account's allowance too
+    /// (which would let one address lock anybody out).
+    pub fn admit_address(&self, address: Option<IpAddr>) -> Result<(), AuthError> {
+        let over = address.and_then(|a| self.by_address.check_key(&a).err());
         if self.by_address.len() > MAX_TRACKED_KEYS {
             self.by_address.retain_recent();
         }
-        let now = self.clock.now();
-        let wait = [over_user, over_address].into_iter().flatten().map(|n| n.wait_time_from(now)).max();
-        match wait {
+        self.refuse_for(over)
+    }
+
+    /// Counts one attempt at the account `account`; refuses it (429) past the account's quota.
+    /// Pass the username *as stored* when the user exists: the column's collation makes
+    /// `ALICE`, `álice` and `ａｌｉｃｅ` all log in as `alice`, and each spelling must not get
+    /// an allowance of its own.
+    pub fn admit_account(&self, account: &str) -> Result<(), AuthError> {
+        let over = self.by_username.check_key(&account.trim().to_lowercase()).err();
+        if self.by_username.len() > MAX_TRACKED_KEYS {
+            self.by_username.retain_recent();
+        }
+        self.refuse_for(over)
+    }
+
+    fn refuse_for(
+        &self,
+        over: Option<governor::NotUntil<<DefaultClock as Clock>::Instant>>,
+    ) -> Result<(), AuthError> {
+        match over {
             None => Ok(()),
-            Some(wait) => Err(AuthError::Throttled {
-                retry_after_secs: u32::try_from(wait.as_secs().saturating_add(1)).unwrap_or(u32::MAX),
-            }),
+            Some(not_until) => {
+                let wait = not_until.wait_time_from(self.clock.now());
+                Err(AuthError::Throttled {
+                    retry_after_secs: u32::try_from(wait.as_secs().saturating_add(1)).unwrap_or(u32::MAX),
+                })
+            }
         }
     }
 
     /// A slot to verify one password in, waited for (async, holding nothing) at most
-    /// [`HASHING_WAIT`].
+    /// [`HASHING_WAIT`]. Move it into the blocking task that hashes: it must live as long as
+    /// the hashing does, even if the client disconnects meanwhile.
     pub async fn hashing_slot(&self) -> Result<OwnedSemaphorePermit, AuthError> {
         match actix_web::rt::time::timeout(HASHING_WAIT, Arc::clone(&self.hashing).acquire_owned()).await {
             Ok(Ok(permit)) => Ok(permit),
@@ -95,23 +112,23 @@ mod tests {
     fn attempts_past_the_username_quota_are_refused_with_a_wait() {
         let gate = gate(3, 100);
         for _ in 0..3 {
-            assert!(gate.admit("alice", None).is_ok());
+            assert!(gate.admit_account("alice").is_ok());
         }
-        match gate.admit(" Alice ", None) {
+        match gate.admit_account(" Alice ") {
             Err(AuthError::Throttled { retry_after_secs }) => assert!((1..=61).contains(&retry_after_secs)),
             other => panic!("expected 429, got {other:?}"),
         }
-        assert!(gate.admit("bob", None).is_ok(), "other usernames are not affected");
+        assert!(gate.admit_account("bob").is_ok(), "other usernames are not affected");
     }
 
     #[test]
     fn attempts_past_the_address_quota_are_refused_whatever_the_username() {
         let gate = gate(100, 2);
         let here: IpAddr = [192, 0, 2, 1].into();
-        assert!(gate.admit("a", Some(here)).is_ok());
-        assert!(gate.admit("b", Some(here)).is_ok());
-        assert!(matches!(gate.admit("c", Some(here)), Err(AuthError::Throttled { .. })));
-        assert!(gate.admit("c", Some([192, 0, 2, 2].into())).is_ok(), "another address is not");
+        assert!(gate.admit_address(Some(here)).is_ok());
+        assert!(gate.admit_address(Some(here)).is_ok());
+        assert!(matches!(gate.admit_address(Some(here)), Err(AuthError::Throttled { .. })));
+        assert!(gate.admit_address(Some([192, 0, 2, 2].into())).is_ok(), "another address is not");
     }
 
     #[actix_web::test]

@@ -123,6 +123,9 @@ impl Coalescer {
             // The drainer always replies; a dropped sender means its task died (a panic).
             Ok(Reply::Alone) | Err(_) => {
                 let remaining = deadline.saturating_duration_since(Instant::now());
+                if remaining.is_zero() {
+                    return Err(LockError::TimedOut { name, waited: wait }.into());
+                }
                 let turn = locks.turn(name, remaining).await?;
                 let pool = pool.clone();
                 actix_web::web::block(move || service::book(&pool, turn, user_id, resource_id, date)).await?
@@ -151,6 +154,25 @@ impl Coalescer {
     }
 }
 
+struct ForgetOnDeath<'a> {
+    coalescer: &'a Coalescer,
+    name: &'a LockName,
+    /// Set when the queue ran empty: `next_batch` has already forgotten the day.
+    finished: bool,
+}
+
+impl Drop for ForgetOnDeath<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let mut days = self.coalescer.days.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(day) = days.remove(self.name) {
+                let waiting = i64::try_from(day.waiting.len()).unwrap_or(0);
+                METRICS.lock_queue_depth.with_label_values(&["book"]).sub(waiting);
+            }
+        }
+    }
+}
+
 /// The drainer of one day: batches until the day's queue is empty.
 struct Drain {
     coalescer: Arc<Coalescer>,
@@ -163,6 +185,10 @@ struct Drain {
 
 impl Drain {
     async fn run(self) {
+        // Should this task die (a panic, or its runtime stopping), the day must not stay "being
+        // drained" by nobody: forgetting it drops the waiters' reply senders, and they go on
+        // alone.
+        let mut death = ForgetOnDeath { coalescer: &self.coalescer, name: &self.name, finished: false };
         while let Some(batch) = self.coalescer.next_batch(&self.name) {
             METRICS
                 .lock_queue_depth
@@ -203,5 +229,6 @@ impl Drain {
                 }
             }
         }
+        death.finished = true;
     }
 }

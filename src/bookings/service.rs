@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::BookingError;
 use super::model::{BookingDate, NewReservation, Reservation, ReservationStatus};
 use crate::db::DbPool;
+use crate::locking::retry::{LockConflict, MayConflict};
 use crate::locking::{NamedLockGuard, Turn};
 use crate::resources::Resource;
 use crate::schema::{reservations, resources};
@@ -117,8 +118,9 @@ pub enum Verdict {
 /// order, as running the requests one after another: the user's own booking first, then the
 /// capacity, each request seeing the ones before it.
 pub fn decide_batch(capacity: i32, booked: &[i64], users: &[i64]) -> Vec<Verdict> {
-    let mut booked: HashSet<i64> = booked.iter().copied().collect();
+    // Counted as rows, like `insert_if_free`'s COUNT(*), before duplicates are folded.
     let mut confirmed = i64::try_from(booked.len()).unwrap_or(i64::MAX);
+    let mut booked: HashSet<i64> = booked.iter().copied().collect();
     users
         .iter()
         .map(|user| {
@@ -140,8 +142,8 @@ pub fn decide_batch(capacity: i32, booked: &[i64], users: &[i64]) -> Vec<Verdict
 /// each. Every request still gets its own answer, the one it would have got alone in that order.
 ///
 /// The outer error is what every request of the batch would have met anyway (the lock stayed
-/// held, the resource does not exist). If the batch's transaction itself fails — a deadlock
-/// with a capacity change, say — no request is failed for it: each is then run on its own, in
+/// held, the resource does not exist, a row stayed locked). If the batch's transaction is
+/// chosen as a deadlock victim, no request is failed for it: each is then run on its own, in
 /// order, under the same lock, exactly as without coalescing.
 pub fn book_batch(
     pool: &DbPool,
@@ -158,13 +160,15 @@ pub fn book_batch(
     let mut held = NamedLockGuard::acquire_in_turn(conn, turn)?;
     let answers = match insert_batch_if_free(&mut held, resource_id, date, users) {
         Ok(answers) => answers,
-        Err(batch_failed) => {
-            log::warn!(
-                "a batch of {} bookings failed ({batch_failed}); serving each on its own",
-                users.len()
-            );
+        // A deadlock (with a capacity change, say) is about this transaction, not about any one
+        // request: each is served on its own, in order, under the same lock.
+        Err(batch_failed) if batch_failed.lock_conflict() == Some(LockConflict::Deadlock) => {
+            log::warn!("a batch of {} bookings deadlocked; serving each on its own", users.len());
             users.iter().map(|user| insert_if_free(&mut held, *user, resource_id, date)).collect()
         }
+        // Anything else (a row lock held past its timeout, a lost connection) would meet every
+        // single request too; the callers answer it, each within its own deadline.
+        Err(other) => return Err(other),
     };
     drop(held); // committed above; only now may the next batch look at this day
     Ok(answers)

@@ -76,10 +76,13 @@ impl NamedLockGuard {
         let mut result = ask(&mut conn, &name, Duration::ZERO);
         if matches!(result, Err(LockError::TimedOut { .. })) {
             let wait = turn.remaining();
-            result = match turn.try_wait_slot() {
-                None => Err(LockError::Crowded { name: name.clone() }),
-                Some(_waiting) if whole_seconds(wait) > 0 => ask(&mut conn, &name, wait),
-                Some(_) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
+            result = if whole_seconds(wait) == 0 {
+                Err(LockError::TimedOut { name: name.clone(), waited: wait })
+            } else {
+                match turn.try_wait_slot() {
+                    None => Err(LockError::Crowded { name: name.clone() }),
+                    Some(_waiting) => ask(&mut conn, &name, wait),
+                }
             };
         }
         timer.observe_duration();

@@ -32,6 +32,9 @@ use crate::metrics::METRICS;
 
 type KeyQueues = Mutex<HashMap<LockName, Arc<tokio::sync::Mutex<()>>>>;
 
+/// Past this many key queues, idle ones are swept out when a new key arrives.
+const SWEEP_ABOVE: usize = 1024;
+
 /// The per-instance queues and the waiting budget; one per app instance, shared by its workers.
 pub struct LockQueue {
     keys: Arc<KeyQueues>,
@@ -52,12 +55,18 @@ impl LockQueue {
         let deadline = Instant::now() + wait;
         let key = {
             let mut keys = self.keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if keys.len() > SWEEP_ABOVE {
+                // Queues nobody holds or waits in (only the map's reference left), in case a
+                // cancelled request left one behind.
+                keys.retain(|_, queue| Arc::strong_count(queue) > 1);
+            }
             Arc::clone(keys.entry(name.clone()).or_default())
         };
-        let queued = METRICS.lock_queue_depth.with_label_values(&[name.scope()]);
-        queued.inc();
+        // Undone on every way out, including the request being dropped while it waits (the
+        // client went away): the gauge comes down and an idle key's queue is forgotten.
+        let waiting = Waiting::new(&self.keys, &name);
         let got = actix_web::rt::time::timeout(wait, key.lock_owned()).await;
-        queued.dec();
+        drop(waiting);
         match got {
             Ok(guard) => Ok(Turn {
                 name,
@@ -68,7 +77,6 @@ impl LockQueue {
             }),
             Err(_) => {
                 METRICS.named_lock_acquisitions.with_label_values(&[name.scope(), "timed_out_queued"]).inc();
-                forget_if_unused(&self.keys, &name);
                 Err(LockError::TimedOut { name, waited: wait })
             }
         }
@@ -140,6 +148,28 @@ impl Drop for Turn {
         // Let the next request for this key go first, then drop the key's queue if nobody is in it.
         drop(self.key.take());
         forget_if_unused(&self.keys, &self.name);
+    }
+}
+
+/// One request waiting in memory for its turn: counted in the queue gauge while it lasts.
+struct Waiting<'a> {
+    keys: &'a KeyQueues,
+    name: &'a LockName,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(keys: &'a KeyQueues, name: &'a LockName) -> Self {
+        METRICS.lock_queue_depth.with_label_values(&[name.scope()]).inc();
+        Self { keys, name }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        METRICS.lock_queue_depth.with_label_values(&[self.name.scope()]).dec();
+        // By now this request's clone of the key's mutex is gone (the wait future that held it
+        // has ended); if nobody else is queued or holding, drop the key's queue.
+        forget_if_unused(self.keys, self.name);
     }
 }
 
