@@ -60,6 +60,17 @@ struct Taken {
     mine: i64,
 }
 
+/// The resource's capacity, read with a shared lock on its row: staff may lower the capacity
+/// while we count (`resources::editing`), and that save locks the row exclusively before it
+/// checks the bookings, so it waits for us to commit — or we wait for it and read the new
+/// capacity. Bookings only share this lock, so they still run in parallel across days.
+fn capacity_shared(conn: &mut MysqlConnection, resource_id: i64) -> QueryResult<i32> {
+    diesel::sql_query("SELECT capacity FROM resources WHERE id = ? LOCK IN SHARE MODE")
+        .bind::<BigInt, _>(resource_id)
+        .get_result::<Capacity>(conn)
+        .map(|c| c.capacity)
+}
+
 /// Check-then-insert. Correct only while `held` is the lock of this resource and day — which is
 /// why it takes the guard: without the lock there is nothing to call it with.
 fn insert_if_free(
@@ -70,14 +81,7 @@ fn insert_if_free(
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(held.name().scope(), "book");
     held.conn().transaction(|conn| {
-        // A shared lock on the resource row: staff may lower the capacity while we count
-        // (resources::editing), and that save locks the row exclusively before it checks the
-        // bookings, so it waits for us to commit — or we wait for it and read the new capacity.
-        // Bookings only share this lock, so they still run in parallel across days.
-        let Capacity { capacity } =
-            diesel::sql_query("SELECT capacity FROM resources WHERE id = ? LOCK IN SHARE MODE")
-                .bind::<BigInt, _>(resource_id)
-                .get_result(conn)?;
+        let capacity = capacity_shared(conn, resource_id)?;
         let taken: Taken = diesel::sql_query(
             "SELECT COUNT(*) AS confirmed, CAST(COALESCE(SUM(user_id = ?), 0) AS SIGNED) AS mine \
              FROM reservations WHERE resource_id = ? AND day = ? AND status = 'confirmed'",
@@ -183,11 +187,7 @@ fn insert_batch_if_free(
 ) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
     debug_assert_eq!(held.name().scope(), "book");
     held.conn().transaction(|conn| {
-        // Shared lock on the resource row, as in `insert_if_free`.
-        let Capacity { capacity } =
-            diesel::sql_query("SELECT capacity FROM resources WHERE id = ? LOCK IN SHARE MODE")
-                .bind::<BigInt, _>(resource_id)
-                .get_result(conn)?;
+        let capacity = capacity_shared(conn, resource_id)?;
         let booked: Vec<i64> = reservations::table
             .filter(reservations::resource_id.eq(resource_id))
             .filter(reservations::day.eq(date.day()))

@@ -83,23 +83,16 @@ pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> 
 }
 
 fn prepare(conn: &mut MysqlConnection) -> anyhow::Result<i64> {
+    // The recursion limit of a CTE is `cte_max_recursion_depth` on MySQL and
+    // `max_recursive_iterations` on MariaDB.
+    conn.batch_execute(&format!("SET SESSION cte_max_recursion_depth = {USERS}"))
+        .or_else(|_| conn.batch_execute(&format!("SET SESSION max_recursive_iterations = {USERS}")))?;
     conn.batch_execute(&format!(
-        "SET SESSION cte_max_recursion_depth = {USERS}; \
-         INSERT INTO users (username, display_name, password_hash, role) \
+        "INSERT INTO users (username, display_name, password_hash, role) \
            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {USERS}) \
            SELECT CONCAT('b', i), CONCAT('b', i), '-', 'customer' FROM n; \
          INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 1000000)"
-    ))
-    .or_else(|_| {
-        // MariaDB calls the recursion limit max_recursive_iterations.
-        conn.batch_execute(&format!(
-            "SET SESSION max_recursive_iterations = {USERS}; \
-             INSERT INTO users (username, display_name, password_hash, role) \
-               WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {USERS}) \
-               SELECT CONCAT('b', i), CONCAT('b', i), '-', 'customer' FROM n; \
-             INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 1000000)"
-        ))
-    })?;
+    ))?;
     Ok(db::last_insert_id(conn)?)
 }
 
