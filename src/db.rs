@@ -29,7 +29,7 @@ pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
 /// other. So the pool remembers a failed connect or a dead connection found at checkout (r2d2
 /// reports both to its error handler), and until a connection works again (a new one is made,
 /// or a checkout passes its test) a checkout waits at most [`OUTAGE_WAIT`]: the answer is a quick
-/// 503 `unavailable` with `Retry-After`, and the pool's own reconnect attempts bring it back.
+/// 503 with `Retry-After`, and the pool's own reconnect attempts bring it back.
 #[derive(Clone)]
 pub struct DbPool {
     pool: Pool<ConnectionManager<MysqlConnection>>,
@@ -57,11 +57,6 @@ impl DbPool {
                 Err(_) => continue,
             }
         }
-    }
-
-    /// Whether the last thing the pool saw of the server was a failure.
-    pub fn server_unreachable(&self) -> bool {
-        self.health.is_down()
     }
 
     /// The lock names of this database's deployment (named locks are server-wide).
