@@ -11,7 +11,7 @@
 //!   to `SELECT … FOR UPDATE` before the first acquire, and a locking read of a missing row only
 //!   takes gap locks, so two first acquirers would both insert (one deadlocks; `docs/server-facts.md`).
 //!   An advisory lock combined with the lock table closes that gap (`docs/pessimistic-edit-lock.md`): the named
-//!   lock `haita:edit:{key}` is held around "insert, or take over when expired or already mine".
+//!   lock `haita:{tag}:edit:{key}` is held around "insert, or take over when expired or already mine".
 //! - **Saving re-checks the lock in the same transaction as the update** (`editing::save`): the
 //!   edit-lock row is read `FOR UPDATE`, which yields an [`EditLockToken`] only to its unexpired
 //!   owner, and holds off any takeover or force release until the save commits.

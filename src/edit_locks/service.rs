@@ -39,7 +39,7 @@ pub enum Acquired {
 ///
 /// Advisory lock + lock table (`docs/pessimistic-edit-lock.md`): before the first acquire there is no
 /// row to lock, so concurrent first acquirers are serialised by the named lock
-/// `haita:edit:{key}` instead; under it, the row is read `FOR UPDATE` and inserted, renewed or
+/// `haita:{tag}:edit:{key}` instead; under it, the row is read `FOR UPDATE` and inserted, renewed or
 /// taken over. The transaction commits before the named lock is released (the guard is dropped
 /// last), so the next acquirer sees our row.
 pub fn acquire(

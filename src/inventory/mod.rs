@@ -4,7 +4,7 @@
 //! `SELECT … FOR UPDATE` followed by INSERT deadlocks when two first receipts race. On a missing
 //! row, FOR UPDATE takes a gap lock; gap locks do not conflict with each other, so both
 //! transactions get one, and then each INSERT waits for the other's gap lock — InnoDB kills one
-//! with error 1213. The same statements run here under the named lock `haita:stock:{product}`,
+//! with error 1213. The same statements run here under the named lock `haita:{tag}:stock:{product}`,
 //! so at most one receipt per product is between its read and its write.
 //! `tests/it/inventory.rs` runs both versions side by side.
 

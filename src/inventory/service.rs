@@ -21,7 +21,7 @@ pub struct Received {
 }
 
 /// Adds `quantity` to the product's stock, creating its stock row on the first receipt, and
-/// writes the ledger row — under `haita:stock:{product}`, on the lock's connection, committed
+/// writes the ledger row — under `haita:{tag}:stock:{product}`, on the lock's connection, committed
 /// before the lock is released.
 pub fn receive(
     pool: &DbPool,

@@ -30,7 +30,7 @@ const DEMO_RESOURCES: &[(&str, &str, i32)] = &[
 ];
 
 /// (sku, name, description, price in cents, first receipt). The last one has no stock row until
-/// someone receives it: that first receipt is the one the named lock `haita:stock:{id}` is for.
+/// someone receives it: that first receipt is the one the named lock `haita:{tag}:stock:{id}` is for.
 const DEMO_PRODUCTS: &[(&str, &str, &str, i64, u32)] = &[
     ("TEA-SENCHA", "Sencha 100 g", "Everyday green tea from Shizuoka.", 1200, 40),
     ("TEA-MATCHA", "Matcha 30 g", "Ceremonial grade, stone-ground.", 2400, 10),
