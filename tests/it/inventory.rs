@@ -48,7 +48,7 @@ async fn twenty_concurrent_first_receipts_create_one_row_and_lose_nothing() {
 
 /// The same receipts written the naive way — `SELECT … FOR UPDATE`, then INSERT when no row was
 /// found — under REPEATABLE READ, with no named lock. Kept in the suite as the contrast: this is
-/// the gap-lock deadlock (`docs/named-lock-upsert.md`) that `haita:stock:{product}` exists for.
+/// the gap-lock deadlock (`docs/named-lock-upsert.md`) that `haita:{tag}:stock:{product}` exists for.
 #[test]
 fn the_naive_select_for_update_then_insert_deadlocks_without_the_named_lock() {
     let db = TestDb::new();
