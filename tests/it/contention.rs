@@ -75,9 +75,17 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
         barrier.wait().await;
         // Let the hot clients reach the queue and the server first.
         actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        let timed = std::time::Instant::now();
         let booking = bystander.book(resource, other_day).await.status().as_u16();
+        let booking_took = timed.elapsed();
         let products = bystander.get("/api/v1/products").await.status().as_u16();
+        let products_took = timed.elapsed() - booking_took;
         let order = bystander.order(&[(product, 1)]).await.status().as_u16();
+        println!(
+            "bystanders while one day is stuck: booking {booking} in {booking_took:?}, product list \
+             {products} in {products_took:?}, order {order} in {:?}",
+            timed.elapsed() - booking_took - products_took
+        );
         let metrics = bystander.get("/metrics").await.text().await.expect("metrics");
         (booking, products, order, metrics)
     };
