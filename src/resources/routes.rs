@@ -14,6 +14,7 @@ use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::{Role, SessionUser};
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, LockView, Owner};
+use crate::locking::Turn;
 use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
@@ -68,9 +69,18 @@ struct ListPage {
 }
 
 async fn list_page(ctx: PageContext, state: web::Data<AppState>) -> actix_web::Result<HttpResponse> {
-    let pool = state.pool.clone();
-    let resources = blocking(move || Ok::<_, ResourceError>(Resource::list(&mut *pool.get()?)?)).await?;
+    let resources = all_resources(&state).await?;
     Ok(html(&ListPage { ctx, resources })?)
+}
+
+async fn all_resources(state: &AppState) -> Result<Vec<Resource>, ResourceError> {
+    let pool = state.pool.clone();
+    blocking(move || -> Result<_, ResourceError> { Ok(Resource::list(&mut *pool.get()?)?) }).await
+}
+
+/// This request's turn at the edit lock of resource `id` (see `locking::queue`).
+async fn edit_lock_turn(state: &AppState, id: i64) -> Result<Turn, ResourceError> {
+    Ok(state.turn(state.pool.names().edit_lock(EditLockKey::resource(id).as_str())).await?)
 }
 
 #[derive(Template)]
@@ -153,7 +163,7 @@ async fn open(
     policy: Policy,
 ) -> Result<Opened, ResourceError> {
     let owner = editor(user)?;
-    let turn = state.turn(state.pool.names().edit_lock(EditLockKey::resource(id).as_str())).await?;
+    let turn = edit_lock_turn(state, id).await?;
     let (pool, ttl) = (state.pool.clone(), state.config.edit_lock_ttl);
     blocking(move || match editing::open(&pool, turn, ttl, id, &owner, policy) {
         Ok((resource, _, lock)) => Ok(Opened::Editing(resource, lock)),
@@ -240,14 +250,10 @@ async fn cancel_form(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
-    let released = blocking(move || {
-        Ok::<_, ResourceError>(service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, None)?)
-    })
-    .await;
+    let released =
+        blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, None)).await;
     match released {
-        Ok(_) | Err(ResourceError::EditLock(EditLockError::Locked(_))) => {
-            Ok(see_other(&format!("/resources/{id}")))
-        }
+        Ok(_) | Err(EditLockError::Locked(_)) => Ok(see_other(&format!("/resources/{id}"))),
         Err(other) => Err(other.into()),
     }
 }
@@ -307,9 +313,7 @@ async fn script() -> HttpResponse {
 /// Every resource and its capacity per day.
 #[utoipa::path(get, path = "/api/v1/resources", tag = "resources", responses((status = 200, body = Vec<Resource>)))]
 async fn resources_json(state: web::Data<AppState>) -> Result<HttpResponse, ResourceError> {
-    let pool = state.pool.clone();
-    let resources = blocking(move || Ok::<_, ResourceError>(Resource::list(&mut *pool.get()?)?)).await?;
-    Ok(HttpResponse::Ok().json(resources))
+    Ok(HttpResponse::Ok().json(all_resources(&state).await?))
 }
 
 /// The resource's edit lock, if any (staff).
@@ -347,7 +351,7 @@ async fn acquire_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
     let (owner, id) = (editor(&user)?, path.into_inner());
-    let turn = state.turn(state.pool.names().edit_lock(EditLockKey::resource(id).as_str())).await?;
+    let turn = edit_lock_turn(&state, id).await?;
     let (pool, ttl) = (state.pool.clone(), state.config.edit_lock_ttl);
     let (_, acquired, lock) =
         blocking(move || editing::open(&pool, turn, ttl, id, &owner, Policy::TakeOverExpired)).await?;
@@ -368,15 +372,9 @@ async fn heartbeat_json(
 ) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
     let (pool, ttl, id) = (state.pool.clone(), state.config.edit_lock_ttl, path.into_inner());
-    let lock = blocking(move || {
-        Ok::<_, ResourceError>(service::heartbeat(
-            &mut *pool.get()?,
-            ttl,
-            &EditLockKey::resource(id),
-            &owner,
-        )?)
-    })
-    .await?;
+    let lock =
+        blocking(move || service::heartbeat(&mut *pool.get()?, ttl, &EditLockKey::resource(id), &owner))
+            .await?;
     Ok(HttpResponse::Ok().json(lock))
 }
 
@@ -402,15 +400,8 @@ async fn release_json(
     let owner = editor(&user)?;
     let (pool, id, if_heartbeat) =
         (state.pool.clone(), path.into_inner(), query.if_heartbeat.map(|t| t.naive_utc()));
-    blocking(move || {
-        Ok::<_, ResourceError>(service::release(
-            &mut *pool.get()?,
-            &EditLockKey::resource(id),
-            &owner,
-            if_heartbeat,
-        )?)
-    })
-    .await?;
+    blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, if_heartbeat))
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -273,23 +273,8 @@ async fn one_booking_endpoint_serves_the_correct_strategies_and_refuses_the_unsa
 #[actix_web::test]
 async fn the_cli_prints_the_race_table() {
     let app = TestApp::spawn().await;
-    let output = Command::new(env!("CARGO_BIN_EXE_haita"))
-        .args([
-            "demo",
-            "race",
-            "--strategy",
-            "no-lock",
-            "--strategy",
-            "unique-slot",
-            "--clients",
-            "8",
-            "--attempts",
-            "16",
-        ])
-        .env("DATABASE_URL", &app.db.url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run haita");
+    let race = ["demo", "race", "--strategy", "no-lock", "--strategy", "unique-slot"];
+    let output = haita(&app, &[&race[..], &["--clients", "8", "--attempts", "16"]].concat());
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let table = String::from_utf8_lossy(&output.stdout);
     assert!(table.contains("8 clients, 16 attempts"), "{table}");
@@ -297,12 +282,7 @@ async fn the_cli_prints_the_race_table() {
     assert!(table.lines().any(|l| l.starts_with("unique-slot ")), "{table}");
     assert!(table.contains("unique-slot: No double booking"), "{table}");
 
-    let bad = Command::new(env!("CARGO_BIN_EXE_haita"))
-        .args(["demo", "race", "--strategy", "nope"])
-        .env("DATABASE_URL", &app.db.url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run haita");
+    let bad = haita(&app, &["demo", "race", "--strategy", "nope"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no-lock, named-lock"));
 }
@@ -310,13 +290,8 @@ async fn the_cli_prints_the_race_table() {
 #[actix_web::test]
 async fn the_bench_measures_app_and_raw_and_drops_its_database() {
     let app = TestApp::spawn().await;
-    let output = Command::new(env!("CARGO_BIN_EXE_haita"))
-        .args(["bench", "bookings", "--clients", "2", "--keys", "hot,spread", "--strategy", "unique-slot"])
-        .args(["--seconds", "1", "--repeat", "1"])
-        .env("DATABASE_URL", &app.db.url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run haita");
+    let bench = ["bench", "bookings", "--clients", "2", "--keys", "hot,spread", "--strategy", "unique-slot"];
+    let output = haita(&app, &[&bench[..], &["--seconds", "1", "--repeat", "1"]].concat());
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.lines().any(|l| l.starts_with("unique-slot      hot ")), "{stdout}");
@@ -341,12 +316,7 @@ async fn the_bench_measures_app_and_raw_and_drops_its_database() {
 #[actix_web::test]
 async fn the_coalescing_bench_runs_all_three_paths_and_drops_its_database() {
     let app = TestApp::spawn().await;
-    let output = Command::new(env!("CARGO_BIN_EXE_haita"))
-        .args(["bench", "coalescing", "--clients", "4", "--seconds", "1"])
-        .env("DATABASE_URL", &app.db.url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run haita");
+    let output = haita(&app, &["bench", "coalescing", "--clients", "4", "--seconds", "1"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
     for path in ["unqueued ", "one at a time ", "coalesced "] {
@@ -354,4 +324,14 @@ async fn the_coalescing_bench_runs_all_three_paths_and_drops_its_database() {
     }
     assert!(stdout.contains("coalesced / one at a time: "), "{stdout}");
     assert_eq!(real_reservations(&app), 0, "the bench never touches DATABASE_URL's data");
+}
+
+/// Runs the `haita` binary against the test's database and waits for it.
+fn haita(app: &TestApp, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_haita"))
+        .args(args)
+        .env("DATABASE_URL", &app.db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run haita")
 }
