@@ -100,8 +100,9 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
     for (status, code, retry_after) in &answers {
         assert_eq!((*status, code.as_str(), *retry_after), (503, "busy", true), "{answers:?}");
     }
-    // Operators see the queue at work: read while the hot clients were still waiting, most of
-    // them in memory and one at the server. (Metrics are per process and tests share it, so
+    // Operators see the queue at work: read while the hot clients were still waiting, in memory
+    // and (one batch) at the server. A batch takes up to 32 requests off the queue, so at least
+    // 48 - 32 - 1 are still counted as queued. (Metrics are per process and tests share it, so
     // other tests can only add to these numbers.)
     let gauge = |metric: &str| -> f64 {
         metrics
@@ -110,7 +111,7 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     };
-    assert!(gauge("haita_lock_queue_depth{scope=\"book\"}") >= 40.0, "{metrics}");
+    assert!(gauge("haita_lock_queue_depth{scope=\"book\"}") >= 15.0, "{metrics}");
     assert!(gauge("haita_lock_waiters ") >= 1.0, "{metrics}");
 
     drop(stuck);
