@@ -45,7 +45,6 @@ pub struct LockQueue {
 impl LockQueue {
     /// `waiters_max`: how many sessions of this instance may wait in `GET_LOCK` at once.
     pub fn new(waiters_max: usize) -> Self {
-        METRICS.lock_waiters_budget.set(i64::try_from(waiters_max).unwrap_or(i64::MAX));
         Self { keys: Arc::default(), waiters: Arc::new(Semaphore::new(waiters_max)), waiters_max }
     }
 

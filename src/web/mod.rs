@@ -33,6 +33,10 @@ pub struct AppState {
 impl AppState {
     pub fn new(pool: DbPool, config: Config) -> Self {
         let locks = Arc::new(LockQueue::new(config.lock_waiters_max));
+        // Set here, not by the queue: the lab's races make queues of their own.
+        crate::metrics::METRICS
+            .lock_waiters_budget
+            .set(i64::try_from(config.lock_waiters_max).unwrap_or(i64::MAX));
         let logins = Arc::new(LoginGate::new(
             config.hashing_slots,
             config.login_attempts_per_username,

@@ -32,7 +32,7 @@ use crate::bookings::model::BookingDate;
 use crate::bookings::{BookingError, service as bookings};
 use crate::config::Config;
 use crate::db::{self, DbPool, ScratchDatabase};
-use crate::lab::demo::{Answer, Attempt, Seen, Strategy, create_resource};
+use crate::lab::demo::{Answer, Attempt, Queue, Seen, Strategy, create_resource};
 use crate::lab::stats::percentile_ms;
 use crate::locking::Turn;
 use crate::resources::model::NewResource;
@@ -251,12 +251,14 @@ struct Cell {
 impl BookingsBench {
     fn plan(&self) -> anyhow::Result<Plan> {
         let strategies: Vec<Strategy> = if self.strategy.iter().any(|s| s == "all") {
-            Strategy::ALL.into_iter().filter(|s| s.is_correct()).collect()
+            Strategy::ALL.into_iter().filter(|s| s.race_only().is_none()).collect()
         } else {
             self.strategy.iter().map(|s| Strategy::parse(s)).collect::<Result<_, _>>()?
         };
-        if let Some(unsafe_one) = strategies.iter().find(|s| !s.is_correct()) {
-            anyhow::bail!("{unsafe_one} is not a correct strategy; the bench measures only correct ones");
+        if let Some((one, why)) = strategies.iter().find_map(|s| s.race_only().map(|why| (s, why))) {
+            anyhow::bail!(
+                "{one} only runs inside a race ({why}); `haita bench coalescing` measures the queue and the batches"
+            );
         }
         let patterns = self
             .keys
@@ -481,8 +483,10 @@ fn measure_raw(pool: &DbPool, config: &Config, target: &Target, users: &[i64], w
                                 client: i32::try_from(user_id).unwrap_or(i32::MAX),
                                 pause: Duration::ZERO,
                                 lock_wait: config.lock_wait,
+                                // `named-lock` books real reservations above; the others take no named lock.
+                                queue: Queue::Taken(None),
                             };
-                            let result = target.strategy.book(&attempt, &mut Seen::default());
+                            let result = target.strategy.book(attempt, &mut Seen::default());
                             let outcome = match &result {
                                 Ok(Answer::Confirmed) => Outcome::Booked,
                                 Ok(Answer::Full) => Outcome::Refused,

@@ -8,12 +8,18 @@
 //! - `named-lock-pool-pitfall` is the bug of docs/named-lock-guard.md: GET_LOCK and RELEASE_LOCK on
 //!   whatever pooled connection comes next. Locks leak, and a request that happens to get the
 //!   holder's session walks straight through the lock.
-//! - `named-lock` is the app's booking path (`src/bookings/service.rs`), `parent-row-lock`,
-//!   `unique-slot` and `serializable` are the other correct answers, each with its cost.
+//! - `named-lock` is the app's booking path (`src/bookings/service.rs`): the per-key queue, then
+//!   the lock. `named-lock-coalesced` adds the app's hot-day batches (`src/bookings/coalesce.rs`),
+//!   and `named-lock-unqueued` shows what the queue prevents: a hot day's waiters fill the pool
+//!   and starve requests that need no lock (the race's bystander measures it).
+//! - `parent-row-lock`, `unique-slot` and `serializable` are the other correct answers, each with
+//!   its cost.
 //!
-//! `strategies.rs` holds the six, one function each; `race.rs` runs many clients at once and
+//! `strategies.rs` holds the eight, one function each; `lanes.rs` the queue and batches for
+//! clients that are threads; `race.rs` runs many clients at once and
 //! counts the damage *in the database*; `routes.rs` serves `/demo` and `/api/v1/demo/…`.
 
+mod lanes;
 mod model;
 mod race;
 pub mod routes;
@@ -23,8 +29,9 @@ use actix_web::http::StatusCode;
 
 // What the rest of the lab (the CLI, `bench bookings`) and the tests may use; the rest is the
 // demo's own.
+pub use lanes::Lanes;
 pub use race::{RaceReport, RaceSpec, StrategyResult, create_resource, run as run_race};
-pub use strategies::{Answer, Attempt, Seen, Strategy};
+pub use strategies::{Answer, Attempt, Queue, Seen, Strategy};
 
 use crate::infra::{Infra, infra_error};
 use crate::web::error::{AsProblem, Problem};
@@ -33,8 +40,8 @@ use crate::web::error::{AsProblem, Problem};
 pub enum DemoError {
     #[error("invalid {field}: {message}")]
     Invalid { field: &'static str, message: String },
-    #[error("{0} is deliberately unsafe and only runs inside a race")]
-    UnsafeStrategy(Strategy),
+    #[error("{0} runs only inside a race")]
+    RaceOnly(Strategy),
     #[error("a race is already running on this instance")]
     RaceRunning,
     #[error("race {0} not found")]
@@ -72,10 +79,10 @@ impl AsProblem for DemoError {
             Self::Invalid { field, message } => {
                 Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", format!("{field}: {message}"))
             }
-            Self::UnsafeStrategy(s) => Problem::new(
+            Self::RaceOnly(s) => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
-                "unsafe_strategy",
-                format!("{s} is deliberately unsafe; it only runs inside a race on /demo."),
+                if s.is_correct() { "race_only" } else { "unsafe_strategy" },
+                format!("{s} only runs inside a race on /demo: {}.", s.race_only().unwrap_or("")),
             ),
             Self::RaceRunning => Problem {
                 retry_after: Some(5),

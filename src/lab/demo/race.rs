@@ -24,8 +24,9 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::DemoError;
+use super::lanes::Lanes;
 use super::model::{NewDemoRace, NewDemoResource};
-use super::strategies::{Answer, Attempt, Seen, Strategy, lock_name};
+use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::config::Config;
 use crate::db::{self, DbPool};
 use crate::lab::schema::{demo_races, demo_resources};
@@ -139,6 +140,18 @@ pub struct StrategyResult {
     pub elapsed_ms: u64,
     /// The time cap stopped the run before every round had started.
     pub capped: bool,
+    /// Transactions that booked a whole batch of one day (`named-lock-coalesced`).
+    #[serde(default)]
+    pub batches: u32,
+    /// The race's pool, and the most of its connections the clients held at once.
+    #[serde(default)]
+    pub pool_size: u32,
+    #[serde(default)]
+    pub pool_peak_in_use: u32,
+    /// p99 of a bystander that needs no lock (a connection and `SELECT 1`, every few
+    /// milliseconds while the race runs): what a product list would have waited.
+    #[serde(default)]
+    pub bystander_p99_ms: f64,
     pub first_error: Option<String>,
     /// What happened, in a sentence or two naming the pitfall and the page of `docs/` on it.
     pub verdict: String,
@@ -214,7 +227,25 @@ impl StrategyResult {
                 "No double booking: each day's GET_LOCK let one client at a time through \
                  check-then-insert, on the connection that ran the transaction, committing before \
                  releasing — the fix of docs/named-lock-check-then-insert.md, with the lock guard of \
-                 docs/named-lock-guard.md.{busy}"
+                 docs/named-lock-guard.md. The others waited in memory for their turn, so the clients \
+                 held at most {} of the pool's {} connections at once and a bystander needing no lock \
+                 waited {:.1} ms (p99) (docs/contention-in-its-lane.md).{busy}",
+                self.pool_peak_in_use, self.pool_size, self.bystander_p99_ms
+            ),
+            Strategy::NamedLockCoalesced => format!(
+                "No double booking, and {} for {}: the client at each day's lock booked the clients \
+                 queued behind it in one transaction, each with the answer it would have had alone \
+                 (docs/contention-in-its-lane.md).{busy}",
+                n(self.batches.into(), "transaction", "transactions"),
+                n(self.attempts.into(), "attempt", "attempts")
+            ),
+            Strategy::NamedLockUnqueued => format!(
+                "No double booking, but every client waiting in GET_LOCK held a pooled connection: \
+                 at the peak {} of the pool's {} connections were taken, and a bystander needing no \
+                 lock at all waited {:.1} ms (p99) for one. With a stuck holder (raise pause_ms), the \
+                 whole app waits: the per-key queue of named-lock prevents it \
+                 (docs/contention-in-its-lane.md).{busy}",
+                self.pool_peak_in_use, self.pool_size, self.bystander_p99_ms
             ),
             Strategy::ParentRowLock => format!(
                 "No double booking: SELECT … FOR UPDATE on the resource row queued every booking of \
@@ -269,7 +300,7 @@ impl RaceReport {
         );
         let _ = writeln!(
             out,
-            "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8}",
+            "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>10} {:>12}",
             "strategy",
             "attempts",
             "confirmed",
@@ -281,12 +312,14 @@ impl RaceReport {
             "reused",
             "p50 ms",
             "p99 ms",
-            "elapsed"
+            "elapsed",
+            "pool peak",
+            "bystander ms"
         );
         for r in &self.results {
             let _ = writeln!(
                 out,
-                "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8.1} {:>8.1} {:>6}ms{}",
+                "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8.1} {:>8.1} {:>6}ms {:>10} {:>12.1}{}",
                 r.strategy.name(),
                 r.attempts,
                 r.confirmed,
@@ -299,6 +332,8 @@ impl RaceReport {
                 r.p50_ms,
                 r.p99_ms,
                 r.elapsed_ms,
+                format!("{}/{}", r.pool_peak_in_use, r.pool_size),
+                r.bystander_p99_ms,
                 if r.capped { " (time cap)" } else { "" }
             );
         }
@@ -395,11 +430,13 @@ struct ClientLog {
     first_error: Option<String>,
     /// Rounds this client started.
     rounds: u32,
+    batches: u32,
 }
 
 struct Round<'a> {
     strategy: Strategy,
     pool: &'a DbPool,
+    lanes: &'a Lanes,
     resource_id: i64,
     first_day: NaiveDate,
     spec: &'a RaceSpec,
@@ -423,10 +460,13 @@ fn run_strategy(
     })
     .map_err(|e| anyhow::anyhow!("cannot open the race's pool: {e}"))?;
     let mut sessions = warm_up(&race_pool)?;
+    // The app's waiting budget, LOCK_WAITERS_MAX, defaults to a quarter of the pool.
+    let lanes = Lanes::new((race_pool.max_size() as usize / 4).max(1))?;
 
     let round = Round {
         strategy,
         pool: &race_pool,
+        lanes: &lanes,
         resource_id,
         first_day,
         spec,
@@ -435,13 +475,18 @@ fn run_strategy(
         deadline: Instant::now() + TIME_CAP,
     };
     let started = Instant::now();
-    let logs: Vec<ClientLog> = std::thread::scope(|scope| {
-        let round = &round;
+    let racing = AtomicBool::new(true);
+    let (logs, bystander): (Vec<ClientLog>, Bystander) = std::thread::scope(|scope| {
+        let (round, racing) = (&round, &racing);
+        let bystander = scope.spawn(move || Bystander::watch(round.pool, racing));
         let clients: Vec<_> =
             (0..spec.clients).map(|client| scope.spawn(move || run_client(round, client))).collect();
-        clients.into_iter().map(|c| c.join().unwrap_or_default()).collect()
+        let logs = clients.into_iter().map(|c| c.join().unwrap_or_default()).collect();
+        racing.store(false, Ordering::Relaxed);
+        (logs, bystander.join().unwrap_or_default())
     });
     let elapsed = started.elapsed();
+    drop(lanes);
 
     let mut total = ClientLog::default();
     for log in logs {
@@ -456,9 +501,11 @@ fn run_strategy(
         sessions.extend(log.sessions);
         total.rounds = total.rounds.max(log.rounds);
         total.first_error = total.first_error.or(log.first_error);
+        total.batches += log.batches;
     }
     total.latencies.sort_unstable();
 
+    let race_pool_size = race_pool.max_size();
     let mut conn = pool.get()?;
     let days_raced = first_day.iter_days().take(total.rounds as usize);
     let leaks = close_leaked_sessions(&mut conn, pool.names(), resource_id, days_raced, &sessions)?;
@@ -486,6 +533,10 @@ fn run_strategy(
         p99_ms: percentile_ms(&total.latencies, 99.0),
         elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         capped: attempts < spec.attempts,
+        batches: total.batches,
+        pool_size: race_pool_size,
+        pool_peak_in_use: bystander.peak_in_use,
+        bystander_p99_ms: bystander.p99_ms(),
         first_error: total.first_error,
         verdict: String::new(),
     };
@@ -517,11 +568,12 @@ fn run_client(round: &Round<'_>, client: u32) -> ClientLog {
             client: i32::try_from(client).unwrap_or(i32::MAX),
             pause: Duration::from_millis(u64::from(spec.pause_ms)),
             lock_wait: LOCK_WAIT,
+            queue: Queue::Lanes(round.lanes),
         };
         let mut seen = Seen::default();
         let started = Instant::now();
         // A panic must not leave the other clients stuck at the barrier.
-        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| round.strategy.book(&attempt, &mut seen)))
+        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| round.strategy.book(attempt, &mut seen)))
             .unwrap_or_else(|_| Err(DemoError::Internal(anyhow::anyhow!("the attempt panicked"))));
         log.latencies.push(started.elapsed());
         match answer {
@@ -538,8 +590,40 @@ fn run_client(round: &Round<'_>, client: u32) -> ClientLog {
         log.reentered += u32::from(seen.reentered);
         log.missed_releases += u32::from(seen.missed_release);
         log.sessions.extend(seen.sessions);
+        log.batches += seen.batches;
     }
     log
+}
+
+/// A request that needs no lock, made over and over while a race runs, on the race's pool.
+#[derive(Default)]
+struct Bystander {
+    latencies: Vec<Duration>,
+    /// The most connections the race's clients held at once, sampled before each request.
+    peak_in_use: u32,
+}
+
+impl Bystander {
+    fn watch(pool: &DbPool, racing: &AtomicBool) -> Self {
+        let mut seen = Self::default();
+        while racing.load(Ordering::Relaxed) {
+            let state = pool.state();
+            seen.peak_in_use = seen.peak_in_use.max(state.connections - state.idle_connections);
+            let started = Instant::now();
+            if let Ok(mut conn) = pool.get() {
+                let _ =
+                    diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1")).execute(&mut conn);
+            }
+            seen.latencies.push(started.elapsed());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        seen.latencies.sort_unstable();
+        seen
+    }
+
+    fn p99_ms(&self) -> f64 {
+        percentile_ms(&self.latencies, 99.0)
+    }
 }
 
 /// Opens every connection of the pool before the race (so no client times the connect), and

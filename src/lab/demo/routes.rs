@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::DemoError;
 use super::race::{self, RaceReport, RaceSpec};
-use super::strategies::{Answer, Attempt, Seen, Strategy};
+use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::web::error::ErrorBody;
@@ -296,8 +296,8 @@ async fn book_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, DemoError> {
     let strategy = Strategy::parse(&body.strategy)?;
-    if !strategy.is_correct() {
-        return Err(DemoError::UnsafeStrategy(strategy));
+    if strategy.race_only().is_some() {
+        return Err(DemoError::RaceOnly(strategy));
     }
     if body.resource_id <= 0 {
         return Err(DemoError::Invalid { field: "resource_id", message: "must be a positive number".into() });
@@ -311,9 +311,16 @@ async fn book_json(
     })?;
     let (pool, lock_wait, resource_id) = (state.pool.clone(), state.config.lock_wait, body.resource_id);
     let client = i32::try_from(user.id).unwrap_or(i32::MAX);
+    // The day's turn is awaited here, in memory, before a blocking thread or a connection is taken.
+    let turn = match strategy {
+        Strategy::NamedLock => Some(state.turn(lock_name(pool.names(), resource_id, day)).await?),
+        _ => None,
+    };
     let answer = blocking(move || {
-        let attempt = Attempt { pool: &pool, resource_id, day, client, pause: Duration::ZERO, lock_wait };
-        strategy.book(&attempt, &mut Seen::default())
+        let queue = Queue::Taken(turn);
+        let attempt =
+            Attempt { pool: &pool, resource_id, day, client, pause: Duration::ZERO, lock_wait, queue };
+        strategy.book(attempt, &mut Seen::default())
     })
     .await?;
     match answer {

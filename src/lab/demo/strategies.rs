@@ -1,4 +1,4 @@
-//! Six ways to book one place of a demo resource on one day, one function each, side by side.
+//! Eight ways to book one place of a demo resource on one day, one function each, side by side.
 //!
 //! Every function makes one booking attempt: it answers [`Answer::Confirmed`] after inserting a
 //! row into `demo_bookings`, [`Answer::Full`] when the day has no place left, or an error. All of
@@ -7,10 +7,13 @@
 //! that pause is.
 //!
 //! Two are wrong on purpose and run only inside a race (`race.rs`), on a pool of their own:
-//! [`Strategy::NoLock`] and [`Strategy::NamedLockPoolPitfall`].
+//! [`Strategy::NoLock`] and [`Strategy::NamedLockPoolPitfall`]. Two more run only there because
+//! they are about many clients at once: [`Strategy::NamedLockUnqueued`] (what the per-key queue
+//! prevents: waiters filling the pool) and [`Strategy::NamedLockCoalesced`] (clients of one day
+//! sharing a batch).
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::NaiveDate;
 use diesel::connection::SimpleConnection;
@@ -20,18 +23,21 @@ use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use serde::{Deserialize, Serialize};
 
 use super::DemoError;
+use super::lanes::{Decided, Lanes};
 use super::model::{DemoResource, NewDemoBooking, bookings_on};
 use crate::db::DbPool;
 use crate::infra::Infra;
 use crate::lab::schema::{demo_bookings, demo_resources};
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
-use crate::locking::{LockName, NamedLockGuard, Namespace};
+use crate::locking::{LockName, NamedLockGuard, Namespace, Turn};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     NoLock,
     NamedLock,
+    NamedLockCoalesced,
+    NamedLockUnqueued,
     NamedLockPoolPitfall,
     ParentRowLock,
     UniqueSlot,
@@ -39,9 +45,11 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 6] = [
+    pub const ALL: [Strategy; 8] = [
         Strategy::NoLock,
         Strategy::NamedLock,
+        Strategy::NamedLockCoalesced,
+        Strategy::NamedLockUnqueued,
         Strategy::NamedLockPoolPitfall,
         Strategy::ParentRowLock,
         Strategy::UniqueSlot,
@@ -52,6 +60,8 @@ impl Strategy {
         match self {
             Self::NoLock => "no-lock",
             Self::NamedLock => "named-lock",
+            Self::NamedLockCoalesced => "named-lock-coalesced",
+            Self::NamedLockUnqueued => "named-lock-unqueued",
             Self::NamedLockPoolPitfall => "named-lock-pool-pitfall",
             Self::ParentRowLock => "parent-row-lock",
             Self::UniqueSlot => "unique-slot",
@@ -75,6 +85,19 @@ impl Strategy {
         !matches!(self, Self::NoLock | Self::NamedLockPoolPitfall)
     }
 
+    /// Why the strategy runs only inside a race (its clients on a pool and in lanes of their
+    /// own), never as one booking on the app's pool; `None` when it may.
+    pub fn race_only(self) -> Option<&'static str> {
+        match self {
+            Self::NoLock | Self::NamedLockPoolPitfall => {
+                Some("it is deliberately unsafe; on the app's pool the pitfall would leak locks into it")
+            }
+            Self::NamedLockUnqueued => Some("its waiters would take the app's pooled connections"),
+            Self::NamedLockCoalesced => Some("it batches the clients of a race that book the same day"),
+            Self::NamedLock | Self::ParentRowLock | Self::UniqueSlot | Self::Serializable => None,
+        }
+    }
+
     /// What it does and what it costs, in two lines, for the demo page.
     pub fn explanation(self) -> [&'static str; 2] {
         match self {
@@ -83,8 +106,16 @@ impl Strategy {
                 "Wrong: clients milliseconds apart all see the day free and all insert: the check-then-insert race (docs/named-lock-check-then-insert.md).",
             ],
             Self::NamedLock => [
-                "The app's booking path: GET_LOCK('haita:…:{resource}:{day}') on one pooled connection, then the transaction on that same connection, commit, release.",
-                "Correct; only bookings of the same day wait for each other.",
+                "The app's booking path: wait in memory for the day's turn (one client per day at the server), then GET_LOCK('haita:…:{resource}:{day}') on one pooled connection, the transaction on that same connection, commit, release.",
+                "Correct; only bookings of the same day wait for each other, and they wait holding no connection (docs/contention-in-its-lane.md).",
+            ],
+            Self::NamedLockCoalesced => [
+                "As named-lock, but the client at the day's lock also books the clients queued behind it for that day: one GET_LOCK, one transaction, one commit for up to 32 bookings, each client getting its own answer in arrival order.",
+                "Correct, and the fastest on a hot day: a flash sale runs at batches per commit, not one booking per commit (docs/contention-in-its-lane.md).",
+            ],
+            Self::NamedLockUnqueued => [
+                "named-lock without the per-key queue: every client takes a pooled connection and waits in GET_LOCK on it.",
+                "Correct, but one hot day's waiters fill the pool, and a request that needs no lock at all waits for a connection: watch the bystander column.",
             ],
             Self::NamedLockPoolPitfall => [
                 "GET_LOCK, the transaction and RELEASE_LOCK each on whatever connection the pool hands out next.",
@@ -110,6 +141,8 @@ impl Strategy {
         match self {
             Self::NoLock => "no_lock",
             Self::NamedLock => "named_lock",
+            Self::NamedLockCoalesced => "named_lock_coalesced",
+            Self::NamedLockUnqueued => "named_lock_unqueued",
             Self::NamedLockPoolPitfall => "named_lock_pool_pitfall",
             Self::ParentRowLock => "parent_row_lock",
             Self::UniqueSlot => "unique_slot",
@@ -128,15 +161,17 @@ impl Strategy {
         &file[start..end]
     }
 
-    /// One booking attempt. Blocks (database and pause): call it off the async executor.
-    pub fn book(self, attempt: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    /// One booking attempt. Blocks (database, queue and pause): call it off the async executor.
+    pub fn book(self, attempt: Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
         match self {
-            Self::NoLock => no_lock(attempt),
+            Self::NoLock => no_lock(&attempt),
             Self::NamedLock => named_lock(attempt),
-            Self::NamedLockPoolPitfall => named_lock_pool_pitfall(attempt, seen),
-            Self::ParentRowLock => parent_row_lock(attempt, seen),
-            Self::UniqueSlot => unique_slot(attempt, seen),
-            Self::Serializable => serializable(attempt, seen),
+            Self::NamedLockCoalesced => named_lock_coalesced(attempt, seen),
+            Self::NamedLockUnqueued => named_lock_unqueued(&attempt),
+            Self::NamedLockPoolPitfall => named_lock_pool_pitfall(&attempt, seen),
+            Self::ParentRowLock => parent_row_lock(&attempt, seen),
+            Self::UniqueSlot => unique_slot(&attempt, seen),
+            Self::Serializable => serializable(&attempt, seen),
         }
     }
 }
@@ -155,8 +190,32 @@ pub struct Attempt<'a> {
     pub client: i32,
     /// Slept between "the day has room" and the insert.
     pub pause: Duration,
-    /// How long GET_LOCK waits (whole seconds, as MySQL takes them).
+    /// How long the attempt may wait for its lock, in the queue and in GET_LOCK together.
     pub lock_wait: Duration,
+    pub queue: Queue<'a>,
+}
+
+/// What stands in front of the named lock, as the app's per-key queue does.
+pub enum Queue<'a> {
+    /// Clients that are threads (a race, a bench) wait for their turn in lanes they share.
+    Lanes(&'a Lanes),
+    /// A request of the demo API: its handler already awaited its turn in the app's queue,
+    /// holding nothing, or took none because its strategy takes no named lock.
+    Taken(Option<Turn>),
+}
+
+impl Attempt<'_> {
+    /// This attempt's turn at its day's lock: at most one client per day goes on to the server.
+    fn turn(&mut self) -> Result<Turn, DemoError> {
+        let name = lock_name(self.pool.names(), self.resource_id, self.day);
+        match &mut self.queue {
+            Queue::Lanes(lanes) => Ok(lanes.turn(name, self.lock_wait)?),
+            Queue::Taken(turn) => turn
+                .take()
+                .filter(|turn| turn.name() == &name)
+                .ok_or_else(|| anyhow::anyhow!("no turn at {name} was taken before the attempt").into()),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +237,8 @@ pub struct Seen {
     pub missed_release: bool,
     /// The connection ids (sessions) this attempt used, so leaked locks can be traced to them.
     pub sessions: Vec<i64>,
+    /// Batches of its day this client booked, its own and others' (`named-lock-coalesced`).
+    pub batches: u32,
 }
 
 /// The named lock of one demo resource and day: the same shape as `Namespace::booking`, in a
@@ -217,14 +278,71 @@ fn no_lock(a: &Attempt<'_>) -> Result<Answer, DemoError> {
 }
 
 /// The app's booking path (`bookings::service::book`), step for step, on the demo tables:
-/// lock on a pooled connection, *then* begin (so the snapshot follows the previous holder's
-/// commit), check and insert on that same connection, commit, and only then release (drop).
-fn named_lock(a: &Attempt<'_>) -> Result<Answer, DemoError> {
-    let conn = a.pool.get()?;
+/// wait in memory for the day's turn, holding no connection (one client per day goes on to
+/// the server); lock on a pooled connection, *then* begin (so the snapshot follows the previous
+/// holder's commit), check and insert on that same connection, commit, and only then release.
+fn named_lock(mut a: Attempt<'_>) -> Result<Answer, DemoError> {
+    let turn = a.turn()?;
+    let mut held = NamedLockGuard::acquire_in_turn(a.pool.get()?, turn)?;
+    let answer = held.conn().transaction(|conn| check_then_insert(conn, &a))?;
+    drop(held); // committed above; only now may the next client look at this day
+    Ok(answer)
+}
+
+/// Correct, and built for a hot day, as `bookings::coalesce` is for real bookings: the
+/// clients of one day queue, and the one at the front books everybody queued so far (at most
+/// 32, in arrival order) under one lock, in one transaction with one commit. Each client gets
+/// the answer it would have got alone in that order. Should a batch fail as a whole, its
+/// clients go on one by one as `named-lock`.
+fn named_lock_coalesced(a: Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    let Queue::Lanes(lanes) = a.queue else { return Err(DemoError::RaceOnly(Strategy::NamedLockCoalesced)) };
+    let name = lock_name(a.pool.names(), a.resource_id, a.day);
+    let deadline = Instant::now() + a.lock_wait;
+    let decided = lanes.batches.book((a.resource_id, a.day), a.client, deadline, |clients, deadline| {
+        seen.batches += 1;
+        let turn = lanes.queue.turn_queued_elsewhere(name.clone(), deadline);
+        let mut held = NamedLockGuard::acquire_in_turn(a.pool.get()?, turn)?;
+        let answers = held.conn().transaction(|conn| {
+            let capacity = capacity_of(conn, a.resource_id)?;
+            let confirmed: i64 = bookings_on(a.resource_id, a.day).count().get_result(conn)?;
+            let free = usize::try_from(i64::from(capacity) - confirmed).unwrap_or(0).min(clients.len());
+            if free > 0 {
+                std::thread::sleep(a.pause); // the race window, once for the whole batch
+            }
+            let rows: Vec<NewDemoBooking> = clients[..free]
+                .iter()
+                .map(|&client| NewDemoBooking {
+                    demo_resource_id: a.resource_id,
+                    day: a.day,
+                    client,
+                    slot: None,
+                })
+                .collect();
+            if !rows.is_empty() {
+                diesel::insert_into(demo_bookings::table).values(&rows).execute(conn)?;
+            }
+            let answer = |i| if i < free { Answer::Confirmed } else { Answer::Full };
+            Ok::<_, DemoError>((0..clients.len()).map(answer).collect())
+        })?;
+        drop(held); // committed above; only now may the next batch look at this day
+        Ok(answers)
+    });
+    match decided {
+        Decided::Answer(answer) => answer,
+        Decided::Alone => named_lock(a),
+    }
+}
+
+/// Correct, but it starves the pool: `named-lock` without the per-key queue, as the app was
+/// before it. Every client takes a pooled connection and then waits in GET_LOCK *on it*; with
+/// one hot day, the waiters hold every connection, and a request that needs no lock at all
+/// (a product list, a booking of another day) waits for one, up to the pool's timeout.
+fn named_lock_unqueued(a: &Attempt<'_>) -> Result<Answer, DemoError> {
+    let conn = a.pool.get()?; // held through the whole wait below
     let mut held =
         NamedLockGuard::acquire(conn, lock_name(a.pool.names(), a.resource_id, a.day), a.lock_wait)?;
     let answer = held.conn().transaction(|conn| check_then_insert(conn, a))?;
-    drop(held); // committed above; only now may the next client look at this day
+    drop(held);
     Ok(answer)
 }
 
