@@ -1,5 +1,5 @@
-//! The lab's subcommands: `haita seed | demo race | bench bookings | bench orders`, flattened
-//! into the product's CLI (`crate::cli`) when the `lab` feature is on.
+//! The lab's subcommands: `haita seed | demo race | bench bookings | coalescing | stuck-holder |
+//! orders`, flattened into the product's CLI (`crate::cli`) when the `lab` feature is on.
 
 use clap::Subcommand;
 
@@ -53,6 +53,15 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         seconds: u64,
     },
+    /// One day's lock held by a stuck session while clients book that day: the p99 of requests
+    /// that need no such lock, unqueued against the app's queue, budget and batches.
+    StuckHolder {
+        #[arg(long, default_value_t = 48)]
+        clients: usize,
+        /// Seconds the stuck session holds the lock.
+        #[arg(long, default_value_t = 8)]
+        hold: u64,
+    },
     /// Orders per second, hot product vs spread products, service vs raw SQL.
     Orders {
         #[arg(long, default_value_t = 16)]
@@ -70,6 +79,9 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
         }
         LabCommand::Bench { which: BenchCommand::Coalescing { clients, seconds } } => {
             super::bench::coalescing::run(&config, clients, seconds)
+        }
+        LabCommand::Bench { which: BenchCommand::StuckHolder { clients, hold } } => {
+            super::bench::stuck::run(&config, clients, hold)
         }
         LabCommand::Bench { which: BenchCommand::Orders { clients, seconds } } => {
             anyhow::ensure!((1..=256).contains(&clients), "--clients must be between 1 and 256");

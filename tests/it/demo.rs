@@ -367,6 +367,24 @@ async fn the_coalescing_bench_runs_all_three_paths_and_drops_its_database() {
     assert_eq!(real_reservations(&app), 0, "the bench never touches DATABASE_URL's data");
 }
 
+#[actix_web::test]
+async fn the_stuck_holder_bench_runs_both_paths_with_no_error_on_the_hot_day() {
+    let app = TestApp::spawn().await;
+    let output = haita(&app, &["bench", "stuck-holder", "--clients", "8", "--hold", "1"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    for path in ["unqueued ", "coalesced "] {
+        let row = stdout.lines().find(|l| l.starts_with(path)).unwrap_or_else(|| panic!("{path}: {stdout}"));
+        assert_eq!(
+            row.split_whitespace().last(),
+            Some("0"),
+            "no hot-day request failed otherwise than busy: {row}"
+        );
+    }
+    assert!(stdout.contains("bystander p99, unqueued / coalesced: "), "{stdout}");
+    assert_eq!(real_reservations(&app), 0, "the bench never touches DATABASE_URL's data");
+}
+
 /// Runs the `haita` binary against the test's database and waits for it.
 fn haita(app: &TestApp, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_haita"))

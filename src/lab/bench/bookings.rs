@@ -152,6 +152,9 @@ struct Measured {
     /// CPU time of this whole process (app, client and pool threads) per answered attempt;
     /// the database server's own CPU is not in it.
     cpu_us: f64,
+    /// Statements and commits the server counted per answered attempt (see [`ServerWork`]).
+    statements: f64,
+    commits: f64,
     tally: Tally,
 }
 
@@ -163,6 +166,8 @@ impl Measured {
             p50_ms: percentile_ms(&tally.latencies, 50.0),
             p99_ms: percentile_ms(&tally.latencies, 99.0),
             cpu_us: 0.0,
+            statements: 0.0,
+            commits: 0.0,
             tally,
         }
     }
@@ -195,6 +200,24 @@ impl CpuClock {
     fn per_answer(&self, m: &Measured) -> f64 {
         let answered = (m.tally.booked + m.tally.refused).max(1) as f64;
         (Self::now().saturating_sub(self.0)).as_secs_f64() * 1e6 / answered
+    }
+}
+
+/// The server's own count of the work done: statements and commits since it started
+/// (`SHOW GLOBAL STATUS`, so run on a quiet server: it counts every client).
+struct ServerWork(super::ServerCounters);
+
+impl ServerWork {
+    fn start(pool: &DbPool) -> anyhow::Result<Self> {
+        Ok(Self(super::ServerCounters::read(pool)?))
+    }
+
+    fn per_answer(&self, pool: &DbPool, m: &mut Measured) -> anyhow::Result<()> {
+        let done = super::ServerCounters::read(pool)?.since(&self.0);
+        let answered = (m.tally.booked + m.tally.refused).max(1) as f64;
+        m.statements = done.statements as f64 / answered;
+        m.commits = done.commits as f64 / answered;
+        Ok(())
     }
 }
 
@@ -398,17 +421,19 @@ async fn measure_cell(
     for _ in 0..plan.repeat {
         if plan.raw {
             let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
-            let cpu = CpuClock::start();
+            let (cpu, server) = (CpuClock::start(), ServerWork::start(&bench.app_pool)?);
             let mut raw =
                 measure_raw(&bench.raw_pool, &bench.config, &target, &bench.users[..n], plan.window);
             raw.cpu_us = cpu.per_answer(&raw);
+            server.per_answer(&bench.app_pool, &mut raw)?;
             raws.push(raw);
         }
         if plan.app {
             let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
-            let cpu = CpuClock::start();
+            let (cpu, server) = (CpuClock::start(), ServerWork::start(&bench.app_pool)?);
             let mut app = measure_app(base, &clients[..n], &target, plan.window).await;
             app.cpu_us = cpu.per_answer(&app);
+            server.per_answer(&bench.app_pool, &mut app)?;
             apps.push(app);
         }
     }
@@ -592,7 +617,7 @@ fn count_overbooked(pool: &DbPool) -> anyhow::Result<Overbooked> {
 fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
     format!(
         "haita bench bookings: database {database}, pool {pool_size} connections for app and raw alike, {} s per cell\n\n\
-         {:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} | {:>9} {:>7} {:>7} {:>6} | {:>7}\n",
+         {:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} {:>5} {:>6} | {:>9} {:>7} {:>7} {:>6} {:>5} {:>6} | {:>7}\n",
         window.as_secs(),
         "strategy",
         "keys",
@@ -601,10 +626,14 @@ fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
         "p50 ms",
         "p99 ms",
         "cpu µs",
+        "stmts",
+        "commit",
         "raw ans/s",
         "p50 ms",
         "p99 ms",
         "cpu µs",
+        "stmts",
+        "commit",
         "app/raw"
     )
 }
@@ -614,7 +643,7 @@ fn report_row(row: &Row) -> String {
     use std::fmt::Write;
     let Row { cell, app, raw } = row;
     let mut out = format!(
-        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} | {:>7.2}\n",
+        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>5.1} {:>6.2} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>5.1} {:>6.2} | {:>7.2}\n",
         cell.strategy.name(),
         if cell.keys == Keys::Hot { "hot" } else { "spread" },
         cell.clients,
@@ -622,10 +651,14 @@ fn report_row(row: &Row) -> String {
         app.p50_ms,
         app.p99_ms,
         app.cpu_us,
+        app.statements,
+        app.commits,
         raw.answered_per_sec,
         raw.p50_ms,
         raw.p99_ms,
         raw.cpu_us,
+        raw.statements,
+        raw.commits,
         app.answered_per_sec / raw.answered_per_sec.max(f64::MIN_POSITIVE)
     );
     for (path, m) in [("app", app), ("raw", raw)] {
@@ -655,7 +688,15 @@ mod tests {
     use super::*;
 
     fn measured(answered_per_sec: f64, p50_ms: f64, p99_ms: f64, cpu_us: f64) -> Measured {
-        Measured { answered_per_sec, p50_ms, p99_ms, cpu_us, tally: Tally::default() }
+        Measured {
+            answered_per_sec,
+            p50_ms,
+            p99_ms,
+            cpu_us,
+            statements: 6.0,
+            commits: 1.0,
+            tally: Tally::default(),
+        }
     }
 
     #[test]
@@ -664,7 +705,7 @@ mod tests {
         assert_eq!(
             header,
             "haita bench bookings: database haita_bench_00ff, pool 16 connections for app and raw alike, 2 s per cell\n\n\
-             strategy         keys    clients | app ans/s  p50 ms  p99 ms cpu µs | raw ans/s  p50 ms  p99 ms cpu µs | app/raw\n"
+             strategy         keys    clients | app ans/s  p50 ms  p99 ms cpu µs stmts commit | raw ans/s  p50 ms  p99 ms cpu µs stmts commit | app/raw\n"
         );
         let row = Row {
             cell: Cell { strategy: Strategy::UniqueSlot, keys: Keys::Spread, clients: 16 },
@@ -673,7 +714,7 @@ mod tests {
         };
         assert_eq!(
             report_row(&row),
-            "unique-slot      spread       16 |      1200    9.12   17.50    180 |      1600    7.00   12.25     40 |    0.75\n"
+            "unique-slot      spread       16 |      1200    9.12   17.50    180   6.0   1.00 |      1600    7.00   12.25     40   6.0   1.00 |    0.75\n"
         );
         // Header and rows line up on the same columns.
         let width = |text: &str| text.lines().last().map(|l| l.chars().count());
@@ -717,11 +758,12 @@ mod tests {
             only: None,
         };
         let plan = options("all", "hot", &[1, 16]).plan().expect("valid");
-        assert_eq!(plan.strategies.len(), 4, "all means the correct ones");
+        assert_eq!(plan.strategies.len(), 4, "all means the correct ones that book alone");
         assert_eq!(plan.cells().count(), 8);
         assert_eq!(plan.most_clients(), 16);
         let error = |o: BookingsBench| o.plan().err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(error(options("no-lock", "hot", &[1])).contains("not a correct strategy"));
+        assert!(error(options("no-lock", "hot", &[1])).contains("only runs inside a race"));
+        assert!(error(options("named-lock-coalesced", "hot", &[1])).contains("bench coalescing"));
         assert!(error(options("named-lock", "warm", &[1])).contains("unknown key pattern"));
         assert!(error(options("named-lock", "hot", &[0])).contains("between 1 and 256"));
     }

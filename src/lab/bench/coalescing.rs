@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::sql_types::Text;
 
+use super::ServerCounters;
+use crate::bookings::BookingError;
 use crate::bookings::coalesce::Coalescer;
-use crate::bookings::model::BookingDate;
+use crate::bookings::model::{BookingDate, Reservation};
 use crate::bookings::service;
 use crate::config::Config;
 use crate::db::{self, DbPool, ScratchDatabase};
@@ -27,7 +28,7 @@ use crate::locking::{LockQueue, Turn};
 const USERS: i64 = 200_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Path {
+pub(super) enum Path {
     /// Every client at the server at once, as before the per-key queue (`Turn::alone`).
     Unqueued,
     /// The per-key queue: one request per day at the server, one booking per transaction.
@@ -38,7 +39,7 @@ enum Path {
 impl Path {
     const ALL: [Path; 3] = [Path::Unqueued, Path::OneAtATime, Path::Coalesced];
 
-    fn label(self) -> &'static str {
+    pub(super) fn label(self) -> &'static str {
         match self {
             Path::Unqueued => "unqueued",
             Path::OneAtATime => "one at a time",
@@ -63,7 +64,7 @@ pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> 
     let bench_config = Config { pool_size: config.pool_size, ..Config::for_database(&scratch.url) };
     let pool = db::build_pool(&bench_config)?;
     db::run_migrations(&pool)?;
-    let resource = prepare(&mut *pool.get()?)?;
+    let resource = prepare(&mut *pool.get()?, USERS)?;
     let next_user = Arc::new(AtomicI64::new(1));
     let duration = Duration::from_secs(seconds);
 
@@ -82,37 +83,59 @@ pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn prepare(conn: &mut MysqlConnection) -> anyhow::Result<i64> {
+/// `users` users (ids 1…`users`, no password) and a resource with room for all of them on any day.
+pub(super) fn prepare(conn: &mut MysqlConnection, users: i64) -> anyhow::Result<i64> {
     // The recursion limit of a CTE is `cte_max_recursion_depth` on MySQL and
     // `max_recursive_iterations` on MariaDB.
-    conn.batch_execute(&format!("SET SESSION cte_max_recursion_depth = {USERS}"))
-        .or_else(|_| conn.batch_execute(&format!("SET SESSION max_recursive_iterations = {USERS}")))?;
+    conn.batch_execute(&format!("SET SESSION cte_max_recursion_depth = {users}"))
+        .or_else(|_| conn.batch_execute(&format!("SET SESSION max_recursive_iterations = {users}")))?;
     conn.batch_execute(&format!(
         "INSERT INTO users (username, display_name, password_hash, role) \
-           WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {USERS}) \
+           WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {users}) \
            SELECT CONCAT('b', i), CONCAT('b', i), '-', 'customer' FROM n; \
          INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 1000000)"
     ))?;
     Ok(db::last_insert_id(conn)?)
 }
 
-#[derive(QueryableByName)]
-struct Status {
-    #[diesel(sql_type = Text, column_name = "Variable_name")]
-    name: String,
-    #[diesel(sql_type = Text, column_name = "Value")]
-    value: String,
+/// What a booking request runs, path by path, with the instance's queue and coalescer.
+#[derive(Clone)]
+pub(super) struct Booker {
+    pool: DbPool,
+    locks: Arc<LockQueue>,
+    coalescer: Arc<Coalescer>,
+    wait: Duration,
 }
 
-/// (statements, commits) the server has run since it started.
-fn server_counters(pool: &DbPool) -> anyhow::Result<(u64, u64)> {
-    let rows: Vec<Status> =
-        diesel::sql_query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit')")
-            .load(&mut *pool.get()?)?;
-    let value = |name: &str| rows.iter().find(|r| r.name == name).and_then(|r| r.value.parse::<u64>().ok());
-    // Questions: every statement clients sent, prepared executions included (not the
-    // prepares and closes themselves).
-    Ok((value("Questions").unwrap_or(0), value("Com_commit").unwrap_or(0)))
+impl Booker {
+    pub(super) fn new(pool: &DbPool, config: &Config) -> Self {
+        Self {
+            pool: pool.clone(),
+            locks: Arc::new(LockQueue::new(config.lock_waiters_max)),
+            coalescer: Arc::new(Coalescer::default()),
+            wait: config.lock_wait,
+        }
+    }
+
+    /// One booking, as a request on `path` makes it: off the async executor where it blocks.
+    pub(super) async fn book(
+        &self,
+        path: Path,
+        user: i64,
+        resource: i64,
+        day: BookingDate,
+    ) -> Result<Reservation, BookingError> {
+        let (pool, wait, name) =
+            (self.pool.clone(), self.wait, self.pool.names().booking(resource, day.day()));
+        let turn = match path {
+            Path::Coalesced => {
+                return self.coalescer.book(&pool, &self.locks, wait, user, resource, day).await;
+            }
+            Path::Unqueued => Turn::alone(name, wait),
+            Path::OneAtATime => self.locks.turn(name, wait).await?,
+        };
+        actix_web::web::block(move || service::book(&pool, turn, user, resource, day)).await?
+    }
 }
 
 #[expect(clippy::too_many_arguments, reason = "one measurement's inputs, passed once")]
@@ -126,71 +149,39 @@ fn measure(
     clients: usize,
     duration: Duration,
 ) -> anyhow::Result<Measured> {
-    let (statements_before, commits_before) = server_counters(pool)?;
+    let before = ServerCounters::read(pool)?;
     let (booked, busy) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let started = Instant::now();
-    actix_web::rt::System::new().block_on({
-        let (pool, booked, busy, next_user) = (pool.clone(), booked.clone(), busy.clone(), next_user.clone());
-        let (locks, coalescer, wait) = (
-            Arc::new(LockQueue::new(config.lock_waiters_max)),
-            Arc::new(Coalescer::default()),
-            config.lock_wait,
-        );
-        async move {
-            let tasks = (0..clients).map(|_| {
-                let (pool, booked, busy, next_user) =
-                    (pool.clone(), booked.clone(), busy.clone(), next_user.clone());
-                let (locks, coalescer) = (locks.clone(), coalescer.clone());
-                actix_web::rt::spawn(async move {
-                    let end = Instant::now() + duration;
-                    while Instant::now() < end {
-                        let user = next_user.fetch_add(1, Ordering::Relaxed);
-                        if user > USERS {
-                            break;
-                        }
-                        let answer = match path {
-                            Path::Coalesced => coalescer.book(&pool, &locks, wait, user, resource, day).await,
-                            Path::Unqueued => {
-                                let (pool, name) = (pool.clone(), pool.names().booking(resource, day.day()));
-                                actix_web::web::block(move || {
-                                    service::book(&pool, Turn::alone(name, wait), user, resource, day)
-                                })
-                                .await
-                                .unwrap_or_else(|e| Err(e.into()))
-                            }
-                            Path::OneAtATime => {
-                                match locks.turn(pool.names().booking(resource, day.day()), wait).await {
-                                    Ok(turn) => {
-                                        let pool = pool.clone();
-                                        actix_web::web::block(move || {
-                                            service::book(&pool, turn, user, resource, day)
-                                        })
-                                        .await
-                                        .unwrap_or_else(|e| Err(e.into()))
-                                    }
-                                    Err(e) => Err(e.into()),
-                                }
-                            }
-                        };
-                        let counter = if answer.is_ok() { &booked } else { &busy };
-                        counter.fetch_add(1, Ordering::Relaxed);
+    let booker = Booker::new(pool, config);
+    actix_web::rt::System::new().block_on(async {
+        let tasks = (0..clients).map(|_| {
+            let (booker, booked, busy, next_user) =
+                (booker.clone(), booked.clone(), busy.clone(), next_user.clone());
+            actix_web::rt::spawn(async move {
+                let end = Instant::now() + duration;
+                while Instant::now() < end {
+                    let user = next_user.fetch_add(1, Ordering::Relaxed);
+                    if user > USERS {
+                        break;
                     }
-                })
-            });
-            futures_util::future::join_all(tasks).await;
-        }
+                    let answer = booker.book(path, user, resource, day).await;
+                    let counter = if answer.is_ok() { &booked } else { &busy };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        });
+        futures_util::future::join_all(tasks).await;
     });
     let elapsed = started.elapsed().as_secs_f64();
-    let (statements_after, commits_after) = server_counters(pool)?;
+    let done = ServerCounters::read(pool)?.since(&before);
     let booked = booked.load(Ordering::Relaxed);
     Ok(Measured {
         path,
         booked,
         busy: busy.load(Ordering::Relaxed),
         per_second: booked as f64 / elapsed,
-        statements_per_booking: statements_after.saturating_sub(statements_before) as f64
-            / booked.max(1) as f64,
-        commits_per_booking: commits_after.saturating_sub(commits_before) as f64 / booked.max(1) as f64,
+        statements_per_booking: done.statements as f64 / booked.max(1) as f64,
+        commits_per_booking: done.commits as f64 / booked.max(1) as f64,
     })
 }
 
