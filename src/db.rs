@@ -47,13 +47,14 @@ impl DbPool {
     /// The wait is taken in slices of at most `OUTAGE_WAIT`, so that a checkout that began just
     /// before the server went away stops waiting as soon as the pool has noticed, instead of
     /// sitting out the whole pool timeout.
-    pub fn get(&self) -> Result<PooledConn, diesel::r2d2::PoolError> {
+    pub fn get(&self) -> Result<PooledConn, CheckoutError> {
         let end = Instant::now() + self.timeout;
         loop {
             let left = end.saturating_duration_since(Instant::now());
             match self.pool.get_timeout(left.min(OUTAGE_WAIT)) {
                 Ok(conn) => return Ok(conn),
-                Err(e) if self.health.is_down() || left <= OUTAGE_WAIT => return Err(e),
+                Err(e) if self.health.is_down() => return Err(CheckoutError::Down(e)),
+                Err(e) if left <= OUTAGE_WAIT => return Err(CheckoutError::Busy(e)),
                 Err(_) => continue,
             }
         }
@@ -71,6 +72,18 @@ impl DbPool {
     pub fn max_size(&self) -> u32 {
         self.pool.max_size()
     }
+}
+
+/// Why [`DbPool::get`] gave no connection: the two call for different answers (503 `busy`, try
+/// again in a moment; 503 `unavailable`, the database is down).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckoutError {
+    /// Every connection stayed in use for the whole `POOL_TIMEOUT_SECS`.
+    #[error("no database connection was free in time: {0}")]
+    Busy(diesel::r2d2::PoolError),
+    /// The server is unreachable: the pool's last connect, or a checkout's test, failed.
+    #[error("the database server is unreachable: {0}")]
+    Down(diesel::r2d2::PoolError),
 }
 
 #[derive(Debug, Default)]

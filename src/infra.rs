@@ -12,7 +12,7 @@
 //! | named lock not granted within its wait (`GET_LOCK` answered 0) | 503 `busy` + `Retry-After` |
 //! | deadlock (1213) or row lock wait timeout (1205) that reached the client | 503 `busy` + `Retry-After` |
 //! | no pooled connection within `POOL_TIMEOUT_SECS` | 503 `busy` + `Retry-After` |
-//! | the connection to the server was lost, or the server is going away | 503 `unavailable` + `Retry-After` |
+//! | the connection to the server was lost, the server is going away, or the pool cannot reach it | 503 `unavailable` + `Retry-After` |
 //! | anything else (a bug, a broken invariant) | 500, cause chain logged, nothing sent |
 //!
 //! A feature's `impl AsProblem` ends with `Self::Infra(e) => e.problem()`; the
@@ -21,6 +21,7 @@
 
 use diesel::result::{DatabaseErrorKind, Error as DbError};
 
+use crate::db::CheckoutError;
 use crate::locking::LockError;
 use crate::locking::retry::{LockConflict, MayConflict};
 use crate::web::error::Problem;
@@ -29,7 +30,7 @@ use crate::web::error::Problem;
 #[derive(Debug, thiserror::Error)]
 pub enum Infra {
     #[error(transparent)]
-    Pool(#[from] diesel::r2d2::PoolError),
+    Pool(#[from] CheckoutError),
     #[error(transparent)]
     Database(#[from] DbError),
     #[error(transparent)]
@@ -43,7 +44,9 @@ impl Infra {
     /// wrong with the app. Benchmarks and the demo count these apart from real failures.
     pub fn is_busy(&self) -> bool {
         match self {
-            Self::Pool(_) | Self::Lock(LockError::TimedOut { .. } | LockError::Crowded { .. }) => true,
+            Self::Pool(CheckoutError::Busy(_))
+            | Self::Lock(LockError::TimedOut { .. } | LockError::Crowded { .. }) => true,
+            Self::Pool(CheckoutError::Down(_)) => false,
             Self::Database(e) => e.lock_conflict().is_some(),
             Self::Lock(LockError::Failed { .. }) | Self::Blocking(_) => false,
         }
@@ -54,8 +57,9 @@ impl Infra {
         match self {
             Self::Database(e) => lost_connection(e),
             Self::Lock(LockError::Failed { source: Some(e), .. }) => lost_connection(e),
+            Self::Pool(CheckoutError::Down(_)) => true,
             // r2d2 reports why its last connect failed in the checkout error's text.
-            Self::Pool(e) => mentions_lost_connection(&e.to_string()),
+            Self::Pool(CheckoutError::Busy(e)) => mentions_lost_connection(&e.to_string()),
             _ => false,
         }
     }
@@ -130,7 +134,7 @@ fn mentions_lost_connection(message: &str) -> bool {
 /// infrastructure failure (so `?` works on each) and its `ResponseError` through `AsProblem`.
 macro_rules! infra_error {
     ($error:ty) => {
-        $crate::infra::infra_error!(@from $error, diesel::r2d2::PoolError);
+        $crate::infra::infra_error!(@from $error, $crate::db::CheckoutError);
         $crate::infra::infra_error!(@from $error, diesel::result::Error);
         $crate::infra::infra_error!(@from $error, actix_web::error::BlockingError);
         $crate::infra::infra_error!(@from $error, $crate::locking::LockError);

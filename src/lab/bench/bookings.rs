@@ -386,6 +386,10 @@ async fn log_in(base: &str, users: &[i64]) -> anyhow::Result<Vec<reqwest::Client
             .cookie_store(true)
             .timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(1)
+            // actix closes a connection idle for 5 s (its keep-alive); a client reusing one
+            // just then gets "error sending request". Between cells a client idles longer, so
+            // it lets go of its connection first.
+            .pool_idle_timeout(Duration::from_secs(2))
             .build()?;
         let response = client
             .post(format!("{base}/api/v1/session"))
