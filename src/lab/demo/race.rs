@@ -3,7 +3,11 @@
 //!
 //! Round `r` books day `first_day + r` of a fresh demo resource of capacity 1. Every client waits
 //! at a barrier, so all of a round's attempts start together; a client's attempt is one call of
-//! the strategy, timed from the pool checkout to its answer.
+//! the strategy, timed from its queue (or pool checkout) to its answer.
+//!
+//! While the clients run, a bystander makes a request that needs no lock (a connection from the
+//! race's pool and `SELECT 1`) every few milliseconds and samples how many connections the
+//! clients hold: the contention that leaks out of a strategy into the rest of an app.
 //!
 //! Each strategy runs on a pool of its own, as large as the app's (`POOL_SIZE`) or the number of
 //! clients if smaller: the pool-pitfall strategy leaves locks held by idle pooled sessions, and

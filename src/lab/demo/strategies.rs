@@ -294,7 +294,7 @@ fn named_lock(mut a: Attempt<'_>) -> Result<Answer, DemoError> {
 /// 32, in arrival order) under one lock, in one transaction with one commit. Each client gets
 /// the answer it would have got alone in that order. Should a batch fail as a whole, its
 /// clients go on one by one as `named-lock`.
-fn named_lock_coalesced(a: Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+fn named_lock_coalesced(mut a: Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
     let Queue::Lanes(lanes) = a.queue else { return Err(DemoError::RaceOnly(Strategy::NamedLockCoalesced)) };
     let name = lock_name(a.pool.names(), a.resource_id, a.day);
     let deadline = Instant::now() + a.lock_wait;
@@ -329,7 +329,10 @@ fn named_lock_coalesced(a: Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoE
     });
     match decided {
         Decided::Answer(answer) => answer,
-        Decided::Alone => named_lock(a),
+        Decided::Alone => {
+            a.lock_wait = deadline.saturating_duration_since(Instant::now());
+            named_lock(a)
+        }
     }
 }
 
