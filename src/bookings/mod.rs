@@ -17,6 +17,7 @@ use chrono::NaiveDate;
 
 use crate::infra::{Infra, infra_error};
 use crate::web::error::{AsProblem, Problem};
+use crate::web::input::{FIRST_DAY, LAST_DAY};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BookingError {
@@ -51,9 +52,12 @@ impl AsProblem for BookingError {
         use StatusCode as S;
         let invalid = |code, message: String| Problem::new(S::UNPROCESSABLE_ENTITY, code, message);
         match self {
-            Self::InvalidDate(given) => {
-                invalid("invalid_date", format!("{given:?} is not a date; use YYYY-MM-DD, e.g. 2026-12-24."))
-            }
+            Self::InvalidDate(given) => invalid(
+                "invalid_date",
+                format!(
+                    "{given:?} is not a date between {FIRST_DAY} and {LAST_DAY}; use YYYY-MM-DD, e.g. 2026-12-24."
+                ),
+            ),
             Self::PastDate(day) => {
                 invalid("past_date", format!("{day} is in the past; pick today or a later day."))
             }

@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::BookingError;
 use crate::db::text_enum;
 use crate::schema::reservations;
+use crate::web::input::{parse_day, quoted};
 
 text_enum! {
     pub enum ReservationStatus {
@@ -51,10 +52,7 @@ pub struct BookingDate(NaiveDate);
 
 impl BookingDate {
     pub fn parse(input: &str, today: NaiveDate) -> Result<Self, BookingError> {
-        let day = NaiveDate::parse_from_str(input.trim(), "%Y-%m-%d")
-            .ok()
-            .filter(|_| input.trim().len() == 10)
-            .ok_or_else(|| BookingError::InvalidDate(input.chars().take(40).collect()))?;
+        let day = parse_day(input).ok_or_else(|| BookingError::InvalidDate(quoted(input)))?;
         if day < today {
             return Err(BookingError::PastDate(day));
         }
@@ -90,7 +88,9 @@ mod tests {
 
     #[test]
     fn malformed_past_and_far_dates_are_refused_with_their_reason() {
-        for bad in ["2026-02-30", "23/11/2026", "2026-11-23T10:00", "", "2026-1-5", "+2026-11-23"] {
+        for bad in
+            ["2026-02-30", "23/11/2026", "2026-11-23T10:00", "", "2026-1-5", "+2026-11-23", "+262142-12-18"]
+        {
             assert!(matches!(BookingDate::parse(bad, today()), Err(BookingError::InvalidDate(_))), "{bad}");
         }
         assert!(matches!(BookingDate::parse("2026-11-22", today()), Err(BookingError::PastDate(_))));

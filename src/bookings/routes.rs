@@ -14,6 +14,7 @@ use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::resources::Resource;
 use crate::web::error::ErrorBody;
+use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -63,8 +64,7 @@ impl FromQuery {
     fn start(&self) -> Result<NaiveDate, BookingError> {
         match self.from.as_deref() {
             None | Some("") => Ok(service::today()),
-            Some(text) => NaiveDate::parse_from_str(text, "%Y-%m-%d")
-                .map_err(|_| BookingError::InvalidDate(text.chars().take(40).collect())),
+            Some(text) => parse_day(text).ok_or_else(|| BookingError::InvalidDate(quoted(text))),
         }
     }
 }
@@ -99,8 +99,9 @@ async fn resource_page(
         resource,
         days,
         today: service::today(),
-        previous: from - step,
-        next: from + step,
+        // Within chrono's range for any accepted `from`; clamped so the links stay accepted too.
+        previous: (from - step).max(FIRST_DAY),
+        next: (from + step).min(LAST_DAY),
     })?)
 }
 

@@ -1,6 +1,7 @@
 //! What every feature's routes share: the app state, error mapping, page context.
 
 pub mod error;
+pub mod input;
 
 use std::future::{Ready, ready};
 use std::sync::Arc;

@@ -303,6 +303,8 @@ async fn one_booking_endpoint_serves_the_correct_strategies_and_refuses_the_race
         (json!({"strategy": "named-lock", "resource_id": 999_999, "date": day}), "unknown_resource"),
         (json!({"strategy": "named-lock", "resource_id": 0, "date": day}), "invalid_input"),
         (json!({"strategy": "named-lock", "resource_id": 1, "date": "tomorrow"}), "invalid_input"),
+        (json!({"strategy": "named-lock", "resource_id": 1, "date": "+262142-12-18"}), "invalid_input"),
+        (json!({"strategy": "named-lock", "resource_id": 1, "date": "-0001-01-01"}), "invalid_input"),
     ] {
         let response = client.post_json("/api/v1/demo/bookings", &body).await;
         assert_eq!(response.status(), 422, "{body}");

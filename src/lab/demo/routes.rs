@@ -15,6 +15,7 @@ use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::web::error::ErrorBody;
+use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -302,11 +303,11 @@ async fn book_json(
     if body.resource_id <= 0 {
         return Err(DemoError::Invalid { field: "resource_id", message: "must be a positive number".into() });
     }
-    let day = NaiveDate::parse_from_str(body.date.trim(), "%Y-%m-%d").map_err(|_| DemoError::Invalid {
+    let day = parse_day(&body.date).ok_or_else(|| DemoError::Invalid {
         field: "date",
         message: format!(
-            "{:?} is not a date; use YYYY-MM-DD",
-            body.date.chars().take(40).collect::<String>()
+            "{:?} is not a date between {FIRST_DAY} and {LAST_DAY}; use YYYY-MM-DD",
+            quoted(&body.date)
         ),
     })?;
     let (pool, lock_wait, resource_id) = (state.pool.clone(), state.config.lock_wait, body.resource_id);

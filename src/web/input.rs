@@ -1,0 +1,84 @@
+//! Values that enter from a URL, a form or a JSON body, parsed strictly and once.
+//!
+//! chrono's `%Y` accepts signed years of any width (`+262142-12-18`, `-0001-01-01`), and adding
+//! days to a date near chrono's own limits panics. So a day from outside is read in exactly one
+//! shape, `YYYY-MM-DD`, and only within [`FIRST_DAY`]..=[`LAST_DAY`]: MySQL's `DATE` range,
+//! less a margin at the end for the pages that add weeks to the day they were given. Anything
+//! else is refused with a 4xx naming the field, never a panic or a 500.
+
+use chrono::NaiveDate;
+
+/// The earliest day accepted from outside: the start of MySQL's `DATE` range.
+pub const FIRST_DAY: NaiveDate = match NaiveDate::from_ymd_opt(1000, 1, 1) {
+    Some(day) => day,
+    None => NaiveDate::MIN,
+};
+
+/// The latest day accepted from outside: MySQL's `DATE` range ends on 9999-12-31, and a page
+/// may show up to 62 days from the one it was given.
+pub const LAST_DAY: NaiveDate = match NaiveDate::from_ymd_opt(9999, 10, 31) {
+    Some(day) => day,
+    None => NaiveDate::MAX,
+};
+
+/// `text` as a day, if it is exactly `YYYY-MM-DD` (surrounding spaces aside), a real calendar
+/// date, and within [`FIRST_DAY`]..=[`LAST_DAY`].
+pub fn parse_day(text: &str) -> Option<NaiveDate> {
+    let text = text.trim();
+    let shape_ok = text.len() == 10
+        && text
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
+    if !shape_ok {
+        return None;
+    }
+    NaiveDate::parse_from_str(text, "%Y-%m-%d").ok().filter(|day| (FIRST_DAY..=LAST_DAY).contains(day))
+}
+
+/// `text` cut to a length fit to quote back in an error message.
+pub fn quoted(text: &str) -> String {
+    text.chars().take(40).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_iso_days_within_the_range_are_read() {
+        assert_eq!(parse_day("2026-11-23"), NaiveDate::from_ymd_opt(2026, 11, 23));
+        assert_eq!(parse_day(" 2026-11-23 "), NaiveDate::from_ymd_opt(2026, 11, 23));
+        assert_eq!(parse_day("1000-01-01"), Some(FIRST_DAY));
+        assert_eq!(parse_day("9999-10-31"), Some(LAST_DAY));
+        for bad in [
+            "+262142-12-18",
+            "+262142-12-25",
+            "-0001-01-01",
+            "+2026-11-23",
+            "0999-12-31",
+            "9999-11-01",
+            "9999-12-31",
+            "2026-02-30",
+            "2026-1-5",
+            "2026-11-23T10:00",
+            "2026/11/23",
+            "２０２６-11-23",
+            "",
+            "tomorrow",
+        ] {
+            assert_eq!(parse_day(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_page_of_days_from_any_accepted_day_stays_within_chrono_and_mysql() {
+        let step = chrono::Days::new(62);
+        assert!(
+            LAST_DAY
+                .checked_add_days(step)
+                .is_some_and(|d| d <= NaiveDate::from_ymd_opt(9999, 12, 31).expect("day"))
+        );
+        assert!(FIRST_DAY.checked_sub_days(step).is_some());
+    }
+}
