@@ -16,7 +16,7 @@ pub const FIRST_DAY: NaiveDate = match NaiveDate::from_ymd_opt(1000, 1, 1) {
 
 /// The latest day accepted from outside: MySQL's `DATE` range ends on 9999-12-31, and a page
 /// may show up to 62 days from the one it was given.
-pub const LAST_DAY: NaiveDate = match NaiveDate::from_ymd_opt(9999, 10, 31) {
+pub const LAST_DAY: NaiveDate = match NaiveDate::from_ymd_opt(9999, 10, 30) {
     Some(day) => day,
     None => NaiveDate::MAX,
 };
@@ -50,14 +50,14 @@ mod tests {
         assert_eq!(parse_day("2026-11-23"), NaiveDate::from_ymd_opt(2026, 11, 23));
         assert_eq!(parse_day(" 2026-11-23 "), NaiveDate::from_ymd_opt(2026, 11, 23));
         assert_eq!(parse_day("1000-01-01"), Some(FIRST_DAY));
-        assert_eq!(parse_day("9999-10-31"), Some(LAST_DAY));
+        assert_eq!(parse_day("9999-10-30"), Some(LAST_DAY));
         for bad in [
             "+262142-12-18",
             "+262142-12-25",
             "-0001-01-01",
             "+2026-11-23",
             "0999-12-31",
-            "9999-11-01",
+            "9999-10-31",
             "9999-12-31",
             "2026-02-30",
             "2026-1-5",

@@ -106,10 +106,69 @@ pub fn see_other(location: &str) -> HttpResponse {
     HttpResponse::SeeOther().insert_header((actix_web::http::header::LOCATION, location.to_string())).finish()
 }
 
-/// Only same-site paths are followed after login (no open redirect to `//evil.example`).
+/// The pages a login may send the browser back to (the first segment of the path; "" is `/`).
+const RETURN_PAGES: &[&str] = &["", "resources", "bookings", "products", "orders", "stock", "admin", "demo"];
+
+/// Where to go after login: `next` if it is one of this app's pages, else `/`.
+///
+/// Browsers drop tabs and newlines inside a URL and read `\` as `/`, so `/\t/evil.example`
+/// arrives as `//evil.example`, another site. Rather than spot each trick, only a plain path
+/// passes: a page of [`RETURN_PAGES`], segments of letters, digits and `-_.~` (no empty or `..`
+/// segment), and an optional query of the same characters plus `=` and `&`. `next` has already
+/// been percent-decoded once, so an encoded trick (`%2F%2F`, `%5C`, `%0D%0A`) shows up as the
+/// character itself, and a doubly encoded one as a `%`: both are refused.
 pub fn local_path(next: Option<&str>) -> &str {
-    match next {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.starts_with("/\\") => p,
-        _ => "/",
+    next.filter(|target| is_return_page(target)).unwrap_or("/")
+}
+
+fn is_return_page(target: &str) -> bool {
+    let plain = |c: char, extra: &str| c.is_ascii_alphanumeric() || "-_.~".contains(c) || extra.contains(c);
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let Some(rest) = path.strip_prefix('/') else { return false };
+    let segments: Vec<&str> = if rest.is_empty() { vec![""] } else { rest.split('/').collect() };
+    target.len() <= 512
+        && RETURN_PAGES.contains(&segments[0])
+        && (rest.is_empty()
+            || segments.iter().all(|s| !s.is_empty() && *s != ".." && s.chars().all(|c| plain(c, ""))))
+        && query.chars().all(|c| plain(c, "=&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_path;
+
+    #[test]
+    fn only_the_apps_own_pages_are_returned_to_after_login() {
+        for fine in [
+            "/",
+            "/resources/3",
+            "/resources/3?from=2026-12-01",
+            "/bookings",
+            "/admin/locks",
+            "/products/7/edit",
+        ] {
+            assert_eq!(local_path(Some(fine)), fine);
+        }
+        for trick in [
+            "//evil.example/",
+            "/\\evil.example",
+            "/\t/evil.example",
+            "/%09/evil.example",
+            "/%2F%2Fevil.example",
+            "/%5Cevil.example",
+            "/resources\r\nLocation: https://evil.example",
+            "/resources/%0d%0a",
+            "https://evil.example/",
+            "evil.example",
+            "/resources//evil.example",
+            "/resources/../../evil",
+            "/api/v1/session",
+            "/logout",
+            "/resources?next=//evil.example",
+            "",
+        ] {
+            assert_eq!(local_path(Some(trick)), "/", "{trick:?}");
+        }
+        assert_eq!(local_path(None), "/");
     }
 }

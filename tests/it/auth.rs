@@ -77,6 +77,38 @@ async fn the_login_form_needs_its_csrf_token_and_only_redirects_within_the_site(
     assert_eq!(browser.get("/api/v1/session").await.status(), 401);
 }
 
+/// Each way a `next` has been used to leave the site after login lands on `/`; the app's own
+/// pages are returned to. The form sends `next` percent-encoded, so each trick reaches the
+/// server exactly as a crafted link would deliver it.
+#[actix_web::test]
+async fn login_returns_only_to_the_apps_own_pages() {
+    let app = TestApp::spawn().await;
+    app.user("ivan", Role::Customer);
+    for (next, expected) in [
+        ("/%09/evil.example", "/"),
+        ("/\t/evil.example", "/"),
+        ("/\\evil.example", "/"),
+        ("/%5Cevil.example", "/"),
+        ("%2F%2Fevil.example", "/"),
+        ("/%2F%2Fevil.example", "/"),
+        ("//evil.example", "/"),
+        ("/resources\r\nSet-Cookie: x=1", "/"),
+        ("https://evil.example", "/"),
+        ("/resources/1?from=2026-12-01", "/resources/1?from=2026-12-01"),
+    ] {
+        let browser = app.client(0);
+        let token = browser.csrf_token("/login").await;
+        let response = browser
+            .post_form(
+                "/login",
+                &[("csrf_token", &token), ("username", "ivan"), ("password", PASSWORD), ("next", next)],
+            )
+            .await;
+        assert_eq!(response.status(), 303, "{next:?}");
+        assert_eq!(response.headers()["location"], expected, "{next:?}");
+    }
+}
+
 #[cfg(feature = "lab")]
 #[actix_web::test]
 async fn demo_accounts_are_listed_on_the_login_page_only_when_seeded() {
