@@ -89,7 +89,7 @@ impl Application {
             let app = App::new().app_data(state.clone());
             #[cfg(feature = "lab")]
             let app = app.app_data(race_slot.clone());
-            app.app_data(error::json_config())
+            app.app_data(error::json_config(error::BODY_LIMIT))
                 .app_data(error::path_config())
                 .app_data(error::query_config())
                 .app_data(aweb::PayloadConfig::new(error::BODY_LIMIT))

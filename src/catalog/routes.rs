@@ -12,23 +12,37 @@ use super::service::{self, ProductWithStock};
 use super::{CatalogError, etag};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
-use crate::web::error::{ErrorBody, respond};
+use crate::web::error::{BODY_LIMIT, ErrorBody, json_config, respond};
+use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(products_json, product_json, patch_json))]
 pub struct Api;
-use crate::web::{AppState, PageContext, blocking, html, see_other};
+
+/// The most bytes one description can take on the wire: a character is at most 4 bytes of
+/// UTF-8, 12 once percent-encoded in a form or escaped as a surrogate pair in JSON.
+const DESCRIPTION_MAX_BYTES: usize = edit::DESCRIPTION_MAX_CHARS * 12;
+
+/// The edit form and the conflict screen post the description twice (the base it was edited
+/// from, and mine or the merge); the app's usual 16 KB would refuse a long description the
+/// editor itself accepts.
+const EDIT_FORM_LIMIT: usize = 2 * DESCRIPTION_MAX_BYTES + BODY_LIMIT;
+
+/// A PATCH carries the description once.
+const PATCH_LIMIT: usize = DESCRIPTION_MAX_BYTES + BODY_LIMIT;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/products", web::get().to(products_page))
         .service(
             web::resource("/products/{id}/edit")
+                .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
                 .route(web::get().to(edit_page))
                 .route(web::post().to(edit_form)),
         )
         .route("/api/v1/products", web::get().to(products_json))
         .service(
             web::resource("/api/v1/products/{id}")
+                .app_data(json_config(PATCH_LIMIT))
                 .route(web::get().to(product_json))
                 .route(web::patch().to(patch_json)),
         );

@@ -182,11 +182,12 @@ http_error!(RequestError);
 /// The largest JSON or form body any endpoint accepts.
 pub const BODY_LIMIT: usize = 16 * 1024;
 
-pub fn json_config() -> actix_web::web::JsonConfig {
+/// JSON bodies up to `limit` bytes (most routes: [`BODY_LIMIT`]), with errors a person can read.
+pub fn json_config(limit: usize) -> actix_web::web::JsonConfig {
     use actix_web::error::JsonPayloadError as E;
-    actix_web::web::JsonConfig::default().limit(BODY_LIMIT).error_handler(|err, _req| {
+    actix_web::web::JsonConfig::default().limit(limit).error_handler(move |err, _req| {
         match err {
-            E::OverflowKnownLength { .. } | E::Overflow { .. } => RequestError::TooLarge(BODY_LIMIT),
+            E::OverflowKnownLength { .. } | E::Overflow { .. } => RequestError::TooLarge(limit),
             E::ContentType => RequestError::UnsupportedMediaType("application/json"),
             E::Deserialize(e) => RequestError::MalformedBody(e.to_string()),
             other => RequestError::MalformedBody(other.to_string()),

@@ -140,6 +140,53 @@ async fn the_second_of_two_saves_from_the_same_version_gets_the_conflict_screen_
     assert_eq!(row(&app, id), ("Iron kettle".into(), dave_typed.into(), 1800, 3));
 }
 
+/// The longest description the editor accepts, in the widest characters (4 bytes of UTF-8, 12
+/// percent-encoded), goes through the conflict screen, which shows it three times (base, mine,
+/// theirs: 30 000 characters) and posts it twice (about 240 KB of form), and through a PATCH.
+#[actix_web::test]
+async fn a_description_of_the_maximum_length_survives_the_conflict_screen_and_the_api() {
+    let app = TestApp::spawn().await;
+    let id = app.product("HOKKE", 900, 0);
+    app.user("erin", Role::Staff);
+    app.user("frank", Role::Staff);
+    let (erin, frank) = (browser_login(&app, "erin").await, browser_login(&app, "frank").await);
+    let max = haita::catalog::edit::DESCRIPTION_MAX_CHARS;
+    let (base, theirs, mine) = ("鰤".repeat(max), "𩸽".repeat(max), "𠮷".repeat(max));
+    let first = edit_form_fields(&erin, id).await;
+    let saved =
+        post(&erin, id, &with(first, &[("name", "HOKKE"), ("description", &base), ("price", "9.00")])).await;
+    assert_eq!(saved.status(), 303, "the longest description is accepted by the editor");
+
+    let (erin_form, frank_form) = (edit_form_fields(&erin, id).await, edit_form_fields(&frank, id).await);
+    let saved =
+        post(&erin, id, &with(erin_form, &[("name", "HOKKE"), ("description", &theirs), ("price", "9.00")]))
+            .await;
+    assert_eq!(saved.status(), 303);
+    let stale =
+        post(&frank, id, &with(frank_form, &[("name", "HOKKE"), ("description", &mine), ("price", "9.00")]))
+            .await;
+    assert_eq!(stale.status(), 409, "both changed the description: the conflict screen");
+    let page = stale.text().await.expect("page");
+    let keep_mine = with(hidden_fields(&page), &[("choose_description", "mine")]);
+    let posted: usize = keep_mine.iter().map(|(_, v)| v.chars().count()).sum();
+    assert!(posted >= 2 * max, "the screen posts the description twice: {posted} characters");
+    let resolved = post(&frank, id, &keep_mine).await;
+    assert_eq!(resolved.status(), 303, "{}", resolved.text().await.unwrap_or_default());
+    assert_eq!(row(&app, id).1, mine);
+
+    let url = frank.url(&format!("/api/v1/products/{id}"));
+    let patched = frank
+        .http
+        .patch(&url)
+        .header("if-match", "\"v4\"")
+        .json(&json!({"description": theirs}))
+        .send()
+        .await
+        .expect("PATCH");
+    assert_eq!(patched.status(), 200, "{}", patched.text().await.unwrap_or_default());
+    assert_eq!(row(&app, id).1, theirs);
+}
+
 #[actix_web::test]
 async fn invalid_input_on_the_edit_form_is_shown_back_with_every_field_kept() {
     let app = TestApp::spawn().await;
