@@ -15,7 +15,7 @@ pub struct ConfigError {
     reason: String,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     /// `mysql://user:password@host:port/database`.
     pub database_url: String,
@@ -53,6 +53,48 @@ pub struct Config {
     pub cookie_secure: bool,
     /// HTTP worker threads; `None` = one per core.
     pub workers: Option<usize>,
+}
+
+/// Everything but the secrets, so a logged or printed `Config` leaks neither the database
+/// password nor the session key. The destructuring lists every field: a new one does not
+/// compile until someone decides whether it may be shown.
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            database_url,
+            bind,
+            pool_size,
+            pool_timeout,
+            lock_wait,
+            lock_waiters_max,
+            row_lock_wait_secs,
+            coalesce_bookings,
+            hashing_slots,
+            login_attempts_per_username,
+            login_attempts_per_address,
+            edit_lock_ttl,
+            session_key,
+            cookie_secure,
+            workers,
+        } = self;
+        f.debug_struct("Config")
+            .field("database_url", &crate::db::redact(database_url))
+            .field("bind", bind)
+            .field("pool_size", pool_size)
+            .field("pool_timeout", pool_timeout)
+            .field("lock_wait", lock_wait)
+            .field("lock_waiters_max", lock_waiters_max)
+            .field("row_lock_wait_secs", row_lock_wait_secs)
+            .field("coalesce_bookings", coalesce_bookings)
+            .field("hashing_slots", hashing_slots)
+            .field("login_attempts_per_username", login_attempts_per_username)
+            .field("login_attempts_per_address", login_attempts_per_address)
+            .field("edit_lock_ttl", edit_lock_ttl)
+            .field("session_key", &session_key.as_ref().map(|_| "[set, not shown]"))
+            .field("cookie_secure", cookie_secure)
+            .field("workers", workers)
+            .finish()
+    }
 }
 
 impl Config {
@@ -160,4 +202,23 @@ where
 
 fn secs(name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
     parse(name, default.as_secs(), |v| (0..=86_400).contains(&v)).map(Duration::from_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_the_password_and_the_session_key() {
+        let config = Config {
+            session_key: Some(b"0123456789abcdef-very-secret-session-key".to_vec()),
+            ..Config::for_database("mysql://app:s3cr3t-pw@db:3306/haita")
+        };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cr3t-pw") && !shown.contains("very-secret"), "{shown}");
+        assert!(
+            shown.contains("mysql://app:***@db:3306/haita") && shown.contains("[set, not shown]"),
+            "{shown}"
+        );
+    }
 }

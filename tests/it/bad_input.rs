@@ -365,3 +365,25 @@ async fn malformed_requests_get_a_clear_4xx_and_change_nothing() {
         assert_eq!(snapshot(&app), before, "{}: the database changed", case.what);
     }
 }
+
+/// Pages, API answers and errors alike carry a strict Content-Security-Policy; HSTS only when
+/// the app says it is served over HTTPS.
+#[actix_web::test]
+async fn every_answer_carries_the_security_headers_and_hsts_only_over_https() {
+    let plain = TestApp::spawn().await;
+    for path in ["/", "/api/v1/resources", "/no-such-page", "/api/v1/session"] {
+        let response = plain.client(0).get(path).await;
+        let csp =
+            response.headers().get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or("");
+        assert!(
+            csp.starts_with("default-src 'self'") && csp.contains("frame-ancestors 'none'"),
+            "{path}: {csp:?}"
+        );
+        assert!(response.headers().get("strict-transport-security").is_none(), "{path}: no HSTS over HTTP");
+    }
+    let https = TestApp::spawn_instances(1, |c| c.cookie_secure = true).await;
+    let response = https.client(0).get("/").await;
+    let hsts =
+        response.headers().get("strict-transport-security").and_then(|v| v.to_str().ok()).unwrap_or("");
+    assert!(hsts.starts_with("max-age=31536000"), "{hsts:?}");
+}
