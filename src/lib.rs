@@ -95,6 +95,7 @@ impl Application {
                 .app_data(aweb::PayloadConfig::new(error::BODY_LIMIT))
                 .configure(routes)
                 .default_service(aweb::to(error::not_found))
+                .wrap(actix_web::middleware::from_fn(crate::auth::csrf::json_only_api_writes))
                 .wrap(ErrorHandlers::new().default_handler(error::render_html_errors))
                 .wrap(
                     SessionMiddleware::builder(CookieSessionStore::default(), key.clone())

@@ -12,6 +12,9 @@
   var lost = document.getElementById("lock-lost");
   var status = document.getElementById("lock-status");
   var leaving = false; // set when Save or Cancel submits: they end the lock themselves
+  // The API takes a request that changes something only as JSON, even without a body: another
+  // site's page cannot send that header without the server's consent (CORS), so no CSRF token.
+  var JSON_HEADERS = { "Accept": "application/json", "Content-Type": "application/json" };
 
   function showLost(message) {
     lost.textContent = message + " Your input stays on this page; if you save, it will be shown back to you.";
@@ -20,7 +23,7 @@
   }
 
   var timer = setInterval(function () {
-    fetch(url, { method: "PUT", credentials: "same-origin", headers: { "Accept": "application/json" } })
+    fetch(url, { method: "PUT", credentials: "same-origin", headers: JSON_HEADERS })
       .then(function (response) {
         if (response.ok) return response.json().then(function (lock) { lastBeat = lock.heartbeat_at; });
         return response.json().then(function (problem) {
@@ -40,7 +43,8 @@
     clearInterval(timer);
     // keepalive lets the request outlive the page.
     var release = url + "?if_heartbeat=" + encodeURIComponent(lastBeat);
-    fetch(release, { method: "DELETE", credentials: "same-origin", keepalive: true }).catch(function () {});
+    fetch(release, { method: "DELETE", credentials: "same-origin", keepalive: true, headers: JSON_HEADERS })
+      .catch(function () {});
   });
 
   // Coming back through the back/forward cache: the lock was released on leave, so reload to

@@ -5,13 +5,18 @@
 //! whose field does not match, comparing in constant time. The check happens in the extractor,
 //! so a handler that takes a form cannot forget it.
 //!
-//! The JSON API needs no token: it accepts only `application/json` bodies (and DELETE), which a
-//! cross-site page cannot send without a CORS preflight that this app never approves; the
-//! session cookie is also `SameSite=Lax`.
+//! The JSON API needs no token: every request that changes something (POST, PUT, PATCH, DELETE
+//! under `/api/`) must say `Content-Type: application/json`, which a cross-site page cannot send
+//! without a CORS preflight that this app never approves ([`json_only_api_writes`]). That holds
+//! for the requests without a body too (taking an edit lock, releasing expired ones): a form
+//! or `fetch(…, {mode: "no-cors"})` on another site could otherwise send them as a "simple"
+//! request with the user's cookie. The session cookie is also `SameSite=Lax`.
 
 use actix_session::{Session, SessionExt};
-use actix_web::dev::Payload;
+use actix_web::body::MessageBody;
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header;
+use actix_web::middleware::Next;
 use actix_web::web::Bytes;
 use actix_web::{FromRequest, HttpRequest};
 use base64::Engine;
@@ -26,6 +31,29 @@ use super::AuthError;
 use crate::web::error::RequestError;
 
 const CSRF_KEY: &str = "csrf";
+
+/// Middleware: a state-changing `/api/` request without `Content-Type: application/json` is
+/// refused with 415 before it reaches a handler (see the module's comment).
+pub async fn json_only_api_writes(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    use actix_web::http::Method;
+    let writes = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
+    if writes && req.path().starts_with("/api/") && !is_json(req.headers()) {
+        return Err(RequestError::UnsupportedMediaType("application/json").into());
+    }
+    next.call(req).await
+}
+
+/// `application/json`, with or without parameters (`; charset=utf-8`).
+fn is_json(headers: &header::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
 
 /// 32 random bytes, URL-safe base64.
 pub fn random_token() -> String {

@@ -164,7 +164,10 @@ impl AsProblem for RequestError {
             Self::UnsupportedMediaType(expected) => Problem::new(
                 S::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
-                format!("Send the body as {expected}."),
+                format!(
+                    "Send Content-Type: {expected}. Requests that change something accept nothing else, \
+                     even without a body (send {{}} or nothing)."
+                ),
             ),
             Self::BadPath(detail) => {
                 Problem::new(S::NOT_FOUND, "not_found", format!("No such page: {detail}."))

@@ -21,10 +21,6 @@ async fn logged_in(app: &TestApp, name: &str, role: Role) -> (TestUser, Client) 
     (user, client)
 }
 
-async fn send(client: &Client, method: reqwest::Method, path: &str) -> reqwest::Response {
-    client.http.request(method, client.url(path)).send().await.expect("request")
-}
-
 async fn post_form(client: &Client, path: &str, fields: &[(&str, &str)]) -> reqwest::Response {
     let token = client.csrf_token("/").await;
     let mut form = vec![("csrf_token", token.as_str())];
@@ -98,7 +94,7 @@ async fn a_force_release_refuses_the_holders_save_shows_their_input_and_is_audit
         201
     );
     let path = format!("/api/v1/admin/edit-locks/{key}?reason=stuck%20client");
-    assert_eq!(send(&admin, reqwest::Method::DELETE, &path).await.status(), 200);
+    assert_eq!(admin.send(reqwest::Method::DELETE, &path).await.status(), 200);
     let patch = carol
         .http
         .patch(carol.url(&format!("/api/v1/resources/{resource}")))
@@ -107,7 +103,7 @@ async fn a_force_release_refuses_the_holders_save_shows_their_input_and_is_audit
         .await
         .expect("PATCH");
     assert_eq!((patch.status().as_u16(), error_code(patch).await.as_str()), (423, "edit_lock_not_held"));
-    assert_eq!(send(&admin, reqwest::Method::DELETE, &path).await.status(), 404, "nothing left to release");
+    assert_eq!(admin.send(reqwest::Method::DELETE, &path).await.status(), 404, "nothing left to release");
     assert_eq!(
         invariants::audit_actions(&app.db, &key),
         ["edit_lock.acquired", "edit_lock.force_released", "edit_lock.acquired", "edit_lock.force_released"]
@@ -145,7 +141,7 @@ async fn only_admins_reach_any_admin_route_or_action() {
             (reqwest::Method::POST, "/api/v1/admin/edit-locks/release-expired".to_string()),
             (reqwest::Method::DELETE, format!("/api/v1/admin/named-locks/{named}?reason=because")),
         ] {
-            let response = send(client, method.clone(), &path).await;
+            let response = client.send(method.clone(), &path).await;
             assert_eq!(
                 (response.status().as_u16(), error_code(response).await.as_str()),
                 (403, "forbidden"),
@@ -157,7 +153,8 @@ async fn only_admins_reach_any_admin_route_or_action() {
     assert_eq!(anonymous.get("/api/v1/admin/locks").await.status(), 401);
     assert_eq!(anonymous.get("/admin/locks").await.status(), 303, "a browser is sent to log in");
     assert_eq!(
-        send(&anonymous, reqwest::Method::DELETE, &format!("/api/v1/admin/edit-locks/{key}?reason=x"))
+        anonymous
+            .send(reqwest::Method::DELETE, &format!("/api/v1/admin/edit-locks/{key}?reason=x"))
             .await
             .status(),
         401
@@ -195,7 +192,7 @@ async fn a_leaked_named_lock_is_listed_with_its_connection_and_the_admins_force_
     assert_eq!(lookup["connection_id"].as_i64(), Some(leaker_id), "IS_USED_LOCK fallback agrees");
 
     let foreign =
-        send(&admin, reqwest::Method::DELETE, "/api/v1/admin/named-locks/other_app:lock?reason=no").await;
+        admin.send(reqwest::Method::DELETE, "/api/v1/admin/named-locks/other_app:lock?reason=no").await;
     assert_eq!((foreign.status().as_u16(), error_code(foreign).await.as_str()), (422, "not_haita_lock"));
     let stale = post_form(
         &admin,
@@ -257,12 +254,9 @@ async fn another_deployments_locks_are_neither_listed_nor_killable_nor_in_the_wa
         .filter_map(|l| l["name"].as_str())
         .collect();
     assert!(names.iter().all(|n| n.starts_with(&prefix)), "only this deployment's locks: {names:?}");
-    let kill = send(
-        &admin,
-        reqwest::Method::DELETE,
-        &format!("/api/v1/admin/named-locks/{theirs}?reason=not%20mine"),
-    )
-    .await;
+    let kill = admin
+        .send(reqwest::Method::DELETE, &format!("/api/v1/admin/named-locks/{theirs}?reason=not%20mine"))
+        .await;
     assert_eq!((kill.status().as_u16(), error_code(kill).await.as_str()), (422, "not_haita_lock"));
     assert!(diesel::sql_query("SELECT 1").execute(&mut their_session).is_ok(), "their session lives on");
 
@@ -298,9 +292,9 @@ async fn batch_held_locks_cannot_be_force_released_and_release_all_expired_skips
         invariants::edit_lock_owner(&app.db, &batch_key),
         Some((root.id, "batch:nightly".to_string()))
     );
-    let refused =
-        send(&admin, reqwest::Method::DELETE, &format!("/api/v1/admin/edit-locks/{batch_key}?reason=try"))
-            .await;
+    let refused = admin
+        .send(reqwest::Method::DELETE, &format!("/api/v1/admin/edit-locks/{batch_key}?reason=try"))
+        .await;
     assert_eq!((refused.status().as_u16(), error_code(refused).await.as_str()), (409, "batch_held"));
 
     assert_eq!(
@@ -333,7 +327,7 @@ async fn the_audit_log_pages_newest_first() {
     let url = format!("/api/v1/resources/{resource}/edit-lock");
     for _ in 0..3 {
         assert_eq!(carol.post_json(&url, &json!({})).await.status(), 201);
-        assert_eq!(send(&carol, reqwest::Method::DELETE, &url).await.status(), 204);
+        assert_eq!(carol.send(reqwest::Method::DELETE, &url).await.status(), 204);
     }
 
     let first: Value = admin.get("/api/v1/admin/audit?limit=4").await.json().await.expect("json");

@@ -321,6 +321,8 @@ async fn malformed_requests_get_a_clear_4xx_and_change_nothing() {
         }
         let mut request = client.http.request(case.method.clone(), client.url(&case.path));
         request = match case.body {
+            // As a well-behaved API client sends every request that changes something.
+            Body::None if case.method != Method::GET => request.header("content-type", "application/json"),
             Body::None => request,
             Body::Json(text) => request.header("content-type", "application/json").body(text),
             Body::Raw(content_type, text) => request.header("content-type", content_type).body(text),
@@ -386,4 +388,70 @@ async fn every_answer_carries_the_security_headers_and_hsts_only_over_https() {
     let hsts =
         response.headers().get("strict-transport-security").and_then(|v| v.to_str().ok()).unwrap_or("");
     assert!(hsts.starts_with("max-age=31536000"), "{hsts:?}");
+}
+
+/// Every documented operation that changes something refuses a request that is not marked
+/// JSON — no content type, text/plain, a form — with 415 before any handler runs, even for a
+/// logged-in admin: such requests are what another site can make a browser send. Nothing is
+/// written meanwhile (an edit lock taken by the body-less POST was the hole).
+#[actix_web::test]
+async fn state_changing_api_requests_must_be_json_even_without_a_body() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Hall", 1);
+    let admin = Client::new(app.address());
+    admin.login(&app.user("root-ish", Role::Admin)).await;
+    let document: Value = admin.get("/api/v1/openapi.json").await.json().await.expect("openapi");
+    let counts = |app: &TestApp| {
+        ["edit_locks", "audit_events", "orders", "stock_movements"].map(|table| count_rows(app, table))
+    };
+    let before = (snapshot(&app), counts(&app));
+
+    let mut checked = 0;
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for method in item.as_object().expect("operations").keys().filter(|m| *m != "get") {
+            let url = admin.url(
+                &path
+                    .replace("{id}", &resource.to_string())
+                    .replace("{key}", &format!("resource:{resource}"))
+                    .replace("{name}", "haita:x"),
+            );
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+            for (content_type, body) in [
+                (None, ""),
+                (Some("text/plain"), "{}"),
+                (Some("application/x-www-form-urlencoded"), "a=1"),
+                (Some("application/jsonp"), "{}"),
+            ] {
+                let mut request = admin.http.request(method.clone(), url.clone()).body(body);
+                if let Some(content_type) = content_type {
+                    request = request.header("content-type", content_type);
+                }
+                let response = request.send().await.expect("request");
+                let status = response.status().as_u16();
+                let code = crate::common::error_code(response).await;
+                assert_eq!(
+                    (status, code.as_str()),
+                    (415, "unsupported_media_type"),
+                    "{method} {path} as {content_type:?}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 4 * 12, "every state-changing operation, four ways: {checked}");
+    let after = (snapshot(&app), counts(&app));
+    assert_eq!(before, after, "a refused request changes nothing");
+}
+
+fn count_rows(app: &TestApp, table: &str) -> i64 {
+    use diesel::sql_types::BigInt;
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {table}"))
+        .get_result::<Count>(&mut app.db.raw_connection())
+        .expect("count")
+        .n
 }

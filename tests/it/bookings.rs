@@ -105,15 +105,12 @@ async fn a_cancelled_place_can_be_booked_again() {
 
     // Bob cannot cancel Alice's booking, and cannot even learn that it exists.
     let id = booked["id"].as_i64().expect("id");
-    let foreign =
-        bob.http.delete(bob.url(&format!("/api/v1/reservations/{id}"))).send().await.expect("DELETE");
+    let foreign = bob.send(reqwest::Method::DELETE, &format!("/api/v1/reservations/{id}")).await;
     assert_eq!(foreign.status(), 404);
 
-    let cancelled =
-        alice.http.delete(alice.url(&format!("/api/v1/reservations/{id}"))).send().await.expect("DELETE");
+    let cancelled = alice.send(reqwest::Method::DELETE, &format!("/api/v1/reservations/{id}")).await;
     assert_eq!(cancelled.status(), 200);
-    let again =
-        alice.http.delete(alice.url(&format!("/api/v1/reservations/{id}"))).send().await.expect("DELETE");
+    let again = alice.send(reqwest::Method::DELETE, &format!("/api/v1/reservations/{id}")).await;
     assert_eq!(again.status(), 409);
     assert_eq!(error_code(again).await, "already_cancelled");
 

@@ -24,10 +24,6 @@ fn lock_url(resource: i64) -> String {
     format!("/api/v1/resources/{resource}/edit-lock")
 }
 
-async fn send(client: &Client, method: reqwest::Method, path: &str) -> reqwest::Response {
-    client.http.request(method, client.url(path)).send().await.expect("request")
-}
-
 async fn patch(client: &Client, resource: i64, body: &Value) -> reqwest::Response {
     client
         .http
@@ -221,16 +217,16 @@ async fn heartbeat_extends_only_my_lock_and_release_deletes_only_my_lock() {
     let (_, bob) = logged_in(&app, 0, "bob", Role::Staff).await;
     let key = format!("resource:{resource}");
 
-    assert_eq!(send(&bob, reqwest::Method::PUT, &lock_url(resource)).await.status(), 423, "nothing to beat");
+    assert_eq!(bob.send(reqwest::Method::PUT, &lock_url(resource)).await.status(), 423, "nothing to beat");
     assert_eq!(carol.post_json(&lock_url(resource), &json!({})).await.status(), 201);
     let before = invariants::edit_lock_expiry(&app.db, &key).expect("lock");
-    let beat = send(&carol, reqwest::Method::PUT, &lock_url(resource)).await;
+    let beat = carol.send(reqwest::Method::PUT, &lock_url(resource)).await;
     assert_eq!(beat.status(), 200);
     assert!(invariants::edit_lock_expiry(&app.db, &key).expect("lock") > before, "expiry moved forward");
 
-    let theirs = send(&bob, reqwest::Method::PUT, &lock_url(resource)).await;
+    let theirs = bob.send(reqwest::Method::PUT, &lock_url(resource)).await;
     assert_eq!((theirs.status().as_u16(), error_code(theirs).await.as_str()), (423, "edit_locked"));
-    let not_mine = send(&bob, reqwest::Method::DELETE, &lock_url(resource)).await;
+    let not_mine = bob.send(reqwest::Method::DELETE, &lock_url(resource)).await;
     assert_eq!(not_mine.status(), 423, "someone else's lock is not released");
     assert!(invariants::edit_lock_owner(&app.db, &key).is_some());
 
@@ -240,7 +236,7 @@ async fn heartbeat_extends_only_my_lock_and_release_deletes_only_my_lock() {
         .await;
     assert_eq!(cancelled.status(), 303);
     assert_eq!(invariants::edit_lock_owner(&app.db, &key), None);
-    assert_eq!(send(&carol, reqwest::Method::DELETE, &lock_url(resource)).await.status(), 204, "idempotent");
+    assert_eq!(carol.send(reqwest::Method::DELETE, &lock_url(resource)).await.status(), 204, "idempotent");
     assert_eq!(invariants::audit_actions(&app.db, &key), ["edit_lock.acquired", "edit_lock.released"]);
 }
 
@@ -346,20 +342,17 @@ async fn a_late_release_from_a_reloaded_page_does_not_end_the_renewed_lock() {
     assert_ne!(old_beat, new_beat);
 
     let late =
-        send(&carol, reqwest::Method::DELETE, &format!("{}?if_heartbeat={old_beat}", lock_url(resource)))
-            .await;
+        carol.send(reqwest::Method::DELETE, &format!("{}?if_heartbeat={old_beat}", lock_url(resource))).await;
     assert_eq!(late.status(), 204);
     assert!(
         invariants::edit_lock_owner(&app.db, &key).is_some(),
         "the renewed lock survives the late release"
     );
     let current =
-        send(&carol, reqwest::Method::DELETE, &format!("{}?if_heartbeat={new_beat}", lock_url(resource)))
-            .await;
+        carol.send(reqwest::Method::DELETE, &format!("{}?if_heartbeat={new_beat}", lock_url(resource))).await;
     assert_eq!(current.status(), 204);
     assert_eq!(invariants::edit_lock_owner(&app.db, &key), None);
     let bad =
-        send(&carol, reqwest::Method::DELETE, &format!("{}?if_heartbeat=yesterday", lock_url(resource)))
-            .await;
+        carol.send(reqwest::Method::DELETE, &format!("{}?if_heartbeat=yesterday", lock_url(resource))).await;
     assert_eq!(bad.status(), 400, "a malformed time is refused, not guessed");
 }

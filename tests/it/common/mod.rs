@@ -262,6 +262,17 @@ impl Client {
         self.http.post(self.url(path)).json(body).send().await.expect("POST")
     }
 
+    /// A body-less API request (DELETE, a POST that needs no body), marked JSON as the API asks of
+    /// every request that changes something.
+    pub async fn send(&self, method: reqwest::Method, path: &str) -> reqwest::Response {
+        self.http
+            .request(method, self.url(path))
+            .header("content-type", "application/json")
+            .send()
+            .await
+            .expect("request")
+    }
+
     pub async fn post_form(&self, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
         self.http.post(self.url(path)).form(form).send().await.expect("POST form")
     }
