@@ -14,7 +14,7 @@ use diesel::r2d2::event::{AcquireEvent, CheckoutEvent};
 use diesel::r2d2::{
     ConnectionManager, CustomizeConnection, HandleError, HandleEvent, Pool, PooledConnection,
 };
-use diesel::sql_types::{BigInt, Nullable, Text};
+use diesel::sql_types::Text;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use crate::config::Config;
@@ -264,22 +264,59 @@ pub fn last_insert_id(conn: &mut MysqlConnection) -> QueryResult<i64> {
     diesel::select(last_insert_id_sql()).get_result(conn)
 }
 
-/// What the server says about itself, read once at start.
-#[derive(Debug, Clone, QueryableByName)]
+/// What the server says about itself, read once at start: its version and the few global
+/// variables that decide whether named locks can be trusted there.
+#[derive(Debug, Clone, Default)]
 pub struct ServerFacts {
-    #[diesel(sql_type = Text)]
     pub version: String,
-    #[diesel(sql_type = Nullable<Text>)]
-    pub wsrep_on: Option<String>,
-    #[diesel(sql_type = Nullable<Text>)]
-    pub binlog_format: Option<String>,
-    #[diesel(sql_type = BigInt)]
-    pub read_only: i64,
+    /// Lower-cased variable name → value, for the names in [`FACT_VARIABLES`] the server has.
+    pub variables: std::collections::BTreeMap<String, String>,
+}
+
+/// Read with `SHOW GLOBAL VARIABLES`, which every supported server answers without privileges:
+/// `information_schema.GLOBAL_VARIABLES` is gone from MySQL 8, and reading it there used to fail
+/// quietly and leave a Galera node's `wsrep_on` unknown, hence accepted.
+const FACT_VARIABLES: [&str; 5] =
+    ["wsrep_on", "group_replication_single_primary_mode", "binlog_format", "read_only", "tidb_version"];
+
+#[derive(QueryableByName)]
+struct Variable {
+    #[diesel(sql_type = Text, column_name = "Variable_name")]
+    name: String,
+    #[diesel(sql_type = Text, column_name = "Value")]
+    value: String,
 }
 
 impl ServerFacts {
+    /// Asks the server; any error is an error (the check fails closed).
+    pub fn read(conn: &mut MysqlConnection) -> QueryResult<Self> {
+        let version = diesel::select(diesel::dsl::sql::<Text>("VERSION()")).get_result(conn)?;
+        let names = FACT_VARIABLES.map(|n| format!("'{n}'")).join(", ");
+        let rows: Vec<Variable> =
+            diesel::sql_query(format!("SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})"))
+                .load(conn)?;
+        let variables = rows.into_iter().map(|v| (v.name.to_ascii_lowercase(), v.value)).collect();
+        Ok(Self { version, variables })
+    }
+
+    fn variable(&self, name: &str) -> Option<&str> {
+        self.variables.get(name).map(String::as_str)
+    }
+
+    fn is_on(&self, name: &str) -> bool {
+        self.variable(name).is_some_and(is_on)
+    }
+
     pub fn is_mariadb(&self) -> bool {
         self.version.to_ascii_lowercase().contains("mariadb")
+    }
+
+    pub fn is_tidb(&self) -> bool {
+        self.version.to_ascii_lowercase().contains("tidb") || self.variable("tidb_version").is_some()
+    }
+
+    pub fn binlog_format(&self) -> Option<&str> {
+        self.variable("binlog_format")
     }
 
     /// MySQL 8.0+ or MariaDB 10.6+: the releases that have everything the locking relies on
@@ -294,43 +331,65 @@ impl ServerFacts {
         let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
         found >= (major, minor)
     }
+
+    /// Why named locks cannot be trusted on this server, if they cannot. Decided from the facts
+    /// alone, so it is tested over servers this machine does not run.
+    pub fn refusal(&self) -> Option<String> {
+        if self.is_tidb() {
+            return Some(format!(
+                "server {} is TiDB: its GET_LOCK waits at least 1 s (the app asks with 0 first), \
+                 detects no deadlock between named locks, and IS_USED_LOCK names no holder (the admin \
+                 screen needs it). haita does not run on TiDB.",
+                self.version
+            ));
+        }
+        if self.is_on("wsrep_on") {
+            return Some(
+                "this server is a Galera / Percona XtraDB Cluster node (wsrep_on=ON): GET_LOCK is not \
+                 replicated across the cluster, so named locks would not exclude anything. Point \
+                 DATABASE_URL at a single primary."
+                    .into(),
+            );
+        }
+        if self.variable("group_replication_single_primary_mode").is_some_and(|v| !is_on(v)) {
+            return Some(
+                "group replication is set up multi-primary (group_replication_single_primary_mode=OFF): \
+                 GET_LOCK holds on one member only, so two members could both book the same place. \
+                 Use single-primary mode and point DATABASE_URL at the primary."
+                    .into(),
+            );
+        }
+        if self.is_on("read_only") {
+            return Some(
+                "this server is read-only (a replica?). Named locks and row locks must run on the primary."
+                    .into(),
+            );
+        }
+        if !self.is_supported_version() {
+            return Some(format!(
+                "server {} is too old: haita needs MySQL 8.0+ or MariaDB 10.6+ (several named locks per \
+                 session, RELEASE_ALL_LOCKS, SKIP LOCKED)",
+                self.version
+            ));
+        }
+        None
+    }
 }
 
-/// Refuses servers on which named locks cannot be trusted and warns about risky settings
-/// (`docs/server-facts.md`).
-pub fn check_server(conn: &mut MysqlConnection) -> anyhow::Result<ServerFacts> {
-    let facts: ServerFacts = diesel::sql_query(
-        "SELECT VERSION() AS version, \
-           (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'WSREP_ON') AS wsrep_on, \
-           (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'BINLOG_FORMAT') AS binlog_format, \
-           @@global.read_only + 0 AS read_only",
-    )
-    .get_result(conn)
-    .or_else(|_| {
-        // MySQL 8 keeps variables in performance_schema, not information_schema.
-        diesel::sql_query(
-            "SELECT VERSION() AS version, NULL AS wsrep_on, @@global.binlog_format AS binlog_format, \
-               @@global.read_only + 0 AS read_only",
-        )
-        .get_result(conn)
-    })?;
+fn is_on(value: &str) -> bool {
+    value.eq_ignore_ascii_case("ON") || value == "1"
+}
 
-    anyhow::ensure!(
-        !facts.wsrep_on.as_deref().is_some_and(|v| v.eq_ignore_ascii_case("ON")),
-        "this server is a Galera/PXC node (wsrep_on=ON): GET_LOCK is not replicated across the \
-         cluster, so named locks would not exclude anything. Point DATABASE_URL at a single primary."
-    );
-    anyhow::ensure!(
-        facts.read_only == 0,
-        "this server is read-only (a replica?). Named locks and row locks must run on the primary."
-    );
-    anyhow::ensure!(
-        facts.is_supported_version(),
-        "server {} is too old: haita needs MySQL 8.0+ or MariaDB 10.6+ (several named locks per \
-         session, RELEASE_ALL_LOCKS, SKIP LOCKED)",
-        facts.version
-    );
-    if facts.binlog_format.as_deref().is_some_and(|f| f.eq_ignore_ascii_case("STATEMENT")) {
+/// Refuses servers on which named locks cannot be trusted, and warns about risky settings
+/// (`docs/server-facts.md`). Fails closed: a server that cannot be asked is refused too.
+pub fn check_server(conn: &mut MysqlConnection) -> anyhow::Result<ServerFacts> {
+    let facts = ServerFacts::read(conn).map_err(|e| {
+        anyhow::anyhow!("cannot read the server's version and settings ({e}); refusing to start")
+    })?;
+    if let Some(reason) = facts.refusal() {
+        anyhow::bail!(reason);
+    }
+    if facts.binlog_format().is_some_and(|f| f.eq_ignore_ascii_case("STATEMENT")) {
         log::warn!(
             "binlog_format=STATEMENT: statements that use GET_LOCK are unsafe to replicate; use ROW or MIXED"
         );
@@ -338,7 +397,7 @@ pub fn check_server(conn: &mut MysqlConnection) -> anyhow::Result<ServerFacts> {
     log::info!(
         "database server {} (named locks per session: several; binlog_format={})",
         facts.version,
-        facts.binlog_format.as_deref().unwrap_or("off")
+        facts.binlog_format().unwrap_or("off")
     );
     Ok(facts)
 }
@@ -423,21 +482,55 @@ mod tests {
         assert!(split_database_url("mysql://u@host:1/bad-name").is_err());
     }
 
+    /// Facts as a server would report them: its version and `SHOW GLOBAL VARIABLES` rows.
+    fn facts(version: &str, variables: &[(&str, &str)]) -> ServerFacts {
+        ServerFacts {
+            version: version.into(),
+            variables: variables.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect(),
+        }
+    }
+
     #[test]
     fn only_mysql_8_and_mariadb_10_6_or_later_are_supported() {
-        let facts = |version: &str| ServerFacts {
-            version: version.into(),
-            wsrep_on: None,
-            binlog_format: None,
-            read_only: 0,
-        };
         for ok in
             ["8.0.36", "8.4.3", "9.1.0", "10.6.21-MariaDB", "10.11.19-MariaDB-0+deb12u1", "11.4.2-MariaDB"]
         {
-            assert!(facts(ok).is_supported_version(), "{ok}");
+            assert!(facts(ok, &[]).is_supported_version(), "{ok}");
         }
         for old in ["5.7.44", "10.5.27-MariaDB", "10.0.38-MariaDB"] {
-            assert!(!facts(old).is_supported_version(), "{old}");
+            assert!(!facts(old, &[]).is_supported_version(), "{old}");
+            assert!(facts(old, &[]).refusal().is_some_and(|r| r.contains("too old")), "{old}");
+        }
+    }
+
+    #[test]
+    fn single_servers_and_single_primary_groups_are_accepted() {
+        let accepted = [
+            facts(
+                "10.11.19-MariaDB-0+deb12u1",
+                &[("wsrep_on", "OFF"), ("binlog_format", "MIXED"), ("read_only", "OFF")],
+            ),
+            facts("8.0.36", &[("binlog_format", "ROW"), ("read_only", "OFF")]),
+            facts("8.4.3", &[("group_replication_single_primary_mode", "ON"), ("read_only", "OFF")]),
+        ];
+        for server in accepted {
+            assert_eq!(server.refusal(), None, "{server:?}");
+        }
+    }
+
+    #[test]
+    fn clusters_without_cluster_wide_named_locks_replicas_and_tidb_are_refused() {
+        for (server, why) in [
+            // Percona XtraDB Cluster 8: MySQL 8 (no information_schema.GLOBAL_VARIABLES), wsrep on.
+            (facts("8.0.36-28.1", &[("wsrep_on", "ON"), ("read_only", "OFF")]), "wsrep_on=ON"),
+            (facts("10.11.6-MariaDB", &[("wsrep_on", "ON")]), "wsrep_on=ON"),
+            (facts("8.0.36", &[("group_replication_single_primary_mode", "OFF")]), "multi-primary"),
+            (facts("8.0.36", &[("read_only", "ON")]), "read-only"),
+            (facts("8.0.11-TiDB-v7.5.1", &[("tidb_version", "Release Version: v7.5.1")]), "TiDB"),
+            (facts("5.7.25-TiDB-v8.1.0", &[]), "TiDB"),
+        ] {
+            let refusal = server.refusal();
+            assert!(refusal.as_deref().is_some_and(|r| r.contains(why)), "{server:?}: {refusal:?}");
         }
     }
 
