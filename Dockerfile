@@ -1,6 +1,8 @@
-# The app image used by docker-compose.yml, the demo setup: built with the lab (the demo, the
-# benches, the demo data that `serve --seed` creates). Templates, CSS and migrations are compiled
-# into the binary, so the runtime image needs only the MariaDB client library.
+# The app image, built with the lab (the demo, the benches, the demo data of `serve --seed`),
+# which stays switched off unless DEMO_MODE=1: as it is, the image serves with production
+# defaults and needs SESSION_KEY (docker-compose.yml runs it as a demo). Templates, CSS and
+# migrations are compiled into the binary, so the runtime image needs only the MariaDB client
+# library.
 FROM rust:1-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends libmariadb-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
@@ -15,4 +17,4 @@ COPY --from=build /src/target/release/haita /usr/local/bin/haita
 ENV BIND=0.0.0.0:8080 RUST_LOG=info
 EXPOSE 8080
 USER nobody
-CMD ["haita", "serve", "--seed"]
+CMD ["haita", "serve"]

@@ -75,11 +75,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             #[cfg(feature = "lab")]
             seed,
         } => {
+            if !config.demo_mode {
+                crate::session_key(&config)?; // refuse a deployment without one before anything else
+            }
             let pool = crate::prepare_database(&config)?;
             #[cfg(feature = "lab")]
             {
                 crate::lab::prepare(&pool)?;
                 if seed {
+                    crate::lab::require_demo_mode(&config, "serve --seed")?;
                     crate::lab::seed::run(&pool)?;
                 }
             }

@@ -47,12 +47,17 @@ pub struct Config {
     pub login_attempts_per_address: NonZeroU32,
     /// Lifetime of a pessimistic edit lock without heartbeat.
     pub edit_lock_ttl: Duration,
-    /// Key that signs and encrypts session cookies; generated (with a warning) when absent.
+    /// Key that signs and encrypts session cookies. Required to serve, except in `DEMO_MODE`,
+    /// where a missing one is generated (with a warning).
     pub session_key: Option<Vec<u8>>,
     /// Mark the session cookie `Secure` (serve over HTTPS).
     pub cookie_secure: bool,
     /// HTTP worker threads; `None` = one per core.
     pub workers: Option<usize>,
+    /// `DEMO_MODE=1` (which `scripts/dev run` sets): demo data, the demo accounts on the login
+    /// page and the race demo exist, and a missing `SESSION_KEY` is generated. Off by default:
+    /// a production deployment gets none of it, and must set `SESSION_KEY`.
+    pub demo_mode: bool,
 }
 
 /// Everything but the secrets, so a logged or printed `Config` leaks neither the database
@@ -76,6 +81,7 @@ impl std::fmt::Debug for Config {
             session_key,
             cookie_secure,
             workers,
+            demo_mode,
         } = self;
         f.debug_struct("Config")
             .field("database_url", &crate::db::redact(database_url))
@@ -93,7 +99,18 @@ impl std::fmt::Debug for Config {
             .field("session_key", &session_key.as_ref().map(|_| "[set, not shown]"))
             .field("cookie_secure", cookie_secure)
             .field("workers", workers)
+            .field("demo_mode", demo_mode)
             .finish()
+    }
+}
+
+/// A yes/no variable: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case).
+fn flag(name: &'static str, default: bool) -> Result<bool, ConfigError> {
+    let Ok(value) = std::env::var(name) else { return Ok(default) };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(ConfigError { name, value, reason: "use 1 or 0".into() }),
     }
 }
 
@@ -102,6 +119,7 @@ impl Config {
         let defaults = Self::for_database(
             std::env::var("DATABASE_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/haita".into()),
         );
+        let demo_mode = flag("DEMO_MODE", false)?;
         Ok(Self {
             bind: std::env::var("BIND").unwrap_or(defaults.bind),
             pool_size: pool_size_from_env(defaults.pool_size)?,
@@ -134,7 +152,9 @@ impl Config {
                 }
                 Err(_) => None,
             },
-            cookie_secure: parse("COOKIE_SECURE", defaults.cookie_secure, |_| true)?,
+            // Outside a demo the app is served over HTTPS (behind a proxy that terminates TLS).
+            cookie_secure: flag("COOKIE_SECURE", !demo_mode)?,
+            demo_mode,
             coalesce_bookings: parse("BOOKING_COALESCING", defaults.coalesce_bookings, |_| true)?,
             hashing_slots: parse("HASHING_SLOTS", defaults.hashing_slots, |v| (1..=256).contains(&v))?,
             login_attempts_per_username: parse(
@@ -173,6 +193,7 @@ impl Config {
             login_attempts_per_username: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN),
             login_attempts_per_address: NonZeroU32::new(60).unwrap_or(NonZeroU32::MIN),
             workers: None,
+            demo_mode: false,
         }
     }
 }

@@ -67,24 +67,13 @@ impl Application {
         let listener = TcpListener::bind(&config.bind)
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;
         let port = listener.local_addr()?.port();
-        let key = match &config.session_key {
-            Some(bytes) => {
-                Key::try_from(bytes.as_slice()).map_err(|e| anyhow::anyhow!("SESSION_KEY: {e}"))?
-            }
-            None => {
-                log::warn!(
-                    "SESSION_KEY is not set: using a random key. Sessions end when the app restarts \
-                     and are not shared between instances."
-                );
-                Key::generate()
-            }
-        };
+        let key = session_key(&config)?;
         let workers = config.workers;
         let state = aweb::Data::new(AppState::new(pool, config));
         // One per instance, shared by its workers: at most one demo race at a time.
         #[cfg(feature = "lab")]
         let race_slot = aweb::Data::new(lab::demo::routes::RaceSlot::default());
-        let cookie_secure = state.config.cookie_secure;
+        let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
         let server = HttpServer::new(move || {
             let app = App::new().app_data(state.clone());
             #[cfg(feature = "lab")]
@@ -93,7 +82,7 @@ impl Application {
                 .app_data(error::path_config())
                 .app_data(error::query_config())
                 .app_data(aweb::PayloadConfig::new(error::BODY_LIMIT))
-                .configure(routes)
+                .configure(|cfg| routes(cfg, demo_mode))
                 .default_service(aweb::to(error::not_found))
                 .wrap(actix_web::middleware::from_fn(crate::auth::csrf::json_only_api_writes))
                 .wrap(ErrorHandlers::new().default_handler(error::render_html_errors))
@@ -133,7 +122,29 @@ impl Application {
     }
 }
 
-fn routes(cfg: &mut aweb::ServiceConfig) {
+/// The key that signs and encrypts session cookies: `SESSION_KEY`, or, only in `DEMO_MODE`, a
+/// random one. The CLI asks before it touches the database, so a misconfigured deployment stops
+/// at once.
+pub fn session_key(config: &Config) -> anyhow::Result<Key> {
+    Ok(match &config.session_key {
+        Some(bytes) => Key::try_from(bytes.as_slice()).map_err(|e| anyhow::anyhow!("SESSION_KEY: {e}"))?,
+        None if !config.demo_mode => anyhow::bail!(
+            "SESSION_KEY is required unless DEMO_MODE=1: without it every restart would log \
+             everybody out and instances could not share sessions. Generate one with \
+             `openssl rand -base64 64`"
+        ),
+        None => {
+            log::warn!(
+                "SESSION_KEY is not set: using a random key. Sessions end when the app restarts \
+                 and are not shared between instances."
+            );
+            Key::generate()
+        }
+    })
+}
+
+/// Every route; the race demo only where the lab is built in and `DEMO_MODE=1`.
+fn routes(cfg: &mut aweb::ServiceConfig, demo_mode: bool) {
     cfg.route("/", aweb::get().to(home))
         .route("/health", aweb::get().to(health))
         .route("/metrics", aweb::get().to(metrics_text))
@@ -147,7 +158,11 @@ fn routes(cfg: &mut aweb::ServiceConfig) {
         .configure(orders::routes::configure)
         .configure(inventory::routes::configure);
     #[cfg(feature = "lab")]
-    cfg.configure(lab::demo::routes::configure);
+    if demo_mode {
+        cfg.configure(lab::demo::routes::configure);
+    }
+    #[cfg(not(feature = "lab"))]
+    let _ = demo_mode;
 }
 
 #[derive(Template)]
@@ -184,8 +199,9 @@ async fn metrics_text(state: aweb::Data<AppState>) -> HttpResponse {
         .body(metrics::render(&state.pool))
 }
 
-async fn openapi_json() -> HttpResponse {
-    HttpResponse::Ok().content_type("application/json").body(openapi::JSON.as_str())
+async fn openapi_json(state: aweb::Data<AppState>) -> HttpResponse {
+    let document = if LAB && state.config.demo_mode { &openapi::JSON_WITH_DEMO } else { &openapi::JSON };
+    HttpResponse::Ok().content_type("application/json").body(document.as_str())
 }
 
 async fn stylesheet() -> HttpResponse {

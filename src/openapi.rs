@@ -2,7 +2,7 @@
 //!
 //! Each feature describes its endpoints next to their handlers (`#[utoipa::path]` in its
 //! `routes.rs`, collected in that module's `Api`); this module only merges them. The lab's demo
-//! endpoints are in it only when the `lab` feature is on.
+//! endpoints are in it only where they are served: the `lab` feature built in and `DEMO_MODE=1`.
 
 use std::sync::LazyLock;
 
@@ -29,8 +29,13 @@ use utoipa::OpenApi;
 )]
 struct Document;
 
-/// The merged document, rendered once.
-pub static JSON: LazyLock<String> = LazyLock::new(|| {
+/// The merged document without the demo's endpoints, rendered once.
+pub static JSON: LazyLock<String> = LazyLock::new(|| render(false));
+
+/// The merged document with the demo's endpoints (the lab built in and `DEMO_MODE=1`).
+pub static JSON_WITH_DEMO: LazyLock<String> = LazyLock::new(|| render(true));
+
+fn render(with_demo: bool) -> String {
     let mut document = Document::openapi();
     for part in [
         crate::auth::routes::Api::openapi(),
@@ -44,9 +49,13 @@ pub static JSON: LazyLock<String> = LazyLock::new(|| {
         document.merge(part);
     }
     #[cfg(feature = "lab")]
-    document.merge(crate::lab::demo::routes::Api::openapi());
+    if with_demo {
+        document.merge(crate::lab::demo::routes::Api::openapi());
+    }
+    #[cfg(not(feature = "lab"))]
+    let _ = with_demo;
     document.to_pretty_json().unwrap_or_else(|e| {
         log::error!("rendering the OpenAPI document failed: {e}");
         "{}".into()
     })
-});
+}

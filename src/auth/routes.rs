@@ -58,7 +58,12 @@ async fn login_page(
     })?)
 }
 
+/// The demo accounts, listed on the login page with their published passwords: only in
+/// `DEMO_MODE`, even if a database once seeded for a demo still holds them.
 async fn demo_users(state: &AppState) -> Result<Vec<(String, Role)>, AuthError> {
+    if !state.config.demo_mode {
+        return Ok(Vec::new());
+    }
     let pool = state.pool.clone();
     web::block(move || service::demo_users(&mut *pool.get()?)).await?
 }
@@ -108,7 +113,7 @@ async fn login_form(
         }
         Err(AuthError::BadCredentials) => {
             let page = LoginPage {
-                ctx: PageContext { user: None, csrf_token: super::csrf::token(&session)? },
+                ctx: PageContext::anonymous(&req, super::csrf::token(&session)?),
                 next,
                 username: form.username,
                 error: Some("Wrong username or password.".into()),

@@ -89,8 +89,12 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
             print!("{}", super::bench::orders::report(&results, clients));
             Ok(())
         }
-        LabCommand::Seed => super::seed::run(&crate::prepare_database(&config)?),
+        LabCommand::Seed => {
+            super::require_demo_mode(&config, "seed")?;
+            super::seed::run(&crate::prepare_database(&config)?)
+        }
         LabCommand::Demo { command: DemoCommand::Race { strategy, clients, attempts, pause_ms } } => {
+            super::require_demo_mode(&config, "demo race")?;
             let pool = crate::prepare_database(&config)?;
             super::prepare(&pool)?;
             let names: Vec<&str> = strategy.iter().map(String::as_str).collect();

@@ -7,6 +7,10 @@
 //! build has no demo route, no lab subcommand and no demo table: the lab's tables come from its
 //! own migrations (`src/lab/migrations/`, schema in `schema.rs`), run by [`prepare`] only where
 //! the demo runs.
+//!
+//! Built in is not switched on: the demo data (with its published passwords), the demo accounts
+//! on the login page and the race demo exist only with `DEMO_MODE=1`, which `scripts/dev run`
+//! sets. The benches work in scratch databases of their own and need no demo mode.
 
 pub mod bench;
 pub mod cli;
@@ -17,7 +21,18 @@ pub mod stats;
 
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 
+use crate::config::Config;
 use crate::db::{self, DbPool};
+
+/// Refuses `what` (a command that writes demo data) unless `DEMO_MODE=1`.
+pub fn require_demo_mode(config: &Config, what: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        config.demo_mode,
+        "`{what}` writes demo users with published passwords, and runs only with DEMO_MODE=1 \
+         (`scripts/dev run` sets it); never on a production database"
+    );
+    Ok(())
+}
 
 /// The demo's tables. Their versions (`2026-11-23-0003xx`) are the ones they had when they were
 /// product migrations, so a database that applied them then finds nothing pending now; the

@@ -57,6 +57,8 @@ impl AppState {
 pub struct PageContext {
     pub user: Option<SessionUser>,
     pub csrf_token: String,
+    /// The lab is built in and `DEMO_MODE=1`: pages may link to `/demo`.
+    pub demo: bool,
 }
 
 impl PageContext {
@@ -68,9 +70,15 @@ impl PageContext {
         self.user.as_ref().is_some_and(|u| u.role.includes(crate::auth::Role::Admin))
     }
 
-    /// Whether pages may link to the lab's `/demo` (see [`crate::LAB`]).
+    /// Whether pages may link to the lab's `/demo` (built in, see [`crate::LAB`], and served:
+    /// `DEMO_MODE=1`).
     pub fn lab(&self) -> bool {
-        crate::LAB
+        self.demo
+    }
+
+    /// A page context for a request that has a session but no logged-in user yet.
+    pub fn anonymous(req: &HttpRequest, csrf_token: String) -> Self {
+        Self { user: None, csrf_token, demo: demo_served(req) }
     }
 }
 
@@ -81,8 +89,13 @@ impl FromRequest for PageContext {
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let session = req.get_session();
         let user = SessionUser::from_request(req, payload).into_inner().ok();
-        ready(csrf::token(&session).map(|csrf_token| Self { user, csrf_token }))
+        ready(csrf::token(&session).map(|csrf_token| Self { user, csrf_token, demo: demo_served(req) }))
     }
+}
+
+/// Whether this app serves the race demo: the lab is built in and `DEMO_MODE=1`.
+fn demo_served(req: &HttpRequest) -> bool {
+    crate::LAB && req.app_data::<actix_web::web::Data<AppState>>().is_some_and(|s| s.config.demo_mode)
 }
 
 /// Runs blocking work — diesel calls, `pool.get()`, lock waits, password hashing — on actix's

@@ -109,17 +109,38 @@ async fn login_returns_only_to_the_apps_own_pages() {
     }
 }
 
+/// Instance 0 runs in `DEMO_MODE`, instance 1 with production defaults, on one database.
 #[cfg(feature = "lab")]
 #[actix_web::test]
-async fn demo_accounts_are_listed_on_the_login_page_only_when_seeded() {
-    let app = TestApp::spawn().await;
-    let before = app.client(0).get("/login").await.text().await.expect("page");
+async fn demo_accounts_are_listed_on_the_login_page_only_when_seeded_and_in_demo_mode() {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let app = TestApp::spawn_instances(2, |c| {
+        c.demo_mode = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0
+    })
+    .await;
+    let (demo, production) = (app.client(0), app.client(1));
+    let before = demo.get("/login").await.text().await.expect("page");
     assert!(!before.contains("Demo accounts"));
 
     haita::lab::seed::run(&app.db.pool).expect("seed");
     haita::lab::seed::run(&app.db.pool).expect("seed is idempotent");
-    let after = app.client(0).get("/login").await.text().await.expect("page");
+    let after = demo.get("/login").await.text().await.expect("page");
     assert!(after.contains("Demo accounts") && after.contains("alice-demo"));
+    let elsewhere = production.get("/login").await.text().await.expect("page");
+    assert!(
+        !elsewhere.contains("Demo accounts") && !elsewhere.contains("alice-demo"),
+        "no published passwords"
+    );
+    assert!(after.contains("href=\"/demo\"") && !elsewhere.contains("href=\"/demo\""), "the demo link");
+    assert_eq!(production.get("/demo").await.status(), 404, "no race demo outside DEMO_MODE");
+    let (with_demo, without) = (
+        demo.get("/api/v1/openapi.json").await.text().await.expect("document"),
+        production.get("/api/v1/openapi.json").await.text().await.expect("document"),
+    );
+    assert!(
+        with_demo.contains("/api/v1/demo/") && !without.contains("/api/v1/demo/"),
+        "documented where served"
+    );
 
     for (username, _, password, role) in haita::lab::seed::DEMO_USERS {
         let client = app.client(0);
@@ -129,6 +150,68 @@ async fn demo_accounts_are_listed_on_the_login_page_only_when_seeded() {
         let body: Value = response.json().await.expect("json");
         assert_eq!(body["user"]["role"], role.as_str());
     }
+}
+
+/// Outside `DEMO_MODE` the app will not start without `SESSION_KEY`, and the demo data cannot
+/// be written; with it, it starts with a generated key.
+#[cfg(feature = "lab")]
+#[actix_web::test]
+async fn production_defaults_refuse_a_missing_session_key_and_demo_data() {
+    let app = TestApp::spawn().await;
+    let run = |args: &[&str], demo: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_haita"));
+        command
+            .args(args)
+            .env("DATABASE_URL", &app.db.url)
+            .env("BIND", "127.0.0.1:0")
+            .env_remove("SESSION_KEY");
+        if demo {
+            command.env("DEMO_MODE", "1");
+        } else {
+            command.env_remove("DEMO_MODE");
+        }
+        command
+    };
+    let refused = run(&["serve"], false).output().expect("haita serve");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("SESSION_KEY is required unless DEMO_MODE=1"), "{stderr}");
+
+    for args in [&["seed"][..], &["serve", "--seed"], &["demo", "race", "--strategy", "no-lock"]] {
+        let refused = run(args, false).env("SESSION_KEY", "k".repeat(64)).output().expect("haita");
+        assert!(!refused.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains("runs only with DEMO_MODE=1"), "{args:?}: {stderr}");
+    }
+    let users: i64 = {
+        use diesel::prelude::*;
+        haita::schema::users::table.count().get_result(&mut app.db.raw_connection()).expect("count")
+    };
+    assert_eq!(users, 0, "no demo user was written");
+
+    // In DEMO_MODE it serves with a generated key (stopped as soon as it answers).
+    let mut demo = run(&["serve"], true)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let started = std::time::Instant::now();
+    let mut log = String::new();
+    let stderr = demo.stderr.take().expect("stderr");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    while started.elapsed() < std::time::Duration::from_secs(30) {
+        let Some(Ok(line)) = lines.next() else { break };
+        log.push_str(&line);
+        if line.contains("serving on") {
+            break;
+        }
+    }
+    let _ = demo.kill();
+    let _ = demo.wait();
+    assert!(
+        log.contains("SESSION_KEY is not set: using a random key") && log.contains("serving on"),
+        "{log}"
+    );
 }
 
 #[actix_web::test]
@@ -179,7 +262,8 @@ async fn the_openapi_document_describes_every_json_endpoint() {
         ("/api/v1/admin/named-locks/{name}", "delete"),
         ("/api/v1/admin/audit", "get"),
     ];
-    // The lab's endpoints are documented exactly when they are served.
+    // The lab's endpoints are documented exactly where they are served: not here (no DEMO_MODE;
+    // `demo_accounts_are_listed...` checks an instance in DEMO_MODE).
     let lab = [
         ("/api/v1/demo/races", "post"),
         ("/api/v1/demo/races/{id}", "get"),
@@ -189,14 +273,13 @@ async fn the_openapi_document_describes_every_json_endpoint() {
         assert!(document["paths"][path][method].is_object(), "{method} {path} is not documented");
     }
     for (path, method) in lab {
-        assert_eq!(
-            document["paths"][path][method].is_object(),
-            haita::LAB,
-            "{method} {path} is documented if and only if the lab is built in"
+        assert!(
+            !document["paths"][path][method].is_object(),
+            "{method} {path} is not served outside DEMO_MODE, so not documented"
         );
     }
     let demo_tag = document["tags"].as_array().expect("tags").iter().any(|t| t["name"] == "demo");
-    assert_eq!(demo_tag, haita::LAB, "the demo tag comes with the lab");
+    assert!(!demo_tag, "the demo tag comes with the demo");
     // Every documented operation exists: anonymous calls get 401/400/415/404-from-a-handler, never
     // the router's "nothing at this address".
     let client = app.client(0);

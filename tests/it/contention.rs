@@ -179,6 +179,8 @@ impl AppProcess {
             .env("DATABASE_URL", database_url)
             .env("BIND", format!("127.0.0.1:{port}"))
             .env("SESSION_KEY", "test-session-key-test-session-key-test-session-key-test-session-key!")
+            // Production defaults otherwise; the test talks plain HTTP to it.
+            .env("COOKIE_SECURE", "0")
             .env("LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS", "100000")
             .env("LOGIN_ATTEMPTS_PER_MINUTE", "100000")
             .env("RUST_LOG", "error")

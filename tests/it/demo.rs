@@ -392,6 +392,7 @@ fn haita(app: &TestApp, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_haita"))
         .args(args)
         .env("DATABASE_URL", &app.db.url)
+        .env("DEMO_MODE", "1")
         .env("RUST_LOG", "warn")
         .output()
         .expect("run haita")

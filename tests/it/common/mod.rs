@@ -96,12 +96,13 @@ impl TestApp {
         Self::spawn_on(TestDb::new(), n, tweak).await
     }
 
-    /// One instance on a database that also has the lab's demo tables (its own migrations).
+    /// One instance in `DEMO_MODE`, on a database that also has the lab's demo tables (its own
+    /// migrations).
     #[cfg(feature = "lab")]
     pub async fn spawn_lab() -> Self {
         let db = TestDb::new();
         haita::lab::prepare(&db.pool).expect("lab migrations");
-        Self::spawn_on(db, 1, |_| {}).await
+        Self::spawn_on(db, 1, |c| c.demo_mode = true).await
     }
 
     /// `n` instances on the database `db` (for a server the test controls itself).
