@@ -135,6 +135,18 @@ diesel::joinable!(stock_movements -> orders (order_id));
 diesel::joinable!(stock_movements -> products (product_id));
 diesel::joinable!(stock_movements -> users (actor_user_id));
 
+diesel::table! {
+    user_sessions (id) {
+        #[max_length = 43]
+        id -> Char,
+        user_id -> Bigint,
+        created_at -> Datetime,
+        expires_at -> Datetime,
+    }
+}
+
+diesel::joinable!(user_sessions -> users (user_id));
+
 diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
     edit_locks,
@@ -145,5 +157,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     resources,
     stock_levels,
     stock_movements,
+    user_sessions,
     users,
 );

@@ -1,9 +1,8 @@
--- Pessimistic edit locks that outlive a request (background article 001, "a lock table with
--- owner/expires_at"; 004, "lock owner and session"). One row per locked thing: the primary key
--- makes "two holders of one key" unrepresentable. A lock is held by (owner_user_id,
--- owner_session) while expires_at is in the future by the DATABASE clock; an expired row is
--- free to be taken over. held_by_batch marks locks a batch job holds, which no admin may
--- force-release (article 004, the batch "steal" strategy).
+-- Pessimistic edit locks that outlive a request: a lock table with an owner and an expiry (see
+-- docs/pessimistic-edit-lock.md). One row per locked thing: the primary key makes "two holders
+-- of one key" unrepresentable. A lock is held by (owner_user_id, owner_session) while expires_at
+-- is in the future by the DATABASE clock; an expired row is free to be taken over. held_by_batch
+-- marks locks a batch job holds, which no admin may force-release.
 CREATE TABLE edit_locks (
     lock_key VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
     owner_user_id BIGINT NOT NULL,

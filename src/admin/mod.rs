@@ -18,8 +18,6 @@
 pub mod named_locks;
 pub mod routes;
 
-use std::future::{Ready, ready};
-
 use actix_web::http::StatusCode;
 use actix_web::{FromRequest, HttpRequest, dev::Payload};
 
@@ -34,13 +32,15 @@ pub struct Admin(pub SessionUser);
 
 impl FromRequest for Admin {
     type Error = AuthError;
-    type Future = Ready<Result<Self, AuthError>>;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self, AuthError>>>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let admin = SessionUser::from_request(req, payload)
-            .into_inner()
-            .and_then(|user| user.require(Role::Admin).map(|()| Admin(user)));
-        ready(admin)
+        let user = SessionUser::from_request(req, payload);
+        Box::pin(async move {
+            let user = user.await?;
+            user.require(Role::Admin)?;
+            Ok(Admin(user))
+        })
     }
 }
 

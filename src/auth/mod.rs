@@ -1,7 +1,9 @@
 //! Users, password hashing, cookie sessions, roles and CSRF protection.
 //!
-//! Sessions live in an encrypted, signed cookie (actix-session's cookie store), so any instance
-//! behind a load balancer can serve any request; the only shared state is the database.
+//! The session cookie (encrypted and signed, actix-session's cookie store) names a row of
+//! `user_sessions`, which every authenticated request checks (`session.rs`): any instance behind a
+//! load balancer can serve any request, the only shared state is the database, and a session can
+//! be ended from anywhere.
 
 pub mod csrf;
 pub mod model;

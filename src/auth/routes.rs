@@ -108,7 +108,7 @@ async fn login_form(
     let address = req.peer_addr().map(|a| a.ip());
     match check_credentials(&state, address, form.username.clone(), form.password).await {
         Ok(user) => {
-            session::log_in(&session, &user)?;
+            start_session(&state, &session, user).await?;
             Ok(see_other(&next))
         }
         Err(AuthError::BadCredentials) => {
@@ -127,9 +127,45 @@ async fn login_form(
     }
 }
 
-async fn logout_form(CsrfForm(_): CsrfForm<TokenOnly>, session: Session) -> HttpResponse {
-    session::log_out(&session);
-    see_other("/")
+async fn logout_form(
+    CsrfForm(_): CsrfForm<TokenOnly>,
+    user: Option<SessionUser>,
+    session: Session,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    end_session(&state, &session, user, false).await?;
+    Ok(see_other("/"))
+}
+
+/// Opens the session's row (off the executor), then writes the cookie that names it.
+async fn start_session(
+    state: &AppState,
+    session: &Session,
+    user: super::User,
+) -> Result<SessionUser, AuthError> {
+    let pool = state.pool.clone();
+    let (user, session_id) = web::block(move || {
+        let session_id = session::open(&mut *pool.get()?, &user)?;
+        Ok::<_, AuthError>((user, session_id))
+    })
+    .await??;
+    session::log_in(session, &user, session_id)
+}
+
+/// Ends this session (or all of the user's) in the database, then forgets the cookie.
+async fn end_session(
+    state: &AppState,
+    session: &Session,
+    user: Option<SessionUser>,
+    everywhere: bool,
+) -> Result<(), AuthError> {
+    if let Some(user) = user {
+        let pool = state.pool.clone();
+        web::block(move || Ok::<_, AuthError>(session::close(&mut *pool.get()?, &user, everywhere)?))
+            .await??;
+    }
+    session::log_out(session);
+    Ok(())
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -158,7 +194,7 @@ async fn login_json(
     let body = body.into_inner();
     let address = req.peer_addr().map(|a| a.ip());
     let user = check_credentials(&state, address, body.username, body.password).await?;
-    let logged_in = session::log_in(&session, &user)?;
+    let logged_in = start_session(&state, &session, user).await?;
     Ok(HttpResponse::Ok().json(SessionBody { user: &logged_in }))
 }
 
@@ -169,9 +205,22 @@ async fn whoami(user: SessionUser) -> impl Responder {
     HttpResponse::Ok().json(SessionBody { user: &user })
 }
 
-/// Log out.
-#[utoipa::path(delete, path = "/api/v1/session", tag = "session", responses((status = 204)))]
-async fn logout_json(session: Session) -> HttpResponse {
-    session::log_out(&session);
-    HttpResponse::NoContent().finish()
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+struct LogoutQuery {
+    /// `true`: end every session of this user, in every browser, not only this one.
+    everywhere: Option<bool>,
+}
+
+/// Log out: this session, or with `?everywhere=true` every session of the user. Takes effect on
+/// the next request of each, on every instance.
+#[utoipa::path(delete, path = "/api/v1/session", tag = "session", params(LogoutQuery), responses((status = 204)))]
+async fn logout_json(
+    user: Option<SessionUser>,
+    query: web::Query<LogoutQuery>,
+    session: Session,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, AuthError> {
+    end_session(&state, &session, user, query.everywhere.unwrap_or(false)).await?;
+    Ok(HttpResponse::NoContent().finish())
 }

@@ -3,7 +3,6 @@
 pub mod error;
 pub mod input;
 
-use std::future::{Ready, ready};
 use std::sync::Arc;
 
 use actix_session::SessionExt;
@@ -84,12 +83,22 @@ impl PageContext {
 
 impl FromRequest for PageContext {
     type Error = AuthError;
-    type Future = Ready<Result<Self, AuthError>>;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self, AuthError>>>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let session = req.get_session();
-        let user = SessionUser::from_request(req, payload).into_inner().ok();
-        ready(csrf::token(&session).map(|csrf_token| Self { user, csrf_token, demo: demo_served(req) }))
+        let req = req.clone();
+        let user = SessionUser::from_request(&req, payload);
+        Box::pin(async move {
+            let user = match user.await {
+                Ok(user) => Some(user),
+                Err(AuthError::NotLoggedIn) => None,
+                // The session could not be checked (the database is down): say so, rather
+                // than show the page as if the user had been logged out.
+                Err(other) => return Err(other),
+            };
+            let csrf_token = csrf::token(&req.get_session())?;
+            Ok(Self { user, csrf_token, demo: demo_served(&req) })
+        })
     }
 }
 

@@ -1,5 +1,6 @@
 //! Logging in and out, roles, and where the login form sends you afterwards.
 
+use diesel::RunQueryDsl;
 use haita::auth::Role;
 use serde_json::{Value, json};
 
@@ -348,4 +349,78 @@ async fn a_password_guessing_storm_is_throttled_before_any_hashing() {
     let body =
         app.client(0).post_json("/api/v1/session", &json!({"username": "victim", "password": "x"})).await;
     assert_eq!(error_code(body).await, "too_many_attempts");
+}
+
+/// Sessions are rows: a cookie copied before logout, a demoted admin, a user logged out
+/// everywhere or deleted — each is refused on the very next request, on either instance.
+#[actix_web::test]
+async fn sessions_end_on_the_next_request_after_logout_demotion_or_deletion() {
+    let app = TestApp::spawn_instances(2, |_| {}).await;
+    let dana = app.user("dana", Role::Admin);
+    // A client without a cookie jar: the test holds each session cookie itself, as a thief would.
+    let raw = reqwest::Client::new();
+    let log_in = || async {
+        let response = raw
+            .post(format!("{}/api/v1/session", app.addresses[0]))
+            .json(&json!({"username": dana.username, "password": PASSWORD}))
+            .send()
+            .await
+            .expect("login");
+        assert_eq!(response.status(), 200);
+        let cookie = response.headers()["set-cookie"].to_str().expect("cookie").to_string();
+        cookie.split(';').next().expect("name=value").to_string()
+    };
+    let status = |cookie: String, instance: usize, method: reqwest::Method, path: &'static str| {
+        let (raw, base) = (raw.clone(), app.addresses[instance].clone());
+        async move {
+            raw.request(method, format!("{base}{path}"))
+                .header("cookie", cookie)
+                .header("content-type", "application/json")
+                .send()
+                .await
+                .expect("request")
+                .status()
+                .as_u16()
+        }
+    };
+    let admin_screen = |cookie: &str, instance| {
+        status(cookie.to_string(), instance, reqwest::Method::GET, "/api/v1/admin/locks")
+    };
+    let set_role = |role: &str| {
+        diesel::sql_query(format!("UPDATE users SET role = '{role}' WHERE id = {}", dana.id))
+            .execute(&mut app.db.raw_connection())
+            .expect("set role");
+    };
+
+    let (laptop, phone) = (log_in().await, log_in().await);
+    assert_eq!((admin_screen(&laptop, 0).await, admin_screen(&phone, 1).await), (200, 200));
+
+    set_role("customer");
+    assert_eq!(
+        (admin_screen(&laptop, 1).await, admin_screen(&phone, 0).await),
+        (403, 403),
+        "demoted at once"
+    );
+    set_role("admin");
+
+    let out = status(laptop.clone(), 0, reqwest::Method::DELETE, "/api/v1/session").await;
+    assert_eq!(out, 204);
+    assert_eq!(admin_screen(&laptop, 1).await, 401, "the laptop's cookie, replayed after logout");
+    assert_eq!(admin_screen(&phone, 1).await, 200, "the phone's session is another one");
+
+    let tablet = log_in().await;
+    let out = status(phone.clone(), 1, reqwest::Method::DELETE, "/api/v1/session?everywhere=true").await;
+    assert_eq!(out, 204);
+    assert_eq!(
+        (admin_screen(&phone, 0).await, admin_screen(&tablet, 1).await),
+        (401, 401),
+        "logged out everywhere"
+    );
+
+    let last = log_in().await;
+    assert_eq!(admin_screen(&last, 0).await, 200);
+    diesel::sql_query(format!("DELETE FROM users WHERE id = {}", dana.id))
+        .execute(&mut app.db.raw_connection())
+        .expect("delete user");
+    assert_eq!(admin_screen(&last, 1).await, 401, "a deleted user's session ends with them");
 }
