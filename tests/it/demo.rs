@@ -94,7 +94,6 @@ async fn no_lock_with_32_clients_double_books() {
 #[actix_web::test]
 async fn every_correct_strategy_books_each_day_at_most_once_over_five_runs() {
     let app = TestApp::spawn_lab().await;
-    let client = logged_in(&app, "careful").await;
     let correct: Vec<&str> = Strategy::ALL.iter().filter(|s| s.is_correct()).map(|s| s.name()).collect();
     assert_eq!(
         correct,
@@ -109,6 +108,8 @@ async fn every_correct_strategy_books_each_day_at_most_once_over_five_runs() {
     );
 
     for run in 1..=5 {
+        // One user per run: a user waits out a cooldown between two races.
+        let client = logged_in(&app, &format!("careful{run}")).await;
         let report =
             race(&client, json!({"strategy": correct, "clients": 32, "attempts": 64, "pause_ms": 5})).await;
         for result in report["results"].as_array().expect("results") {
@@ -152,6 +153,45 @@ async fn without_the_queue_waiters_fill_the_pool_and_batches_book_a_round_in_a_f
     let batches = coalesced["batches"].as_u64().expect("batches");
     assert!(batches >= 4 && batches < attempts / 4, "{batches} transactions for {attempts}: {coalesced}");
     invariants::no_named_lock_left_held(&app.db);
+}
+
+/// A user waits between races (429 with Retry-After); only the newest races are kept, and the
+/// demo rows of older ones are deleted once no race can still be using them.
+#[actix_web::test]
+async fn races_are_rationed_per_user_and_old_ones_are_cleaned_up() {
+    let app = TestApp::spawn_lab().await;
+    let client = logged_in(&app, "eager").await;
+    let small = json!({"strategy": "named-lock", "clients": 2, "attempts": 2});
+    race(&client, small.clone()).await;
+    let again = client.post_json("/api/v1/demo/races", &small).await;
+    assert_eq!(again.status(), 429);
+    assert!(again.headers().get("retry-after").is_some());
+    assert_eq!(error_code(again).await, "too_many_races");
+
+    // Twenty later races (copies of that one, naming a later resource), and the first race's
+    // resource as old as a settled race's.
+    let sql = |statement: &str| {
+        diesel::sql_query(statement).execute(&mut app.db.raw_connection()).expect(statement);
+    };
+    let old_resource = count(&app, "SELECT MAX(id) AS n FROM demo_resources WHERE id > ?", 0);
+    let later = format!("\"demo_resource_id\":{}", old_resource + 1_000_000);
+    for _ in 0..20 {
+        sql(&format!(
+            "INSERT INTO demo_races (started_by, report) SELECT started_by, \
+             REPLACE(report, '\"demo_resource_id\":{old_resource}', '{later}') FROM demo_races ORDER BY id LIMIT 1"
+        ));
+    }
+    sql("UPDATE demo_resources SET created_at = NOW() - INTERVAL 1 HOUR");
+    assert_eq!(booked(&app, old_resource), 1, "the first race booked its one day");
+
+    let report = race(&logged_in(&app, "patient").await, small).await;
+    assert_eq!(
+        count(&app, "SELECT COUNT(*) AS n FROM demo_races WHERE id > ?", 0),
+        haita::lab::demo::KEEP_RACES
+    );
+    assert_eq!(booked(&app, old_resource), 0, "an old race's bookings are gone");
+    assert_eq!(count(&app, "SELECT COUNT(*) AS n FROM demo_resources WHERE id = ?", old_resource), 0);
+    assert_eq!(booked(&app, id_of(&report["results"][0])), 1, "the new race's are kept");
 }
 
 #[actix_web::test]

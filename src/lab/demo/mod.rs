@@ -30,7 +30,7 @@ use actix_web::http::StatusCode;
 // What the rest of the lab (the CLI, `bench bookings`) and the tests may use; the rest is the
 // demo's own.
 pub use lanes::Lanes;
-pub use race::{RaceReport, RaceSpec, StrategyResult, create_resource, run as run_race};
+pub use race::{KEEP_RACES, RaceReport, RaceSpec, StrategyResult, create_resource, run as run_race};
 pub use strategies::{Answer, Attempt, Queue, Seen, Strategy};
 
 use crate::infra::{Infra, infra_error};
@@ -44,6 +44,8 @@ pub enum DemoError {
     RaceOnly(Strategy),
     #[error("a race is already running on this instance")]
     RaceRunning,
+    #[error("another race only in {0} s")]
+    CoolingDown(u64),
     #[error("race {0} not found")]
     RaceNotFound(i64),
     #[error("fully booked")]
@@ -90,6 +92,14 @@ impl AsProblem for DemoError {
                     S::CONFLICT,
                     "busy",
                     "A race is already running on this instance; wait for it to finish.",
+                )
+            },
+            Self::CoolingDown(secs) => Problem {
+                retry_after: Some(u32::try_from(*secs).unwrap_or(u32::MAX)),
+                ..Problem::new(
+                    S::TOO_MANY_REQUESTS,
+                    "too_many_races",
+                    format!("You ran a race a moment ago; you may start another in {secs} s."),
                 )
             },
             Self::RaceNotFound(id) => {

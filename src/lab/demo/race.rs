@@ -33,7 +33,7 @@ use super::model::{NewDemoRace, NewDemoResource};
 use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::config::Config;
 use crate::db::{self, DbPool};
-use crate::lab::schema::{demo_races, demo_resources};
+use crate::lab::schema::{demo_bookings, demo_races, demo_resources};
 use crate::lab::stats::percentile_ms;
 use crate::locking::Namespace;
 use crate::locking::sql::{holder_of, kill_connection};
@@ -52,6 +52,12 @@ pub const TIME_CAP: Duration = Duration::from_secs(10);
 const LOCK_WAIT: Duration = Duration::from_secs(1);
 /// Every demo resource has one place per day, so any second booking of a day is a double booking.
 pub const CAPACITY: i32 = 1;
+
+/// How long after their previous race a user may start another through the app (a race holds up
+/// to 256 threads and as many connections for up to 80 s; the CLI is the operator's own).
+pub const COOLDOWN: Duration = Duration::from_secs(30);
+/// Races kept, with their demo resources and bookings; older ones are deleted after each race.
+pub const KEEP_RACES: i64 = 20;
 
 /// What to race, parsed and bounded once.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -384,7 +390,52 @@ pub fn run(
         report.id = crate::db::last_insert_id(conn)?;
         Ok::<_, DemoError>(())
     })?;
+    forget_old_races(&mut conn)?;
     Ok(report)
+}
+
+/// How long `started_by` must still wait before another race, if at all.
+pub fn cooldown_left(conn: &mut MysqlConnection, started_by: &str) -> Result<Option<Duration>, DemoError> {
+    let last: Option<NaiveDateTime> = demo_races::table
+        .filter(demo_races::started_by.eq(started_by))
+        .order(demo_races::id.desc())
+        .select(demo_races::created_at)
+        .first(conn)
+        .optional()?;
+    let since = |at: NaiveDateTime| (chrono::Utc::now().naive_utc() - at).to_std().unwrap_or_default();
+    Ok(last.map(since).and_then(|since| COOLDOWN.checked_sub(since)).filter(|left| !left.is_zero()))
+}
+
+/// Deletes the races older than the newest [`KEEP_RACES`], with the demo resources and bookings
+/// they made. A race runs for minutes at most, so resources younger than ten minutes are left
+/// alone: another instance's race may still be using them.
+fn forget_old_races(conn: &mut MysqlConnection) -> Result<(), DemoError> {
+    let oldest_kept: Option<(i64, String)> = demo_races::table
+        .order(demo_races::id.desc())
+        .offset(KEEP_RACES - 1)
+        .select((demo_races::id, demo_races::report))
+        .first(conn)
+        .optional()?;
+    let Some((race_id, report)) = oldest_kept else { return Ok(()) };
+    let Ok(report) = serde_json::from_str::<RaceReport>(&report) else { return Ok(()) };
+    let Some(first_kept) = report.results.iter().map(|r| r.demo_resource_id).min() else { return Ok(()) };
+    let settled = chrono::Utc::now().naive_utc() - chrono::TimeDelta::minutes(10);
+    conn.transaction(|conn| {
+        let old = demo_resources::table
+            .filter(demo_resources::id.lt(first_kept))
+            .filter(demo_resources::created_at.lt(settled))
+            .select(demo_resources::id);
+        diesel::delete(demo_bookings::table.filter(demo_bookings::demo_resource_id.eq_any(old)))
+            .execute(conn)?;
+        diesel::delete(
+            demo_resources::table
+                .filter(demo_resources::id.lt(first_kept))
+                .filter(demo_resources::created_at.lt(settled)),
+        )
+        .execute(conn)?;
+        diesel::delete(demo_races::table.filter(demo_races::id.lt(race_id))).execute(conn)?;
+        Ok(())
+    })
 }
 
 /// The race `id`, or the latest one when `id` is `None`; `None` when there is none yet.

@@ -69,6 +69,9 @@ async fn run_race(
     let ticket = RaceTicket::take(slot)?;
     let (pool, config, who) = (state.pool.clone(), state.config.clone(), user.username.clone());
     blocking(move || {
+        if let Some(left) = race::cooldown_left(&mut *pool.get()?, &who)? {
+            return Err(DemoError::CoolingDown(left.as_secs().max(1)));
+        }
         let report = race::run(&pool, &config, &spec, &who);
         drop(ticket);
         report
