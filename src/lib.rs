@@ -85,6 +85,7 @@ impl Application {
                 .configure(|cfg| routes(cfg, demo_mode))
                 .default_service(aweb::to(error::not_found))
                 .wrap(actix_web::middleware::from_fn(crate::auth::csrf::json_only_api_writes))
+                .wrap(actix_web::middleware::from_fn(crate::openapi::methods_allowed))
                 .wrap(ErrorHandlers::new().default_handler(error::render_html_errors))
                 .wrap(
                     SessionMiddleware::builder(CookieSessionStore::default(), key.clone())
@@ -200,8 +201,8 @@ async fn metrics_text(state: aweb::Data<AppState>) -> HttpResponse {
 }
 
 async fn openapi_json(state: aweb::Data<AppState>) -> HttpResponse {
-    let document = if LAB && state.config.demo_mode { &openapi::JSON_WITH_DEMO } else { &openapi::JSON };
-    HttpResponse::Ok().content_type("application/json").body(document.as_str())
+    let document = openapi::served(state.config.demo_mode);
+    HttpResponse::Ok().content_type("application/json").body(document)
 }
 
 async fn stylesheet() -> HttpResponse {

@@ -6,7 +6,16 @@
 
 use std::sync::LazyLock;
 
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::{Method, header};
+use actix_web::middleware::Next;
+use actix_web::web;
+use serde_json::{Value, json};
 use utoipa::OpenApi;
+
+use crate::web::AppState;
+use crate::web::error::{RequestError, respond};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -35,6 +44,25 @@ pub static JSON: LazyLock<String> = LazyLock::new(|| render(false));
 /// The merged document with the demo's endpoints (the lab built in and `DEMO_MODE=1`).
 pub static JSON_WITH_DEMO: LazyLock<String> = LazyLock::new(|| render(true));
 
+/// The document this app serves.
+pub fn served(demo_mode: bool) -> &'static str {
+    if crate::LAB && demo_mode { &JSON_WITH_DEMO } else { &JSON }
+}
+
+/// The operations that need no session; every other one answers 401 without a live session.
+/// The fuzzer (`tests/fuzz`) sends every operation without a session and holds the server to it.
+const PUBLIC: &[(&str, &str)] = &[
+    ("post", "/api/v1/session"),
+    ("get", "/api/v1/session"),
+    ("delete", "/api/v1/session"),
+    ("get", "/api/v1/products"),
+    ("get", "/api/v1/products/{id}"),
+    ("get", "/api/v1/resources"),
+    ("get", "/api/v1/resources/{id}/availability"),
+];
+
+const WRITES: &[&str] = &["post", "put", "patch", "delete"];
+
 fn render(with_demo: bool) -> String {
     let mut document = Document::openapi();
     for part in [
@@ -54,8 +82,180 @@ fn render(with_demo: bool) -> String {
     }
     #[cfg(not(feature = "lab"))]
     let _ = with_demo;
-    document.to_pretty_json().unwrap_or_else(|e| {
-        log::error!("rendering the OpenAPI document failed: {e}");
-        "{}".into()
-    })
+    let mut document = serde_json::to_value(&document).expect("an OpenAPI document is JSON");
+    complete(&mut document);
+    serde_json::to_string_pretty(&document).expect("a JSON value renders")
+}
+
+/// Adds what every operation of a kind answers, so that each handler's annotation lists only
+/// its own answers: 401 where a session is needed, 403 on the admin's operations, 415 on every write (see
+/// `auth::csrf::json_only_api_writes`), 400 and 413 for a body, 400 for a query, 404 for a path
+/// parameter, and 503 with `Retry-After` everywhere (busy, or the database unreachable).
+fn complete(document: &mut Value) {
+    document["components"]["securitySchemes"]["session"] = json!({
+        "type": "apiKey", "in": "cookie", "name": "haita_session",
+        "description": "Set by POST /api/v1/session; checked against the session's row on every request."
+    });
+    let Some(paths) = document["paths"].as_object_mut() else { return };
+    for (path, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else { continue };
+        for (method, operation) in item.iter_mut() {
+            let parameters: Vec<String> = operation["parameters"]
+                .as_array()
+                .map(|all| all.iter().filter_map(|p| p["in"].as_str().map(String::from)).collect())
+                .unwrap_or_default();
+            let has_body = operation.get("requestBody").is_some();
+            let is_admin = operation["tags"].as_array().is_some_and(|tags| tags.contains(&json!("admin")));
+            let responses = &mut operation["responses"];
+            let mut answer = |status: &str, description: &str| {
+                if responses.get(status).is_none() {
+                    responses[status] = json!({
+                        "description": description,
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+                    });
+                }
+            };
+            let public = PUBLIC.contains(&(method.as_str(), path.as_str()));
+            if !public {
+                answer("401", "No live session: log in with POST /api/v1/session");
+            }
+            if is_admin {
+                answer("403", "Admin role only");
+            }
+            if WRITES.contains(&method.as_str()) {
+                answer(
+                    "415",
+                    "Content-Type is not application/json: every write must say so, even without a body",
+                );
+            }
+            if has_body {
+                answer("400", "The body is not JSON, or a field is missing or of the wrong type");
+                answer("413", "The body is larger than this operation accepts");
+            }
+            if parameters.iter().any(|p| p == "query") {
+                answer("400", "A query parameter is malformed or out of range");
+            }
+            if parameters.iter().any(|p| p == "path") || path.contains('{') {
+                answer("404", "Nothing at this address (no such id, or a malformed one)");
+            }
+            answer("503", "Busy, or the database cannot be reached: try again after Retry-After seconds");
+            responses["503"]["headers"]["Retry-After"] =
+                json!({"description": "Seconds to wait", "schema": {"type": "integer"}});
+            if !public {
+                operation["security"] = json!([{"session": []}]);
+            }
+        }
+    }
+}
+
+/// The API's paths and the methods each one accepts, read from the served document: what
+/// [`methods_allowed`] answers 405 from.
+struct Routes(Vec<(Vec<Option<String>>, Vec<Method>)>);
+
+static ROUTES: LazyLock<Routes> = LazyLock::new(|| Routes::from_document(&JSON));
+static ROUTES_WITH_DEMO: LazyLock<Routes> = LazyLock::new(|| Routes::from_document(&JSON_WITH_DEMO));
+
+impl Routes {
+    fn from_document(json: &str) -> Self {
+        let document: Value = serde_json::from_str(json).unwrap_or_default();
+        let routes = document["paths"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(template, item)| {
+                let segments =
+                    template.split('/').map(|s| (!s.starts_with('{')).then(|| s.to_string())).collect();
+                let methods = item
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(m, _)| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
+                    .collect();
+                (segments, methods)
+            })
+            .collect();
+        Self(routes)
+    }
+
+    /// The methods of the path template `path` fits, or `None` when it fits none. Where it fits
+    /// several (`release-expired` also fits `{key}`), the one with the most literal segments
+    /// wins, as it does in the router.
+    fn allowed(&self, path: &str) -> Option<&[Method]> {
+        let segments: Vec<&str> = path.split('/').collect();
+        self.0
+            .iter()
+            .filter(|(template, _)| {
+                template.len() == segments.len()
+                    && template.iter().zip(&segments).all(|(t, s)| t.as_deref().is_none_or(|t| t == *s))
+            })
+            .max_by_key(|(template, _)| template.iter().flatten().count())
+            .map(|(_, methods)| methods.as_slice())
+    }
+}
+
+/// Middleware: a request for an API path with a method that path does not have is answered
+/// 405 with `Allow`, before any other check (a PUT on a GET-only path is not a content-type
+/// problem, and a TRACE is not a missing page).
+pub async fn methods_allowed(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody + 'static>>, actix_web::Error> {
+    let demo = req.app_data::<web::Data<AppState>>().is_some_and(|s| s.config.demo_mode);
+    let routes = if crate::LAB && demo { &ROUTES_WITH_DEMO } else { &ROUTES };
+    if req.path().starts_with("/api/")
+        && let Some(allowed) = routes.allowed(req.path())
+        && !allowed.contains(req.method())
+    {
+        let names: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+        let mut response = respond(&RequestError::MethodNotAllowed(names.join(", ")));
+        response.headers_mut().insert(
+            header::ALLOW,
+            header::HeaderValue::from_str(&names.join(", ")).expect("method names are header-safe"),
+        );
+        return Ok(req.into_response(response).map_into_right_body());
+    }
+    Ok(next.call(req).await?.map_into_left_body())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operations(document: &Value) -> Vec<(String, String, &Value)> {
+        let mut all = Vec::new();
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("a path item") {
+                all.push((method.clone(), path.clone(), operation));
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_operation_lists_the_answers_every_request_can_get() {
+        let document: Value = serde_json::from_str(served(true)).expect("the document is JSON");
+        for (method, path, operation) in operations(&document) {
+            let has = |status: &str| operation["responses"].get(status).is_some();
+            assert!(has("503"), "{method} {path}");
+            assert_eq!(has("401"), !PUBLIC.contains(&(method.as_str(), path.as_str())), "{method} {path}");
+            assert_eq!(has("415"), WRITES.contains(&method.as_str()), "{method} {path}");
+        }
+        for (method, path) in PUBLIC {
+            assert!(document["paths"][path][method].is_object(), "{method} {path} is not in the document");
+        }
+    }
+
+    #[test]
+    fn a_known_path_names_its_methods_and_an_unknown_one_none() {
+        let routes = Routes::from_document(&JSON);
+        let methods = routes.allowed("/api/v1/resources/7/edit-lock").expect("a known path");
+        for method in [Method::GET, Method::POST, Method::PUT, Method::DELETE] {
+            assert!(methods.contains(&method), "{method}");
+        }
+        assert_eq!(routes.allowed("/api/v1/reservations"), Some(&[Method::GET, Method::POST][..]));
+        assert_eq!(routes.allowed("/api/v1/admin/edit-locks/release-expired"), Some(&[Method::POST][..]));
+        assert_eq!(routes.allowed("/api/v1/admin/edit-locks/resource:7"), Some(&[Method::DELETE][..]));
+        assert_eq!(routes.allowed("/api/v1/nothing"), None);
+        assert_eq!(routes.allowed("/api/v1/resources/7/edit-lock/more"), None);
+    }
 }

@@ -251,7 +251,7 @@ async fn audit_page(
 
 /// Every edit lock and every live named lock of this application (admin).
 #[utoipa::path(get, path = "/api/v1/admin/locks", tag = "admin",
-    responses((status = 200, body = Locks), (status = 401, body = ErrorBody), (status = 403, description = "admin only", body = ErrorBody)))]
+    responses((status = 200, body = Locks)))]
 async fn locks_json(Admin(_): Admin, state: web::Data<AppState>) -> Result<HttpResponse, AdminError> {
     Ok(HttpResponse::Ok().json(load_locks(&state).await?))
 }
@@ -272,7 +272,8 @@ struct Released<T> {
 #[utoipa::path(delete, path = "/api/v1/admin/edit-locks/{key}", tag = "admin",
     params(("key" = String, Path, description = "e.g. resource:42"), ("reason" = String, Query, description = "Written to the audit log")),
     responses((status = 200, description = "`{\"released\": LockView}`"),
-              (status = 409, description = "held by a batch job", body = ErrorBody), (status = 403, body = ErrorBody)))]
+              (status = 409, description = "held by a batch job", body = ErrorBody),
+              (status = 422, description = "not an edit-lock key (kind:id)", body = ErrorBody)))]
 async fn force_release_edit_json(
     Admin(admin): Admin,
     path: web::Path<String>,
@@ -287,7 +288,7 @@ async fn force_release_edit_json(
 
 /// Release every expired edit lock (batch-held ones excepted).
 #[utoipa::path(post, path = "/api/v1/admin/edit-locks/release-expired", tag = "admin",
-    responses((status = 200, description = "`{\"released\": [LockView]}`"), (status = 403, body = ErrorBody)))]
+    responses((status = 200, description = "`{\"released\": [LockView]}`")))]
 async fn release_expired_json(
     Admin(admin): Admin,
     state: web::Data<AppState>,
@@ -299,7 +300,8 @@ async fn release_expired_json(
 /// `GET /api/v1/admin/named-locks/{name}`: who holds it (IS_USED_LOCK), 404 when nobody.
 #[utoipa::path(get, path = "/api/v1/admin/named-locks/{name}", tag = "admin",
     params(("name" = String, Path, description = "A lock name of this deployment (haita:{tag}:…)")),
-    responses((status = 200, body = NamedLock), (status = 404, description = "nobody holds it", body = ErrorBody)))]
+    responses((status = 200, body = NamedLock), (status = 404, description = "nobody holds it", body = ErrorBody),
+              (status = 422, description = "not a lock name of this deployment", body = ErrorBody)))]
 async fn lookup_named_json(
     Admin(_): Admin,
     path: web::Path<String>,
@@ -320,7 +322,7 @@ async fn lookup_named_json(
            ("connection_id" = Option<i64>, Query, description = "The holder the admin saw; must still hold it")),
     responses((status = 200, description = "`{\"released\": Killed}`"),
               (status = 409, description = "the holder changed since the admin looked", body = ErrorBody),
-              (status = 403, body = ErrorBody)))]
+              (status = 422, description = "not a lock name of this deployment", body = ErrorBody)))]
 async fn force_release_named_json(
     Admin(admin): Admin,
     path: web::Path<String>,
@@ -336,7 +338,7 @@ async fn force_release_named_json(
 /// The audit log, newest first; pass `older` as `before` for the next page.
 #[utoipa::path(get, path = "/api/v1/admin/audit", tag = "admin",
     params(("before" = Option<i64>, Query), ("limit" = Option<i64>, Query, description = "1 to 200")),
-    responses((status = 200, body = AuditPage), (status = 403, body = ErrorBody)))]
+    responses((status = 200, body = AuditPage)))]
 async fn audit_json(
     Admin(_): Admin,
     query: web::Query<AuditQuery>,

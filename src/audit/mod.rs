@@ -77,6 +77,7 @@ fn cut(text: &str, max_chars: usize) -> &str {
 #[derive(Clone, Debug, Queryable, Serialize, utoipa::ToSchema)]
 pub struct AuditEvent {
     pub id: i64,
+    #[serde(with = "crate::web::utc")]
     pub at: NaiveDateTime,
     pub actor: Option<String>,
     pub action: String,

@@ -206,6 +206,7 @@ async fn whoami(user: SessionUser) -> impl Responder {
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct LogoutQuery {
     /// `true`: end every session of this user, in every browser, not only this one.

@@ -23,7 +23,9 @@ pub struct Reservation {
     #[serde(rename = "date")]
     pub day: NaiveDate,
     pub status: ReservationStatus,
+    #[serde(with = "crate::web::utc")]
     pub created_at: NaiveDateTime,
+    #[serde(with = "crate::web::utc::option")]
     pub cancelled_at: Option<NaiveDateTime>,
 }
 

@@ -3,7 +3,7 @@ use std::fmt;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Datetime, Text};
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
 use super::EditLockError;
 use crate::auth::SessionUser;
@@ -76,13 +76,13 @@ pub struct LockView {
     #[serde(skip)]
     pub owner_session: String,
     #[diesel(sql_type = Datetime)]
-    #[serde(serialize_with = "utc")]
+    #[serde(with = "crate::web::utc")]
     pub acquired_at: NaiveDateTime,
     #[diesel(sql_type = Datetime)]
-    #[serde(serialize_with = "utc")]
+    #[serde(with = "crate::web::utc")]
     pub heartbeat_at: NaiveDateTime,
     #[diesel(sql_type = Datetime)]
-    #[serde(serialize_with = "utc")]
+    #[serde(with = "crate::web::utc")]
     pub expires_at: NaiveDateTime,
     #[diesel(sql_type = Bool)]
     pub held_by_batch: bool,
@@ -119,12 +119,6 @@ impl LockView {
     pub fn holder_name(&self) -> String {
         format!("{} ({})", self.owner_display_name, self.owner_username)
     }
-}
-
-/// Database times are UTC (every pooled session runs with `time_zone = '+00:00'`); say so on
-/// the wire.
-pub fn utc<S: Serializer>(at: &NaiveDateTime, serializer: S) -> Result<S::Ok, S::Error> {
-    at.and_utc().serialize(serializer)
 }
 
 /// Proof that `owner` holds the unexpired edit lock `key`, and that the edit-lock row is locked

@@ -74,6 +74,7 @@ pub struct StockMovement {
     pub reason: MovementReason,
     pub order_id: Option<i64>,
     pub actor_user_id: Option<i64>,
+    #[serde(with = "crate::web::utc")]
     pub at: NaiveDateTime,
 }
 

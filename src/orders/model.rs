@@ -11,6 +11,7 @@ use crate::schema::{order_lines, orders};
 pub struct Order {
     pub id: i64,
     pub user_id: i64,
+    #[serde(with = "crate::web::utc")]
     pub created_at: NaiveDateTime,
     pub total_cents: i64,
 }

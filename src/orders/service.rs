@@ -13,6 +13,7 @@ use crate::schema::{order_lines, orders, products, stock_levels, stock_movements
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
     pub id: i64,
+    #[serde(with = "crate::web::utc")]
     pub created_at: chrono::NaiveDateTime,
     pub total_cents: i64,
     pub lines: Vec<OrderLineView>,

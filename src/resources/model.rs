@@ -15,6 +15,7 @@ pub struct Resource {
     pub description: String,
     pub capacity: i32,
     pub version: i32,
+    #[serde(with = "crate::web::utc")]
     pub updated_at: NaiveDateTime,
 }
 

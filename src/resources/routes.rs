@@ -319,7 +319,8 @@ async fn resources_json(state: web::Data<AppState>) -> Result<HttpResponse, Reso
 /// The resource's edit lock, if any (staff).
 #[utoipa::path(get, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, description = "Resource id")),
-    responses((status = 200, body = LockView), (status = 404, description = "no lock, or no such resource", body = ErrorBody)))]
+    responses((status = 200, body = LockView), (status = 404, description = "no lock, or no such resource", body = ErrorBody),
+              (status = 403, description = "staff only", body = ErrorBody)))]
 async fn lock_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -364,7 +365,8 @@ async fn acquire_json(
 /// Heartbeat: extend my lock by the TTL.
 #[utoipa::path(put, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, description = "Resource id")),
-    responses((status = 200, body = LockView), (status = 423, description = "not mine (taken over, released or expired)", body = ErrorBody)))]
+    responses((status = 200, body = LockView), (status = 423, description = "not mine (taken over, released or expired)", body = ErrorBody),
+              (status = 403, description = "staff only", body = ErrorBody)))]
 async fn heartbeat_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -390,7 +392,8 @@ struct ReleaseQuery {
 #[utoipa::path(delete, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, description = "Resource id"),
            ("if_heartbeat" = Option<String>, Query, description = "Release only if this is still the last heartbeat")),
-    responses((status = 204), (status = 423, description = "someone else's lock", body = ErrorBody)))]
+    responses((status = 204), (status = 423, description = "someone else's lock", body = ErrorBody),
+              (status = 403, description = "staff only", body = ErrorBody)))]
 async fn release_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -418,7 +421,8 @@ struct ResourcePatch {
     params(("id" = i64, Path, description = "Resource id")),
     responses((status = 200, body = Resource),
               (status = 422, description = "invalid input, or capacity below a future day's bookings", body = ErrorBody),
-              (status = 423, description = "edit_locked: only the lock holder may save", body = ErrorBody)))]
+              (status = 423, description = "edit_locked: only the lock holder may save", body = ErrorBody),
+              (status = 403, description = "staff only", body = ErrorBody)))]
 async fn patch_json(
     user: SessionUser,
     path: web::Path<i64>,

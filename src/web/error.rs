@@ -143,6 +143,9 @@ pub enum RequestError {
     BadQuery(String),
     #[error("not found")]
     NotFound,
+    /// The path exists with other methods (listed, also in `Allow`).
+    #[error("method not allowed")]
+    MethodNotAllowed(String),
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
 }
@@ -176,6 +179,11 @@ impl AsProblem for RequestError {
                 Problem::new(S::BAD_REQUEST, "bad_query", format!("The query string is invalid: {detail}."))
             }
             Self::NotFound => Problem::new(S::NOT_FOUND, "not_found", "There is nothing at this address."),
+            Self::MethodNotAllowed(allowed) => Problem::new(
+                S::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("This address answers {allowed} only."),
+            ),
             Self::Internal(_) => Problem::internal(),
         }
     }

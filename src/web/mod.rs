@@ -2,6 +2,7 @@
 
 pub mod error;
 pub mod input;
+pub mod utc;
 
 use std::sync::Arc;
 

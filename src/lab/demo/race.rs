@@ -283,6 +283,7 @@ pub struct RaceReport {
     #[serde(default)]
     pub id: i64,
     pub started_by: String,
+    #[serde(with = "crate::web::utc")]
     pub started_at: NaiveDateTime,
     pub clients: u32,
     pub attempts: u32,

@@ -265,6 +265,7 @@ async fn race_json(
 #[utoipa::path(get, path = "/api/v1/demo/races/{id}", tag = "demo", params(("id" = i64, Path)),
     responses((status = 200, description = "The report, as POST returned it"), (status = 404, body = ErrorBody)))]
 async fn race_by_id_json(
+    _user: SessionUser,
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, DemoError> {

@@ -1,0 +1,88 @@
+"""Schemathesis hooks for haita's API fuzzer (loaded by run.py through SCHEMATHESIS_HOOKS).
+
+Schemathesis already fails a run on a 5xx, a dropped connection, and an answer that the OpenAPI
+document does not describe. This module adds the one check it cannot know about: a request that
+was refused (any 4xx) must not have changed the database. Each request is bracketed by a digest of
+every table (CHECKSUM TABLE) taken just before and just after it; the fuzzer sends one request at a
+time, so nothing else writes in between.
+
+Two adjustments to how Schemathesis reads the document, each for a rule the document states in
+prose rather than in schema (see `complete` in src/openapi.rs):
+- every write says `Content-Type: application/json`, also without a body (that header is the
+  API's CSRF defence); Schemathesis sends no content type when there is no body, so it is added
+  here, and the envelope pass tests what happens without it;
+- a PATCH without `If-Match` is answered 428 Precondition Required (RFC 6585), the status made for
+  exactly that, which Schemathesis's missing-header check does not know.
+
+It also counts the requests it saw and those that changed a table, so that run.py can prove the
+run was as large as promised and that the digest does see writes.
+"""
+
+import atexit
+import os
+
+import schemathesis
+from schemathesis.core import NOT_SET
+from schemathesis.openapi.checks import MissingHeaderNotRejected
+
+from dbdigest import Digest
+
+_digest = Digest.from_env()
+_before: dict[int, dict[str, int]] = {}
+_after: dict[int, dict[str, int]] = {}
+_requests = 0
+_changes_seen = 0
+
+
+WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    if case.method.upper() in WRITES and case.body is NOT_SET:
+        case.headers = {**(case.headers or {}), "Content-Type": "application/json"}
+    _before[id(case)] = _digest.take()
+
+
+@schemathesis.hook
+def after_call(context, case, response):
+    global _requests, _changes_seen
+    _requests += 1
+    _after[id(case)] = after = _digest.take()
+    if Digest.diff(_before[id(case)], after):
+        _changes_seen += 1
+
+
+@schemathesis.hook
+def filter_failure(context, failure, case, response):
+    """Keep every failure but a 428 for a missing If-Match."""
+    return not (
+        isinstance(failure, MissingHeaderNotRejected)
+        and failure.header_name.lower() == "if-match"
+        and failure.status_code == 428
+    )
+
+
+@schemathesis.check
+def refusal_changes_nothing(ctx, response, case):
+    """A refused request (4xx) left every table exactly as it was."""
+    if not 400 <= response.status_code < 500:
+        return None
+    before, after = _before.get(id(case)), _after.get(id(case))
+    if before is None or after is None:
+        return None
+    changed = Digest.diff(before, after)
+    if changed:
+        raise AssertionError(
+            f"refused with {response.status_code}, yet the request changed: {', '.join(changed)}"
+        )
+    return None
+
+
+@atexit.register
+def _report_count():
+    path = os.environ.get("FUZZ_COUNT_FILE")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{_requests} {_changes_seen}\n")
+
