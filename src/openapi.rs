@@ -237,7 +237,9 @@ mod tests {
         for (method, path, operation) in operations(&document) {
             let has = |status: &str| operation["responses"].get(status).is_some();
             assert!(has("503"), "{method} {path}");
-            assert_eq!(has("401"), !PUBLIC.contains(&(method.as_str(), path.as_str())), "{method} {path}");
+            let public = PUBLIC.contains(&(method.as_str(), path.as_str()));
+            assert_eq!(operation.get("security").is_some(), !public, "{method} {path}");
+            assert!(public || has("401"), "{method} {path}");
             assert_eq!(has("415"), WRITES.contains(&method.as_str()), "{method} {path}");
         }
         for (method, path) in PUBLIC {

@@ -82,6 +82,9 @@ pub enum AdminError {
     HolderChanged { name: String, expected: i64, now: i64 },
     #[error("named lock {0} is held by the admin's own connection")]
     OwnConnection(String),
+    /// The server refused the KILL: the app's account may end only its own sessions.
+    #[error("the server refused to end connection {holder}, which holds {name}")]
+    KillRefused { name: String, holder: i64 },
     #[error(transparent)]
     Infra(#[from] Infra),
 }
@@ -119,6 +122,15 @@ impl AsProblem for AdminError {
                 S::CONFLICT,
                 "own_connection",
                 format!("{name} is held by the connection serving this request; it is not killed."),
+            ),
+            Self::KillRefused { name, holder } => Problem::new(
+                S::CONFLICT,
+                "kill_refused",
+                format!(
+                    "The database refused to end connection {holder}, which holds {name}: it belongs to another \
+                     account, and the app's account lacks CONNECTION_ADMIN (see docker/mysql-init.sql). \
+                     Nothing was killed; a database administrator can end it."
+                ),
             ),
             Self::Infra(e) => e.problem(),
         }

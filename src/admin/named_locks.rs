@@ -171,9 +171,13 @@ pub fn force_release(
         return Err(AdminError::OwnConnection(name.as_str().to_string()));
     }
     if let Err(e) = kill_connection(conn, holder) {
-        // 1094 "Unknown thread id": the session ended by itself in between.
+        // 1094 "Unknown thread id": the session ended by itself in between. 1095 "You are not
+        // owner of thread": another account's session, and no CONNECTION_ADMIN.
         return match holder_of(conn, name.as_str())? {
             None => Err(AdminError::NotHeld(name.as_str().to_string())),
+            Some(_) if e.to_string().contains("not owner of thread") => {
+                Err(AdminError::KillRefused { name: name.as_str().to_string(), holder })
+            }
             Some(_) => Err(e.into()),
         };
     }

@@ -13,6 +13,7 @@ mod contention;
 #[cfg(feature = "lab")]
 mod demo;
 mod edit_locks;
+mod grants;
 mod inventory;
 mod lab_apart;
 mod locking;
