@@ -49,7 +49,8 @@ pub fn served(demo_mode: bool) -> &'static str {
     if crate::LAB && demo_mode { &JSON_WITH_DEMO } else { &JSON }
 }
 
-/// The operations that need no session; every other one answers 401 without a live session.
+/// The operations that need no session (and the demo's, `lab::demo::routes::PUBLIC`); every other
+/// one answers 401 without a live session.
 /// The fuzzer (`tests/fuzz`) sends every operation without a session and holds the server to it.
 const PUBLIC: &[(&str, &str)] = &[
     ("post", "/api/v1/session"),
@@ -60,6 +61,17 @@ const PUBLIC: &[(&str, &str)] = &[
     ("get", "/api/v1/resources"),
     ("get", "/api/v1/resources/{id}/availability"),
 ];
+
+#[cfg(feature = "lab")]
+const DEMO_PUBLIC: &[(&str, &str)] = crate::lab::demo::routes::PUBLIC;
+#[cfg(not(feature = "lab"))]
+const DEMO_PUBLIC: &[(&str, &str)] = &[];
+
+/// The operations of the document (with the demo's or not) that need no session.
+fn public_operations(with_demo: bool) -> Vec<(&'static str, &'static str)> {
+    let demo = if with_demo { DEMO_PUBLIC } else { &[] };
+    PUBLIC.iter().chain(demo).copied().collect()
+}
 
 const WRITES: &[&str] = &["post", "put", "patch", "delete"];
 
@@ -80,10 +92,8 @@ fn render(with_demo: bool) -> String {
     if with_demo {
         document.merge(crate::lab::demo::routes::Api::openapi());
     }
-    #[cfg(not(feature = "lab"))]
-    let _ = with_demo;
     let mut document = serde_json::to_value(&document).expect("an OpenAPI document is JSON");
-    complete(&mut document);
+    complete(&mut document, &public_operations(with_demo));
     serde_json::to_string_pretty(&document).expect("a JSON value renders")
 }
 
@@ -91,7 +101,7 @@ fn render(with_demo: bool) -> String {
 /// its own answers: 401 where a session is needed, 403 on the admin's operations, 415 on every write (see
 /// `auth::csrf::json_only_api_writes`), 400 and 413 for a body, 400 for a query, 404 for a path
 /// parameter, and 503 with `Retry-After` everywhere (busy, or the database unreachable).
-fn complete(document: &mut Value) {
+fn complete(document: &mut Value, public: &[(&str, &str)]) {
     document["components"]["securitySchemes"]["session"] = json!({
         "type": "apiKey", "in": "cookie", "name": "haita_session",
         "description": "Set by POST /api/v1/session; checked against the session's row on every request."
@@ -115,7 +125,7 @@ fn complete(document: &mut Value) {
                     });
                 }
             };
-            let public = PUBLIC.contains(&(method.as_str(), path.as_str()));
+            let public = public.contains(&(method.as_str(), path.as_str()));
             if !public {
                 answer("401", "No live session: log in with POST /api/v1/session");
             }
@@ -234,15 +244,16 @@ mod tests {
     #[test]
     fn every_operation_lists_the_answers_every_request_can_get() {
         let document: Value = serde_json::from_str(served(true)).expect("the document is JSON");
+        let public_ones = public_operations(crate::LAB);
         for (method, path, operation) in operations(&document) {
             let has = |status: &str| operation["responses"].get(status).is_some();
             assert!(has("503"), "{method} {path}");
-            let public = PUBLIC.contains(&(method.as_str(), path.as_str()));
+            let public = public_ones.contains(&(method.as_str(), path.as_str()));
             assert_eq!(operation.get("security").is_some(), !public, "{method} {path}");
             assert!(public || has("401"), "{method} {path}");
             assert_eq!(has("415"), WRITES.contains(&method.as_str()), "{method} {path}");
         }
-        for (method, path) in PUBLIC {
+        for (method, path) in public_ones {
             assert!(document["paths"][path][method].is_object(), "{method} {path} is not in the document");
         }
     }

@@ -1,7 +1,13 @@
-// The edit page's half of the edit lock: a heartbeat while the page is open, and a release when
-// the user leaves without saving. Both are best effort; the lock's expiry is the safety net.
+// The edit page's half of the edit lock: taking it as the page opens, a heartbeat while the page
+// is open, and a release when the user leaves without saving. Both are best effort; the lock's expiry is the safety net.
 (function () {
   "use strict";
+  // The page before the editor: take the lock (a POST with the form's CSRF token) right away.
+  var start = document.getElementById("start-editing");
+  if (start) {
+    start.submit();
+    return;
+  }
   var form = document.getElementById("edit-form");
   if (!form) return;
   var url = form.dataset.heartbeatUrl;

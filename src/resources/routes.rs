@@ -1,4 +1,4 @@
-//! HTTP for resources: the list, the edit page (which takes the edit lock), its heartbeat script,
+//! HTTP for resources: the list, the edit page (whose start form takes the edit lock), its script,
 //! the save, and the JSON edit-lock endpoints of a resource.
 
 use actix_web::http::StatusCode;
@@ -41,6 +41,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
                 .route(web::post().to(take_over_form)),
         )
+        .route("/resources/{id}/edit/start", web::post().to(start_form))
         .route("/resources/{id}/edit/cancel", web::post().to(cancel_form))
         .route("/static/edit_lock.js", web::get().to(script))
         .service(
@@ -213,16 +214,57 @@ fn render_opened(
     }
 }
 
-/// Opening the editor takes the lock when it is free (or already ours). A lock someone else
-/// holds — even an expired one — is shown with its holder and, once expired, a take-over button.
+/// The page before the editor: it shows what opening the editor means and takes the lock with a
+/// POST (by script as it loads, or its button).
+#[derive(Template)]
+#[template(path = "resources/start.html")]
+struct StartPage {
+    ctx: PageContext,
+    resource: Resource,
+}
+
+/// The editor, when this session holds the lock; someone else's lock (even an expired one, with
+/// a take-over button) when they do; else the page that takes the lock. A GET changes nothing:
+/// a link, a prefetch or a preview must not lock a resource in a staff member's name.
 async fn edit_page(
     user: SessionUser,
     ctx: PageContext,
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let opened = open(&state, &user, path.into_inner(), Policy::FreeOrMine).await?;
-    render_opened(ctx, &state, opened, None)
+    let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
+    let (resource, lock) = blocking(move || {
+        let mut conn = pool.get()?;
+        let resource = editing::find(&mut conn, id)?;
+        let lock = service::find(&mut conn, &EditLockKey::resource(id))?;
+        Ok::<_, ResourceError>((resource, lock))
+    })
+    .await?;
+    match lock {
+        Some(lock) if lock.is_owned_by(&owner) && !lock.expired => {
+            render_opened(ctx, &state, Opened::Editing(resource, lock), None)
+        }
+        Some(lock) if !lock.is_owned_by(&owner) => {
+            render_opened(ctx, &state, Opened::Locked(resource, Box::new(lock)), None)
+        }
+        _ => Ok(html(&StartPage { ctx, resource })?),
+    }
+}
+
+/// Start editing: take the lock when it is free (or renew ours) and open the editor; someone
+/// else's lock, even an expired one, is shown instead (taking that over is its own button).
+async fn start_form(
+    user: SessionUser,
+    ctx: PageContext,
+    path: web::Path<i64>,
+    CsrfForm(_): CsrfForm<TokenOnly>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let id = path.into_inner();
+    match open(&state, &user, id, Policy::FreeOrMine).await? {
+        Opened::Editing(..) => Ok(see_other(&format!("/resources/{id}/edit"))),
+        opened => render_opened(ctx, &state, opened, None),
+    }
 }
 
 /// The take-over button. It may carry the unsaved input of a refused save, which the editor

@@ -45,7 +45,7 @@ async fn a_force_release_refuses_the_holders_save_shows_their_input_and_is_audit
     let (_, carol) = logged_in(&app, "carol", Role::Staff).await;
     let (_, admin) = logged_in(&app, "root", Role::Admin).await;
     let key = format!("resource:{resource}");
-    assert_eq!(carol.get(&format!("/resources/{resource}/edit")).await.status(), 200);
+    assert_eq!(carol.open_editor(resource).await.status(), 200);
 
     let screen = admin.get("/admin/locks").await.text().await.expect("page");
     assert!(screen.contains(&format!("data-key=\"{key}\"")) && screen.contains("carol"), "listed");

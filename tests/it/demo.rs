@@ -353,6 +353,35 @@ async fn one_booking_endpoint_serves_the_correct_strategies_and_refuses_the_race
     invariants::no_named_lock_left_held(&app.db);
 }
 
+/// The single-booking API cannot grow the demo's tables without bound: a demo resource holds at
+/// most `MAX_BOOKINGS_PER_DEMO_RESOURCE` bookings.
+#[actix_web::test]
+async fn a_demo_resource_takes_a_bounded_number_of_bookings() {
+    let app = TestApp::spawn_lab().await;
+    let client = logged_in(&app, "filler").await;
+    let strategy = Strategy::parse("unique-slot").expect("known");
+    let resource = haita::lab::demo::create_resource(&mut app.db.conn(), strategy, 1).expect("demo resource");
+    let max = haita::lab::demo::routes::MAX_BOOKINGS_PER_DEMO_RESOURCE;
+    let start = chrono::NaiveDate::from_ymd_opt(2300, 1, 1).expect("day");
+    let rows: Vec<String> = (0..max - 1)
+        .map(|i| format!("({resource}, '{}', 1)", start + chrono::Days::new(u64::try_from(i).expect("i"))))
+        .collect();
+    diesel::sql_query(format!(
+        "INSERT INTO demo_bookings (demo_resource_id, day, client) VALUES {}",
+        rows.join(", ")
+    ))
+    .execute(&mut app.db.conn())
+    .expect("fill");
+    let day = |offset: u64| (start + chrono::Days::new(offset)).to_string();
+    let body = |date: String| json!({"strategy": "unique-slot", "resource_id": resource, "date": date});
+
+    let last = client.post_json("/api/v1/demo/bookings", &body(day(1000))).await;
+    assert_eq!(last.status(), 201, "the last booking within the bound");
+    let over = client.post_json("/api/v1/demo/bookings", &body(day(1001))).await;
+    assert_eq!((over.status().as_u16(), error_code(over).await.as_str()), (409, "demo_resource_full"));
+    assert_eq!(booked(&app, resource), max);
+}
+
 #[actix_web::test]
 async fn the_cli_prints_the_race_table() {
     let app = TestApp::spawn().await;

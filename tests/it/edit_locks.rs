@@ -99,15 +99,13 @@ async fn two_users_race_to_open_the_editor_then_the_loser_takes_over_and_the_old
     let path = format!("/resources/{resource}/edit");
 
     let barrier = Arc::new(Barrier::new(2));
-    let open = |client: Client, barrier: Arc<Barrier>, path: String| async move {
+    let open = |client: Client, barrier: Arc<Barrier>| async move {
         barrier.wait().await;
-        let response = client.get(&path).await;
+        let response = client.open_editor(resource).await;
         (response.status().as_u16(), response.text().await.expect("page"), client)
     };
-    let ((carol_status, carol_page, carol_client), (bob_status, bob_page, bob_client)) = futures::join!(
-        open(carol_client, barrier.clone(), path.clone()),
-        open(bob_client, barrier.clone(), path.clone())
-    );
+    let ((carol_status, carol_page, carol_client), (bob_status, bob_page, bob_client)) =
+        futures::join!(open(carol_client, barrier.clone()), open(bob_client, barrier.clone()));
 
     let key = format!("resource:{resource}");
     let mut statuses = [carol_status, bob_status];
@@ -189,7 +187,7 @@ async fn the_holder_saves_through_the_form_and_the_version_rises_by_one() {
     let resource = app.resource("Studio", 2);
     let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
 
-    let page = carol.get(&format!("/resources/{resource}/edit")).await;
+    let page = carol.open_editor(resource).await;
     assert_eq!(page.status(), 200);
     let page = page.text().await.expect("page");
     assert!(page.contains("You are editing this resource") && page.contains("/static/edit_lock.js"));
@@ -275,7 +273,7 @@ async fn bad_edits_are_clear_4xx_answers_and_the_form_keeps_the_input() {
     let app = TestApp::spawn().await;
     let resource = app.resource("Bench", 2);
     let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
-    assert_eq!(carol.get(&format!("/resources/{resource}/edit")).await.status(), 200);
+    assert_eq!(carol.open_editor(resource).await.status(), 200);
 
     let long_name = "n".repeat(101);
     let cases = [
@@ -308,6 +306,36 @@ async fn bad_edits_are_clear_4xx_answers_and_the_form_keeps_the_input() {
     );
     assert_eq!(invariants::resource_row(&app.db, resource), ("Bench".to_string(), 2, 1));
     assert!(invariants::edit_lock_owner(&app.db, &format!("resource:{resource}")).is_some(), "still editing");
+}
+
+/// Taking a lock changes something: a link, a prefetch or a preview (a GET) must never lock a
+/// resource in a staff member's name. The edit page offers a start form, with the CSRF token.
+#[actix_web::test]
+async fn a_get_never_takes_the_edit_lock_only_the_start_form_does() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Attic", 1);
+    let (carol_user, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let key = format!("resource:{resource}");
+    let path = format!("/resources/{resource}/edit");
+
+    let page = carol.get(&path).await;
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.expect("page");
+    assert!(
+        page.contains("id=\"start-editing\"") && page.contains("/static/edit_lock.js"),
+        "a start form, which the page's script submits: {page}"
+    );
+    assert_eq!(invariants::edit_lock_owner(&app.db, &key), None, "a GET takes no lock");
+
+    let forged = carol.post_form(&format!("{path}/start"), &[("csrf_token", "not-the-token")]).await;
+    assert_eq!(forged.status(), 403);
+    assert_eq!(invariants::edit_lock_owner(&app.db, &key), None, "nor does a forged form");
+
+    let editor = carol.open_editor(resource).await;
+    assert_eq!(editor.status(), 200);
+    assert!(editor.text().await.expect("page").contains("You are editing this resource"));
+    assert_eq!(invariants::edit_lock_owner(&app.db, &key).map(|(user, _)| user), Some(carol_user.id));
+    assert_eq!(carol.get(&path).await.status(), 200, "the holder's GET shows the editor");
 }
 
 #[actix_web::test]

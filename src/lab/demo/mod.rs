@@ -52,6 +52,8 @@ pub enum DemoError {
     FullyBooked,
     #[error("demo resource {0} does not exist")]
     UnknownDemoResource(i64),
+    #[error("demo resource {0} holds its maximum of bookings")]
+    DemoResourceFull(i64),
     /// A lock was not granted in time: GET_LOCK answered 0, the pool had no free connection, or
     /// the deadlock retries ran out. The client would be told "busy, try again".
     #[error("busy: {0}")]
@@ -108,6 +110,14 @@ impl AsProblem for DemoError {
             Self::FullyBooked => {
                 Problem::new(S::CONFLICT, "fully_booked", "That day of the demo resource is fully booked.")
             }
+            Self::DemoResourceFull(id) => Problem::new(
+                S::CONFLICT,
+                "demo_resource_full",
+                format!(
+                    "Demo resource {id} holds its maximum of {} bookings; run a race for fresh demo resources.",
+                    routes::MAX_BOOKINGS_PER_DEMO_RESOURCE
+                ),
+            ),
             Self::UnknownDemoResource(id) => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
                 "unknown_resource",

@@ -7,6 +7,7 @@ use std::time::Duration;
 use actix_web::{HttpResponse, web};
 use askama::Template;
 use chrono::NaiveDate;
+use diesel::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::DemoError;
@@ -14,6 +15,8 @@ use super::race::{self, RaceReport, RaceSpec};
 use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
+use crate::infra::Infra;
+use crate::lab::schema::demo_bookings;
 use crate::web::error::ErrorBody;
 use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::web::{AppState, PageContext, blocking, html, see_other};
@@ -265,7 +268,6 @@ async fn race_json(
 #[utoipa::path(get, path = "/api/v1/demo/races/{id}", tag = "demo", params(("id" = i64, Path)),
     responses((status = 200, description = "The report, as POST returned it"), (status = 404, body = ErrorBody)))]
 async fn race_by_id_json(
-    _user: SessionUser,
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, DemoError> {
@@ -273,6 +275,14 @@ async fn race_by_id_json(
     let report = blocking(move || race::load(&mut *pool.get()?, Some(id))).await?;
     Ok(HttpResponse::Ok().json(report))
 }
+
+/// How many bookings one demo resource may hold through the single-booking API. Races make demo
+/// resources of their own and only the newest races' are kept, so with this bound the demo's
+/// tables stay small however often the API is called.
+pub const MAX_BOOKINGS_PER_DEMO_RESOURCE: i64 = 500;
+
+/// The demo's operations that need no session (see `openapi::PUBLIC`): anyone may look at a race.
+pub const PUBLIC: &[(&str, &str)] = &[("get", "/api/v1/demo/races/{id}")];
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -293,7 +303,8 @@ struct Booked {
 /// One booking of a demo resource by one of the correct strategies, on the app's own pool. The
 /// unsafe ones are refused here: on the shared pool the pitfall would leak locks into it.
 #[utoipa::path(post, path = "/api/v1/demo/bookings", tag = "demo", request_body = BookRequest,
-    responses((status = 201, description = "Booked"), (status = 409, description = "fully booked", body = ErrorBody),
+    responses((status = 201, description = "Booked"),
+              (status = 409, description = "fully_booked, or demo_resource_full", body = ErrorBody),
               (status = 422, description = "an unsafe strategy, or bad input", body = ErrorBody)))]
 async fn book_json(
     user: SessionUser,
@@ -322,6 +333,16 @@ async fn book_json(
         _ => None,
     };
     let answer = blocking(move || {
+        // Checked before the booking, outside its lock: concurrent requests may pass it together
+        // and overshoot by at most the number of requests in flight, which still bounds the table.
+        let held: i64 = demo_bookings::table
+            .filter(demo_bookings::demo_resource_id.eq(resource_id))
+            .count()
+            .get_result(&mut *pool.get()?)
+            .map_err(Infra::from)?;
+        if held >= MAX_BOOKINGS_PER_DEMO_RESOURCE {
+            return Err(DemoError::DemoResourceFull(resource_id));
+        }
         let queue = Queue::Taken(turn);
         let attempt =
             Attempt { pool: &pool, resource_id, day, client, pause: Duration::ZERO, lock_wait, queue };

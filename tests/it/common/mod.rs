@@ -298,6 +298,19 @@ impl Client {
     }
 
     /// The CSRF token rendered into the page at `path`, as a browser would submit it.
+    /// Opens a resource's editor as a browser does: the edit page's start form (which its script
+    /// submits as the page loads) takes the edit lock, then the editor it redirects to. The
+    /// last answer: the editor (200), or the page of someone else's lock (423), or a refusal.
+    pub async fn open_editor(&self, resource: i64) -> reqwest::Response {
+        let path = format!("/resources/{resource}/edit");
+        let token = self.csrf_token("/").await;
+        let started = self.post_form(&format!("{path}/start"), &[("csrf_token", &token)]).await;
+        if started.status() != 303 {
+            return started;
+        }
+        self.get(&path).await
+    }
+
     pub async fn csrf_token(&self, path: &str) -> String {
         let page = self.get(path).await.text().await.expect("page");
         let marker = "name=\"csrf_token\" value=\"";
