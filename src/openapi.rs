@@ -258,6 +258,70 @@ mod tests {
         }
     }
 
+    /// The bounds the document gives the fuzzer (and clients) are the ones the code checks.
+    #[test]
+    fn the_documents_bounds_are_the_codes() {
+        let document: Value = serde_json::from_str(served(true)).expect("the document is JSON");
+        let field =
+            |schema: &str, name: &str| document["components"]["schemas"][schema]["properties"][name].clone();
+        let parameter = |method: &str, path: &str, name: &str| {
+            document["paths"][path][method]["parameters"]
+                .as_array()
+                .and_then(|all| all.iter().find(|p| p["name"] == name))
+                .map(|p| p["schema"].clone())
+                .unwrap_or_else(|| panic!("{method} {path} has no parameter {name}"))
+        };
+        use crate::{admin, audit, bookings, catalog, inventory, orders, resources};
+        let checks = [
+            (
+                field("LineRequest", "quantity")["maximum"].clone(),
+                json!(inventory::model::Quantity::MAX_PER_LINE),
+            ),
+            (
+                field("ReceiptRequest", "quantity")["maximum"].clone(),
+                json!(inventory::model::Quantity::MAX_PER_RECEIPT),
+            ),
+            (field("OrderRequest", "lines")["maxItems"].clone(), json!(orders::model::Cart::MAX_LINES)),
+            (field("ProductPatch", "name")["maxLength"].clone(), json!(catalog::edit::NAME_MAX_CHARS)),
+            (
+                field("ProductPatch", "description")["maxLength"].clone(),
+                json!(catalog::edit::DESCRIPTION_MAX_CHARS),
+            ),
+            (field("ProductPatch", "price_cents")["maximum"].clone(), json!(catalog::edit::PRICE_MAX_CENTS)),
+            (field("ResourcePatch", "name")["maxLength"].clone(), json!(resources::model::NAME_MAX)),
+            (
+                field("ResourcePatch", "description")["maxLength"].clone(),
+                json!(resources::model::DESCRIPTION_MAX),
+            ),
+            (field("ResourcePatch", "capacity")["maximum"].clone(), json!(resources::model::CAPACITY_MAX)),
+            (
+                parameter("get", "/api/v1/resources/{id}/availability", "days")["maximum"].clone(),
+                json!(bookings::service::MAX_AVAILABILITY_DAYS),
+            ),
+            (parameter("get", "/api/v1/admin/audit", "limit")["maximum"].clone(), json!(audit::MAX_PAGE)),
+            (
+                parameter("delete", "/api/v1/admin/edit-locks/{key}", "reason")["maxLength"].clone(),
+                json!(admin::REASON_MAX),
+            ),
+            (
+                parameter("delete", "/api/v1/admin/named-locks/{name}", "reason")["maxLength"].clone(),
+                json!(admin::REASON_MAX),
+            ),
+        ];
+        for (i, (documented, checked)) in checks.into_iter().enumerate() {
+            assert_eq!(documented, checked, "bound #{i}");
+        }
+        #[cfg(feature = "lab")]
+        {
+            use crate::lab::demo as race;
+            assert_eq!(field("RaceRequest", "clients")["maximum"], json!(race::MAX_CLIENTS));
+            assert_eq!(field("RaceRequest", "attempts")["maximum"], json!(race::MAX_ATTEMPTS));
+            assert_eq!(field("RaceRequest", "pause_ms")["maximum"], json!(race::MAX_PAUSE_MS));
+            assert!(field("DemoBookRequest", "strategy").is_object(), "the demo's request has its own name");
+        }
+        assert!(field("BookRequest", "strategy").is_null(), "the product's BookRequest is not the demo's");
+    }
+
     #[test]
     fn a_known_path_names_its_methods_and_an_unknown_one_none() {
         let routes = Routes::from_document(&JSON);

@@ -74,6 +74,8 @@ pub enum AdminError {
     EditLock(#[from] EditLockError),
     #[error("a reason of 3 to {REASON_MAX} characters is required")]
     InvalidReason,
+    #[error("{field} must be {range}")]
+    OutOfRange { field: &'static str, range: String },
     #[error("{name:?} is not a named lock of this deployment ({prefix}…)")]
     NotOurs { name: String, prefix: String },
     #[error("named lock {0} is not held")]
@@ -95,6 +97,10 @@ impl AsProblem for AdminError {
         match self {
             Self::Auth(e) => e.problem(),
             Self::EditLock(e) => e.problem(),
+            Self::OutOfRange { field, range } => {
+                Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", format!("{field} must be {range}."))
+                    .with("field", *field)
+            }
             Self::InvalidReason => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
                 "invalid_reason",

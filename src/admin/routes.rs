@@ -234,6 +234,12 @@ const AUDIT_PAGE: i64 = 50;
 
 async fn load_audit(state: &AppState, query: &AuditQuery) -> Result<AuditPage, AdminError> {
     let (pool, before, limit) = (state.pool.clone(), query.before, query.limit.unwrap_or(AUDIT_PAGE));
+    if before.is_some_and(|id| id < 1) {
+        return Err(AdminError::OutOfRange { field: "before", range: "an event id, 1 or more".into() });
+    }
+    if !(1..=audit::MAX_PAGE).contains(&limit) {
+        return Err(AdminError::OutOfRange { field: "limit", range: format!("1 to {}", audit::MAX_PAGE) });
+    }
     blocking(move || Ok(audit::page(&mut *pool.get()?, before, limit)?)).await
 }
 
@@ -270,7 +276,8 @@ struct Released<T> {
 
 /// `DELETE /api/v1/admin/edit-locks/{key}?reason=…`
 #[utoipa::path(delete, path = "/api/v1/admin/edit-locks/{key}", tag = "admin",
-    params(("key" = String, Path, description = "e.g. resource:42"), ("reason" = String, Query, description = "Written to the audit log")),
+    params(("key" = String, Path, description = "e.g. resource:42"),
+           ("reason" = String, Query, min_length = 3, max_length = 300, description = "Written to the audit log")),
     responses((status = 200, description = "`{\"released\": LockView}`"),
               (status = 409, description = "held by a batch job", body = ErrorBody),
               (status = 422, description = "not an edit-lock key (kind:id)", body = ErrorBody)))]
@@ -318,8 +325,8 @@ async fn lookup_named_json(
 /// given, must still be the holder.
 #[utoipa::path(delete, path = "/api/v1/admin/named-locks/{name}", tag = "admin",
     params(("name" = String, Path, description = "A lock name of this deployment (haita:{tag}:…)"),
-           ("reason" = String, Query, description = "Written to the audit log"),
-           ("connection_id" = Option<i64>, Query, description = "The holder the admin saw; must still hold it")),
+           ("reason" = String, Query, min_length = 3, max_length = 300, description = "Written to the audit log"),
+           ("connection_id" = Option<i64>, Query, minimum = 1, description = "The holder the admin saw; must still hold it")),
     responses((status = 200, description = "`{\"released\": Killed}`"),
               (status = 409, description = "the holder changed since the admin looked", body = ErrorBody),
               (status = 422, description = "not a lock name of this deployment", body = ErrorBody)))]
@@ -337,8 +344,10 @@ async fn force_release_named_json(
 
 /// The audit log, newest first; pass `older` as `before` for the next page.
 #[utoipa::path(get, path = "/api/v1/admin/audit", tag = "admin",
-    params(("before" = Option<i64>, Query), ("limit" = Option<i64>, Query, description = "1 to 200")),
-    responses((status = 200, body = AuditPage)))]
+    params(("before" = Option<i64>, Query, minimum = 1, description = "The id of the oldest event seen"),
+           ("limit" = Option<i64>, Query, minimum = 1, maximum = 200, description = "1 to 200")),
+    responses((status = 200, body = AuditPage),
+              (status = 422, description = "invalid_input: before or limit out of range", body = ErrorBody)))]
 async fn audit_json(
     Admin(_): Admin,
     query: web::Query<AuditQuery>,

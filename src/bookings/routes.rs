@@ -171,9 +171,9 @@ struct AvailabilityBody {
 
 /// Confirmed bookings and free places per day; `mine` marks the caller's own bookings.
 #[utoipa::path(get, path = "/api/v1/resources/{id}/availability", tag = "bookings",
-    params(("id" = i64, Path, description = "Resource id"),
-           ("from" = Option<String>, Query, description = "First day, YYYY-MM-DD (default today)"),
-           ("days" = Option<u32>, Query, description = "1 to 62 (default 14)")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id"),
+           ("from" = Option<String>, Query, format = Date, description = "First day, YYYY-MM-DD (default today)"),
+           ("days" = Option<u32>, Query, minimum = 1, maximum = 62, description = "1 to 62 (default 14)")),
     responses((status = 200, body = AvailabilityBody),
               (status = 404, description = "not_found", body = ErrorBody),
               (status = 422, description = "invalid_date, invalid_range", body = ErrorBody)))]
@@ -184,6 +184,10 @@ async fn availability_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, BookingError> {
     let id = path.into_inner();
+    // The API takes an exact date or none; only the page reads an empty date field as "today".
+    if query.from.as_deref() == Some("") {
+        return Err(BookingError::InvalidDate(quoted("")));
+    }
     let from = query.start()?;
     let days = query.days.unwrap_or(PAGE_DAYS);
     let (pool, viewer) = (state.pool.clone(), user.map(|u| u.id));
@@ -195,7 +199,9 @@ async fn availability_json(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct BookRequest {
+    #[schema(minimum = 1)]
     resource_id: i64,
+    #[schema(format = Date)]
     date: String,
 }
 
@@ -234,7 +240,7 @@ async fn my_reservations_json(
 
 /// Cancel one of the caller's reservations.
 #[utoipa::path(delete, path = "/api/v1/reservations/{id}", tag = "bookings",
-    params(("id" = i64, Path, description = "Reservation id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Reservation id")),
     responses((status = 200, body = Reservation), (status = 404, body = ErrorBody),
               (status = 409, description = "already_cancelled", body = ErrorBody)))]
 async fn cancel_json(

@@ -283,7 +283,7 @@ async fn products_json(state: web::Data<AppState>) -> Result<HttpResponse, Catal
 
 /// One product, with its version as a strong ETag.
 #[utoipa::path(get, path = "/api/v1/products/{id}", tag = "products",
-    params(("id" = i64, Path, description = "Product id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Product id")),
     responses((status = 200, description = "ETag: \"v{version}\"", body = Product), (status = 404, body = ErrorBody)))]
 async fn product_json(
     path: web::Path<i64>,
@@ -315,15 +315,18 @@ fn if_match(req: &HttpRequest) -> Result<i32, CatalogError> {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ProductPatch {
+    #[schema(min_length = 1, max_length = 200)]
     name: Option<String>,
+    #[schema(max_length = 10000)]
     description: Option<String>,
+    #[schema(minimum = 0, maximum = 100000000)]
     price_cents: Option<i64>,
 }
 
 /// Change a product's name, description or price — only if it is still at the version named by
 /// `If-Match` (optimistic locking). Absent fields keep their values.
 #[utoipa::path(patch, path = "/api/v1/products/{id}", tag = "products", request_body = ProductPatch,
-    params(("id" = i64, Path, description = "Product id"),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Product id"),
            ("If-Match" = String, Header, description = "The ETag read, e.g. \"v3\"")),
     responses((status = 200, description = "Saved; ETag is the new version", body = Product),
               (status = 400, description = "bad_if_match, malformed_body", body = ErrorBody),

@@ -96,7 +96,9 @@ async fn receipt_form(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReceiptRequest {
+    #[schema(minimum = 1)]
     product_id: i64,
+    #[schema(minimum = 1, maximum = 100000)]
     quantity: i64,
 }
 

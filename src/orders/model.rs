@@ -52,6 +52,10 @@ impl Cart {
         if requested.is_empty() {
             return Err(OrderError::Empty);
         }
+        // Lines as sent, before merging: the work a request may ask for is bounded either way.
+        if requested.len() > Self::MAX_LINES {
+            return Err(OrderError::TooManyLines(Self::MAX_LINES));
+        }
         let mut merged: std::collections::BTreeMap<i64, i64> = std::collections::BTreeMap::new();
         for &(product_id, quantity) in requested {
             if product_id < 1 {

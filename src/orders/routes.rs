@@ -95,13 +95,16 @@ async fn orders_page(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct OrderRequest {
+    #[schema(min_items = 1, max_items = 100)]
     lines: Vec<LineRequest>,
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LineRequest {
+    #[schema(minimum = 1)]
     product_id: i64,
+    #[schema(minimum = 1, maximum = 1000)]
     quantity: i64,
 }
 

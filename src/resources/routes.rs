@@ -7,7 +7,7 @@ use askama::Template;
 use serde::Deserialize;
 
 use super::editing::{self, FormSaved, ThenLock};
-use super::model::{ResourceChanges, ResourceInput};
+use super::model::{DESCRIPTION_MAX, ResourceChanges, ResourceInput};
 use super::{FieldError, Resource, ResourceError};
 use crate::audit::AuditEvent;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
@@ -15,7 +15,7 @@ use crate::auth::{Role, SessionUser};
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, LockView, Owner};
 use crate::locking::Turn;
-use crate::web::error::ErrorBody;
+use crate::web::error::{BODY_LIMIT, ErrorBody, json_config};
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -26,6 +26,10 @@ pub struct Api;
 /// once percent-encoded — above the app-wide form limit, and a user's long text must not be
 /// refused for its encoding.
 const EDIT_FORM_LIMIT: usize = 64 * 1024;
+
+/// A PATCH carries the description once; in JSON a character may take 12 bytes (a surrogate
+/// pair escaped as `\ud83d\ude00`), so 2000 of them need 24 KB.
+const PATCH_LIMIT: usize = DESCRIPTION_MAX * 12 + BODY_LIMIT;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/resources", web::get().to(list_page))
@@ -51,7 +55,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::put().to(heartbeat_json))
                 .route(web::delete().to(release_json)),
         )
-        .route("/api/v1/resources/{id}", web::patch().to(patch_json));
+        .service(
+            web::resource("/api/v1/resources/{id}")
+                .app_data(json_config(PATCH_LIMIT))
+                .route(web::patch().to(patch_json)),
+        );
+}
+
+/// A resource id from the path: ids are positive, so anything else names nothing (404), even on
+/// the edit-lock calls that need no resource row.
+fn resource_id(path: web::Path<i64>) -> Result<i64, ResourceError> {
+    let id = path.into_inner();
+    if id < 1 { Err(ResourceError::NotFound(id)) } else { Ok(id) }
 }
 
 /// Editing is staff work; everyone else gets 403 (401 when not logged in).
@@ -360,7 +375,7 @@ async fn resources_json(state: web::Data<AppState>) -> Result<HttpResponse, Reso
 
 /// The resource's edit lock, if any (staff).
 #[utoipa::path(get, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
-    params(("id" = i64, Path, description = "Resource id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
     responses((status = 200, body = LockView), (status = 404, description = "no lock, or no such resource", body = ErrorBody),
               (status = 403, description = "staff only", body = ErrorBody)))]
 async fn lock_json(
@@ -383,7 +398,7 @@ async fn lock_json(
 /// Acquire (201), renew my own (200), or take over an expired one (201); 423 while someone
 /// else's lock is live.
 #[utoipa::path(post, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
-    params(("id" = i64, Path, description = "Resource id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
     responses((status = 201, description = "Acquired, or an expired lock taken over", body = LockView),
               (status = 200, description = "Already mine; expiry extended", body = LockView),
               (status = 403, description = "staff only", body = ErrorBody),
@@ -406,7 +421,7 @@ async fn acquire_json(
 
 /// Heartbeat: extend my lock by the TTL.
 #[utoipa::path(put, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
-    params(("id" = i64, Path, description = "Resource id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
     responses((status = 200, body = LockView), (status = 423, description = "not mine (taken over, released or expired)", body = ErrorBody),
               (status = 403, description = "staff only", body = ErrorBody)))]
 async fn heartbeat_json(
@@ -415,7 +430,7 @@ async fn heartbeat_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
-    let (pool, ttl, id) = (state.pool.clone(), state.config.edit_lock_ttl, path.into_inner());
+    let (pool, ttl, id) = (state.pool.clone(), state.config.edit_lock_ttl, resource_id(path)?);
     let lock =
         blocking(move || service::heartbeat(&mut *pool.get()?, ttl, &EditLockKey::resource(id), &owner))
             .await?;
@@ -432,7 +447,7 @@ struct ReleaseQuery {
 /// Releases my lock; 204 also when there was none, or when `if_heartbeat` no longer matches
 /// (releasing is idempotent). Someone else's lock is never released here: 423.
 #[utoipa::path(delete, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
-    params(("id" = i64, Path, description = "Resource id"),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id"),
            ("if_heartbeat" = Option<String>, Query, description = "Release only if this is still the last heartbeat")),
     responses((status = 204), (status = 423, description = "someone else's lock", body = ErrorBody),
               (status = 403, description = "staff only", body = ErrorBody)))]
@@ -444,7 +459,7 @@ async fn release_json(
 ) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
     let (pool, id, if_heartbeat) =
-        (state.pool.clone(), path.into_inner(), query.if_heartbeat.map(|t| t.naive_utc()));
+        (state.pool.clone(), resource_id(path)?, query.if_heartbeat.map(|t| t.naive_utc()));
     blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, if_heartbeat))
         .await?;
     Ok(HttpResponse::NoContent().finish())
@@ -453,14 +468,17 @@ async fn release_json(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ResourcePatch {
+    #[schema(min_length = 1, max_length = 100)]
     name: Option<String>,
+    #[schema(max_length = 2000)]
     description: Option<String>,
+    #[schema(minimum = 1, maximum = 10000)]
     capacity: Option<i64>,
 }
 
 /// Changes a resource; only the holder of its edit lock may (423 otherwise). The lock is kept.
 #[utoipa::path(patch, path = "/api/v1/resources/{id}", tag = "resources", request_body = ResourcePatch,
-    params(("id" = i64, Path, description = "Resource id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
     responses((status = 200, body = Resource),
               (status = 422, description = "invalid input, or capacity below a future day's bookings", body = ErrorBody),
               (status = 423, description = "edit_locked: only the lock holder may save", body = ErrorBody),

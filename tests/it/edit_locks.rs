@@ -306,6 +306,20 @@ async fn bad_edits_are_clear_4xx_answers_and_the_form_keeps_the_input() {
     );
     assert_eq!(invariants::resource_row(&app.db, resource), ("Bench".to_string(), 2, 1));
     assert!(invariants::edit_lock_owner(&app.db, &format!("resource:{resource}")).is_some(), "still editing");
+
+    // The longest description, each character escaped in JSON as a surrogate pair (12 bytes):
+    // 24 KB of valid JSON that a PATCH must take.
+    let escaped = format!(r#"{{"description": "{}"}}"#, r"\ud83d\ude00".repeat(2000));
+    let long = carol
+        .http
+        .patch(carol.url(&format!("/api/v1/resources/{resource}")))
+        .header("Content-Type", "application/json")
+        .body(escaped)
+        .send()
+        .await
+        .expect("PATCH");
+    assert_eq!(long.status(), 200, "2000 escaped characters fit");
+    assert_eq!(invariants::resource_row(&app.db, resource), ("Bench".to_string(), 2, 2));
 }
 
 /// Taking a lock changes something: a link, a prefetch or a preview (a GET) must never lock a

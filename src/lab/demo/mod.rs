@@ -30,7 +30,10 @@ use actix_web::http::StatusCode;
 // What the rest of the lab (the CLI, `bench bookings`) and the tests may use; the rest is the
 // demo's own.
 pub use lanes::Lanes;
-pub use race::{KEEP_RACES, RaceReport, RaceSpec, StrategyResult, create_resource, run as run_race};
+pub use race::{
+    KEEP_RACES, MAX_ATTEMPTS, MAX_CLIENTS, MAX_PAUSE_MS, RaceReport, RaceSpec, StrategyResult,
+    create_resource, run as run_race,
+};
 pub use strategies::{Answer, Attempt, Queue, Seen, Strategy};
 
 use crate::infra::{Infra, infra_error};

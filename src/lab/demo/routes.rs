@@ -234,8 +234,11 @@ enum StrategyChoice {
 #[serde(deny_unknown_fields)]
 struct RaceRequest {
     strategy: StrategyChoice,
+    #[schema(minimum = 1, maximum = 256)]
     clients: Option<u32>,
+    #[schema(minimum = 1, maximum = 10000)]
     attempts: Option<u32>,
+    #[schema(minimum = 0, maximum = 1000)]
     pause_ms: Option<u32>,
 }
 
@@ -265,7 +268,7 @@ async fn race_json(
 }
 
 /// A stored race report.
-#[utoipa::path(get, path = "/api/v1/demo/races/{id}", tag = "demo", params(("id" = i64, Path)),
+#[utoipa::path(get, path = "/api/v1/demo/races/{id}", tag = "demo", params(("id" = i64, Path, minimum = 1, example = 1)),
     responses((status = 200, description = "The report, as POST returned it"), (status = 404, body = ErrorBody)))]
 async fn race_by_id_json(
     path: web::Path<i64>,
@@ -285,10 +288,13 @@ pub const MAX_BOOKINGS_PER_DEMO_RESOURCE: i64 = 500;
 pub const PUBLIC: &[(&str, &str)] = &[("get", "/api/v1/demo/races/{id}")];
 
 #[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = DemoBookRequest)]
 #[serde(deny_unknown_fields)]
 struct BookRequest {
     strategy: String,
+    #[schema(minimum = 1)]
     resource_id: i64,
+    #[schema(format = Date)]
     date: String,
 }
 
