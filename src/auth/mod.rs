@@ -43,6 +43,9 @@ pub enum AuthError {
     Throttled { retry_after_secs: u32 },
     #[error("no password-hashing slot free in time")]
     HashingBusy,
+    /// The session could not be checked (the database busy or down); the answer to give.
+    #[error("the session could not be checked: {}", .0.message)]
+    CheckFailed(Problem),
     #[error(transparent)]
     Infra(#[from] Infra),
 }
@@ -84,6 +87,7 @@ impl AsProblem for AuthError {
             Self::HashingBusy => {
                 Problem::busy("Many people are logging in right now; please try again in a moment.")
             }
+            Self::CheckFailed(problem) => problem.clone(),
             Self::Infra(e) => e.problem(),
             Self::Session(_) | Self::Hashing(_) => Problem::internal(),
         }

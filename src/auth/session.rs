@@ -4,22 +4,28 @@
 //! The cookie alone cannot be taken back: a copied cookie would stay valid until `SESSION_KEY`
 //! changed, and a demoted admin would keep the role written into it. So the cookie holds only
 //! a ticket (user id and session id), and each session is a row of `user_sessions`. Every
-//! authenticated request reads that row joined with the user's (one primary-key lookup), so
-//! logging out, logging out everywhere, a role change or a deleted user take effect on the next
-//! request, on every instance, with no state in the app itself.
+//! authenticated request reads that row joined with the user's (a primary-key lookup; requests
+//! arriving together share one query, see [`SessionChecks`]), so logging out, logging out
+//! everywhere, a role change or a deleted user take effect on the next request, on every
+//! instance, with no state in the app itself.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use actix_session::{Session, SessionExt};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, dev::Payload};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
 
 use super::{AuthError, Role, User};
+use crate::db::DbPool;
+use crate::infra::Infra;
 use crate::schema::{user_sessions, users};
 use crate::web::AppState;
+use crate::web::error::Problem;
 
 const TICKET_KEY: &str = "ticket";
 
@@ -28,7 +34,7 @@ pub const SESSION_TTL: chrono::TimeDelta = chrono::TimeDelta::hours(12);
 
 /// What the cookie carries: which session row to look up.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct Ticket {
+pub struct Ticket {
     user_id: i64,
     session_id: String,
 }
@@ -69,13 +75,8 @@ impl FromRequest for SessionUser {
             }
             let session = req.get_session();
             let ticket = session.get::<Ticket>(TICKET_KEY).ok().flatten().ok_or(AuthError::NotLoggedIn)?;
-            let pool = req
-                .app_data::<actix_web::web::Data<AppState>>()
-                .map(|state| state.pool.clone())
-                .ok_or(AuthError::NotLoggedIn)?;
-            let found =
-                crate::web::blocking(move || Ok::<_, AuthError>(current(&mut *pool.get()?, &ticket)?))
-                    .await?;
+            let state = req.app_data::<actix_web::web::Data<AppState>>().ok_or(AuthError::NotLoggedIn)?;
+            let found = state.sessions.check(&state.pool, ticket).await?;
             match found {
                 Some(user) => {
                     req.extensions_mut().insert(user.clone());
@@ -90,16 +91,104 @@ impl FromRequest for SessionUser {
     }
 }
 
-/// The user of a live session, or `None` when the session has ended.
-fn current(conn: &mut MysqlConnection, ticket: &Ticket) -> QueryResult<Option<SessionUser>> {
-    user_sessions::table
+/// Session checks of the requests that arrive together, answered by one query.
+///
+/// Each authenticated request must see its session row as the database has it now. One by one,
+/// that is a blocking hop, a pool checkout and a query per request: under load more work than
+/// many handlers do themselves. So requests queue their ticket here, holding nothing; the first
+/// one starts a drainer task, which takes everything queued (at most [`MAX_CHECKS`]), looks it
+/// all up with one query on one connection, answers each request, and goes again while more
+/// arrived meanwhile. Every answer still comes from a query that started after its request
+/// arrived: a logout or a role change is seen by the next request, exactly as one by one.
+#[derive(Default)]
+pub struct SessionChecks {
+    queue: Mutex<Checks>,
+}
+
+#[derive(Default)]
+struct Checks {
+    waiting: Vec<(Ticket, oneshot::Sender<Checked>)>,
+    draining: bool,
+}
+
+/// A session's user now, `None` when it has ended; a failed check carries the answer to give
+/// (the same for every request of the batch: 503 when the database is busy or down).
+type Checked = Result<Option<SessionUser>, Problem>;
+
+/// Most sessions looked up by one query (one `IN` list).
+pub const MAX_CHECKS: usize = 64;
+
+impl SessionChecks {
+    /// The user of `ticket`'s session as the database has it now.
+    pub async fn check(
+        self: &Arc<Self>,
+        pool: &DbPool,
+        ticket: Ticket,
+    ) -> Result<Option<SessionUser>, AuthError> {
+        let (reply, answer) = oneshot::channel();
+        let start = {
+            let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            queue.waiting.push((ticket, reply));
+            !std::mem::replace(&mut queue.draining, true)
+        };
+        if start {
+            actix_web::rt::spawn(Arc::clone(self).drain(pool.clone()));
+        }
+        match answer.await {
+            Ok(checked) => checked.map_err(AuthError::CheckFailed),
+            // The drainer is gone without answering (a panic in it): no answer is a refusal.
+            Err(_) => Err(AuthError::CheckFailed(Problem::internal())),
+        }
+    }
+
+    async fn drain(self: Arc<Self>, pool: DbPool) {
+        loop {
+            let batch: Vec<_> = {
+                let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+                if queue.waiting.is_empty() {
+                    queue.draining = false;
+                    return;
+                }
+                let take = queue.waiting.len().min(MAX_CHECKS);
+                queue.waiting.drain(..take).collect()
+            };
+            let tickets: Vec<Ticket> = batch.iter().map(|(ticket, _)| ticket.clone()).collect();
+            let pool = pool.clone();
+            let found =
+                crate::web::blocking(move || Ok::<_, Infra>(current(&mut *pool.get()?, &tickets)?)).await;
+            let found = found.map_err(|error| {
+                let problem = error.problem();
+                log::warn!("checking {} session(s) failed: {error}", batch.len());
+                problem
+            });
+            for (i, (_, reply)) in batch.into_iter().enumerate() {
+                let _ = reply.send(found.as_ref().map(|users| users[i].clone()).map_err(Clone::clone));
+            }
+        }
+    }
+}
+
+/// The user of each ticket's live session, in the tickets' order; `None` where it has ended.
+fn current(conn: &mut MysqlConnection, tickets: &[Ticket]) -> QueryResult<Vec<Option<SessionUser>>> {
+    let ids: Vec<&str> = tickets.iter().map(|t| t.session_id.as_str()).collect();
+    let live: Vec<(i64, SessionUser)> = user_sessions::table
         .inner_join(users::table)
-        .filter(user_sessions::id.eq(&ticket.session_id))
-        .filter(user_sessions::user_id.eq(ticket.user_id))
+        .filter(user_sessions::id.eq_any(&ids))
         .filter(user_sessions::expires_at.gt(now()))
-        .select((users::id, users::username, users::display_name, users::role, user_sessions::id))
-        .first(conn)
-        .optional()
+        .select((
+            user_sessions::user_id,
+            (users::id, users::username, users::display_name, users::role, user_sessions::id),
+        ))
+        .load(conn)?;
+    // A ticket names its user too: a session id presented with another user's id is no session.
+    Ok(tickets
+        .iter()
+        .map(|ticket| {
+            live.iter()
+                .find(|(user_id, user)| user.session_id == ticket.session_id && *user_id == ticket.user_id)
+                .map(|(_, user)| user.clone())
+        })
+        .collect())
 }
 
 fn now() -> NaiveDateTime {

@@ -10,6 +10,7 @@ use actix_session::SessionExt;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload};
 use askama::Template;
 
+use crate::auth::session::SessionChecks;
 use crate::auth::throttle::LoginGate;
 use crate::auth::{AuthError, SessionUser, csrf};
 use crate::bookings::coalesce::Coalescer;
@@ -29,6 +30,8 @@ pub struct AppState {
     pub logins: Arc<LoginGate>,
     /// This instance's queues of bookings per day, served in batches.
     pub bookings: Arc<Coalescer>,
+    /// This instance's session checks, answered together.
+    pub sessions: Arc<SessionChecks>,
 }
 
 impl AppState {
@@ -43,7 +46,14 @@ impl AppState {
             config.login_attempts_per_username,
             config.login_attempts_per_address,
         ));
-        Self { pool, config: Arc::new(config), locks, logins, bookings: Arc::default() }
+        Self {
+            pool,
+            config: Arc::new(config),
+            locks,
+            logins,
+            bookings: Arc::default(),
+            sessions: Arc::default(),
+        }
     }
 
     /// Waits in memory for this request's turn at `name` (see [`LockQueue`]), within

@@ -424,3 +424,48 @@ async fn sessions_end_on_the_next_request_after_logout_demotion_or_deletion() {
         .expect("delete user");
     assert_eq!(admin_screen(&last, 1).await, 401, "a deleted user's session ends with them");
 }
+
+/// Session checks of requests that arrive together share one query (`SessionChecks`): under
+/// that batching each request still gets its own user, and an ended session is refused, however
+/// the requests are grouped.
+#[actix_web::test]
+async fn sessions_checked_together_each_get_their_own_answer() {
+    let app = TestApp::spawn().await;
+    let ended = |i: usize| i.is_multiple_of(4);
+    let mut clients = Vec::new();
+    let mut ended_ids = Vec::new();
+    for i in 0..48 {
+        let user = app.user(&format!("user{i:02}"), Role::Customer);
+        let client = app.client(0);
+        client.login(&user).await;
+        if ended(i) {
+            ended_ids.push(user.id.to_string());
+        }
+        clients.push((user.username, client));
+    }
+    // Every fourth one is logged out elsewhere: the cookie is still sent, its row is gone.
+    diesel::sql_query(format!("DELETE FROM user_sessions WHERE user_id IN ({})", ended_ids.join(", ")))
+        .execute(&mut app.db.raw_connection())
+        .expect("end sessions");
+    for round in 0..3 {
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(clients.len()));
+        let answers = futures::future::join_all(clients.iter().map(|(_, client)| {
+            let barrier = barrier.clone();
+            async move {
+                barrier.wait().await;
+                let response = client.get("/api/v1/session").await;
+                let status = response.status().as_u16();
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                (status, body["user"]["username"].as_str().map(String::from))
+            }
+        }))
+        .await;
+        for (i, ((username, _), (status, seen))) in clients.iter().zip(answers).enumerate() {
+            if ended(i) {
+                assert_eq!(status, 401, "round {round}: {username} logged out");
+            } else {
+                assert_eq!((status, seen.as_deref()), (200, Some(username.as_str())), "round {round}");
+            }
+        }
+    }
+}
