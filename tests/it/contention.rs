@@ -114,6 +114,9 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
     assert!(gauge("haita_lock_queue_depth{scope=\"book\"}") >= 15.0, "{metrics}");
     assert!(gauge("haita_lock_waiters ") >= 1.0, "{metrics}");
 
+    // Released, not merely disconnected: the server frees a closed session's locks
+    // asynchronously, after the check below may already have run.
+    diesel::sql_query("SELECT RELEASE_ALL_LOCKS()").execute(&mut stuck).expect("release");
     drop(stuck);
     assert_eq!(invariants::confirmed_on(&app.db, resource, hot_day), 0);
     assert_eq!(invariants::confirmed_on(&app.db, resource, other_day), 1);
@@ -160,6 +163,9 @@ async fn past_the_waiting_budget_a_request_for_a_held_lock_is_refused_at_once() 
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(refused >= 4.0, "at most one of six waited at the server, the rest were refused: {metrics}");
+    // Released, not merely disconnected: the server frees a closed session's locks
+    // asynchronously, after the check below may already have run.
+    diesel::sql_query("SELECT RELEASE_ALL_LOCKS()").execute(&mut stuck).expect("release");
     drop(stuck);
     invariants::no_named_lock_left_held(&app.db);
 }
