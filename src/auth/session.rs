@@ -171,22 +171,19 @@ impl SessionChecks {
 /// The user of each ticket's live session, in the tickets' order; `None` where it has ended.
 fn current(conn: &mut MysqlConnection, tickets: &[Ticket]) -> QueryResult<Vec<Option<SessionUser>>> {
     let ids: Vec<&str> = tickets.iter().map(|t| t.session_id.as_str()).collect();
-    let live: Vec<(i64, SessionUser)> = user_sessions::table
+    let live: Vec<SessionUser> = user_sessions::table
         .inner_join(users::table)
         .filter(user_sessions::id.eq_any(&ids))
         .filter(user_sessions::expires_at.gt(now()))
-        .select((
-            user_sessions::user_id,
-            (users::id, users::username, users::display_name, users::role, user_sessions::id),
-        ))
+        .select((users::id, users::username, users::display_name, users::role, user_sessions::id))
         .load(conn)?;
     // A ticket names its user too: a session id presented with another user's id is no session.
     Ok(tickets
         .iter()
         .map(|ticket| {
             live.iter()
-                .find(|(user_id, user)| user.session_id == ticket.session_id && *user_id == ticket.user_id)
-                .map(|(_, user)| user.clone())
+                .find(|user| user.session_id == ticket.session_id && user.id == ticket.user_id)
+                .cloned()
         })
         .collect())
 }
