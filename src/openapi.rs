@@ -98,9 +98,9 @@ fn render(with_demo: bool) -> String {
 }
 
 /// Adds what every operation of a kind answers, so that each handler's annotation lists only
-/// its own answers: 401 where a session is needed, 403 on the admin's operations, 415 on every write (see
-/// `auth::csrf::json_only_api_writes`), 400 and 413 for a body, 400 for a query, 404 for a path
-/// parameter, and 503 with `Retry-After` everywhere (busy, or the database unreachable).
+/// its own answers: 401 where a session is needed, 403 on the admin's operations, 415 on every
+/// write (see `auth::csrf::json_only_api_writes`), 400 and 413 for a body, 400 for a query, 404
+/// for a path parameter, and 503 with `Retry-After` everywhere (busy, or the database down).
 fn complete(document: &mut Value, public: &[(&str, &str)]) {
     document["components"]["securitySchemes"]["session"] = json!({
         "type": "apiKey", "in": "cookie", "name": "haita_session",
@@ -189,7 +189,7 @@ impl Routes {
 
     /// The methods of the path template `path` fits, or `None` when it fits none. Where it fits
     /// several (`release-expired` also fits `{key}`), the one with the most literal segments
-    /// wins, as it does in the router.
+    /// wins: a literal path is an operation of its own, not a value of another's parameter.
     fn allowed(&self, path: &str) -> Option<&[Method]> {
         let segments: Vec<&str> = path.split('/').collect();
         self.0
