@@ -173,13 +173,7 @@ async fn a_leaked_named_lock_is_listed_with_its_connection_and_the_admins_force_
     let leaker_id: i64 =
         diesel::select(diesel::dsl::sql::<BigInt>("CONNECTION_ID()")).get_result(&mut leaker).expect("id");
 
-    let listing: Value = admin.get("/api/v1/admin/locks").await.json().await.expect("json");
-    let found = listing["named_locks"]["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
-        .find(|l| l["name"] == name.as_str())
-        .unwrap_or_else(|| panic!("{name} listed: {listing}"));
+    let found = admin.listed_named_lock(name.as_str()).await;
     assert_eq!(found["connection_id"].as_i64(), Some(leaker_id));
     assert!(found["state_secs"].as_i64().is_some());
     let screen = admin.get("/admin/locks").await.text().await.expect("page");

@@ -10,7 +10,7 @@ use haita::auth::service::{UserSpec, create_user};
 use haita::db::ScratchDatabase;
 use rand::Rng;
 use reqwest::Url;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::common::{Client, base_database_url, future_day, test_config};
 
@@ -127,13 +127,7 @@ async fn the_app_needs_no_more_than_the_grants_of_the_init_script() {
     let admin = Client::new(&address);
     let login = json!({"username": "grant-admin", "password": "grant-password"});
     assert_eq!(admin.post_json("/api/v1/session", &login).await.status(), 200);
-    let listing: Value = admin.get("/api/v1/admin/locks").await.json().await.expect("json");
-    let listed = listing["named_locks"]["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
-        .find(|l| l["name"] == name.as_str())
-        .unwrap_or_else(|| panic!("{name} is listed: {listing}"));
+    let listed = admin.listed_named_lock(name.as_str()).await;
     assert_eq!(listed["connection_id"].as_i64(), Some(holder_id));
     assert_eq!(listed["db_user"].as_str(), Some(holder_user.as_str()), "PROCESS shows whose session it is");
 

@@ -311,6 +311,18 @@ impl Client {
         self.get(&path).await
     }
 
+    /// The admin listing's entry for the live named lock `name` (this client is an admin).
+    pub async fn listed_named_lock(&self, name: &str) -> Value {
+        let listing: Value = self.get("/api/v1/admin/locks").await.json().await.expect("json");
+        listing["named_locks"]["locks"]
+            .as_array()
+            .expect("locks")
+            .iter()
+            .find(|l| l["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} is listed: {listing}"))
+    }
+
     pub async fn csrf_token(&self, path: &str) -> String {
         let page = self.get(path).await.text().await.expect("page");
         let marker = "name=\"csrf_token\" value=\"";
