@@ -111,7 +111,7 @@ const MARKERS: &[&str] = &[
     "connection refused",
 ];
 
-fn lost_connection(error: &DbError) -> bool {
+pub fn lost_connection(error: &DbError) -> bool {
     match error {
         DbError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => true,
         DbError::DatabaseError(_, info) => mentions_lost_connection(info.message()),

@@ -35,15 +35,6 @@ impl Reservation {
     }
 }
 
-#[derive(Debug, Insertable)]
-#[diesel(table_name = reservations, check_for_backend(diesel::mysql::Mysql))]
-pub struct NewReservation {
-    pub resource_id: i64,
-    pub user_id: i64,
-    pub day: NaiveDate,
-    pub status: ReservationStatus,
-}
-
 /// How far ahead a booking may be made.
 pub const HORIZON_DAYS: i64 = 365;
 

@@ -1,15 +1,16 @@
 //! The booking rules and the locking that makes them hold under concurrency.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use chrono::NaiveDate;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Date};
+use diesel::sql_types::{BigInt, Date, Datetime, Integer};
 use serde::Serialize;
 
 use super::BookingError;
-use super::model::{BookingDate, NewReservation, Reservation, ReservationStatus};
-use crate::db::DbPool;
+use super::model::{BookingDate, Reservation, ReservationStatus};
+use crate::db::cached::placeholders;
+use crate::db::{DbPool, cached_sql};
 use crate::locking::retry::{LockConflict, MayConflict};
 use crate::locking::{NamedLockGuard, Turn};
 use crate::resources::Resource;
@@ -35,40 +36,120 @@ pub fn book(
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
-    let mut conn = pool.get()?;
-    // Answer an unknown resource before taking a lock for it.
-    if Resource::by_id(resource_id).select(resources::id).first::<i64>(&mut conn).optional()?.is_none() {
-        return Err(BookingError::UnknownResource(resource_id));
-    }
-    let mut held = NamedLockGuard::acquire_in_turn(conn, turn)?;
+    let mut held = NamedLockGuard::acquire_in_turn(pool.get()?, turn)?;
     let reservation = insert_if_free(&mut held, user_id, resource_id, date)?;
     drop(held); // committed above; only now may the next request look at this day
     Ok(reservation)
 }
 
-#[derive(QueryableByName)]
-struct Capacity {
-    #[diesel(sql_type = diesel::sql_types::Integer)]
+/// A day of one resource as the booking rules see it, read under the day's lock.
+struct Day {
     capacity: i32,
-}
-
-#[derive(QueryableByName)]
-struct Taken {
-    #[diesel(sql_type = BigInt)]
+    /// Confirmed bookings that day.
     confirmed: i64,
-    #[diesel(sql_type = BigInt)]
-    mine: i64,
+    /// Which of the requesting users already hold one of them.
+    booked: HashSet<i64>,
 }
 
-/// The resource's capacity, read with a shared lock on its row: staff may lower the capacity
-/// while we count (`resources::editing`), and that save locks the row exclusively before it
-/// checks the bookings, so it waits for us to commit — or we wait for it and read the new
-/// capacity. Bookings only share this lock, so they still run in parallel across days.
-fn capacity_shared(conn: &mut MysqlConnection, resource_id: i64) -> QueryResult<i32> {
-    diesel::sql_query("SELECT capacity FROM resources WHERE id = ? LOCK IN SHARE MODE")
+/// Capacity, the day's count and whether the (first) requesting user is among them, in one
+/// statement. The resource's row is read with a shared lock: staff may lower the capacity while
+/// we count (`resources::editing`), and that save locks the row exclusively before it checks the
+/// bookings, so it waits for us to commit — or we wait for it and read the new capacity.
+/// Bookings only share this lock, so they still run in parallel across days. The subqueries
+/// are plain reads (a locking clause covers only its own `SELECT`): they lock no booking.
+const READ_DAY: &str = "SELECT r.capacity, \
+     (SELECT COUNT(*) FROM reservations x \
+       WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed') AS confirmed, \
+     (SELECT COUNT(*) FROM reservations x \
+       WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed' AND x.user_id = ?) AS mine \
+     FROM resources r WHERE r.id = ? LOCK IN SHARE MODE";
+
+/// The other users of a batch (padded to [`BATCH_SIZES`]) who already hold a booking that day.
+static READ_BOOKED: std::sync::LazyLock<Vec<(usize, String)>> = std::sync::LazyLock::new(|| {
+    BATCH_SIZES
+        .iter()
+        .map(|&n| {
+            (
+                n,
+                format!(
+                    "SELECT user_id FROM reservations \
+                     WHERE resource_id = ? AND day = ? AND status = 'confirmed' AND user_id IN ({})",
+                    placeholders(n)
+                ),
+            )
+        })
+        .collect()
+});
+
+/// The lengths the user list of [`READ_BOOKED`] is padded to: four statements per connection
+/// cover every batch up to `coalesce::MAX_BATCH`.
+const BATCH_SIZES: [usize; 4] = [4, 8, 16, 32];
+
+/// Reads the day for `users` (in arrival order); `None` when the resource does not exist.
+/// One statement for a single request (the common case); a batch adds one for its other users.
+fn read_day(
+    conn: &mut MysqlConnection,
+    resource_id: i64,
+    date: BookingDate,
+    users: &[i64],
+) -> Result<Option<Day>, BookingError> {
+    let Some((&first, others)) = users.split_first() else {
+        return Err(BookingError::Infra(diesel::result::Error::NotFound.into()));
+    };
+    let row: Option<(i32, i64, i64)> = cached_sql::<(Integer, BigInt, BigInt)>(READ_DAY)
+        .bind::<Date, _>(date.day())
+        .bind::<Date, _>(date.day())
+        .bind::<BigInt, _>(first)
         .bind::<BigInt, _>(resource_id)
-        .get_result::<Capacity>(conn)
-        .map(|c| c.capacity)
+        .get_result(conn)
+        .optional()?;
+    let Some((capacity, confirmed, mine)) = row else { return Ok(None) };
+    let mut booked: HashSet<i64> = if mine > 0 { HashSet::from([first]) } else { HashSet::new() };
+    if !others.is_empty() {
+        let (size, sql) = READ_BOOKED
+            .iter()
+            .find(|(size, _)| *size >= others.len())
+            .ok_or_else(|| BookingError::Infra(diesel::result::Error::NotFound.into()))?;
+        // Padded with the last user again: a repeated value changes nothing in an IN list.
+        let padding = std::iter::repeat_n(others[others.len() - 1], size - others.len());
+        let found: Vec<i64> = cached_sql::<BigInt>(sql)
+            .bind::<BigInt, _>(resource_id)
+            .bind::<Date, _>(date.day())
+            .bind_each::<BigInt, _>(others.iter().copied().chain(padding))
+            .load(conn)?;
+        booked.extend(found);
+    }
+    Ok(Some(Day { capacity, confirmed, booked }))
+}
+
+const INSERT: &str = "INSERT INTO reservations (resource_id, user_id, day, status, created_at) \
+     VALUES (?, ?, ?, 'confirmed', ?)";
+
+/// Inserts one confirmed booking and returns it as stored, without reading it back: only the
+/// id comes from the server. `created_at` is set here rather than by the column's default for
+/// that reason (to the microsecond, what DATETIME(6) keeps).
+fn insert(
+    conn: &mut MysqlConnection,
+    user_id: i64,
+    resource_id: i64,
+    date: BookingDate,
+) -> QueryResult<Reservation> {
+    let created_at = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now().naive_utc(), 6);
+    cached_sql::<()>(INSERT)
+        .bind::<BigInt, _>(resource_id)
+        .bind::<BigInt, _>(user_id)
+        .bind::<Date, _>(date.day())
+        .bind::<Datetime, _>(created_at)
+        .execute(conn)?;
+    Ok(Reservation {
+        id: crate::db::last_insert_id(conn)?,
+        resource_id,
+        user_id,
+        day: date.day(),
+        status: ReservationStatus::Confirmed,
+        created_at,
+        cancelled_at: None,
+    })
 }
 
 /// Check-then-insert. Correct only while `held` is the lock of this resource and day — which is
@@ -80,32 +161,14 @@ fn insert_if_free(
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(held.name().scope(), "book");
-    held.conn().transaction(|conn| {
-        let capacity = capacity_shared(conn, resource_id)?;
-        let taken: Taken = diesel::sql_query(
-            "SELECT COUNT(*) AS confirmed, CAST(COALESCE(SUM(user_id = ?), 0) AS SIGNED) AS mine \
-             FROM reservations WHERE resource_id = ? AND day = ? AND status = 'confirmed'",
-        )
-        .bind::<BigInt, _>(user_id)
-        .bind::<BigInt, _>(resource_id)
-        .bind::<Date, _>(date.day())
-        .get_result(conn)?;
-        if taken.mine > 0 {
-            return Err(BookingError::AlreadyBooked);
+    crate::db::transaction(held.conn(), |conn| {
+        let day = read_day(conn, resource_id, date, &[user_id])?
+            .ok_or(BookingError::UnknownResource(resource_id))?;
+        match decide_batch(day.capacity, day.confirmed, &day.booked, &[user_id])[0] {
+            Verdict::Insert => Ok(insert(conn, user_id, resource_id, date)?),
+            Verdict::AlreadyBooked => Err(BookingError::AlreadyBooked),
+            Verdict::FullyBooked => Err(BookingError::FullyBooked { capacity: day.capacity }),
         }
-        if taken.confirmed >= i64::from(capacity) {
-            return Err(BookingError::FullyBooked { capacity });
-        }
-        diesel::insert_into(reservations::table)
-            .values(NewReservation {
-                resource_id,
-                user_id,
-                day: date.day(),
-                status: ReservationStatus::Confirmed,
-            })
-            .execute(conn)?;
-        let id: i64 = crate::db::last_insert_id(conn)?;
-        Ok(Reservation::by_id(id).select(Reservation::as_select()).first(conn)?)
     })
 }
 
@@ -118,13 +181,12 @@ pub enum Verdict {
 }
 
 /// The booking rules for several requests of one resource and day, in arrival order, against
-/// the day as it stands (`booked`: users with a confirmed booking). The same checks, in the same
-/// order, as running the requests one after another: the user's own booking first, then the
-/// capacity, each request seeing the ones before it.
-pub fn decide_batch(capacity: i32, booked: &[i64], users: &[i64]) -> Vec<Verdict> {
-    // Counted as rows, like `insert_if_free`'s COUNT(*), before duplicates are folded.
-    let mut confirmed = i64::try_from(booked.len()).unwrap_or(i64::MAX);
-    let mut booked: HashSet<i64> = booked.iter().copied().collect();
+/// the day as it stands (`confirmed` bookings, of which `booked` users hold one). The same
+/// checks, in the same order, as running the requests one after another: the user's own
+/// booking first, then the capacity, each request seeing the ones before it.
+pub fn decide_batch(capacity: i32, confirmed: i64, booked: &HashSet<i64>, users: &[i64]) -> Vec<Verdict> {
+    let mut confirmed = confirmed;
+    let mut booked = booked.clone();
     users
         .iter()
         .map(|user| {
@@ -157,11 +219,7 @@ pub fn book_batch(
     users: &[i64],
 ) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
-    let mut conn = pool.get()?;
-    if Resource::by_id(resource_id).select(resources::id).first::<i64>(&mut conn).optional()?.is_none() {
-        return Err(BookingError::UnknownResource(resource_id));
-    }
-    let mut held = NamedLockGuard::acquire_in_turn(conn, turn)?;
+    let mut held = NamedLockGuard::acquire_in_turn(pool.get()?, turn)?;
     let answers = match insert_batch_if_free(&mut held, resource_id, date, users) {
         Ok(answers) => answers,
         // A deadlock (with a capacity change, say) is about this transaction, not about any one
@@ -186,47 +244,17 @@ fn insert_batch_if_free(
     users: &[i64],
 ) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
     debug_assert_eq!(held.name().scope(), "book");
-    held.conn().transaction(|conn| {
-        let capacity = capacity_shared(conn, resource_id)?;
-        let booked: Vec<i64> = reservations::table
-            .filter(reservations::resource_id.eq(resource_id))
-            .filter(reservations::day.eq(date.day()))
-            .filter(reservations::status.eq(ReservationStatus::Confirmed))
-            .select(reservations::user_id)
-            .load(conn)?;
-        let verdicts = decide_batch(capacity, &booked, users);
-        let mut inserted = Vec::new();
-        for (user_id, verdict) in users.iter().zip(&verdicts) {
-            if *verdict == Verdict::Insert {
-                diesel::insert_into(reservations::table)
-                    .values(NewReservation {
-                        resource_id,
-                        user_id: *user_id,
-                        day: date.day(),
-                        status: ReservationStatus::Confirmed,
-                    })
-                    .execute(conn)?;
-                inserted.push(crate::db::last_insert_id(conn)?);
-            }
-        }
-        let mut rows: HashMap<i64, Reservation> = reservations::table
-            .filter(reservations::id.eq_any(&inserted))
-            .select(Reservation::as_select())
-            .load(conn)?
-            .into_iter()
-            .map(|r| (r.id, r))
-            .collect();
-        let mut ids = inserted.into_iter();
-        verdicts
-            .into_iter()
-            .map(|verdict| match verdict {
-                Verdict::Insert => ids
-                    .next()
-                    .and_then(|id| rows.remove(&id))
-                    .ok_or_else(|| BookingError::Infra(diesel::result::Error::NotFound.into()))
-                    .map(Ok),
+    crate::db::transaction(held.conn(), |conn| {
+        let day =
+            read_day(conn, resource_id, date, users)?.ok_or(BookingError::UnknownResource(resource_id))?;
+        let verdicts = decide_batch(day.capacity, day.confirmed, &day.booked, users);
+        users
+            .iter()
+            .zip(verdicts)
+            .map(|(user_id, verdict)| match verdict {
+                Verdict::Insert => Ok(Ok(insert(conn, *user_id, resource_id, date)?)),
                 Verdict::AlreadyBooked => Ok(Err(BookingError::AlreadyBooked)),
-                Verdict::FullyBooked => Ok(Err(BookingError::FullyBooked { capacity })),
+                Verdict::FullyBooked => Ok(Err(BookingError::FullyBooked { capacity: day.capacity })),
             })
             .collect()
     })
@@ -344,22 +372,29 @@ pub fn today() -> NaiveDate {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::{Verdict, decide_batch};
+
+    fn none() -> HashSet<i64> {
+        HashSet::new()
+    }
 
     #[test]
     fn a_batch_fills_the_day_in_arrival_order_and_refuses_the_rest() {
         use Verdict::*;
-        assert_eq!(decide_batch(2, &[], &[1, 2, 3]), [Insert, Insert, FullyBooked]);
-        assert_eq!(decide_batch(3, &[9], &[1, 2, 3]), [Insert, Insert, FullyBooked]);
-        assert_eq!(decide_batch(1, &[], &[]), []);
+        assert_eq!(decide_batch(2, 0, &none(), &[1, 2, 3]), [Insert, Insert, FullyBooked]);
+        // Someone outside the batch (user 9) holds one of the three places.
+        assert_eq!(decide_batch(3, 1, &none(), &[1, 2, 3]), [Insert, Insert, FullyBooked]);
+        assert_eq!(decide_batch(1, 0, &none(), &[]), []);
     }
 
     #[test]
     fn one_booking_per_user_holds_within_a_batch_and_against_the_day() {
         use Verdict::*;
-        assert_eq!(decide_batch(5, &[], &[1, 1, 2]), [Insert, AlreadyBooked, Insert]);
-        assert_eq!(decide_batch(5, &[1], &[1, 2]), [AlreadyBooked, Insert]);
+        assert_eq!(decide_batch(5, 0, &none(), &[1, 1, 2]), [Insert, AlreadyBooked, Insert]);
+        assert_eq!(decide_batch(5, 1, &HashSet::from([1]), &[1, 2]), [AlreadyBooked, Insert]);
         // The user's own booking is checked before the capacity, as a single request would.
-        assert_eq!(decide_batch(1, &[1], &[1]), [AlreadyBooked]);
+        assert_eq!(decide_batch(1, 1, &HashSet::from([1]), &[1]), [AlreadyBooked]);
     }
 }

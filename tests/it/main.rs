@@ -19,3 +19,4 @@ mod lab_apart;
 mod locking;
 mod orders;
 mod outage;
+mod statements;

@@ -4,13 +4,16 @@
 //! diesel is synchronous: nothing here may run on the async executor. Handlers reach the pool
 //! through `web::block`, including `pool.get()`, whose wait is bounded by `POOL_TIMEOUT_SECS`.
 
+pub mod cached;
+pub mod transaction;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::r2d2::event::{AcquireEvent, CheckoutEvent};
+use diesel::r2d2::event::AcquireEvent;
 use diesel::r2d2::{
     ConnectionManager, CustomizeConnection, HandleError, HandleEvent, Pool, PooledConnection,
 };
@@ -20,16 +23,25 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use crate::config::Config;
 use crate::locking::{NamedLockGuard, Namespace};
 
+pub use cached::{CachedSql, cached_sql};
+pub use transaction::transaction;
+
 pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
 
 /// The r2d2 pool, and what it has seen of the server's health.
 ///
 /// While the server is unreachable, r2d2 would keep every request waiting the full
 /// `POOL_TIMEOUT_SECS` for a connection that cannot be made, and requests pile up behind each
-/// other. So the pool remembers a failed connect or a dead connection found at checkout (r2d2
-/// reports both to its error handler), and until a connection works again (a new one is made,
-/// or a checkout passes its test) a checkout waits at most [`OUTAGE_WAIT`]: the answer is a quick
-/// 503 with `Retry-After`, and the pool's own reconnect attempts bring it back.
+/// other. So the pool remembers a failed connect or a failed check (r2d2 reports connects to
+/// its error handler, [`DbPool::get`] its own checks), and until a connection works again a
+/// checkout waits at most [`OUTAGE_WAIT`]: the answer is a quick 503 with `Retry-After`, and
+/// the pool's own reconnect attempts bring it back.
+///
+/// A checkout is not tested with a query: that would be one more round trip on every request.
+/// Each connection's own statements tell the pool how it is ([`Liveness`]): one that lost its
+/// server is discarded at its next checkout, and only one that sat idle for [`IDLE_CHECK`] is
+/// pinged first. A connection that dies while in use fails that request's statement, which
+/// is answered 503 `unavailable` like any lost connection.
 #[derive(Clone)]
 pub struct DbPool {
     pool: Pool<ConnectionManager<MysqlConnection>>,
@@ -40,6 +52,10 @@ pub struct DbPool {
 
 /// How long a checkout waits while the server is known to be unreachable.
 pub const OUTAGE_WAIT: Duration = Duration::from_millis(500);
+
+/// A connection idle longer than this is pinged before it is handed out: a server restart, its
+/// `wait_timeout` or a firewall may have closed it meanwhile. A busy connection never is.
+pub const IDLE_CHECK: Duration = Duration::from_secs(30);
 
 impl DbPool {
     /// A connection, within `POOL_TIMEOUT_SECS` — or within [`OUTAGE_WAIT`] during an outage.
@@ -52,12 +68,40 @@ impl DbPool {
         loop {
             let left = end.saturating_duration_since(Instant::now());
             match self.pool.get_timeout(left.min(OUTAGE_WAIT)) {
-                Ok(conn) => return Ok(conn),
+                Ok(mut conn) => match self.fit(&mut conn) {
+                    Ok(()) => return Ok(conn),
+                    // Dropped broken: r2d2 closes it and opens another in its place.
+                    Err(()) => continue,
+                },
                 Err(e) if self.health.is_down() => return Err(CheckoutError::Down(e)),
                 Err(e) if left <= OUTAGE_WAIT => return Err(CheckoutError::Busy(e)),
                 Err(_) => continue,
             }
         }
+    }
+
+    /// Whether a connection just checked out can be used: not lost, and answering if it sat
+    /// idle. An unfit one is marked broken.
+    fn fit(&self, conn: &mut PooledConn) -> Result<(), ()> {
+        let (lost, idle) = match conn.instrumentation().downcast_ref::<Liveness>() {
+            Some(liveness) => (liveness.lost, liveness.last_answer.elapsed()),
+            // Every connection gets one when it is opened; without it, check every time.
+            None => (false, Duration::MAX),
+        };
+        if lost {
+            transaction::mark_broken(conn);
+            return Err(());
+        }
+        if idle > IDLE_CHECK {
+            use diesel::r2d2::R2D2Connection;
+            if conn.ping().is_err() {
+                self.health.mark_down(&"a pooled connection stopped answering");
+                transaction::mark_broken(conn);
+                return Err(());
+            }
+            self.health.mark_up();
+        }
+        Ok(())
     }
 
     /// The lock names of this database's deployment (named locks are server-wide).
@@ -71,6 +115,26 @@ impl DbPool {
 
     pub fn max_size(&self) -> u32 {
         self.pool.max_size()
+    }
+}
+
+/// What a connection's own statements say about it, kept on the connection (diesel hands every
+/// statement's outcome to the connection's instrumentation): when the server last answered,
+/// and whether the connection to it was lost.
+struct Liveness {
+    last_answer: Instant,
+    lost: bool,
+}
+
+impl diesel::connection::Instrumentation for Liveness {
+    fn on_connection_event(&mut self, event: diesel::connection::InstrumentationEvent<'_>) {
+        if let diesel::connection::InstrumentationEvent::FinishQuery { error, .. } = event {
+            match error {
+                Some(e) if crate::infra::lost_connection(e) => self.lost = true,
+                // An error the server sent is an answer too.
+                _ => self.last_answer = Instant::now(),
+            }
+        }
     }
 }
 
@@ -95,38 +159,37 @@ impl Health {
     fn is_down(&self) -> bool {
         self.down.load(Ordering::Relaxed)
     }
-}
 
-/// r2d2 calls this when connecting fails or a pooled connection fails its checkout test.
-#[derive(Debug)]
-struct MarkDown(Arc<Health>);
-
-impl HandleError<diesel::r2d2::Error> for MarkDown {
-    fn handle_error(&self, error: diesel::r2d2::Error) {
-        if !self.0.down.swap(true, Ordering::Relaxed) {
-            log::warn!("database unreachable ({error}); answering 503 until a connection works again");
+    fn mark_down(&self, why: &dyn std::fmt::Display) {
+        if !self.down.swap(true, Ordering::Relaxed) {
+            log::warn!("database unreachable ({why}); answering 503 until a connection works again");
         }
     }
-}
 
-/// A connection made or a checkout that passed its test: the server answers again.
-#[derive(Debug)]
-struct MarkUp(Arc<Health>);
-
-impl MarkUp {
-    fn up(&self) {
-        if self.0.down.swap(false, Ordering::Relaxed) {
+    fn mark_up(&self) {
+        if self.down.swap(false, Ordering::Relaxed) {
             log::info!("database reachable again");
         }
     }
 }
 
+/// r2d2 calls this when opening a connection fails.
+#[derive(Debug)]
+struct MarkDown(Arc<Health>);
+
+impl HandleError<diesel::r2d2::Error> for MarkDown {
+    fn handle_error(&self, error: diesel::r2d2::Error) {
+        self.0.mark_down(&error);
+    }
+}
+
+/// A connection opened: the server answers again.
+#[derive(Debug)]
+struct MarkUp(Arc<Health>);
+
 impl HandleEvent for MarkUp {
     fn handle_acquire(&self, _: AcquireEvent) {
-        self.up();
-    }
-    fn handle_checkout(&self, _: CheckoutEvent) {
-        self.up();
+        self.0.mark_up();
     }
 }
 
@@ -149,7 +212,9 @@ impl CustomizeConnection<MysqlConnection, diesel::r2d2::Error> for SessionSettin
              time_zone = '+00:00'",
             self.row_lock_wait_secs
         ))
-        .map_err(diesel::r2d2::Error::QueryError)
+        .map_err(diesel::r2d2::Error::QueryError)?;
+        conn.set_instrumentation(Liveness { last_answer: Instant::now(), lost: false });
+        Ok(())
     }
 }
 
@@ -158,6 +223,9 @@ pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
     let pool = Pool::builder()
         .max_size(config.pool_size)
         .min_idle(Some(2.min(config.pool_size)))
+        // `DbPool::get` checks what needs checking; a test query per checkout would double
+        // the round trips of a simple request.
+        .test_on_check_out(false)
         // r2d2 retries a failed connect with a backoff capped at half of this; `DbPool::get`
         // bounds checkouts itself. Two seconds keeps the retries at most a second apart, so
         // the pool is back within about a second of the server.

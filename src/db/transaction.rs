@@ -1,0 +1,77 @@
+//! A transaction in two round trips instead of six.
+//!
+//! diesel's `Connection::transaction` sends `BEGIN` and `COMMIT` through `batch_execute`, which
+//! on MySQL switches multi-statement mode on before each of them and off after: three round
+//! trips per statement, six per transaction, on every write path. [`transaction`] sends
+//! `START TRANSACTION`, `COMMIT` and `ROLLBACK` as prepared statements the connection keeps
+//! (see `cached`), one round trip each.
+//!
+//! MariaDB prepares all three. A server that refuses to prepare one of them (error 1295, "not
+//! supported in the prepared statement protocol") makes the whole process fall back to plain
+//! text for all three, once, for good.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error};
+
+use super::cached_sql;
+
+/// Whether this server prepares the transaction statements (until one is refused).
+static PREPARED: AtomicBool = AtomicBool::new(true);
+
+/// Runs `work` in a transaction on `conn`: committed if it returns `Ok`, rolled back if it
+/// returns `Err`. A connection whose `COMMIT` or `ROLLBACK` failed is in an unknown state, so
+/// it is marked broken and the pool closes it instead of handing it out again.
+///
+/// Not for nesting: inside `work`, do not open another transaction (diesel's included).
+pub fn transaction<T, E: From<Error>>(
+    conn: &mut MysqlConnection,
+    work: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+) -> Result<T, E> {
+    run(conn, "START TRANSACTION")?;
+    match work(conn) {
+        Ok(value) => match run(conn, "COMMIT") {
+            Ok(()) => Ok(value),
+            Err(commit_failed) => {
+                // The COMMIT may or may not have landed; whatever is left open is undone.
+                if run(conn, "ROLLBACK").is_err() {
+                    mark_broken(conn);
+                }
+                Err(commit_failed.into())
+            }
+        },
+        Err(e) => {
+            if run(conn, "ROLLBACK").is_err() {
+                mark_broken(conn);
+            }
+            Err(e)
+        }
+    }
+}
+
+fn run(conn: &mut MysqlConnection, sql: &'static str) -> QueryResult<()> {
+    if PREPARED.load(Ordering::Relaxed) {
+        match cached_sql::<()>(sql).execute(conn) {
+            Ok(_) => return Ok(()),
+            Err(e) if not_preparable(&e) => {
+                log::info!("the server does not prepare {sql:?}; sending transaction statements as text");
+                PREPARED.store(false, Ordering::Relaxed);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    conn.batch_execute(sql)
+}
+
+/// Error 1295, `ER_UNSUPPORTED_PS`.
+fn not_preparable(error: &Error) -> bool {
+    matches!(error, Error::DatabaseError(DatabaseErrorKind::Unknown, info)
+        if info.message().contains("prepared statement protocol"))
+}
+
+/// diesel's r2d2 manager closes a connection whose transaction manager is in error.
+pub fn mark_broken(conn: &mut MysqlConnection) {
+    AnsiTransactionManager::transaction_manager_status_mut(conn).set_in_error();
+}

@@ -1,0 +1,131 @@
+//! What the hot paths cost the server, counted by the server: in steady state nothing is
+//! prepared (every statement is reused from the connection's cache) and a booking takes at most
+//! seven statements.
+//!
+//! Each test runs the real service functions on a pool of exactly one connection, so that the
+//! server's counters of that one session (`SHOW SESSION STATUS`) are exactly the work done.
+//! The first round warms the connection's statement cache; the rounds after it are measured.
+
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::Text;
+use haita::bookings::model::BookingDate;
+use haita::bookings::service as bookings;
+use haita::db::{self, DbPool, cached_sql};
+use haita::locking::Turn;
+
+use crate::common::{TestDb, create_resource, create_user, test_config};
+
+/// One connection, so the session's counters are the pool's.
+fn single_connection_pool(db: &TestDb) -> DbPool {
+    db::build_pool(&haita::config::Config { pool_size: 1, ..test_config(&db.url) }).expect("pool")
+}
+
+/// The session's command counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Commands {
+    /// Statements run (`Questions`): prepared executions and plain queries alike.
+    statements: u64,
+    prepares: u64,
+    closes: u64,
+}
+
+impl Commands {
+    /// Read on the pool's one connection, with a statement that is itself cached (so it adds
+    /// no prepare) and counts one statement, which [`Commands::of`] subtracts.
+    fn read(pool: &DbPool) -> Self {
+        let rows: Vec<(String, String)> = cached_sql::<(Text, Text)>(
+            "SHOW SESSION STATUS WHERE Variable_name IN ('Com_stmt_prepare', 'Com_stmt_close', 'Questions')",
+        )
+        .load(&mut *pool.get().expect("the pool's connection"))
+        .expect("session status");
+        let value = |name: &str| {
+            rows.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.parse::<u64>().ok()).unwrap_or(0)
+        };
+        // Questions counts both plain queries and prepared executions.
+        Self {
+            statements: value("Questions"),
+            prepares: value("Com_stmt_prepare"),
+            closes: value("Com_stmt_close"),
+        }
+    }
+
+    /// Runs `work` and returns what the session did for it.
+    fn of(pool: &DbPool, work: impl FnOnce()) -> Self {
+        let before = Self::read(pool);
+        work();
+        let after = Self::read(pool);
+        Self {
+            // The SHOW that read `after` is counted in `after`: one query to subtract.
+            statements: after.statements - before.statements - 1,
+            prepares: after.prepares - before.prepares,
+            closes: after.closes - before.closes,
+        }
+    }
+}
+
+/// The day `n` days from today, as the booking form sends it.
+fn day(n: u64) -> String {
+    (bookings::today() + chrono::Days::new(n)).to_string()
+}
+
+fn book(pool: &DbPool, user_id: i64, resource_id: i64, days_ahead: u64) -> Result<(), bookings::Verdict> {
+    let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
+    let turn = Turn::alone(pool.names().booking(resource_id, date.day()), Duration::from_secs(5));
+    match bookings::book(pool, turn, user_id, resource_id, date) {
+        Ok(_) => Ok(()),
+        Err(haita::bookings::BookingError::FullyBooked { .. }) => Err(bookings::Verdict::FullyBooked),
+        Err(haita::bookings::BookingError::AlreadyBooked) => Err(bookings::Verdict::AlreadyBooked),
+        Err(other) => panic!("booking failed: {other}"),
+    }
+}
+
+#[test]
+fn a_booking_prepares_nothing_in_steady_state_and_takes_seven_statements() {
+    let db = TestDb::new();
+    let user = create_user(&db, "counted", haita::auth::Role::Customer);
+    let other = create_user(&db, "other", haita::auth::Role::Customer);
+    let resource = create_resource(&db, "Counted room", 1);
+    let pool = single_connection_pool(&db);
+    book(&pool, user.id, resource, 1).expect("warm-up booking");
+    assert_eq!(book(&pool, other.id, resource, 1), Err(bookings::Verdict::FullyBooked), "warm-up refusal");
+
+    let booked = Commands::of(&pool, || {
+        for day in 2..=11 {
+            book(&pool, user.id, resource, day).expect("a free day");
+        }
+    });
+    assert_eq!((booked.prepares, booked.closes), (0, 0), "{booked:?}");
+    // GET_LOCK, BEGIN, the day's read, INSERT, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
+    assert_eq!(booked.statements, 10 * 7, "{booked:?}");
+
+    let refused = Commands::of(&pool, || {
+        for day in 2..=11 {
+            assert_eq!(book(&pool, other.id, resource, day), Err(bookings::Verdict::FullyBooked));
+        }
+    });
+    assert_eq!((refused.prepares, refused.closes), (0, 0), "{refused:?}");
+    // GET_LOCK, BEGIN, the day's read, ROLLBACK, RELEASE_LOCK.
+    assert_eq!(refused.statements, 10 * 5, "{refused:?}");
+}
+
+#[test]
+fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
+    let db = TestDb::new();
+    let users: Vec<i64> =
+        (0..5).map(|i| create_user(&db, &format!("batch{i}"), haita::auth::Role::Customer).id).collect();
+    let resource = create_resource(&db, "Batch room", 3);
+    let pool = single_connection_pool(&db);
+    let batch = |days_ahead: u64| {
+        let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
+        let turn = Turn::alone(pool.names().booking(resource, date.day()), Duration::from_secs(5));
+        let answers = bookings::book_batch(&pool, turn, resource, date, &users).expect("batch");
+        assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 3, "capacity 3");
+    };
+    batch(1);
+    let counted = Commands::of(&pool, || (2..=6).for_each(batch));
+    assert_eq!((counted.prepares, counted.closes), (0, 0), "{counted:?}");
+    // GET_LOCK, BEGIN, two reads, three INSERTs with their LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
+    assert_eq!(counted.statements, 5 * 12, "{counted:?}");
+}
