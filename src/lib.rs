@@ -180,8 +180,14 @@ async fn home(ctx: PageContext) -> actix_web::Result<HttpResponse> {
 async fn health(state: aweb::Data<AppState>) -> HttpResponse {
     let pool = state.pool.clone();
     let database_ok = aweb::block(move || {
-        use diesel::connection::SimpleConnection;
-        pool.get().ok().is_some_and(|mut c| c.batch_execute("SELECT 1").is_ok())
+        use diesel::r2d2::R2D2Connection;
+        // A cached `SELECT 1`, one round trip; `None` when no connection was had at all.
+        let ask = || pool.get().ok().map(|mut c| c.ping().is_ok());
+        match ask() {
+            // That connection was dead (and is discarded now): ask once more on another.
+            Some(false) => ask() == Some(true),
+            answer => answer == Some(true),
+        }
     })
     .await
     .unwrap_or(false);

@@ -40,15 +40,6 @@ impl Action {
     }
 }
 
-#[derive(Insertable)]
-#[diesel(table_name = audit_events, check_for_backend(diesel::mysql::Mysql))]
-struct NewAuditEvent<'a> {
-    actor_user_id: Option<i64>,
-    action: &'static str,
-    subject: &'a str,
-    detail: &'a str,
-}
-
 /// Appends one event. Runs in the caller's transaction (see the module docs). Over-long text is
 /// cut rather than refused: losing the end of a sentence is better than losing the event.
 pub fn record(
@@ -58,15 +49,17 @@ pub fn record(
     subject: &str,
     detail: &str,
 ) -> QueryResult<()> {
-    diesel::insert_into(audit_events::table)
-        .values(NewAuditEvent {
-            actor_user_id,
-            action: action.as_str(),
-            subject: cut(subject, 100),
-            detail: cut(detail, 1000),
-        })
-        .execute(conn)
-        .map(drop)
+    use diesel::sql_types::{BigInt, Nullable, Text};
+    // Cached: an audit event is written on every edit-lock change.
+    crate::db::cached_sql::<()>(
+        "INSERT INTO audit_events (actor_user_id, action, subject, detail) VALUES (?, ?, ?, ?)",
+    )
+    .bind::<Nullable<BigInt>, _>(actor_user_id)
+    .bind::<Text, _>(action.as_str())
+    .bind::<Text, _>(cut(subject, 100))
+    .bind::<Text, _>(cut(detail, 1000))
+    .execute(conn)
+    .map(drop)
 }
 
 fn cut(text: &str, max_chars: usize) -> &str {

@@ -67,7 +67,7 @@ pub fn create_user(conn: &mut MysqlConnection, spec: &UserSpec<'_>) -> Result<Us
         role: spec.role,
         is_demo: spec.is_demo,
     };
-    conn.transaction(|conn| {
+    crate::db::transaction(conn, |conn| {
         diesel::insert_into(users::table).values(&new).execute(conn).map_err(|e| match e {
             DbError::DatabaseError(DatabaseErrorKind::UniqueViolation, _) => {
                 AuthError::UsernameTaken(username.to_string())

@@ -11,19 +11,21 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use actix_session::{Session, SessionExt};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, dev::Payload};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Datetime, Text};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::{AuthError, Role, User};
-use crate::db::DbPool;
+use crate::db::cached::ListStatements;
+use crate::db::{DbPool, cached_sql};
 use crate::infra::Infra;
-use crate::schema::{user_sessions, users};
+use crate::schema::user_sessions;
 use crate::web::AppState;
 use crate::web::error::Problem;
 
@@ -154,8 +156,16 @@ impl SessionChecks {
             };
             let tickets: Vec<Ticket> = batch.iter().map(|(ticket, _)| ticket.clone()).collect();
             let pool = pool.clone();
-            let found =
-                crate::web::blocking(move || Ok::<_, Infra>(current(&mut *pool.get()?, &tickets)?)).await;
+            let found = crate::web::blocking(move || {
+                let check = || Ok::<_, Infra>(current(&mut *pool.get()?, &tickets)?);
+                // A read, so safe to run again: once, on another connection, when the first
+                // one turned out dead (the server restarted since it was last used, say).
+                match check() {
+                    Err(e) if e.is_unavailable() => check(),
+                    checked => checked,
+                }
+            })
+            .await;
             let found = found.map_err(|error| {
                 let problem = error.problem();
                 log::warn!("checking {} session(s) failed: {error}", batch.len());
@@ -168,14 +178,25 @@ impl SessionChecks {
     }
 }
 
+/// The live sessions among a list of ids, with their users. One text per list length of 1, 4,
+/// 16 and 64 ([`MAX_CHECKS`]): a connection caches four statements for every batch size.
+static LIVE_SESSIONS: LazyLock<ListStatements> = LazyLock::new(|| {
+    ListStatements::new(
+        "SELECT u.id, u.username, u.display_name, u.role, s.id FROM user_sessions s \
+         JOIN users u ON u.id = s.user_id WHERE s.expires_at > ? AND s.id IN ({list})",
+        &[1, 4, 16, MAX_CHECKS],
+    )
+});
+
 /// The user of each ticket's live session, in the tickets' order; `None` where it has ended.
 fn current(conn: &mut MysqlConnection, tickets: &[Ticket]) -> QueryResult<Vec<Option<SessionUser>>> {
     let ids: Vec<&str> = tickets.iter().map(|t| t.session_id.as_str()).collect();
-    let live: Vec<SessionUser> = user_sessions::table
-        .inner_join(users::table)
-        .filter(user_sessions::id.eq_any(&ids))
-        .filter(user_sessions::expires_at.gt(now()))
-        .select((users::id, users::username, users::display_name, users::role, user_sessions::id))
+    let Some((sql, ids)) = LIVE_SESSIONS.padded(&ids) else {
+        return Ok(vec![None; tickets.len()]);
+    };
+    let live: Vec<SessionUser> = cached_sql::<(BigInt, Text, Text, Text, Text)>(sql)
+        .bind::<Datetime, _>(now())
+        .bind_each::<Text, _>(ids)
         .load(conn)?;
     // A ticket names its user too: a session id presented with another user's id is no session.
     Ok(tickets
@@ -197,7 +218,7 @@ fn now() -> NaiveDateTime {
 pub fn open(conn: &mut MysqlConnection, user: &User) -> QueryResult<String> {
     let session_id = super::csrf::random_token();
     let at = now();
-    conn.transaction(|conn| {
+    crate::db::transaction(conn, |conn| {
         diesel::delete(user_sessions::table)
             .filter(user_sessions::user_id.eq(user.id))
             .filter(user_sessions::expires_at.le(at))

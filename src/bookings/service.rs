@@ -1,6 +1,7 @@
 //! The booking rules and the locking that makes them hold under concurrency.
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 
 use chrono::NaiveDate;
 use diesel::prelude::*;
@@ -9,7 +10,7 @@ use serde::Serialize;
 
 use super::BookingError;
 use super::model::{BookingDate, Reservation, ReservationStatus};
-use crate::db::cached::placeholders;
+use crate::db::cached::ListStatements;
 use crate::db::{DbPool, cached_sql};
 use crate::locking::retry::{LockConflict, MayConflict};
 use crate::locking::{NamedLockGuard, Turn};
@@ -64,26 +65,15 @@ const READ_DAY: &str = "SELECT r.capacity, \
        WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed' AND x.user_id = ?) AS mine \
      FROM resources r WHERE r.id = ? LOCK IN SHARE MODE";
 
-/// The other users of a batch (padded to [`BATCH_SIZES`]) who already hold a booking that day.
-static READ_BOOKED: std::sync::LazyLock<Vec<(usize, String)>> = std::sync::LazyLock::new(|| {
-    BATCH_SIZES
-        .iter()
-        .map(|&n| {
-            (
-                n,
-                format!(
-                    "SELECT user_id FROM reservations \
-                     WHERE resource_id = ? AND day = ? AND status = 'confirmed' AND user_id IN ({})",
-                    placeholders(n)
-                ),
-            )
-        })
-        .collect()
+/// The other users of a batch who already hold a booking that day. Four statement texts cover
+/// every batch up to `coalesce::MAX_BATCH`.
+static READ_BOOKED: LazyLock<ListStatements> = LazyLock::new(|| {
+    ListStatements::new(
+        "SELECT user_id FROM reservations \
+         WHERE resource_id = ? AND day = ? AND status = 'confirmed' AND user_id IN ({list})",
+        &[4, 8, 16, super::coalesce::MAX_BATCH],
+    )
 });
-
-/// The lengths the user list of [`READ_BOOKED`] is padded to: four statements per connection
-/// cover every batch up to `coalesce::MAX_BATCH`.
-const BATCH_SIZES: [usize; 4] = [4, 8, 16, 32];
 
 /// Reads the day for `users` (in arrival order); `None` when the resource does not exist.
 /// One statement for a single request (the common case); a batch adds one for its other users.
@@ -106,16 +96,14 @@ fn read_day(
     let Some((capacity, confirmed, mine)) = row else { return Ok(None) };
     let mut booked: HashSet<i64> = if mine > 0 { HashSet::from([first]) } else { HashSet::new() };
     if !others.is_empty() {
-        let (size, sql) = READ_BOOKED
-            .iter()
-            .find(|(size, _)| *size >= others.len())
-            .ok_or_else(|| BookingError::Infra(diesel::result::Error::NotFound.into()))?;
-        // Padded with the last user again: a repeated value changes nothing in an IN list.
-        let padding = std::iter::repeat_n(others[others.len() - 1], size - others.len());
+        // A batch never holds more than MAX_BATCH requests, which the longest text takes.
+        let (sql, others) = READ_BOOKED.padded(others).ok_or_else(|| {
+            BookingError::Infra(diesel::result::Error::QueryBuilderError("batch too long".into()).into())
+        })?;
         let found: Vec<i64> = cached_sql::<BigInt>(sql)
             .bind::<BigInt, _>(resource_id)
             .bind::<Date, _>(date.day())
-            .bind_each::<BigInt, _>(others.iter().copied().chain(padding))
+            .bind_each::<BigInt, _>(others)
             .load(conn)?;
         booked.extend(found);
     }
@@ -267,7 +255,7 @@ pub fn cancel(
     user_id: i64,
     reservation_id: i64,
 ) -> Result<Reservation, BookingError> {
-    conn.transaction(|conn| {
+    crate::db::transaction(conn, |conn| {
         let mine = Reservation::by_id(reservation_id).filter(reservations::user_id.eq(user_id));
         let changed = diesel::update(
             reservations::table

@@ -86,7 +86,7 @@ pub fn save(
     changes: &ProductChanges,
     actor_user_id: i64,
 ) -> Result<Product, CatalogError> {
-    conn.transaction(|conn| {
+    crate::db::transaction(conn, |conn| {
         // `version = version + 1` always changes the row, so "1 row affected" means "matched"
         // even under MySQL's default of counting changed rather than matched rows.
         let applied = diesel::update(

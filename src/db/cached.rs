@@ -9,8 +9,8 @@
 //! [`cached_sql`] is `sql_query` for statements whose text is fixed: the text is `'static`, the
 //! values are bound with [`CachedSql::bind`] (one per `?`, in order), and diesel caches the
 //! prepared statement under its text. A statement that needs a list of values binds it with
-//! [`CachedSql::bind_each`] behind `?` placeholders it spells out itself, in a few fixed sizes
-//! (see [`padded`]), so that a connection holds a handful of statements, not one per length.
+//! [`CachedSql::bind_each`], in one of a few fixed lengths ([`ListStatements`]), so that a
+//! connection holds a handful of statements, not one per length.
 //!
 //! Placeholders are the `?` characters of the text: do not put a `?` anywhere else (in a
 //! string literal or a comment). The counts are checked when the statement is built, so a
@@ -142,15 +142,31 @@ impl<ST, B> Query for CachedSql<ST, B> {
 
 impl<ST, B, Conn> RunQueryDsl<Conn> for CachedSql<ST, B> {}
 
-/// The smallest of `sizes` (ascending) that holds `n` values: a list of values is padded to
-/// it, so that one statement per size is ever prepared.
-pub fn padded(n: usize, sizes: &[usize]) -> Option<usize> {
-    sizes.iter().copied().find(|&size| size >= n)
+/// One statement text per list length, for a statement with an `IN (…)` list: `template` with
+/// `{list}` replaced by `n` placeholders, for each `n` of a few fixed sizes. A list is padded
+/// to the next size by repeating its last value (which changes nothing in an `IN` list), so a
+/// connection caches one statement per size instead of one per length. Keep it in a `static`.
+pub struct ListStatements {
+    texts: Vec<(usize, String)>,
 }
 
-/// `?, ?, …, ?` with `n` placeholders.
-pub fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(", ")
+impl ListStatements {
+    /// `sizes` ascending; the last is the longest list the statement takes.
+    pub fn new(template: &str, sizes: &[usize]) -> Self {
+        let texts =
+            sizes.iter().map(|&n| (n, template.replace("{list}", &vec!["?"; n].join(", ")))).collect();
+        Self { texts }
+    }
+
+    /// The text for `values` and the values padded to its length; `None` for an empty list or
+    /// one longer than the largest size.
+    pub fn padded<T: Clone>(&'static self, values: &[T]) -> Option<(&'static str, Vec<T>)> {
+        let last = values.last()?;
+        let (size, text) = self.texts.iter().find(|(size, _)| *size >= values.len())?;
+        let mut padded = values.to_vec();
+        padded.resize(*size, last.clone());
+        Some((text.as_str(), padded))
+    }
 }
 
 #[cfg(test)]
@@ -186,11 +202,15 @@ mod tests {
     }
 
     #[test]
-    fn lists_are_padded_to_the_next_fixed_size() {
-        assert_eq!(padded(1, &[1, 4, 16]), Some(1));
-        assert_eq!(padded(2, &[1, 4, 16]), Some(4));
-        assert_eq!(padded(16, &[1, 4, 16]), Some(16));
-        assert_eq!(padded(17, &[1, 4, 16]), None);
-        assert_eq!(placeholders(3), "?, ?, ?");
+    fn lists_are_padded_to_the_next_fixed_size_with_their_last_value() {
+        static IN_LIST: std::sync::LazyLock<ListStatements> =
+            std::sync::LazyLock::new(|| ListStatements::new("SELECT a FROM t WHERE a IN ({list})", &[1, 4]));
+        assert_eq!(IN_LIST.padded(&[7]), Some(("SELECT a FROM t WHERE a IN (?)", vec![7])));
+        assert_eq!(
+            IN_LIST.padded(&[7, 8]),
+            Some(("SELECT a FROM t WHERE a IN (?, ?, ?, ?)", vec![7, 8, 8, 8]))
+        );
+        assert_eq!(IN_LIST.padded(&[1, 2, 3, 4, 5]), None, "longer than the largest size");
+        assert_eq!(IN_LIST.padded::<i32>(&[]), None, "IN () is not SQL");
     }
 }

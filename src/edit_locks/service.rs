@@ -1,16 +1,17 @@
 //! The life of an edit lock: acquire (or take over), heartbeat, release, claim for a save, and the
 //! admin's force release. Every change writes its audit event in the same transaction.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Datetime, Nullable, Text};
+use diesel::sql_types::{BigInt, Bool, Datetime, Nullable, Text, Untyped};
 
 use super::model::{LOCK_VIEW, LockView};
 use super::{EditLockError, EditLockKey, EditLockToken, Owner};
 use crate::audit::{self, Action};
-use crate::db::DbPool;
+use crate::db::{DbPool, cached_sql};
 use crate::locking::{NamedLockGuard, Turn};
 
 /// What an acquirer may do about a lock someone else holds.
@@ -94,7 +95,7 @@ fn insert_or_take_over(
     debug_assert_eq!(held.name().scope(), "edit");
     let ttl_micros = micros(ttl);
     let batch = policy == Policy::SeizeForBatch;
-    held.conn().transaction(|conn| {
+    crate::db::transaction(held.conn(), |conn| {
         let current = row_for_update(conn, key)?;
         let acquired = match decide(current.as_ref(), owner, policy) {
             Decision::Insert => {
@@ -138,7 +139,7 @@ fn insert(
     ttl_micros: i64,
     batch: bool,
 ) -> QueryResult<usize> {
-    diesel::sql_query(
+    cached_sql::<Untyped>(
         "INSERT INTO edit_locks \
            (lock_key, owner_user_id, owner_session, acquired_at, heartbeat_at, expires_at, held_by_batch) \
          VALUES (?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)",
@@ -159,7 +160,7 @@ fn hand_over(
     ttl_micros: i64,
     batch: bool,
 ) -> QueryResult<usize> {
-    diesel::sql_query(
+    cached_sql::<Untyped>(
         "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, acquired_at = NOW(6), \
            heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, held_by_batch = ? \
          WHERE lock_key = ?",
@@ -235,8 +236,8 @@ pub fn release(
     owner: &Owner,
     if_heartbeat: Option<NaiveDateTime>,
 ) -> Result<bool, EditLockError> {
-    conn.transaction(|conn| {
-        let deleted = diesel::sql_query(
+    crate::db::transaction(conn, |conn| {
+        let deleted = cached_sql::<Untyped>(
             "DELETE FROM edit_locks WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
                AND (? IS NULL OR heartbeat_at = ?)",
         )
@@ -275,7 +276,7 @@ pub fn claim(
 /// Inside the caller's transaction: ends the lock the token proves we hold (a save that also
 /// closes the editor). Consumes the token: after this there is nothing left to prove.
 pub fn release_claimed(conn: &mut MysqlConnection, token: EditLockToken) -> Result<(), EditLockError> {
-    diesel::sql_query("DELETE FROM edit_locks WHERE lock_key = ?")
+    cached_sql::<Untyped>("DELETE FROM edit_locks WHERE lock_key = ?")
         .bind::<Text, _>(token.key.as_str())
         .execute(conn)?;
     audit::record(
@@ -296,13 +297,13 @@ pub fn force_release(
     admin_user_id: i64,
     reason: &str,
 ) -> Result<LockView, EditLockError> {
-    conn.transaction(|conn| {
+    crate::db::transaction(conn, |conn| {
         let row = row_for_update(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
         if row.held_by_batch {
             return Err(EditLockError::BatchHeld(key.clone()));
         }
         let lock = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
-        diesel::sql_query("DELETE FROM edit_locks WHERE lock_key = ?")
+        cached_sql::<Untyped>("DELETE FROM edit_locks WHERE lock_key = ?")
             .bind::<Text, _>(key.as_str())
             .execute(conn)?;
         audit::record(
@@ -334,9 +335,9 @@ pub fn release_expired(
     conn: &mut MysqlConnection,
     admin_user_id: i64,
 ) -> Result<Vec<LockView>, EditLockError> {
-    conn.transaction(|conn| {
+    crate::db::transaction(conn, |conn| {
         // Locked in key order, like every multi-row lock here, so two admins cannot deadlock.
-        let keys: Vec<Key> = diesel::sql_query(
+        let keys: Vec<Key> = cached_sql::<Untyped>(
             "SELECT lock_key FROM edit_locks WHERE expires_at <= NOW(6) AND NOT held_by_batch \
              ORDER BY lock_key FOR UPDATE",
         )
@@ -345,7 +346,7 @@ pub fn release_expired(
         for Key { lock_key } in keys {
             let key = EditLockKey::parse(&lock_key)?;
             let Some(lock) = find(conn, &key)? else { continue };
-            diesel::sql_query("DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= NOW(6)")
+            cached_sql::<Untyped>("DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= NOW(6)")
                 .bind::<Text, _>(&lock_key)
                 .execute(conn)?;
             audit::record(
@@ -365,17 +366,17 @@ pub fn release_expired(
     })
 }
 
+static FIND: LazyLock<String> = LazyLock::new(|| format!("{LOCK_VIEW} WHERE l.lock_key = ?"));
+static LIST: LazyLock<String> = LazyLock::new(|| format!("{LOCK_VIEW} ORDER BY l.acquired_at, l.lock_key"));
+
 /// Who holds `key`, if anyone (expired locks included; see [`LockView::expired`]).
 pub fn find(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<LockView>> {
-    diesel::sql_query(format!("{LOCK_VIEW} WHERE l.lock_key = ?"))
-        .bind::<Text, _>(key.as_str())
-        .get_result(conn)
-        .optional()
+    cached_sql::<Untyped>(&FIND).bind::<Text, _>(key.as_str()).get_result(conn).optional()
 }
 
 /// Every edit lock, oldest first (the admin screen).
 pub fn list(conn: &mut MysqlConnection) -> QueryResult<Vec<LockView>> {
-    diesel::sql_query(format!("{LOCK_VIEW} ORDER BY l.acquired_at, l.lock_key")).load(conn)
+    cached_sql::<Untyped>(&LIST).load(conn)
 }
 
 /// The edit-lock row as a locking read: only `edit_locks` is read, so only its row is locked
@@ -401,7 +402,7 @@ impl Holder {
 }
 
 fn row_for_update(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<Holder>> {
-    diesel::sql_query(
+    cached_sql::<Untyped>(
         "SELECT owner_user_id, owner_session, held_by_batch, expires_at <= NOW(6) AS expired \
          FROM edit_locks WHERE lock_key = ? FOR UPDATE",
     )
@@ -418,7 +419,7 @@ fn extend(
     ttl_micros: i64,
     only_unexpired: bool,
 ) -> QueryResult<bool> {
-    let changed = diesel::sql_query(
+    let changed = cached_sql::<Untyped>(
         "UPDATE edit_locks SET heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND \
          WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
            AND (? = FALSE OR expires_at > NOW(6))",

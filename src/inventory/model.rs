@@ -78,14 +78,32 @@ pub struct StockMovement {
     pub at: NaiveDateTime,
 }
 
-#[derive(Debug, Insertable)]
-#[diesel(table_name = stock_movements, check_for_backend(diesel::mysql::Mysql))]
+/// A movement about to be written (see [`NewStockMovement::insert`]).
+#[derive(Debug)]
 pub struct NewStockMovement {
     pub product_id: i64,
     pub delta: i32,
     pub reason: MovementReason,
     pub order_id: Option<i64>,
     pub actor_user_id: Option<i64>,
+}
+
+impl NewStockMovement {
+    /// Writes the movement to the ledger (a cached statement: it is on every order and receipt).
+    pub fn insert(&self, conn: &mut MysqlConnection) -> QueryResult<()> {
+        use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+        crate::db::cached_sql::<()>(
+            "INSERT INTO stock_movements (product_id, delta, reason, order_id, actor_user_id) \
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind::<BigInt, _>(self.product_id)
+        .bind::<Integer, _>(self.delta)
+        .bind::<Text, _>(self.reason.as_str())
+        .bind::<Nullable<BigInt>, _>(self.order_id)
+        .bind::<Nullable<BigInt>, _>(self.actor_user_id)
+        .execute(conn)
+        .map(drop)
+    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! Receiving stock under the product's named lock.
 
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Integer, Unsigned};
 use serde::Serialize;
 
 use super::InventoryError;
 use super::model::{MAX_ON_HAND, MovementReason, NewStockMovement, Quantity};
 use crate::catalog::model::Product;
-use crate::db::DbPool;
+use crate::db::{DbPool, cached_sql};
 use crate::locking::{NamedLockGuard, Turn};
 use crate::schema::{products, stock_levels, stock_movements, users};
 
@@ -55,7 +56,7 @@ fn increase_or_insert(
     quantity: Quantity,
 ) -> Result<Received, InventoryError> {
     debug_assert_eq!(held.name().scope(), "stock");
-    held.conn().transaction(|conn| {
+    crate::db::transaction(held.conn(), |conn| {
         let current: Option<u32> = stock_levels::table
             .find(product_id)
             .select(stock_levels::on_hand)
@@ -68,30 +69,28 @@ fn increase_or_insert(
                     .checked_add(quantity.get())
                     .filter(|after| *after <= MAX_ON_HAND)
                     .ok_or(InventoryError::StockLimit { product_id, quantity: quantity.get() })?;
-                diesel::update(stock_levels::table.find(product_id))
-                    .set(stock_levels::on_hand.eq(stock_levels::on_hand + quantity.get()))
+                cached_sql::<()>("UPDATE stock_levels SET on_hand = ? WHERE product_id = ?")
+                    .bind::<Unsigned<Integer>, _>(after)
+                    .bind::<BigInt, _>(product_id)
                     .execute(conn)?;
                 after
             }
             None => {
-                diesel::insert_into(stock_levels::table)
-                    .values((
-                        stock_levels::product_id.eq(product_id),
-                        stock_levels::on_hand.eq(quantity.get()),
-                    ))
+                cached_sql::<()>("INSERT INTO stock_levels (product_id, on_hand) VALUES (?, ?)")
+                    .bind::<BigInt, _>(product_id)
+                    .bind::<Unsigned<Integer>, _>(quantity.get())
                     .execute(conn)?;
                 quantity.get()
             }
         };
-        diesel::insert_into(stock_movements::table)
-            .values(NewStockMovement {
-                product_id,
-                delta: quantity.signed(),
-                reason: MovementReason::Receipt,
-                order_id: None,
-                actor_user_id: Some(actor_user_id),
-            })
-            .execute(conn)?;
+        NewStockMovement {
+            product_id,
+            delta: quantity.signed(),
+            reason: MovementReason::Receipt,
+            order_id: None,
+            actor_user_id: Some(actor_user_id),
+        }
+        .insert(conn)?;
         let movement_id = crate::db::last_insert_id(conn)?;
         Ok(Received {
             product_id,

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use super::OrderError;
 use crate::inventory::model::{Quantity, QuantityError};
-use crate::schema::{order_lines, orders};
+use crate::schema::orders;
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize)]
 #[diesel(table_name = orders, check_for_backend(diesel::mysql::Mysql))]
@@ -14,22 +14,6 @@ pub struct Order {
     #[serde(with = "crate::web::utc")]
     pub created_at: NaiveDateTime,
     pub total_cents: i64,
-}
-
-#[derive(Debug, Insertable)]
-#[diesel(table_name = orders, check_for_backend(diesel::mysql::Mysql))]
-pub struct NewOrder {
-    pub user_id: i64,
-    pub total_cents: i64,
-}
-
-#[derive(Debug, Insertable)]
-#[diesel(table_name = order_lines, check_for_backend(diesel::mysql::Mysql))]
-pub struct NewOrderLine {
-    pub order_id: i64,
-    pub product_id: i64,
-    pub quantity: i32,
-    pub unit_price_cents: i64,
 }
 
 /// A line of a validated cart.

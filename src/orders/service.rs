@@ -1,14 +1,18 @@
 //! Placing an order: lock, check, decrement, record — in one transaction, retried as a whole.
 
+use std::sync::LazyLock;
+
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Datetime, Integer, Text, Unsigned};
 use serde::Serialize;
 
 use super::OrderError;
-use super::model::{Cart, NewOrder, NewOrderLine, Order};
-use crate::db::DbPool;
+use super::model::{Cart, Order};
+use crate::db::cached::ListStatements;
+use crate::db::{DbPool, cached_sql};
 use crate::inventory::model::{MovementReason, NewStockMovement};
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
-use crate::schema::{order_lines, orders, products, stock_levels, stock_movements};
+use crate::schema::{order_lines, orders, products, stock_levels};
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
@@ -56,28 +60,41 @@ pub fn place_order(
     cart: &Cart,
 ) -> Result<Placed, OrderError> {
     let mut conn = pool.get()?;
-    let attempted =
-        retry_on_lock_conflict(policy, || conn.transaction(|conn| take_from_stock(conn, user_id, cart)));
-    let order_id = attempted.result?;
-    Ok(Placed { order: find_order(&mut conn, user_id, order_id)?, attempts: attempted.attempts })
+    let attempted = retry_on_lock_conflict(policy, || {
+        crate::db::transaction(&mut conn, |conn| take_from_stock(conn, user_id, cart))
+    });
+    Ok(Placed { order: attempted.result?, attempts: attempted.attempts })
 }
 
-/// One attempt; the caller owns the transaction.
-fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Result<i64, OrderError> {
+/// Names, SKUs and prices of the cart's products. Texts for 1, 4, 16 and [`Cart::MAX_LINES`]
+/// products, so a connection caches four statements for every cart.
+static CATALOG: LazyLock<ListStatements> = LazyLock::new(|| {
+    ListStatements::new(
+        "SELECT id, sku, name, price_cents FROM products WHERE id IN ({list})",
+        &[1, 4, 16, Cart::MAX_LINES],
+    )
+});
+
+const TAKE: &str = "UPDATE stock_levels SET on_hand = on_hand - ? WHERE product_id = ?";
+const INSERT_ORDER: &str = "INSERT INTO orders (user_id, total_cents, created_at) VALUES (?, ?, ?)";
+const INSERT_LINE: &str =
+    "INSERT INTO order_lines (order_id, product_id, quantity, unit_price_cents) VALUES (?, ?, ?, ?)";
+
+/// One attempt; the caller owns the transaction. Returns the order as written, without reading
+/// it back: only its id comes from the server (`created_at` is set here for that reason).
+fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Result<OrderView, OrderError> {
     // Names and prices: a plain read. The price is the one seen by this transaction.
-    let catalog: Vec<(i64, String, i64)> = products::table
-        .filter(products::id.eq_any(cart.product_ids()))
-        .select((products::id, products::name, products::price_cents))
-        .load(conn)?;
-    let product =
-        |id: i64| catalog.iter().find(|(pid, _, _)| *pid == id).ok_or(OrderError::UnknownProduct(id));
+    let (sql, ids) = CATALOG.padded(&cart.product_ids()).ok_or(OrderError::Empty)?;
+    let catalog: Vec<(i64, String, String, i64)> =
+        cached_sql::<(BigInt, Text, Text, BigInt)>(sql).bind_each::<BigInt, _>(ids).load(conn)?;
+    let product = |id: i64| catalog.iter().find(|(pid, ..)| *pid == id).ok_or(OrderError::UnknownProduct(id));
 
     // Lock every stock row of the cart, one statement per row, in ascending product id: the
     // order is then fixed by this loop, not by whichever scan the optimiser picks for an IN
     // list, and two carts sharing products always queue in the same order instead of
     // deadlocking. A product never received has no row: it has nothing to sell.
     for line in cart.lines() {
-        let (_, name, _) = product(line.product_id)?;
+        let (_, _, name, _) = product(line.product_id)?;
         let available = stock_levels::table
             .find(line.product_id)
             .select(stock_levels::on_hand)
@@ -96,35 +113,46 @@ fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Res
     }
 
     // Every row is locked and checked: decrement and record.
-    let mut total_cents = 0i64;
-    for line in cart.lines() {
-        diesel::update(stock_levels::table.find(line.product_id))
-            .set(stock_levels::on_hand.eq(stock_levels::on_hand - line.quantity.get()))
-            .execute(conn)?;
-        total_cents += product(line.product_id)?.2 * i64::from(line.quantity.get());
-    }
-    diesel::insert_into(orders::table).values(NewOrder { user_id, total_cents }).execute(conn)?;
-    let order_id: i64 = crate::db::last_insert_id(conn)?;
     let mut lines = Vec::with_capacity(cart.lines().len());
-    let mut movements = Vec::with_capacity(cart.lines().len());
     for line in cart.lines() {
-        lines.push(NewOrderLine {
-            order_id,
-            product_id: line.product_id,
+        cached_sql::<()>(TAKE)
+            .bind::<Unsigned<Integer>, _>(line.quantity.get())
+            .bind::<BigInt, _>(line.product_id)
+            .execute(conn)?;
+        let (product_id, sku, name, unit_price_cents) = product(line.product_id)?.clone();
+        lines.push(OrderLineView {
+            product_id,
+            sku,
+            name,
             quantity: line.quantity.signed(),
-            unit_price_cents: product(line.product_id)?.2,
+            unit_price_cents,
         });
-        movements.push(NewStockMovement {
+    }
+    let total_cents = lines.iter().map(|l| l.unit_price_cents * i64::from(l.quantity)).sum();
+    let created_at = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now().naive_utc(), 6);
+    cached_sql::<()>(INSERT_ORDER)
+        .bind::<BigInt, _>(user_id)
+        .bind::<BigInt, _>(total_cents)
+        .bind::<Datetime, _>(created_at)
+        .execute(conn)?;
+    let order_id: i64 = crate::db::last_insert_id(conn)?;
+    for line in &lines {
+        cached_sql::<()>(INSERT_LINE)
+            .bind::<BigInt, _>(order_id)
+            .bind::<BigInt, _>(line.product_id)
+            .bind::<Integer, _>(line.quantity)
+            .bind::<BigInt, _>(line.unit_price_cents)
+            .execute(conn)?;
+        NewStockMovement {
             product_id: line.product_id,
-            delta: -line.quantity.signed(),
+            delta: -line.quantity,
             reason: MovementReason::Order,
             order_id: Some(order_id),
             actor_user_id: Some(user_id),
-        });
+        }
+        .insert(conn)?;
     }
-    diesel::insert_into(order_lines::table).values(&lines).execute(conn)?;
-    diesel::insert_into(stock_movements::table).values(&movements).execute(conn)?;
-    Ok(order_id)
+    Ok(OrderView { id: order_id, created_at, total_cents, lines })
 }
 
 /// One of the user's orders.

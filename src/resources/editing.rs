@@ -56,7 +56,7 @@ pub fn save(
     changes: &ResourceChanges,
     then: ThenLock,
 ) -> Result<Resource, ResourceError> {
-    conn.transaction(|conn| {
+    crate::db::transaction(conn, |conn| {
         let token = service::claim(conn, &EditLockKey::resource(resource_id), owner)?;
         let saved = update(conn, &token, resource_id, changes)?;
         if then == ThenLock::Release {

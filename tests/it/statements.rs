@@ -129,3 +129,59 @@ fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
     // GET_LOCK, BEGIN, two reads, three INSERTs with their LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
     assert_eq!(counted.statements, 5 * 12, "{counted:?}");
 }
+
+#[test]
+fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
+    use haita::inventory::model::Quantity;
+    use haita::orders::model::Cart;
+    let db = TestDb::new();
+    let customer = create_user(&db, "buyer", haita::auth::Role::Customer);
+    let staff = create_user(&db, "keeper", haita::auth::Role::Staff);
+    let product = crate::common::create_product(&db, "COUNT-1", 250, 100);
+    let pool = single_connection_pool(&db);
+    let order = || {
+        let cart = Cart::parse(&[(product, 1)]).expect("cart");
+        haita::orders::service::place_order(&pool, &Default::default(), customer.id, &cart).expect("order");
+    };
+    let receive = || {
+        let turn = Turn::alone(pool.names().stock(product), Duration::from_secs(5));
+        let one = Quantity::parse(1, 100).expect("quantity");
+        haita::inventory::service::receive(&pool, turn, staff.id, product, one).expect("receipt");
+    };
+    order();
+    receive();
+
+    let ordered = Commands::of(&pool, || (0..10).for_each(|_| order()));
+    assert_eq!((ordered.prepares, ordered.closes), (0, 0), "{ordered:?}");
+    // BEGIN, the catalog, the stock row FOR UPDATE, UPDATE, INSERT order, LAST_INSERT_ID,
+    // INSERT line, INSERT ledger movement, COMMIT.
+    assert_eq!(ordered.statements, 10 * 9, "{ordered:?}");
+
+    let received = Commands::of(&pool, || (0..10).for_each(|_| receive()));
+    assert_eq!((received.prepares, received.closes), (0, 0), "{received:?}");
+    // The product's existence, GET_LOCK, BEGIN, the stock row FOR UPDATE, UPDATE, INSERT
+    // movement, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
+    assert_eq!(received.statements, 10 * 9, "{received:?}");
+}
+
+#[test]
+fn an_edit_lock_prepares_nothing_in_steady_state() {
+    use haita::edit_locks::service::{self as edit_locks, Policy};
+    use haita::edit_locks::{EditLockKey, Owner};
+    let db = TestDb::new();
+    let staff = create_user(&db, "editor", haita::auth::Role::Staff);
+    let resource = create_resource(&db, "Edited room", 1);
+    let pool = single_connection_pool(&db);
+    let key = EditLockKey::resource(resource);
+    let owner = Owner { user_id: staff.id, session: "counted-session".into() };
+    let ttl = Duration::from_secs(60);
+    let cycle = || {
+        let turn = Turn::alone(pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
+        edit_locks::acquire(&pool, turn, ttl, &key, &owner, Policy::FreeOrMine).expect("acquire");
+        edit_locks::heartbeat(&mut pool.get().expect("conn"), ttl, &key, &owner).expect("heartbeat");
+        assert!(edit_locks::release(&mut pool.get().expect("conn"), &key, &owner, None).expect("release"));
+    };
+    cycle();
+    let counted = Commands::of(&pool, || (0..5).for_each(|_| cycle()));
+    assert_eq!((counted.prepares, counted.closes), (0, 0), "{counted:?}");
+}
