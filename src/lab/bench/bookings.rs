@@ -3,9 +3,11 @@
 //! For each correct strategy, each key pattern and each client count, `clients` clients book as
 //! fast as they can for a few seconds, twice:
 //!
-//! - **app**: through the real HTTP endpoint of an app started in this process on port 0 —
+//! - **app**: through the real HTTP endpoint of the app running as a process of its own (this
+//!   binary's `serve`, see `server.rs`), driven by `clients` HTTP clients in this process —
 //!   `POST /api/v1/reservations` for `named-lock` (the app's booking path, real tables), and
-//!   `POST /api/v1/demo/bookings` for the other strategies (demo tables);
+//!   `POST /api/v1/demo/bookings` for the other strategies (demo tables). The server's CPU and
+//!   the load generator's are read apart;
 //! - **raw**: the same service function — the very same statements — called from `clients`
 //!   threads of this process on a pool of the same size, without HTTP.
 //!
@@ -26,6 +28,7 @@ use chrono::NaiveDate;
 use diesel::prelude::*;
 use rand::RngCore;
 
+use super::server::ServerProcess;
 use crate::auth::Role;
 use crate::auth::service::{UserSpec, create_user};
 use crate::bookings::model::BookingDate;
@@ -149,11 +152,16 @@ struct Measured {
     answered_per_sec: f64,
     p50_ms: f64,
     p99_ms: f64,
-    /// CPU time of this whole process (app, client and pool threads) per answered attempt;
-    /// the database server's own CPU is not in it.
+    /// CPU time of this bench process per answered attempt: on the app path the load
+    /// generator alone, on the raw path the service code and its client threads together.
     cpu_us: f64,
-    /// Statements and commits the server counted per answered attempt (see [`ServerWork`]).
+    /// CPU time of the app's server process per answered attempt (app path only). The
+    /// database server's own CPU is in neither.
+    server_cpu_us: f64,
+    /// Statements, prepares and commits the database counted per answered attempt (see
+    /// [`ServerWork`]).
     statements: f64,
+    prepares: f64,
     commits: f64,
     tally: Tally,
 }
@@ -166,7 +174,9 @@ impl Measured {
             p50_ms: percentile_ms(&tally.latencies, 50.0),
             p99_ms: percentile_ms(&tally.latencies, 99.0),
             cpu_us: 0.0,
+            server_cpu_us: 0.0,
             statements: 0.0,
+            prepares: 0.0,
             commits: 0.0,
             tally,
         }
@@ -180,26 +190,22 @@ impl Measured {
     }
 }
 
-/// This process's CPU time (user + system), from `/proc/self/stat`; zero where there is none.
-struct CpuClock(Duration);
+/// CPU time (user + system) of this process and of the server process, from `/proc`.
+struct CpuClock {
+    bench: Duration,
+    server: Duration,
+}
 
 impl CpuClock {
-    fn now() -> Duration {
-        let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return Duration::ZERO };
-        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-        let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let ticks: u64 =
-            after_name.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
-        Duration::from_millis(ticks * 10) // USER_HZ is 100 on every Linux this runs on
+    fn start(server: &ServerProcess) -> Self {
+        Self { bench: super::process_cpu("/proc/self/stat"), server: server.cpu() }
     }
 
-    fn start() -> Self {
-        Self(Self::now())
-    }
-
-    fn per_answer(&self, m: &Measured) -> f64 {
+    /// Microseconds per answered attempt: (this process, the server process).
+    fn per_answer(&self, server: &ServerProcess, m: &Measured) -> (f64, f64) {
         let answered = (m.tally.booked + m.tally.refused).max(1) as f64;
-        (Self::now().saturating_sub(self.0)).as_secs_f64() * 1e6 / answered
+        let per = |now: Duration, then: Duration| now.saturating_sub(then).as_secs_f64() * 1e6 / answered;
+        (per(super::process_cpu("/proc/self/stat"), self.bench), per(server.cpu(), self.server))
     }
 }
 
@@ -216,6 +222,7 @@ impl ServerWork {
         let done = super::ServerCounters::read(pool)?.since(&self.0);
         let answered = (m.tally.booked + m.tally.refused).max(1) as f64;
         m.statements = done.statements as f64 / answered;
+        m.prepares = done.prepares as f64 / answered;
         m.commits = done.commits as f64 / answered;
         Ok(())
     }
@@ -229,21 +236,20 @@ pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
         log::set_max_level(log::LevelFilter::Warn);
     }
     let plan = options.plan()?;
-    let (bench, app) = Prepared::new(config, plan.most_clients())?;
+    let bench = Prepared::new(config, plan.most_clients())?;
+    let server = ServerProcess::start(&bench.config)?;
     print!("{}", report_header(&bench.scratch.name, bench.config.pool_size, plan.window));
 
-    let base = format!("http://127.0.0.1:{}", app.port());
-    let server = app.handle();
+    let base = server.base_url();
     actix_web::rt::System::new().block_on(async {
-        actix_web::rt::spawn(app.run_until_stopped());
         let clients = log_in(&base, &bench.users).await?;
         for cell in plan.cells() {
-            let row = measure_cell(&bench, &plan, cell, &base, &clients).await?;
+            let row = measure_cell(&bench, &server, &plan, cell, &base, &clients).await?;
             print!("{}", report_row(&row));
         }
-        server.stop(true).await;
         anyhow::Ok(())
     })?;
+    drop(server);
     let overbooked = count_overbooked(&bench.app_pool)?;
     print!("{}", report_footer(&overbooked));
     anyhow::ensure!(overbooked.real + overbooked.demo == 0, "a correct strategy double-booked under load");
@@ -325,8 +331,8 @@ impl Plan {
 
 // ---- preparation -------------------------------------------------------------------------
 
-/// What every cell is measured in: a scratch database, pools of the same size for both paths,
-/// and one user per client.
+/// What every cell is measured in: a scratch database, pools of the same size for both paths
+/// (the app's in its own process), and one user per client.
 struct Prepared {
     config: Config,
     app_pool: DbPool,
@@ -337,28 +343,18 @@ struct Prepared {
 }
 
 impl Prepared {
-    /// The scratch database, migrated (the lab's tables too), its users, and the app on port 0,
-    /// bound but not yet running.
-    fn new(config: &Config, users: u32) -> anyhow::Result<(Self, crate::Application)> {
+    /// The scratch database, migrated (the lab's tables too), and its users.
+    fn new(config: &Config, users: u32) -> anyhow::Result<Self> {
         let (_, name) = db::split_database_url(&config.database_url)?;
         let scratch = ScratchDatabase::create(&config.database_url, &format!("{name}_bench_"))?;
-        let mut session_key = vec![0u8; 64];
-        rand::rng().fill_bytes(&mut session_key);
-        let bench_config = Config {
-            database_url: scratch.url.clone(),
-            bind: "127.0.0.1:0".into(),
-            session_key: Some(session_key),
-            // Every bench user logs in from 127.0.0.1 within a second; the throttles are for people.
-            login_attempts_per_address: std::num::NonZeroU32::MAX,
-            login_attempts_per_username: std::num::NonZeroU32::MAX,
-            ..config.clone()
-        };
+        // The app's own settings (session key, throttles) are the server process's: see
+        // `ServerProcess::start`.
+        let bench_config = Config { database_url: scratch.url.clone(), ..config.clone() };
         let app_pool = crate::prepare_database(&bench_config)?;
         crate::lab::prepare(&app_pool)?;
         let raw_pool = db::build_pool(&bench_config)?;
         let users = create_users(&app_pool, users)?;
-        let app = crate::Application::build(bench_config.clone(), app_pool.clone())?;
-        Ok((Self { config: bench_config, app_pool, raw_pool, users, scratch }, app))
+        Ok(Self { config: bench_config, app_pool, raw_pool, users, scratch })
     }
 }
 
@@ -415,6 +411,7 @@ struct Row {
 /// Measures one cell `plan.repeat` times, raw and app alternating, each on fresh resources.
 async fn measure_cell(
     bench: &Prepared,
+    app_server: &ServerProcess,
     plan: &Plan,
     cell: Cell,
     base: &str,
@@ -425,18 +422,18 @@ async fn measure_cell(
     for _ in 0..plan.repeat {
         if plan.raw {
             let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
-            let (cpu, server) = (CpuClock::start(), ServerWork::start(&bench.app_pool)?);
+            let (cpu, server) = (CpuClock::start(app_server), ServerWork::start(&bench.app_pool)?);
             let mut raw =
                 measure_raw(&bench.raw_pool, &bench.config, &target, &bench.users[..n], plan.window);
-            raw.cpu_us = cpu.per_answer(&raw);
+            raw.cpu_us = cpu.per_answer(app_server, &raw).0;
             server.per_answer(&bench.app_pool, &mut raw)?;
             raws.push(raw);
         }
         if plan.app {
             let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
-            let (cpu, server) = (CpuClock::start(), ServerWork::start(&bench.app_pool)?);
+            let (cpu, server) = (CpuClock::start(app_server), ServerWork::start(&bench.app_pool)?);
             let mut app = measure_app(base, &clients[..n], &target, plan.window).await;
-            app.cpu_us = cpu.per_answer(&app);
+            (app.cpu_us, app.server_cpu_us) = cpu.per_answer(app_server, &app);
             server.per_answer(&bench.app_pool, &mut app)?;
             apps.push(app);
         }
@@ -620,8 +617,10 @@ fn count_overbooked(pool: &DbPool) -> anyhow::Result<Overbooked> {
 
 fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
     format!(
-        "haita bench bookings: database {database}, pool {pool_size} connections for app and raw alike, {} s per cell\n\n\
-         {:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} {:>5} {:>6} | {:>9} {:>7} {:>7} {:>6} {:>5} {:>6} | {:>7}\n",
+        "haita bench bookings: database {database}, pool {pool_size} connections for app and raw alike, {} s per cell\n\
+         app: a separate `haita serve` process (srv µs: its CPU; cli µs: this process's, the HTTP clients); \
+         raw: the service called in this process (cpu µs)\n\n\
+         {:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} {:>6} {:>5} {:>4} {:>6} | {:>9} {:>7} {:>7} {:>6} {:>5} {:>4} {:>6} | {:>7}\n",
         window.as_secs(),
         "strategy",
         "keys",
@@ -629,14 +628,17 @@ fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
         "app ans/s",
         "p50 ms",
         "p99 ms",
-        "cpu µs",
+        "srv µs",
+        "cli µs",
         "stmts",
+        "prep",
         "commit",
         "raw ans/s",
         "p50 ms",
         "p99 ms",
         "cpu µs",
         "stmts",
+        "prep",
         "commit",
         "app/raw"
     )
@@ -647,21 +649,24 @@ fn report_row(row: &Row) -> String {
     use std::fmt::Write;
     let Row { cell, app, raw } = row;
     let mut out = format!(
-        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>5.1} {:>6.2} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>5.1} {:>6.2} | {:>7.2}\n",
+        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>6.0} {:>5.1} {:>4.1} {:>6.2} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>5.1} {:>4.1} {:>6.2} | {:>7.2}\n",
         cell.strategy.name(),
         if cell.keys == Keys::Hot { "hot" } else { "spread" },
         cell.clients,
         app.answered_per_sec,
         app.p50_ms,
         app.p99_ms,
+        app.server_cpu_us,
         app.cpu_us,
         app.statements,
+        app.prepares,
         app.commits,
         raw.answered_per_sec,
         raw.p50_ms,
         raw.p99_ms,
         raw.cpu_us,
         raw.statements,
+        raw.prepares,
         raw.commits,
         app.answered_per_sec / raw.answered_per_sec.max(f64::MIN_POSITIVE)
     );
@@ -697,7 +702,9 @@ mod tests {
             p50_ms,
             p99_ms,
             cpu_us,
+            server_cpu_us: cpu_us * 2.0,
             statements: 6.0,
+            prepares: 0.0,
             commits: 1.0,
             tally: Tally::default(),
         }
@@ -706,11 +713,12 @@ mod tests {
     #[test]
     fn a_row_prints_both_paths_and_their_ratio_under_the_header() {
         let header = report_header("haita_bench_00ff", 16, Duration::from_secs(2));
-        assert_eq!(
-            header,
-            "haita bench bookings: database haita_bench_00ff, pool 16 connections for app and raw alike, 2 s per cell\n\n\
-             strategy         keys    clients | app ans/s  p50 ms  p99 ms cpu µs stmts commit | raw ans/s  p50 ms  p99 ms cpu µs stmts commit | app/raw\n"
-        );
+        assert!(header.starts_with(
+            "haita bench bookings: database haita_bench_00ff, pool 16 connections for app and raw alike, 2 s per cell\n"
+        ));
+        assert!(header.ends_with(
+            "strategy         keys    clients | app ans/s  p50 ms  p99 ms srv µs cli µs stmts prep commit | raw ans/s  p50 ms  p99 ms cpu µs stmts prep commit | app/raw\n"
+        ));
         let row = Row {
             cell: Cell { strategy: Strategy::UniqueSlot, keys: Keys::Spread, clients: 16 },
             app: measured(1200.4, 9.125, 17.5, 180.2),
@@ -718,7 +726,7 @@ mod tests {
         };
         assert_eq!(
             report_row(&row),
-            "unique-slot      spread       16 |      1200    9.12   17.50    180   6.0   1.00 |      1600    7.00   12.25     40   6.0   1.00 |    0.75\n"
+            "unique-slot      spread       16 |      1200    9.12   17.50    360    180   6.0  0.0   1.00 |      1600    7.00   12.25     40   6.0  0.0   1.00 |    0.75\n"
         );
         // Header and rows line up on the same columns.
         let width = |text: &str| text.lines().last().map(|l| l.chars().count());

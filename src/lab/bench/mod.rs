@@ -1,7 +1,8 @@
 //! `haita bench`: what the app's code costs on top of the locking itself, measured against the
 //! same statements issued by hand from the same process, each in a scratch database of its own.
 //!
-//! - `bookings.rs`: the booking strategies, through HTTP and as raw SQL;
+//! - `bookings.rs`: the booking strategies, through HTTP (to a separate server process,
+//!   `server.rs`) and as raw SQL;
 //! - `orders.rs`: the order path, through the service and as hand-written SQL;
 //! - `coalescing.rs`: one hot day, bookings one at a time against coalesced batches;
 //! - `stuck.rs`: one day's lock held by a stuck session, and what everything else waits.
@@ -9,6 +10,7 @@
 pub mod bookings;
 pub mod coalescing;
 pub mod orders;
+pub mod server;
 pub mod stuck;
 
 use diesel::prelude::*;
@@ -24,6 +26,8 @@ pub struct ServerCounters {
     pub statements: u64,
     /// `Com_commit`: explicit commits.
     pub commits: u64,
+    /// `Com_stmt_prepare`: statements prepared (zero in steady state when every one is cached).
+    pub prepares: u64,
 }
 
 #[derive(QueryableByName)]
@@ -36,12 +40,17 @@ struct Status {
 
 impl ServerCounters {
     pub fn read(pool: &DbPool) -> anyhow::Result<Self> {
-        let rows: Vec<Status> =
-            diesel::sql_query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit')")
-                .load(&mut *pool.get()?)?;
+        let rows: Vec<Status> = diesel::sql_query(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit', 'Com_stmt_prepare')",
+        )
+        .load(&mut *pool.get()?)?;
         let value =
             |name: &str| rows.iter().find(|r| r.name == name).and_then(|r| r.value.parse::<u64>().ok());
-        Ok(Self { statements: value("Questions").unwrap_or(0), commits: value("Com_commit").unwrap_or(0) })
+        Ok(Self {
+            statements: value("Questions").unwrap_or(0),
+            commits: value("Com_commit").unwrap_or(0),
+            prepares: value("Com_stmt_prepare").unwrap_or(0),
+        })
     }
 
     /// What was run between `earlier` and this reading.
@@ -49,6 +58,17 @@ impl ServerCounters {
         Self {
             statements: self.statements.saturating_sub(earlier.statements),
             commits: self.commits.saturating_sub(earlier.commits),
+            prepares: self.prepares.saturating_sub(earlier.prepares),
         }
     }
+}
+
+/// CPU time (user + system) of the process whose `stat` file is `path`; zero where there is
+/// none. Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+pub fn process_cpu(path: &str) -> std::time::Duration {
+    let Ok(stat) = std::fs::read_to_string(path) else { return std::time::Duration::ZERO };
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 =
+        after_name.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
+    std::time::Duration::from_millis(ticks * 10) // USER_HZ is 100 on every Linux this runs on
 }
