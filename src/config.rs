@@ -54,6 +54,10 @@ pub struct Config {
     pub cookie_secure: bool,
     /// HTTP worker threads; `None` = one per core.
     pub workers: Option<usize>,
+    /// Threads that run blocking work (diesel, lock waits) for the whole instance
+    /// (`BLOCKING_THREADS`, default `POOL_SIZE`): almost every blocking task needs a pooled
+    /// connection, so a thread beyond the pool's size could only wait for one.
+    pub blocking_threads: usize,
     /// `DEMO_MODE=1` (which `scripts/dev run` sets): demo data, the demo accounts on the login
     /// page and the race demo exist, and a missing `SESSION_KEY` is generated. Off by default:
     /// a production deployment gets none of it, and must set `SESSION_KEY`.
@@ -81,6 +85,7 @@ impl std::fmt::Debug for Config {
             session_key,
             cookie_secure,
             workers,
+            blocking_threads,
             demo_mode,
         } = self;
         f.debug_struct("Config")
@@ -99,6 +104,7 @@ impl std::fmt::Debug for Config {
             .field("session_key", &session_key.as_ref().map(|_| "[set, not shown]"))
             .field("cookie_secure", cookie_secure)
             .field("workers", workers)
+            .field("blocking_threads", blocking_threads)
             .field("demo_mode", demo_mode)
             .finish()
     }
@@ -171,6 +177,10 @@ impl Config {
                 Ok(_) => Some(parse("WORKERS", 1usize, |v| (1..=256).contains(&v))?),
                 Err(_) => None,
             },
+            blocking_threads: match std::env::var("BLOCKING_THREADS") {
+                Ok(_) => parse("BLOCKING_THREADS", 1usize, |v| (1..=1024).contains(&v))?,
+                Err(_) => pool_size_from_env(defaults.pool_size)? as usize,
+            },
             database_url: defaults.database_url,
         })
     }
@@ -193,6 +203,7 @@ impl Config {
             login_attempts_per_username: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN),
             login_attempts_per_address: NonZeroU32::new(60).unwrap_or(NonZeroU32::MIN),
             workers: None,
+            blocking_threads: 16,
             demo_mode: false,
         }
     }

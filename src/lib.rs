@@ -68,7 +68,7 @@ impl Application {
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;
         let port = listener.local_addr()?.port();
         let key = session_key(&config)?;
-        let workers = config.workers;
+        let (workers, blocking_threads) = (config.workers, config.blocking_threads);
         let state = aweb::Data::new(AppState::new(pool, config));
         // One per instance, shared by its workers: at most one demo race at a time.
         #[cfg(feature = "lab")]
@@ -101,6 +101,11 @@ impl Application {
                 .wrap(security_headers(cookie_secure))
                 .wrap(Logger::new("%r %s %Dms"))
         });
+        // actix gives each worker a blocking pool of its own: the instance's threads are shared
+        // out among the workers.
+        let worker_count =
+            workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
+        let server = server.worker_max_blocking_threads(blocking_threads.div_ceil(worker_count).max(1));
         let server = match workers {
             Some(n) => server.workers(n),
             None => server,
