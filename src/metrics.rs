@@ -33,6 +33,9 @@ pub struct Metrics {
     pub lock_waiters_refused: IntCounterVec,
     /// Bookings decided per coalesced batch (one lock, one transaction, one commit each).
     pub booking_batch_size: Histogram,
+    /// Sessions checked per query (`auth::session::SessionChecks`): with the batches above, how
+    /// many blocking hops a booking request costs (one per batch of each).
+    pub session_check_batch_size: Histogram,
     pool_connections: IntGauge,
     pool_idle: IntGauge,
 }
@@ -78,6 +81,10 @@ fn build() -> Result<Metrics, prometheus::Error> {
             HistogramOpts::new("booking_batch_size", "Bookings decided per coalesced batch")
                 .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0]),
         )?,
+        session_check_batch_size: Histogram::with_opts(
+            HistogramOpts::new("session_check_batch_size", "Sessions checked per query")
+                .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+        )?,
         pool_connections: IntGauge::new("pool_connections", "Open connections in this instance's pool")?,
         pool_idle: IntGauge::new("pool_idle_connections", "Idle connections in this instance's pool")?,
         registry,
@@ -92,6 +99,7 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry.register(Box::new(m.lock_waiters_budget.clone()))?;
     m.registry.register(Box::new(m.lock_waiters_refused.clone()))?;
     m.registry.register(Box::new(m.booking_batch_size.clone()))?;
+    m.registry.register(Box::new(m.session_check_batch_size.clone()))?;
     m.registry.register(Box::new(m.pool_connections.clone()))?;
     m.registry.register(Box::new(m.pool_idle.clone()))?;
     Ok(m)

@@ -158,6 +158,9 @@ struct Measured {
     /// CPU time of the app's server process per answered attempt (app path only). The
     /// database server's own CPU is in neither.
     server_cpu_us: f64,
+    /// Blocking-pool hops per answered attempt on the app path: the server's coalesced booking
+    /// batches and session-check batches (one hop each), from its `/metrics`.
+    hops: f64,
     /// Statements, prepares and commits the database counted per answered attempt (see
     /// [`ServerWork`]).
     statements: f64,
@@ -175,6 +178,7 @@ impl Measured {
             p99_ms: percentile_ms(&tally.latencies, 99.0),
             cpu_us: 0.0,
             server_cpu_us: 0.0,
+            hops: 0.0,
             statements: 0.0,
             prepares: 0.0,
             commits: 0.0,
@@ -432,13 +436,28 @@ async fn measure_cell(
         if plan.app {
             let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
             let (cpu, server) = (CpuClock::start(app_server), ServerWork::start(&bench.app_pool)?);
+            let hops_before = blocking_hops(base).await?;
             let mut app = measure_app(base, &clients[..n], &target, plan.window).await;
             (app.cpu_us, app.server_cpu_us) = cpu.per_answer(app_server, &app);
+            let answered = (app.tally.booked + app.tally.refused).max(1) as f64;
+            app.hops = (blocking_hops(base).await? - hops_before) / answered;
             server.per_answer(&bench.app_pool, &mut app)?;
             apps.push(app);
         }
     }
     Ok(Row { cell, app: Measured::median(apps), raw: Measured::median(raws) })
+}
+
+/// The blocking hops the server has made for bookings so far: one per coalesced booking batch
+/// and one per session-check batch (the two drainers' histograms count their batches).
+async fn blocking_hops(base: &str) -> anyhow::Result<f64> {
+    let text = reqwest::get(format!("{base}/metrics")).await?.text().await?;
+    let count = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(count("haita_booking_batch_size_count") + count("haita_session_check_batch_size_count"))
 }
 
 /// Fresh resources for one measurement: real ones for the app's booking path, demo ones for
@@ -620,7 +639,7 @@ fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
         "haita bench bookings: database {database}, pool {pool_size} connections for app and raw alike, {} s per cell\n\
          app: a separate `haita serve` process (srv µs: its CPU; cli µs: this process's, the HTTP clients); \
          raw: the service called in this process (cpu µs)\n\n\
-         {:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} {:>6} {:>5} {:>4} {:>6} | {:>9} {:>7} {:>7} {:>6} {:>5} {:>4} {:>6} | {:>7}\n",
+         {:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} {:>6} {:>4} {:>5} {:>4} {:>6} | {:>9} {:>7} {:>7} {:>6} {:>5} {:>4} {:>6} | {:>7}\n",
         window.as_secs(),
         "strategy",
         "keys",
@@ -630,6 +649,7 @@ fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
         "p99 ms",
         "srv µs",
         "cli µs",
+        "hops",
         "stmts",
         "prep",
         "commit",
@@ -649,7 +669,7 @@ fn report_row(row: &Row) -> String {
     use std::fmt::Write;
     let Row { cell, app, raw } = row;
     let mut out = format!(
-        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>6.0} {:>5.1} {:>4.1} {:>6.2} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>5.1} {:>4.1} {:>6.2} | {:>7.2}\n",
+        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>6.0} {:>4.2} {:>5.1} {:>4.1} {:>6.2} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>5.1} {:>4.1} {:>6.2} | {:>7.2}\n",
         cell.strategy.name(),
         if cell.keys == Keys::Hot { "hot" } else { "spread" },
         cell.clients,
@@ -658,6 +678,7 @@ fn report_row(row: &Row) -> String {
         app.p99_ms,
         app.server_cpu_us,
         app.cpu_us,
+        app.hops,
         app.statements,
         app.prepares,
         app.commits,
@@ -703,6 +724,7 @@ mod tests {
             p99_ms,
             cpu_us,
             server_cpu_us: cpu_us * 2.0,
+            hops: 1.25,
             statements: 6.0,
             prepares: 0.0,
             commits: 1.0,
@@ -717,7 +739,7 @@ mod tests {
             "haita bench bookings: database haita_bench_00ff, pool 16 connections for app and raw alike, 2 s per cell\n"
         ));
         assert!(header.ends_with(
-            "strategy         keys    clients | app ans/s  p50 ms  p99 ms srv µs cli µs stmts prep commit | raw ans/s  p50 ms  p99 ms cpu µs stmts prep commit | app/raw\n"
+            "strategy         keys    clients | app ans/s  p50 ms  p99 ms srv µs cli µs hops stmts prep commit | raw ans/s  p50 ms  p99 ms cpu µs stmts prep commit | app/raw\n"
         ));
         let row = Row {
             cell: Cell { strategy: Strategy::UniqueSlot, keys: Keys::Spread, clients: 16 },
@@ -726,7 +748,7 @@ mod tests {
         };
         assert_eq!(
             report_row(&row),
-            "unique-slot      spread       16 |      1200    9.12   17.50    360    180   6.0  0.0   1.00 |      1600    7.00   12.25     40   6.0  0.0   1.00 |    0.75\n"
+            "unique-slot      spread       16 |      1200    9.12   17.50    360    180 1.25   6.0  0.0   1.00 |      1600    7.00   12.25     40   6.0  0.0   1.00 |    0.75\n"
         );
         // Header and rows line up on the same columns.
         let width = |text: &str| text.lines().last().map(|l| l.chars().count());
