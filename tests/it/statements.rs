@@ -25,7 +25,8 @@ fn single_connection_pool(db: &TestDb) -> DbPool {
 /// The session's command counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 struct Commands {
-    /// Statements run (`Questions`): prepared executions and plain queries alike.
+    /// Commands run (`Questions`): prepared executions, plain queries, and the multi-statement
+    /// switches diesel's `batch_execute` sends around each of its queries.
     statements: u64,
     prepares: u64,
     closes: u64,
@@ -184,4 +185,8 @@ fn an_edit_lock_prepares_nothing_in_steady_state() {
     cycle();
     let counted = Commands::of(&pool, || (0..5).for_each(|_| cycle()));
     assert_eq!((counted.prepares, counted.closes), (0, 0), "{counted:?}");
+    // Acquire: GET_LOCK, START TRANSACTION, the row FOR UPDATE, INSERT, the lock as shown,
+    // the audit event, COMMIT, RELEASE_LOCK. Heartbeat: UPDATE, the lock as shown. Release:
+    // START TRANSACTION, DELETE, the audit event, COMMIT.
+    assert_eq!(counted.statements, 5 * 14, "{counted:?}");
 }

@@ -23,6 +23,7 @@ impl ServerProcess {
     /// client logs in from 127.0.0.1 at once) and a fresh session key; returns once it answers.
     pub fn start(config: &Config) -> anyhow::Result<Self> {
         let port = free_port()?;
+        let log = std::env::temp_dir().join(format!("haita-bench-server-{}.log", std::process::id()));
         let session_key: String = (0..64).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
         let mut command = Command::new(std::env::current_exe().context("locating the haita binary")?);
         command
@@ -39,13 +40,18 @@ impl ServerProcess {
             // One access-log line per request would be part of what is measured.
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
-            .stdout(Stdio::null());
+            .stdout(Stdio::null())
+            // Its warnings (a busy answer logs one) would interleave with the table.
+            .stderr(std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?);
         if let Some(workers) = config.workers {
             command.env("WORKERS", workers.to_string());
         }
         let child = command.spawn().context("starting `haita serve`")?;
         let mut server = Self { child, port };
-        server.wait_until_healthy(Duration::from_secs(60))?;
+        server
+            .wait_until_healthy(Duration::from_secs(60))
+            .with_context(|| format!("the server's log is {}", log.display()))?;
+        eprintln!("the server's log: {}", log.display());
         Ok(server)
     }
 
