@@ -145,7 +145,8 @@ pub enum CheckoutError {
     /// Every connection stayed in use for the whole `POOL_TIMEOUT_SECS`.
     #[error("no database connection was free in time: {0}")]
     Busy(diesel::r2d2::PoolError),
-    /// The server is unreachable: the pool's last connect, or a checkout's test, failed.
+    /// The server is unreachable: the pool's last connect, or the ping of an idle connection,
+    /// failed.
     #[error("the database server is unreachable: {0}")]
     Down(diesel::r2d2::PoolError),
 }

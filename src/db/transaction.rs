@@ -71,7 +71,9 @@ fn not_preparable(error: &Error) -> bool {
         if info.message().contains("prepared statement protocol"))
 }
 
-/// diesel's r2d2 manager closes a connection whose transaction manager is in error.
+/// Marks a connection broken, so r2d2 closes it when it is dropped instead of pooling it again:
+/// diesel's r2d2 manager reports a connection as broken when its transaction manager is in
+/// error, which is exactly the state `set_in_error` records.
 pub fn mark_broken(conn: &mut MysqlConnection) {
     AnsiTransactionManager::transaction_manager_status_mut(conn).set_in_error();
 }

@@ -139,7 +139,7 @@ fn insert(
     ttl_micros: i64,
     batch: bool,
 ) -> QueryResult<usize> {
-    cached_sql::<Untyped>(
+    cached_sql::<()>(
         "INSERT INTO edit_locks \
            (lock_key, owner_user_id, owner_session, acquired_at, heartbeat_at, expires_at, held_by_batch) \
          VALUES (?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)",
@@ -160,7 +160,7 @@ fn hand_over(
     ttl_micros: i64,
     batch: bool,
 ) -> QueryResult<usize> {
-    cached_sql::<Untyped>(
+    cached_sql::<()>(
         "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, acquired_at = NOW(6), \
            heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, held_by_batch = ? \
          WHERE lock_key = ?",
@@ -237,7 +237,7 @@ pub fn release(
     if_heartbeat: Option<NaiveDateTime>,
 ) -> Result<bool, EditLockError> {
     crate::db::transaction(conn, |conn| {
-        let deleted = cached_sql::<Untyped>(
+        let deleted = cached_sql::<()>(
             "DELETE FROM edit_locks WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
                AND (? IS NULL OR heartbeat_at = ?)",
         )
@@ -276,7 +276,7 @@ pub fn claim(
 /// Inside the caller's transaction: ends the lock the token proves we hold (a save that also
 /// closes the editor). Consumes the token: after this there is nothing left to prove.
 pub fn release_claimed(conn: &mut MysqlConnection, token: EditLockToken) -> Result<(), EditLockError> {
-    cached_sql::<Untyped>("DELETE FROM edit_locks WHERE lock_key = ?")
+    cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ?")
         .bind::<Text, _>(token.key.as_str())
         .execute(conn)?;
     audit::record(
@@ -303,7 +303,7 @@ pub fn force_release(
             return Err(EditLockError::BatchHeld(key.clone()));
         }
         let lock = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
-        cached_sql::<Untyped>("DELETE FROM edit_locks WHERE lock_key = ?")
+        cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ?")
             .bind::<Text, _>(key.as_str())
             .execute(conn)?;
         audit::record(
@@ -346,7 +346,7 @@ pub fn release_expired(
         for Key { lock_key } in keys {
             let key = EditLockKey::parse(&lock_key)?;
             let Some(lock) = find(conn, &key)? else { continue };
-            cached_sql::<Untyped>("DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= NOW(6)")
+            cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= NOW(6)")
                 .bind::<Text, _>(&lock_key)
                 .execute(conn)?;
             audit::record(
@@ -419,7 +419,7 @@ fn extend(
     ttl_micros: i64,
     only_unexpired: bool,
 ) -> QueryResult<bool> {
-    let changed = cached_sql::<Untyped>(
+    let changed = cached_sql::<()>(
         "UPDATE edit_locks SET heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND \
          WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
            AND (? = FALSE OR expires_at > NOW(6))",

@@ -21,7 +21,6 @@
 
 use std::time::Duration;
 
-use diesel::connection::{AnsiTransactionManager, TransactionManager};
 use diesel::prelude::*;
 
 use super::LockName;
@@ -156,10 +155,8 @@ impl Drop for NamedLockGuard {
     }
 }
 
-/// Marks the connection broken so r2d2 closes it when it is dropped instead of pooling it again.
-/// diesel's r2d2 manager reports a connection as broken when its transaction manager is in
-/// error, which is exactly the state `set_in_error` records.
+/// Marks the connection broken, so r2d2 closes it when it is dropped instead of pooling it again.
 fn close_instead_of_returning(conn: &mut PooledConn) {
     METRICS.named_lock_sessions_closed.inc();
-    AnsiTransactionManager::transaction_manager_status_mut(&mut **conn).set_in_error();
+    crate::db::transaction::mark_broken(conn);
 }
