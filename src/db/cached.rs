@@ -40,11 +40,11 @@ pub fn cached_sql<ST>(sql: &'static str) -> CachedSql<ST, ()> {
 
 impl<ST, B> CachedSql<ST, B> {
     /// Binds the next `?` to `value`, sent as SQL type `T`.
-    pub fn bind<T, V: AsExpression<T>>(self, value: V) -> CachedSql<ST, (B, One<V::Expression>)>
+    pub fn bind<T, V: AsExpression<T>>(self, value: V) -> CachedSql<ST, (B, Each<V::Expression>)>
     where
         T: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType,
     {
-        CachedSql { sql: self.sql, binds: (self.binds, One(value.as_expression())), rows: PhantomData }
+        CachedSql { sql: self.sql, binds: (self.binds, Each(vec![value.as_expression()])), rows: PhantomData }
     }
 
     /// Binds the next `values.len()` placeholders to `values`, each as SQL type `T`.
@@ -60,10 +60,7 @@ impl<ST, B> CachedSql<ST, B> {
     }
 }
 
-/// One bound value.
-pub struct One<E>(E);
-
-/// Several bound values, one per placeholder.
+/// Bound values, one per placeholder.
 pub struct Each<E>(Vec<E>);
 
 /// The bound values, in order, each written after the text that precedes its `?`.
@@ -82,18 +79,6 @@ impl Binds for () {
         _: &mut std::str::Split<'static, char>,
     ) -> QueryResult<()> {
         Ok(())
-    }
-}
-
-impl<B: Binds, E: QueryFragment<Mysql>> Binds for (B, One<E>) {
-    fn walk<'b>(
-        &'b self,
-        out: &mut AstPass<'_, 'b, Mysql>,
-        text: &mut std::str::Split<'static, char>,
-    ) -> QueryResult<()> {
-        self.0.walk(out, text)?;
-        out.push_sql(text.next().ok_or_else(|| mismatch("more values than placeholders"))?);
-        self.1.0.walk_ast(out.reborrow())
     }
 }
 

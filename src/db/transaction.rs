@@ -77,3 +77,24 @@ fn not_preparable(error: &Error) -> bool {
 pub fn mark_broken(conn: &mut MysqlConnection) {
     AnsiTransactionManager::transaction_manager_status_mut(conn).set_in_error();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(message: &str) -> Error {
+        Error::DatabaseError(DatabaseErrorKind::Unknown, Box::new(message.to_string()))
+    }
+
+    #[test]
+    fn only_a_refusal_to_prepare_switches_to_text() {
+        // MySQL's and MariaDB's wording of error 1295, ER_UNSUPPORTED_PS.
+        assert!(not_preparable(&server_error(
+            "This command is not supported in the prepared statement protocol yet"
+        )));
+        for other in ["Lost connection to server during query", "Deadlock found when trying to get lock"] {
+            assert!(!not_preparable(&server_error(other)), "{other}");
+        }
+        assert!(!not_preparable(&Error::NotFound));
+    }
+}

@@ -52,6 +52,12 @@ impl Commands {
         }
     }
 
+    /// Asserts that nothing was prepared (or closed) and that exactly `statements` ran.
+    fn assert_cached(&self, statements: u64) {
+        assert_eq!((self.prepares, self.closes), (0, 0), "something was prepared: {self:?}");
+        assert_eq!(self.statements, statements, "{self:?}");
+    }
+
     /// Runs `work` and returns what the session did for it.
     fn of(pool: &DbPool, work: impl FnOnce()) -> Self {
         let before = Self::read(pool);
@@ -97,18 +103,16 @@ fn a_booking_prepares_nothing_in_steady_state_and_takes_seven_statements() {
             book(&pool, user.id, resource, day).expect("a free day");
         }
     });
-    assert_eq!((booked.prepares, booked.closes), (0, 0), "{booked:?}");
-    // GET_LOCK, BEGIN, the day's read, INSERT, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
-    assert_eq!(booked.statements, 10 * 7, "{booked:?}");
+    // GET_LOCK, START TRANSACTION, the day's read, INSERT, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
+    booked.assert_cached(10 * 7);
 
     let refused = Commands::of(&pool, || {
         for day in 2..=11 {
             assert_eq!(book(&pool, other.id, resource, day), Err(bookings::Verdict::FullyBooked));
         }
     });
-    assert_eq!((refused.prepares, refused.closes), (0, 0), "{refused:?}");
-    // GET_LOCK, BEGIN, the day's read, ROLLBACK, RELEASE_LOCK.
-    assert_eq!(refused.statements, 10 * 5, "{refused:?}");
+    // GET_LOCK, START TRANSACTION, the day's read, ROLLBACK, RELEASE_LOCK.
+    refused.assert_cached(10 * 5);
 }
 
 #[test]
@@ -126,9 +130,9 @@ fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
     };
     batch(1);
     let counted = Commands::of(&pool, || (2..=6).for_each(batch));
-    assert_eq!((counted.prepares, counted.closes), (0, 0), "{counted:?}");
-    // GET_LOCK, BEGIN, two reads, three INSERTs with their LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
-    assert_eq!(counted.statements, 5 * 12, "{counted:?}");
+    // GET_LOCK, START TRANSACTION, two reads, three INSERTs with their LAST_INSERT_ID, COMMIT,
+    // RELEASE_LOCK.
+    counted.assert_cached(5 * 12);
 }
 
 #[test]
@@ -153,16 +157,14 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
     receive();
 
     let ordered = Commands::of(&pool, || (0..10).for_each(|_| order()));
-    assert_eq!((ordered.prepares, ordered.closes), (0, 0), "{ordered:?}");
-    // BEGIN, the catalog, the stock row FOR UPDATE, UPDATE, INSERT order, LAST_INSERT_ID,
-    // INSERT line, INSERT ledger movement, COMMIT.
-    assert_eq!(ordered.statements, 10 * 9, "{ordered:?}");
+    // START TRANSACTION, the catalog, the stock row FOR UPDATE, UPDATE, INSERT order,
+    // LAST_INSERT_ID, INSERT line, INSERT ledger movement, COMMIT.
+    ordered.assert_cached(10 * 9);
 
     let received = Commands::of(&pool, || (0..10).for_each(|_| receive()));
-    assert_eq!((received.prepares, received.closes), (0, 0), "{received:?}");
-    // The product's existence, GET_LOCK, BEGIN, the stock row FOR UPDATE, UPDATE, INSERT
-    // movement, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
-    assert_eq!(received.statements, 10 * 9, "{received:?}");
+    // The product's existence, GET_LOCK, START TRANSACTION, the stock row FOR UPDATE, UPDATE,
+    // INSERT movement, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
+    received.assert_cached(10 * 9);
 }
 
 #[test]
@@ -184,9 +186,8 @@ fn an_edit_lock_prepares_nothing_in_steady_state() {
     };
     cycle();
     let counted = Commands::of(&pool, || (0..5).for_each(|_| cycle()));
-    assert_eq!((counted.prepares, counted.closes), (0, 0), "{counted:?}");
     // Acquire: GET_LOCK, START TRANSACTION, the row FOR UPDATE, INSERT, the lock as shown,
     // the audit event, COMMIT, RELEASE_LOCK. Heartbeat: UPDATE, the lock as shown. Release:
     // START TRANSACTION, DELETE, the audit event, COMMIT.
-    assert_eq!(counted.statements, 5 * 14, "{counted:?}");
+    counted.assert_cached(5 * 14);
 }
