@@ -8,7 +8,7 @@ pub mod cached;
 pub mod transaction;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
@@ -39,9 +39,11 @@ pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
 ///
 /// A checkout is not tested with a query: that would be one more round trip on every request.
 /// Each connection's own statements tell the pool how it is ([`Liveness`]): one that lost its
-/// server is discarded at its next checkout, and only one that sat idle for [`IDLE_CHECK`] is
-/// pinged first. A connection that dies while in use fails that request's statement, which
-/// is answered 503 `unavailable` like any lost connection.
+/// server is discarded at its next checkout, and only one that may be stale is pinged first —
+/// idle for [`IDLE_CHECK`], or silent since another connection was lost (a server restart
+/// kills them all at once). So after a restart the first lost statement costs one request its
+/// answer (503 `unavailable`, or one retry where that is safe), and the checkouts after it
+/// weed out the other dead connections before anyone uses them.
 #[derive(Clone)]
 pub struct DbPool {
     pool: Pool<ConnectionManager<MysqlConnection>>,
@@ -83,16 +85,18 @@ impl DbPool {
     /// Whether a connection just checked out can be used: not lost, and answering if it sat
     /// idle. An unfit one is marked broken.
     fn fit(&self, conn: &mut PooledConn) -> Result<(), ()> {
-        let (lost, idle) = match conn.instrumentation().downcast_ref::<Liveness>() {
-            Some(liveness) => (liveness.lost, liveness.last_answer.elapsed()),
+        let (lost, last_answer) = match conn.instrumentation().downcast_ref::<Liveness>() {
+            Some(liveness) => (liveness.lost, Some(liveness.last_answer)),
             // Every connection gets one when it is opened; without it, check every time.
-            None => (false, Duration::MAX),
+            None => (false, None),
         };
         if lost {
             transaction::mark_broken(conn);
             return Err(());
         }
-        if idle > IDLE_CHECK {
+        let stale =
+            last_answer.is_none_or(|at| at.elapsed() > IDLE_CHECK || self.health.silent_since_a_loss(at));
+        if stale {
             use diesel::r2d2::R2D2Connection;
             if conn.ping().is_err() {
                 self.health.mark_down(&"a pooled connection stopped answering");
@@ -120,17 +124,21 @@ impl DbPool {
 
 /// What a connection's own statements say about it, kept on the connection (diesel hands every
 /// statement's outcome to the connection's instrumentation): when the server last answered,
-/// and whether the connection to it was lost.
+/// and whether the connection to it was lost — which the pool's health hears of too.
 struct Liveness {
     last_answer: Instant,
     lost: bool,
+    health: Arc<Health>,
 }
 
 impl diesel::connection::Instrumentation for Liveness {
     fn on_connection_event(&mut self, event: diesel::connection::InstrumentationEvent<'_>) {
         if let diesel::connection::InstrumentationEvent::FinishQuery { error, .. } = event {
             match error {
-                Some(e) if crate::infra::lost_connection(e) => self.lost = true,
+                Some(e) if crate::infra::lost_connection(e) => {
+                    self.lost = true;
+                    self.health.connection_lost();
+                }
                 // An error the server sent is an answer too.
                 _ => self.last_answer = Instant::now(),
             }
@@ -151,14 +159,35 @@ pub enum CheckoutError {
     Down(diesel::r2d2::PoolError),
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Health {
     down: AtomicBool,
+    /// When a connection was last found lost, in microseconds since `origin` (0: never).
+    last_loss: AtomicU64,
+    origin: Instant,
 }
 
 impl Health {
+    fn new() -> Self {
+        Self { down: AtomicBool::new(false), last_loss: AtomicU64::new(0), origin: Instant::now() }
+    }
+
     fn is_down(&self) -> bool {
         self.down.load(Ordering::Relaxed)
+    }
+
+    fn micros_since_origin(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_micros()).unwrap_or(u64::MAX).max(1)
+    }
+
+    fn connection_lost(&self) {
+        self.last_loss.fetch_max(self.micros_since_origin(Instant::now()), Ordering::Relaxed);
+    }
+
+    /// Whether a connection whose server last answered `at` has been silent since another
+    /// connection was found lost: it may have died in the same restart.
+    fn silent_since_a_loss(&self, at: Instant) -> bool {
+        self.micros_since_origin(at) < self.last_loss.load(Ordering::Relaxed)
     }
 
     fn mark_down(&self, why: &dyn std::fmt::Display) {
@@ -202,6 +231,7 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 #[derive(Debug)]
 struct SessionSettings {
     row_lock_wait_secs: u32,
+    health: Arc<Health>,
 }
 
 impl CustomizeConnection<MysqlConnection, diesel::r2d2::Error> for SessionSettings {
@@ -214,13 +244,17 @@ impl CustomizeConnection<MysqlConnection, diesel::r2d2::Error> for SessionSettin
             self.row_lock_wait_secs
         ))
         .map_err(diesel::r2d2::Error::QueryError)?;
-        conn.set_instrumentation(Liveness { last_answer: Instant::now(), lost: false });
+        conn.set_instrumentation(Liveness {
+            last_answer: Instant::now(),
+            lost: false,
+            health: Arc::clone(&self.health),
+        });
         Ok(())
     }
 }
 
 pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
-    let health = Arc::new(Health::default());
+    let health = Arc::new(Health::new());
     let pool = Pool::builder()
         .max_size(config.pool_size)
         .min_idle(Some(2.min(config.pool_size)))
@@ -231,7 +265,10 @@ pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
         // bounds checkouts itself. Two seconds keeps the retries at most a second apart, so
         // the pool is back within about a second of the server.
         .connection_timeout(config.pool_timeout.clamp(Duration::from_millis(100), Duration::from_secs(2)))
-        .connection_customizer(Box::new(SessionSettings { row_lock_wait_secs: config.row_lock_wait_secs }))
+        .connection_customizer(Box::new(SessionSettings {
+            row_lock_wait_secs: config.row_lock_wait_secs,
+            health: Arc::clone(&health),
+        }))
         .error_handler(Box::new(MarkDown(Arc::clone(&health))))
         .event_handler(Box::new(MarkUp(Arc::clone(&health))))
         .build(ConnectionManager::new(&config.database_url))?;
