@@ -131,13 +131,16 @@ pub async fn log_in(browser: &Client, base: &str, username: &str) {
         .expect("logged in");
 }
 
-/// Waits (bounded) until the element matching `css` is displayed, and returns its text.
+/// Waits (bounded) until the element matching `css` is displayed, and returns its text. An
+/// element that goes stale between finding and reading it (the page was replaced meanwhile, a
+/// form having been submitted) is looked for again on the page that replaced it.
 pub async fn text_when_shown(browser: &Client, css: &str) -> String {
     for _ in 0..200 {
         if let Ok(element) = browser.find(Locator::Css(css)).await
             && element.is_displayed().await.unwrap_or(false)
+            && let Ok(text) = element.text().await
         {
-            return element.text().await.expect("text");
+            return text;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
