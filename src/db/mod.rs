@@ -32,8 +32,8 @@ pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
 ///
 /// While the server is unreachable, r2d2 would keep every request waiting the full
 /// `POOL_TIMEOUT_SECS` for a connection that cannot be made, and requests pile up behind each
-/// other. So the pool remembers a failed connect or a failed check (r2d2 reports connects to
-/// its error handler, [`DbPool::get`] its own checks), and until a connection works again a
+/// other. So the pool remembers a failed connect (r2d2 reports it to its error handler), and
+/// until a connection works again (a new one opens, or an idle one answers its ping) a
 /// checkout waits at most [`OUTAGE_WAIT`]: the answer is a quick 503 with `Retry-After`, and
 /// the pool's own reconnect attempts bring it back.
 ///
@@ -99,7 +99,8 @@ impl DbPool {
         if stale {
             use diesel::r2d2::R2D2Connection;
             if conn.ping().is_err() {
-                self.health.mark_down(&"a pooled connection stopped answering");
+                // Not "the server is down": a server closes idle connections by itself
+                // (`wait_timeout`). Opening its replacement tells whether it is reachable.
                 transaction::mark_broken(conn);
                 return Err(());
             }
@@ -153,8 +154,7 @@ pub enum CheckoutError {
     /// Every connection stayed in use for the whole `POOL_TIMEOUT_SECS`.
     #[error("no database connection was free in time: {0}")]
     Busy(diesel::r2d2::PoolError),
-    /// The server is unreachable: the pool's last connect, or the ping of an idle connection,
-    /// failed.
+    /// The server is unreachable: the pool's last attempt to open a connection failed.
     #[error("the database server is unreachable: {0}")]
     Down(diesel::r2d2::PoolError),
 }
