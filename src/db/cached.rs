@@ -13,8 +13,8 @@
 //! connection holds a handful of statements, not one per length.
 //!
 //! Placeholders are the `?` characters of the text: do not put a `?` anywhere else (in a
-//! string literal or a comment). The counts are checked when the statement is built, so a
-//! mismatch is an error, never a wrong statement.
+//! string literal or a comment). The counts are checked when diesel builds the SQL, before
+//! anything is sent: a mismatch is an error, never a wrong statement.
 
 use std::marker::PhantomData;
 
@@ -25,7 +25,8 @@ use diesel::result::Error;
 use diesel::{QueryResult, RunQueryDsl};
 
 /// A statement of fixed text that diesel may cache. `ST` is the SQL type of its rows (a tuple
-/// of `diesel::sql_types`), `()` for statements that return none.
+/// of `diesel::sql_types`), `Untyped` to load a `QueryableByName` struct as `sql_query` does,
+/// or `()` for statements that return none.
 #[must_use = "a statement does nothing until it is run"]
 pub struct CachedSql<ST, B> {
     sql: &'static str,
@@ -44,7 +45,7 @@ impl<ST, B> CachedSql<ST, B> {
     where
         T: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType,
     {
-        CachedSql { sql: self.sql, binds: (self.binds, Each(vec![value.as_expression()])), rows: PhantomData }
+        self.bind_each::<T, V>(std::iter::once(value))
     }
 
     /// Binds the next `values.len()` placeholders to `values`, each as SQL type `T`.
