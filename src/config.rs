@@ -54,9 +54,10 @@ pub struct Config {
     pub cookie_secure: bool,
     /// HTTP worker threads; `None` = one per core.
     pub workers: Option<usize>,
-    /// Threads that run blocking work (diesel, lock waits) for the whole instance
-    /// (`BLOCKING_THREADS`, default `POOL_SIZE`): almost every blocking task needs a pooled
-    /// connection, so a thread beyond the pool's size could only wait for one.
+    /// Threads that run blocking work (diesel, lock waits, password hashing) for the whole
+    /// instance (`BLOCKING_THREADS`, default `POOL_SIZE + HASHING_SLOTS`): a database task needs
+    /// a pooled connection, so a thread beyond the pool's size could only wait for one; a
+    /// password check needs no connection but holds a thread for its hashing slot.
     pub blocking_threads: usize,
     /// `DEMO_MODE=1` (which `scripts/dev run` sets): demo data, the demo accounts on the login
     /// page and the race demo exist, and a missing `SESSION_KEY` is generated. Off by default:
@@ -126,14 +127,16 @@ impl Config {
             std::env::var("DATABASE_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/haita".into()),
         );
         let demo_mode = flag("DEMO_MODE", false)?;
+        let pool_size = pool_size_from_env(defaults.pool_size)?;
+        let hashing_slots = parse("HASHING_SLOTS", defaults.hashing_slots, |v| (1..=256).contains(&v))?;
         Ok(Self {
             bind: std::env::var("BIND").unwrap_or(defaults.bind),
-            pool_size: pool_size_from_env(defaults.pool_size)?,
+            pool_size,
             pool_timeout: secs("POOL_TIMEOUT_SECS", defaults.pool_timeout)?,
             lock_wait: secs("LOCK_WAIT_SECS", defaults.lock_wait)?,
             lock_waiters_max: match std::env::var("LOCK_WAITERS_MAX") {
                 Ok(_) => parse("LOCK_WAITERS_MAX", 1usize, |v| (1..=1024).contains(&v))?,
-                Err(_) => default_waiters_max(pool_size_from_env(defaults.pool_size)?),
+                Err(_) => default_waiters_max(pool_size),
             },
             row_lock_wait_secs: parse("ROW_LOCK_WAIT_SECS", defaults.row_lock_wait_secs, |v| {
                 (1..=3600).contains(&v)
@@ -162,7 +165,7 @@ impl Config {
             cookie_secure: flag("COOKIE_SECURE", !demo_mode)?,
             demo_mode,
             coalesce_bookings: parse("BOOKING_COALESCING", defaults.coalesce_bookings, |_| true)?,
-            hashing_slots: parse("HASHING_SLOTS", defaults.hashing_slots, |v| (1..=256).contains(&v))?,
+            hashing_slots,
             login_attempts_per_username: parse(
                 "LOGIN_ATTEMPTS_PER_MINUTE",
                 defaults.login_attempts_per_username,
@@ -179,7 +182,7 @@ impl Config {
             },
             blocking_threads: match std::env::var("BLOCKING_THREADS") {
                 Ok(_) => parse("BLOCKING_THREADS", 1usize, |v| (1..=1024).contains(&v))?,
-                Err(_) => pool_size_from_env(defaults.pool_size)? as usize,
+                Err(_) => default_blocking_threads(pool_size, hashing_slots),
             },
             database_url: defaults.database_url,
         })
@@ -187,6 +190,7 @@ impl Config {
 
     /// Defaults for a given database: what the demo and the tests start from.
     pub fn for_database(database_url: impl Into<String>) -> Self {
+        let hashing_slots = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         Self {
             database_url: database_url.into(),
             bind: "127.0.0.1:8080".into(),
@@ -199,14 +203,19 @@ impl Config {
             session_key: None,
             cookie_secure: false,
             coalesce_bookings: true,
-            hashing_slots: std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+            hashing_slots,
             login_attempts_per_username: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN),
             login_attempts_per_address: NonZeroU32::new(60).unwrap_or(NonZeroU32::MIN),
             workers: None,
-            blocking_threads: 16,
+            blocking_threads: default_blocking_threads(16, hashing_slots),
             demo_mode: false,
         }
     }
+}
+
+/// One thread per pooled connection and one per hashing slot.
+pub fn default_blocking_threads(pool_size: u32, hashing_slots: usize) -> usize {
+    usize::try_from(pool_size).unwrap_or(usize::MAX).saturating_add(hashing_slots)
 }
 
 /// A quarter of the pool, at least one.
