@@ -31,11 +31,14 @@ impl OwnServer {
     /// `haita`/`haita` for TCP logins.
     pub fn start() -> Self {
         let dir = std::env::temp_dir().join(format!("haita-own-db-{:016x}", rand::rng().random::<u64>()));
-        std::fs::create_dir_all(&dir).expect("data dir");
+        // A temporary directory of its own: two servers set up at once (tests run in parallel)
+        // in the shared /tmp have been seen to delete each other's temporary tables.
+        std::fs::create_dir_all(dir.join("tmp")).expect("data dir");
         let user = if is_root() { "root" } else { "" };
         let mut install = Command::new(binary("mariadb-install-db"));
         install.args(["--no-defaults", "--skip-test-db", "--auth-root-authentication-method=socket"]);
         install.arg(format!("--datadir={}", dir.join("data").display()));
+        install.arg(format!("--tmpdir={}", dir.join("tmp").display()));
         if !user.is_empty() {
             install.arg(format!("--user={user}"));
         }
@@ -68,6 +71,7 @@ impl OwnServer {
         let mut command = Command::new(binary("mariadbd"));
         command.args(["--no-defaults", "--bind-address=127.0.0.1", "--skip-name-resolve"]);
         command.arg(format!("--datadir={}", self.dir.join("data").display()));
+        command.arg(format!("--tmpdir={}", self.dir.join("tmp").display()));
         command.arg(format!("--socket={}", self.socket()));
         command.arg(format!("--port={}", self.port));
         command.arg(format!("--pid-file={}", self.dir.join("mysqld.pid").display()));
