@@ -42,7 +42,11 @@ impl OwnServer {
         if !user.is_empty() {
             install.arg(format!("--user={user}"));
         }
+        // One set-up at a time: they are short, and a failure of one should not be another's.
+        static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let installing = INSTALLING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let out = install.stdout(Stdio::null()).stderr(Stdio::piped()).output().expect("mariadb-install-db");
+        drop(installing);
         assert!(out.status.success(), "mariadb-install-db: {}", String::from_utf8_lossy(&out.stderr));
         let port = free_port();
         let mut server = Self { dir, port, child: None };
