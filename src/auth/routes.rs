@@ -145,7 +145,7 @@ async fn start_session(
 ) -> Result<SessionUser, AuthError> {
     let pool = state.pool.clone();
     let (user, session_id) = web::block(move || {
-        let session_id = session::open(&mut *pool.get()?, &user)?;
+        let session_id = session::open(&mut *pool.get()?, user.id)?;
         Ok::<_, AuthError>((user, session_id))
     })
     .await??;

@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 use super::BookingError;
 use super::model::{BookingDate, Reservation};
 use super::service;
+use crate::auth::session::Ticket;
 use crate::db::DbPool;
 use crate::locking::{LockError, LockName, LockQueue};
 use crate::metrics::METRICS;
@@ -46,8 +47,10 @@ enum Reply {
 }
 
 struct Waiter {
-    ticket: u64,
-    user_id: i64,
+    /// This request's place in the queue, to leave it by.
+    place: u64,
+    /// Whose booking (checked in the batch's read).
+    ticket: Ticket,
     deadline: Instant,
     reply: oneshot::Sender<Reply>,
 }
@@ -60,36 +63,36 @@ struct Day {
 /// One per app instance.
 pub struct Coalescer {
     days: Mutex<HashMap<LockName, Day>>,
-    tickets: std::sync::atomic::AtomicU64,
+    places: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Coalescer {
     fn default() -> Self {
-        Self { days: Mutex::new(HashMap::new()), tickets: std::sync::atomic::AtomicU64::new(1) }
+        Self { days: Mutex::new(HashMap::new()), places: std::sync::atomic::AtomicU64::new(1) }
     }
 }
 
 impl Coalescer {
-    /// Books `resource_id` on `date` for `user_id`, in the day's next batch.
+    /// Books `resource_id` on `date` for the user of `ticket`, in the day's next batch.
     pub async fn book(
         self: &Arc<Self>,
         pool: &DbPool,
         locks: &Arc<LockQueue>,
         wait: Duration,
-        user_id: i64,
+        ticket: Ticket,
         resource_id: i64,
         date: BookingDate,
     ) -> Answer {
         let name = pool.names().booking(resource_id, date.day());
         let deadline = Instant::now() + wait;
-        let ticket = self.tickets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let place = self.places.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (reply, mut answer) = oneshot::channel();
         let start_drainer = {
             let mut days = self.days.lock().unwrap_or_else(PoisonError::into_inner);
             let start = !days.contains_key(&name);
             days.entry(name.clone()).or_default().waiting.push_back(Waiter {
-                ticket,
-                user_id,
+                place,
+                ticket: ticket.clone(),
                 deadline,
                 reply,
             });
@@ -111,7 +114,7 @@ impl Coalescer {
         let reply = match waited {
             Ok(reply) => reply,
             // Still queued: leave with "busy". Already in a batch: its answer is coming.
-            Err(_) if self.withdraw(&name, ticket) => {
+            Err(_) if self.withdraw(&name, place) => {
                 METRICS.named_lock_acquisitions.with_label_values(&["book", "timed_out_queued"]).inc();
                 METRICS.lock_queue_depth.with_label_values(&["book"]).dec();
                 return Err(LockError::TimedOut { name, waited: wait }.into());
@@ -128,16 +131,16 @@ impl Coalescer {
                 }
                 let turn = locks.turn(name, remaining).await?;
                 let pool = pool.clone();
-                actix_web::web::block(move || service::book(&pool, turn, user_id, resource_id, date)).await?
+                actix_web::web::block(move || service::book(&pool, turn, &ticket, resource_id, date)).await?
             }
         }
     }
 
-    fn withdraw(&self, name: &LockName, ticket: u64) -> bool {
+    fn withdraw(&self, name: &LockName, place: u64) -> bool {
         let mut days = self.days.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(day) = days.get_mut(name) else { return false };
         let before = day.waiting.len();
-        day.waiting.retain(|w| w.ticket != ticket);
+        day.waiting.retain(|w| w.place != place);
         before != day.waiting.len()
     }
 
@@ -208,10 +211,10 @@ impl Drain {
             // its most patient member could.
             let deadline = batch.iter().map(|w| w.deadline).min().unwrap_or_else(Instant::now);
             let turn = self.locks.turn_queued_elsewhere(self.name.clone(), deadline);
-            let users: Vec<i64> = batch.iter().map(|w| w.user_id).collect();
+            let tickets: Vec<Ticket> = batch.iter().map(|w| w.ticket.clone()).collect();
             let (pool, resource_id, date) = (self.pool.clone(), self.resource_id, self.date);
             let decided =
-                actix_web::web::block(move || service::book_batch(&pool, turn, resource_id, date, &users))
+                actix_web::web::block(move || service::book_batch(&pool, turn, resource_id, date, &tickets))
                     .await;
             match decided {
                 Ok(Ok(answers)) => {

@@ -43,6 +43,9 @@ pub enum BookingError {
     AlreadyBooked,
     #[error("already cancelled")]
     AlreadyCancelled,
+    /// The request's session ended (logged out, expired, ended by an admin) before it booked.
+    #[error("the session has ended")]
+    SessionEnded,
     #[error(transparent)]
     Infra(#[from] Infra),
 }
@@ -89,6 +92,7 @@ impl AsProblem for BookingError {
             Self::AlreadyCancelled => {
                 Problem::new(S::CONFLICT, "already_cancelled", "This reservation is already cancelled.")
             }
+            Self::SessionEnded => crate::auth::AuthError::NotLoggedIn.problem(),
             Self::Infra(e) => e.problem(),
         }
     }

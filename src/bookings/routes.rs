@@ -12,6 +12,7 @@ use super::model::{BookingDate, Reservation, parse_id};
 use super::service::{self, DayAvailability};
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
+use crate::auth::session::Claimed;
 use crate::resources::Resource;
 use crate::web::error::ErrorBody;
 use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
@@ -35,19 +36,27 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/v1/reservations/{id}", web::delete().to(cancel_json));
 }
 
+/// Books for the request's user. The session is checked by the booking itself, in its read of
+/// the day (`service::book`), so a booking request makes one hop to the blocking pool, not two.
 async fn book(
     state: &AppState,
-    user: &SessionUser,
+    claimed: &Claimed,
     resource_id: i64,
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
-    if state.config.coalesce_bookings {
+    let ticket = claimed.ticket.clone();
+    let booked = if state.config.coalesce_bookings {
         let wait = state.config.lock_wait;
-        return state.bookings.book(&state.pool, &state.locks, wait, user.id, resource_id, date).await;
+        state.bookings.book(&state.pool, &state.locks, wait, ticket, resource_id, date).await
+    } else {
+        let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
+        let pool = state.pool.clone();
+        blocking(move || service::book(&pool, turn, &ticket, resource_id, date)).await
+    };
+    if let Err(BookingError::SessionEnded) = booked {
+        claimed.forget();
     }
-    let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
-    let (pool, user_id) = (state.pool.clone(), user.id);
-    blocking(move || service::book(&pool, turn, user_id, resource_id, date)).await
+    booked
 }
 
 // ---- HTML -------------------------------------------------------------------------------
@@ -111,14 +120,14 @@ struct BookForm {
 }
 
 async fn book_form(
-    user: SessionUser,
+    claimed: Claimed,
     path: web::Path<i64>,
     CsrfForm(form): CsrfForm<BookForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let resource_id = path.into_inner();
     let date = BookingDate::parse(&form.date, service::today())?;
-    let booked = book(&state, &user, resource_id, date).await.map_err(|e| match e {
+    let booked = book(&state, &claimed, resource_id, date).await.map_err(|e| match e {
         BookingError::UnknownResource(id) => BookingError::ResourceNotFound(id),
         other => other,
     })?;
@@ -214,13 +223,13 @@ struct BookRequest {
               (status = 422, description = "invalid_date, past_date, too_far_ahead, invalid_id, unknown_resource", body = ErrorBody),
               (status = 503, description = "busy: the day's lock stayed held; see Retry-After", body = ErrorBody)))]
 async fn book_json(
-    user: SessionUser,
+    claimed: Claimed,
     body: web::Json<BookRequest>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, BookingError> {
     let resource_id = parse_id(body.resource_id, "resource_id")?;
     let date = BookingDate::parse(&body.date, service::today())?;
-    let booked = book(&state, &user, resource_id, date).await?;
+    let booked = book(&state, &claimed, resource_id, date).await?;
     Ok(HttpResponse::Created()
         .insert_header((header::LOCATION, format!("/api/v1/reservations/{}", booked.id)))
         .json(booked))

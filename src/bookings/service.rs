@@ -5,11 +5,12 @@ use std::sync::LazyLock;
 
 use chrono::NaiveDate;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Date, Datetime, Integer};
+use diesel::sql_types::{BigInt, Date, Datetime, Integer, Text};
 use serde::Serialize;
 
 use super::BookingError;
 use super::model::{BookingDate, Reservation, ReservationStatus};
+use crate::auth::session::{self, Ticket};
 use crate::db::cached::ListStatements;
 use crate::db::{DbPool, cached_sql};
 use crate::locking::retry::{LockConflict, MayConflict};
@@ -17,9 +18,9 @@ use crate::locking::{NamedLockGuard, Turn};
 use crate::resources::Resource;
 use crate::schema::{reservations, resources};
 
-/// Books `resource_id` on `date` for `user_id`: at most `capacity` confirmed bookings per day and
-/// at most one per user and day, however many requests arrive at once, on however many
-/// instances of the app.
+/// Books `resource_id` on `date` for the user of `ticket`: at most `capacity` confirmed bookings
+/// per day and at most one per user and day, however many requests arrive at once, on however
+/// many instances of the app.
 ///
 /// The order of the steps is the lesson:
 /// 0. (before this, off the pool) wait in memory for this instance's turn at the day's lock;
@@ -29,16 +30,19 @@ use crate::schema::{reservations, resources};
 ///    still see the old count);
 /// 3. count, check, insert, commit;
 /// 4. release the lock (dropping the guard) only after the commit.
+///
+/// The ticket is checked in step 3's read: a session that has ended books nothing
+/// ([`BookingError::SessionEnded`]), and a live one costs no statement of its own.
 pub fn book(
     pool: &DbPool,
     turn: Turn,
-    user_id: i64,
+    ticket: &Ticket,
     resource_id: i64,
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
     let mut held = NamedLockGuard::acquire_in_turn(pool.get()?, turn)?;
-    let reservation = insert_if_free(&mut held, user_id, resource_id, date)?;
+    let reservation = insert_if_free(&mut held, ticket, resource_id, date)?;
     drop(held); // committed above; only now may the next request look at this day
     Ok(reservation)
 }
@@ -50,20 +54,37 @@ struct Day {
     confirmed: i64,
     /// Which of the requesting users already hold one of them.
     booked: HashSet<i64>,
+    /// Whether each request's session is live, in arrival order.
+    live: Vec<bool>,
 }
 
-/// Capacity, the day's count and whether the (first) requesting user is among them, in one
-/// statement. The resource's row is read with a shared lock: staff may lower the capacity while
-/// we count (`resources::editing`), and that save locks the row exclusively before it checks the
-/// bookings, so it waits for us to commit — or we wait for it and read the new capacity.
-/// Bookings only share this lock, so they still run in parallel across days. The subqueries
-/// are plain reads (a locking clause covers only its own `SELECT`): they lock no booking.
-const READ_DAY: &str = "SELECT r.capacity, \
-     (SELECT COUNT(*) FROM reservations x \
-       WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed') AS confirmed, \
-     (SELECT COUNT(*) FROM reservations x \
-       WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed' AND x.user_id = ?) AS mine \
-     FROM resources r WHERE r.id = ? LOCK IN SHARE MODE";
+/// Capacity, the day's count, whether the (first) requesting user is among them, and how many
+/// of the requests' sessions are live, in one statement. The resource's row is read with a
+/// shared lock: staff may lower the capacity while we count (`resources::editing`), and that
+/// save locks the row exclusively before it checks the bookings, so it waits for us to commit —
+/// or we wait for it and read the new capacity. Bookings only share this lock, so they still
+/// run in parallel across days. The subqueries are plain reads (a locking clause covers only
+/// its own `SELECT`): they lock no booking and no session.
+///
+/// The sessions are checked here rather than before the request reached the pool
+/// (`auth::session::Claimed`): one hop and one statement fewer per booking. The price is that a
+/// request whose session has just ended gets as far as the day's lock before it is refused,
+/// which any logged-in user could do anyway; the cookie is sealed, so nobody else can.
+static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
+    ListStatements::new(
+        &format!(
+            "SELECT r.capacity, \
+             (SELECT COUNT(*) FROM reservations x \
+               WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed') AS confirmed, \
+             (SELECT COUNT(*) FROM reservations x \
+               WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed' AND x.user_id = ?) AS mine, \
+             (SELECT COUNT(*) FROM user_sessions s WHERE {}) AS live \
+             FROM resources r WHERE r.id = ? LOCK IN SHARE MODE",
+            session::LIVE_SESSION
+        ),
+        &[1, 4, 8, 16, super::coalesce::MAX_BATCH],
+    )
+});
 
 /// The other users of a batch who already hold a booking that day. Four statement texts cover
 /// every batch up to `coalesce::MAX_BATCH`.
@@ -75,31 +96,34 @@ static READ_BOOKED: LazyLock<ListStatements> = LazyLock::new(|| {
     )
 });
 
-/// Reads the day for `users` (in arrival order); `None` when the resource does not exist.
-/// One statement for a single request (the common case); a batch adds one for its other users.
+/// Reads the day for the requests of `tickets` (in arrival order); `None` when the resource
+/// does not exist. One statement for a single request (the common case); a batch adds one for
+/// its other users, and one more only when some of its sessions have ended.
 fn read_day(
     conn: &mut MysqlConnection,
     resource_id: i64,
     date: BookingDate,
-    users: &[i64],
+    tickets: &[Ticket],
 ) -> Result<Option<Day>, BookingError> {
-    let Some((&first, others)) = users.split_first() else {
-        return Err(BookingError::Infra(diesel::result::Error::NotFound.into()));
-    };
-    let row: Option<(i32, i64, i64)> = cached_sql::<(Integer, BigInt, BigInt)>(READ_DAY)
+    // A batch never holds more than MAX_BATCH requests, which the longest texts take.
+    let too_long =
+        || BookingError::Infra(diesel::result::Error::QueryBuilderError("batch too long".into()).into());
+    let users: Vec<i64> = tickets.iter().map(Ticket::user_id).collect();
+    let mut sessions: Vec<&str> = tickets.iter().map(Ticket::session_id).collect();
+    let (read_day, padded) = READ_DAY.padded(&sessions).ok_or_else(too_long)?;
+    let row: Option<(i32, i64, i64, i64)> = cached_sql::<(Integer, BigInt, BigInt, BigInt)>(read_day)
         .bind::<Date, _>(date.day())
         .bind::<Date, _>(date.day())
-        .bind::<BigInt, _>(first)
+        .bind::<BigInt, _>(users[0])
+        .bind::<Datetime, _>(session::live_after())
+        .bind_each::<Text, _>(padded)
         .bind::<BigInt, _>(resource_id)
         .get_result(conn)
         .optional()?;
-    let Some((capacity, confirmed, mine)) = row else { return Ok(None) };
-    let mut booked: HashSet<i64> = if mine > 0 { HashSet::from([first]) } else { HashSet::new() };
-    if !others.is_empty() {
-        // A batch never holds more than MAX_BATCH requests, which the longest text takes.
-        let (sql, others) = READ_BOOKED.padded(others).ok_or_else(|| {
-            BookingError::Infra(diesel::result::Error::QueryBuilderError("batch too long".into()).into())
-        })?;
+    let Some((capacity, confirmed, mine, live)) = row else { return Ok(None) };
+    let mut booked: HashSet<i64> = if mine > 0 { HashSet::from([users[0]]) } else { HashSet::new() };
+    if let Some(others) = users.get(1..).filter(|others| !others.is_empty()) {
+        let (sql, others) = READ_BOOKED.padded(others).ok_or_else(too_long)?;
         let found: Vec<i64> = cached_sql::<BigInt>(sql)
             .bind::<BigInt, _>(resource_id)
             .bind::<Date, _>(date.day())
@@ -107,7 +131,15 @@ fn read_day(
             .load(conn)?;
         booked.extend(found);
     }
-    Ok(Some(Day { capacity, confirmed, booked }))
+    // The count is of distinct sessions (a double click sends one session twice).
+    sessions.sort_unstable();
+    sessions.dedup();
+    let live = if usize::try_from(live).is_ok_and(|live| live == sessions.len()) {
+        vec![true; tickets.len()]
+    } else {
+        session::current(conn, tickets)?.iter().map(Option::is_some).collect()
+    };
+    Ok(Some(Day { capacity, confirmed, booked, live }))
 }
 
 const INSERT: &str = "INSERT INTO reservations (resource_id, user_id, day, status, created_at) \
@@ -144,18 +176,20 @@ fn insert(
 /// why it takes the guard: without the lock there is nothing to call it with.
 fn insert_if_free(
     held: &mut NamedLockGuard,
-    user_id: i64,
+    ticket: &Ticket,
     resource_id: i64,
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(held.name().scope(), "book");
     crate::db::transaction(held.conn(), |conn| {
-        let day = read_day(conn, resource_id, date, &[user_id])?
-            .ok_or(BookingError::UnknownResource(resource_id))?;
-        match decide_batch(day.capacity, day.confirmed, &day.booked, &[user_id])[0] {
-            Verdict::Insert => Ok(insert(conn, user_id, resource_id, date)?),
+        let tickets = std::slice::from_ref(ticket);
+        let day =
+            read_day(conn, resource_id, date, tickets)?.ok_or(BookingError::UnknownResource(resource_id))?;
+        match day.verdicts(tickets)[0] {
+            Verdict::Insert => Ok(insert(conn, ticket.user_id(), resource_id, date)?),
             Verdict::AlreadyBooked => Err(BookingError::AlreadyBooked),
             Verdict::FullyBooked => Err(BookingError::FullyBooked { capacity: day.capacity }),
+            Verdict::SessionEnded => Err(BookingError::SessionEnded),
         }
     })
 }
@@ -166,6 +200,25 @@ pub enum Verdict {
     Insert,
     AlreadyBooked,
     FullyBooked,
+    SessionEnded,
+}
+
+impl Day {
+    /// The verdict of each request of `tickets` (as read by [`read_day`]): a request whose
+    /// session has ended books nothing and takes no place from the ones after it.
+    fn verdicts(&self, tickets: &[Ticket]) -> Vec<Verdict> {
+        let live_users: Vec<i64> =
+            tickets.iter().zip(&self.live).filter(|(_, live)| **live).map(|(t, _)| t.user_id()).collect();
+        let mut decided = decide_batch(self.capacity, self.confirmed, &self.booked, &live_users).into_iter();
+        self.live
+            .iter()
+            .map(
+                |&live| {
+                    if live { decided.next().unwrap_or(Verdict::SessionEnded) } else { Verdict::SessionEnded }
+                },
+            )
+            .collect()
+    }
 }
 
 /// The booking rules for several requests of one resource and day, in arrival order, against
@@ -191,7 +244,7 @@ pub fn decide_batch(capacity: i32, confirmed: i64, booked: &HashSet<i64>, users:
         .collect()
 }
 
-/// Books `users` (in arrival order) on one resource and day under one lock and one
+/// Books the users of `tickets` (in arrival order) on one resource and day under one lock and one
 /// transaction: one `GET_LOCK`, one read of the day, one commit for all of them, instead of one
 /// each. Every request still gets its own answer, the one it would have got alone in that order.
 ///
@@ -204,17 +257,17 @@ pub fn book_batch(
     turn: Turn,
     resource_id: i64,
     date: BookingDate,
-    users: &[i64],
+    tickets: &[Ticket],
 ) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
     let mut held = NamedLockGuard::acquire_in_turn(pool.get()?, turn)?;
-    let answers = match insert_batch_if_free(&mut held, resource_id, date, users) {
+    let answers = match insert_batch_if_free(&mut held, resource_id, date, tickets) {
         Ok(answers) => answers,
         // A deadlock (with a capacity change, say) is about this transaction, not about any one
         // request: each is served on its own, in order, under the same lock.
         Err(batch_failed) if batch_failed.lock_conflict() == Some(LockConflict::Deadlock) => {
-            log::warn!("a batch of {} bookings deadlocked; serving each on its own", users.len());
-            users.iter().map(|user| insert_if_free(&mut held, *user, resource_id, date)).collect()
+            log::warn!("a batch of {} bookings deadlocked; serving each on its own", tickets.len());
+            tickets.iter().map(|ticket| insert_if_free(&mut held, ticket, resource_id, date)).collect()
         }
         // Anything else (a row lock held past its timeout, a lost connection) would meet every
         // single request too; the callers answer it, each within its own deadline.
@@ -229,20 +282,20 @@ fn insert_batch_if_free(
     held: &mut NamedLockGuard,
     resource_id: i64,
     date: BookingDate,
-    users: &[i64],
+    tickets: &[Ticket],
 ) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
     debug_assert_eq!(held.name().scope(), "book");
     crate::db::transaction(held.conn(), |conn| {
         let day =
-            read_day(conn, resource_id, date, users)?.ok_or(BookingError::UnknownResource(resource_id))?;
-        let verdicts = decide_batch(day.capacity, day.confirmed, &day.booked, users);
-        users
+            read_day(conn, resource_id, date, tickets)?.ok_or(BookingError::UnknownResource(resource_id))?;
+        tickets
             .iter()
-            .zip(verdicts)
-            .map(|(user_id, verdict)| match verdict {
-                Verdict::Insert => Ok(Ok(insert(conn, *user_id, resource_id, date)?)),
+            .zip(day.verdicts(tickets))
+            .map(|(ticket, verdict)| match verdict {
+                Verdict::Insert => Ok(Ok(insert(conn, ticket.user_id(), resource_id, date)?)),
                 Verdict::AlreadyBooked => Ok(Err(BookingError::AlreadyBooked)),
                 Verdict::FullyBooked => Ok(Err(BookingError::FullyBooked { capacity: day.capacity })),
+                Verdict::SessionEnded => Ok(Err(BookingError::SessionEnded)),
             })
             .collect()
     })

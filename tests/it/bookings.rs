@@ -58,6 +58,75 @@ async fn sixty_four_clients_on_two_instances_never_overbook_a_day() {
     invariants::no_named_lock_left_held(&app.db);
 }
 
+/// A booking checks its session in its own read of the day (no separate check before it): a
+/// session ended elsewhere books nothing — alone, or inside a batch of live ones on a hot day —
+/// and its answer drops the stale cookie. Every fourth of 32 clients is logged out in the
+/// database after logging in; they all book one day at once, then a day each.
+#[actix_web::test]
+async fn a_booking_whose_session_has_ended_books_nothing_even_in_a_batch() {
+    let app = TestApp::spawn_instances(2, |_| {}).await;
+    let resource = app.resource("Meeting room", 40);
+    let ended = |i: usize| i.is_multiple_of(4);
+    let users: Vec<_> = (0..32).map(|i| app.user(&format!("s{i:02}"), Role::Customer)).collect();
+    let clients: Vec<Client> = (0..32).map(|i| app.client(i)).collect();
+    futures::future::join_all(clients.iter().zip(&users).map(|(c, u)| c.login(u))).await;
+    let ended_ids: Vec<String> =
+        users.iter().enumerate().filter(|(i, _)| ended(*i)).map(|(_, u)| u.id.to_string()).collect();
+    diesel::sql_query(format!("DELETE FROM user_sessions WHERE user_id IN ({})", ended_ids.join(", ")))
+        .execute(&mut app.db.raw_connection())
+        .expect("end sessions");
+
+    let hot = future_day();
+    // Round 0: everybody on the hot day (coalesced into batches); round 1: a day each.
+    for round in 0..2 {
+        let barrier = Arc::new(Barrier::new(clients.len()));
+        let answers = futures::future::join_all(clients.iter().enumerate().map(|(i, client)| {
+            let barrier = barrier.clone();
+            let day = if round == 0 { hot } else { hot + chrono::Days::new(1 + i as u64) };
+            async move {
+                barrier.wait().await;
+                let response = client.book(resource, day).await;
+                let status = response.status().as_u16();
+                let drops_cookie = response
+                    .headers()
+                    .get_all("set-cookie")
+                    .iter()
+                    .any(|c| c.to_str().is_ok_and(|c| c.contains("Max-Age=0")));
+                let code = if status == 201 { String::new() } else { error_code(response).await };
+                (status, code, drops_cookie)
+            }
+        }))
+        .await;
+        for (i, answer) in answers.iter().enumerate() {
+            if ended(i) && round == 0 {
+                assert_eq!(answer, &(401, "not_logged_in".into(), true), "client {i}, round {round}");
+            } else if ended(i) {
+                // The cookie went with the first refusal: no ticket, refused before any work.
+                assert_eq!(answer, &(401, "not_logged_in".into(), false), "client {i}, round {round}");
+            } else {
+                assert_eq!(answer.0, 201, "client {i}, round {round}: {answer:?}");
+            }
+        }
+    }
+    let booked_by_ended: i64 = diesel::sql_query(format!(
+        "SELECT COUNT(*) AS n FROM reservations WHERE user_id IN ({})",
+        ended_ids.join(", ")
+    ))
+    .get_result::<Count>(&mut app.db.raw_connection())
+    .expect("count")
+    .n;
+    assert_eq!(booked_by_ended, 0);
+    assert_eq!(invariants::confirmed_on(&app.db, resource, hot), 24, "every live session booked the hot day");
+    invariants::no_day_over_capacity(&app.db);
+    invariants::no_named_lock_left_held(&app.db);
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
 #[actix_web::test]
 async fn one_user_submitting_twenty_times_at_once_gets_one_booking() {
     let app = TestApp::spawn().await;

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use diesel::RunQueryDsl;
 use haita::auth::Role;
+use haita::auth::session::Ticket;
 use haita::bookings::BookingError;
 use haita::bookings::model::BookingDate;
 use haita::bookings::service;
@@ -12,6 +14,7 @@ use rand::Rng;
 
 use crate::common::{
     Client, TestApp, TestDb, create_resource, create_user, error_code, future_day, invariants,
+    log_in_directly,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -19,6 +22,7 @@ enum Outcome {
     Booked,
     AlreadyBooked,
     FullyBooked,
+    SessionEnded,
 }
 
 fn outcome(answer: &Result<haita::bookings::model::Reservation, BookingError>) -> Outcome {
@@ -26,22 +30,35 @@ fn outcome(answer: &Result<haita::bookings::model::Reservation, BookingError>) -
         Ok(_) => Outcome::Booked,
         Err(BookingError::AlreadyBooked) => Outcome::AlreadyBooked,
         Err(BookingError::FullyBooked { .. }) => Outcome::FullyBooked,
+        Err(BookingError::SessionEnded) => Outcome::SessionEnded,
         Err(other) => panic!("unexpected answer {other}"),
     }
 }
 
 /// Two identical databases (same users, same resource, same ids), one random workload of 120
 /// requests over four days: booked one at a time on one database, in random batches on the
-/// other. Every request gets the same answer both ways, and the days end up identical.
+/// other. Every request gets the same answer both ways, and the days end up identical. Two of
+/// the twelve users send a ticket whose session has ended: they book nothing, either way, and
+/// take no place from the requests after them.
 #[test]
 fn a_random_workload_gets_the_same_answers_in_batches_as_one_at_a_time() {
     let (alone, batched) = (TestDb::new(), TestDb::new());
-    for db in [&alone, &batched] {
-        for i in 0..12 {
-            create_user(db, &format!("u{i:02}"), Role::Customer);
-        }
-        create_resource(db, "Equivalence room", 3);
-    }
+    let ended = |user: i64| user == 3 || user == 8;
+    let tickets: Vec<Vec<Ticket>> = [&alone, &batched]
+        .into_iter()
+        .map(|db| {
+            let tickets: Vec<Ticket> = (0..12)
+                .map(|i| log_in_directly(db, create_user(db, &format!("u{i:02}"), Role::Customer).id))
+                .collect();
+            create_resource(db, "Equivalence room", 3);
+            diesel::sql_query("DELETE FROM user_sessions WHERE user_id IN (3, 8)")
+                .execute(&mut db.raw_connection())
+                .expect("end two sessions");
+            tickets
+        })
+        .collect();
+    let ticket = |db: usize, user: i64| &tickets[db][usize::try_from(user - 1).expect("user id")];
+    assert!((1..=12).all(|user| ticket(0, user).user_id() == user && ticket(1, user).user_id() == user));
     let resource = 1;
     let first = future_day();
     let today = service::today();
@@ -57,7 +74,7 @@ fn a_random_workload_gets_the_same_answers_in_batches_as_one_at_a_time() {
         .iter()
         .map(|(user, day)| {
             let turn = Turn::alone(alone.pool.names().booking(resource, day.day()), wait);
-            outcome(&service::book(&alone.pool, turn, *user, resource, *day))
+            outcome(&service::book(&alone.pool, turn, ticket(0, *user), resource, *day))
         })
         .collect();
 
@@ -69,7 +86,7 @@ fn a_random_workload_gets_the_same_answers_in_batches_as_one_at_a_time() {
         while !rest.is_empty() {
             let size = rng.random_range(1..=9).min(rest.len());
             let (batch, tail) = rest.split_at(size);
-            let users: Vec<i64> = batch.iter().map(|&i| workload[i].0).collect();
+            let users: Vec<Ticket> = batch.iter().map(|&i| ticket(1, workload[i].0).clone()).collect();
             let turn = Turn::alone(batched.pool.names().booking(resource, day.day()), wait);
             let answers = service::book_batch(&batched.pool, turn, resource, *day, &users).expect("batch");
             for (&i, answer) in batch.iter().zip(&answers) {
@@ -96,7 +113,10 @@ fn a_random_workload_gets_the_same_answers_in_batches_as_one_at_a_time() {
         *t.entry(*o).or_default() += 1;
         t
     });
-    assert_eq!(tally.len(), 3, "the workload exercised every answer: {tally:?}");
+    assert_eq!(tally.len(), 4, "the workload exercised every answer: {tally:?}");
+    for (&(user, _), outcome) in workload.iter().zip(&one_at_a_time) {
+        assert_eq!(ended(user), *outcome == Outcome::SessionEnded, "user {user}: {outcome:?}");
+    }
     for db in [&alone, &batched] {
         invariants::no_day_over_capacity(db);
         invariants::no_user_booked_twice(db);

@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::Text;
+use haita::auth::session::Ticket;
 use haita::bookings::model::BookingDate;
 use haita::bookings::service as bookings;
 use haita::db::{self, DbPool, cached_sql};
 use haita::locking::Turn;
 
-use crate::common::{TestDb, create_resource, create_user, test_config};
+use crate::common::{TestDb, create_resource, create_user, log_in_directly, test_config};
 
 /// One connection, so the session's counters are the pool's.
 fn single_connection_pool(db: &TestDb) -> DbPool {
@@ -77,30 +78,38 @@ fn day(n: u64) -> String {
     (bookings::today() + chrono::Days::new(n)).to_string()
 }
 
-fn book(pool: &DbPool, user_id: i64, resource_id: i64, days_ahead: u64) -> Result<(), bookings::Verdict> {
+fn book(pool: &DbPool, user: &Ticket, resource_id: i64, days_ahead: u64) -> Result<(), bookings::Verdict> {
     let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
     let turn = Turn::alone(pool.names().booking(resource_id, date.day()), Duration::from_secs(5));
-    match bookings::book(pool, turn, user_id, resource_id, date) {
+    match bookings::book(pool, turn, user, resource_id, date) {
         Ok(_) => Ok(()),
         Err(haita::bookings::BookingError::FullyBooked { .. }) => Err(bookings::Verdict::FullyBooked),
         Err(haita::bookings::BookingError::AlreadyBooked) => Err(bookings::Verdict::AlreadyBooked),
+        Err(haita::bookings::BookingError::SessionEnded) => Err(bookings::Verdict::SessionEnded),
         Err(other) => panic!("booking failed: {other}"),
     }
 }
 
+/// Includes the session check: the day's read checks the booking's ticket too.
 #[test]
 fn a_booking_prepares_nothing_in_steady_state_and_takes_seven_statements() {
     let db = TestDb::new();
-    let user = create_user(&db, "counted", haita::auth::Role::Customer);
-    let other = create_user(&db, "other", haita::auth::Role::Customer);
+    let user = log_in_directly(&db, create_user(&db, "counted", haita::auth::Role::Customer).id);
+    let other = log_in_directly(&db, create_user(&db, "other", haita::auth::Role::Customer).id);
+    let gone = log_in_directly(&db, create_user(&db, "gone", haita::auth::Role::Customer).id);
     let resource = create_resource(&db, "Counted room", 1);
     let pool = single_connection_pool(&db);
-    book(&pool, user.id, resource, 1).expect("warm-up booking");
-    assert_eq!(book(&pool, other.id, resource, 1), Err(bookings::Verdict::FullyBooked), "warm-up refusal");
+    book(&pool, &user, resource, 1).expect("warm-up booking");
+    assert_eq!(book(&pool, &other, resource, 1), Err(bookings::Verdict::FullyBooked), "warm-up refusal");
+    diesel::sql_query("DELETE FROM user_sessions WHERE id = ?")
+        .bind::<Text, _>(gone.session_id())
+        .execute(&mut db.raw_connection())
+        .expect("log out elsewhere");
+    assert_eq!(book(&pool, &gone, resource, 2), Err(bookings::Verdict::SessionEnded), "warm-up");
 
     let booked = Commands::of(&pool, || {
         for day in 2..=11 {
-            book(&pool, user.id, resource, day).expect("a free day");
+            book(&pool, &user, resource, day).expect("a free day");
         }
     });
     // GET_LOCK, START TRANSACTION, the day's read, INSERT, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
@@ -108,18 +117,27 @@ fn a_booking_prepares_nothing_in_steady_state_and_takes_seven_statements() {
 
     let refused = Commands::of(&pool, || {
         for day in 2..=11 {
-            assert_eq!(book(&pool, other.id, resource, day), Err(bookings::Verdict::FullyBooked));
+            assert_eq!(book(&pool, &other, resource, day), Err(bookings::Verdict::FullyBooked));
         }
     });
     // GET_LOCK, START TRANSACTION, the day's read, ROLLBACK, RELEASE_LOCK.
     refused.assert_cached(10 * 5);
+
+    let ended = Commands::of(&pool, || {
+        for day in 12..=21 {
+            assert_eq!(book(&pool, &gone, resource, day), Err(bookings::Verdict::SessionEnded));
+        }
+    });
+    // The same five, and the sessions' own check once the day's read counted one short.
+    ended.assert_cached(10 * 6);
 }
 
 #[test]
 fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
     let db = TestDb::new();
-    let users: Vec<i64> =
-        (0..5).map(|i| create_user(&db, &format!("batch{i}"), haita::auth::Role::Customer).id).collect();
+    let users: Vec<Ticket> = (0..5)
+        .map(|i| log_in_directly(&db, create_user(&db, &format!("batch{i}"), haita::auth::Role::Customer).id))
+        .collect();
     let resource = create_resource(&db, "Batch room", 3);
     let pool = single_connection_pool(&db);
     let batch = |days_ahead: u64| {

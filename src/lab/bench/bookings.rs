@@ -31,6 +31,7 @@ use rand::RngCore;
 use super::server::ServerProcess;
 use crate::auth::Role;
 use crate::auth::service::{UserSpec, create_user};
+use crate::auth::session::{self, Ticket};
 use crate::bookings::model::BookingDate;
 use crate::bookings::{BookingError, service as bookings};
 use crate::config::Config;
@@ -341,7 +342,9 @@ struct Prepared {
     config: Config,
     app_pool: DbPool,
     raw_pool: DbPool,
-    users: Vec<i64>,
+    /// One logged-in session per user: the raw path books with their tickets, which the
+    /// booking checks as it does over HTTP.
+    users: Vec<Ticket>,
     /// Last, so it is dropped after the pools, however the bench ends.
     scratch: ScratchDatabase,
 }
@@ -362,7 +365,7 @@ impl Prepared {
     }
 }
 
-fn create_users(pool: &DbPool, n: u32) -> anyhow::Result<Vec<i64>> {
+fn create_users(pool: &DbPool, n: u32) -> anyhow::Result<Vec<Ticket>> {
     let mut conn = pool.get()?;
     (0..n)
         .map(|i| {
@@ -374,12 +377,13 @@ fn create_users(pool: &DbPool, n: u32) -> anyhow::Result<Vec<i64>> {
                 role: Role::Customer,
                 is_demo: true,
             };
-            Ok(create_user(&mut conn, &spec)?.id)
+            let id = create_user(&mut conn, &spec)?.id;
+            Ok(Ticket::new(id, session::open(&mut conn, id)?))
         })
         .collect()
 }
 
-async fn log_in(base: &str, users: &[i64]) -> anyhow::Result<Vec<reqwest::Client>> {
+async fn log_in(base: &str, users: &[Ticket]) -> anyhow::Result<Vec<reqwest::Client>> {
     let mut clients = Vec::with_capacity(users.len());
     for i in 0..users.len() {
         let client = reqwest::Client::builder()
@@ -495,14 +499,20 @@ fn classify_booking(result: &Result<impl Sized, BookingError>) -> Outcome {
 }
 
 /// `clients` threads calling the service function directly, on a pool of the app's size.
-fn measure_raw(pool: &DbPool, config: &Config, target: &Target, users: &[i64], window: Duration) -> Measured {
+fn measure_raw(
+    pool: &DbPool,
+    config: &Config,
+    target: &Target,
+    users: &[Ticket],
+    window: Duration,
+) -> Measured {
     let next = AtomicU64::new(0);
     let started = Instant::now();
     let deadline = started + window;
     let tallies: Vec<Tally> = std::thread::scope(|scope| {
         let workers: Vec<_> = users
             .iter()
-            .map(|&user_id| {
+            .map(|ticket| {
                 let next = &next;
                 scope.spawn(move || {
                     let mut tally = Tally::default();
@@ -518,7 +528,7 @@ fn measure_raw(pool: &DbPool, config: &Config, target: &Target, users: &[i64], w
                                             pool.names().booking(key.resource_id, day.day()),
                                             config.lock_wait,
                                         ),
-                                        user_id,
+                                        ticket,
                                         key.resource_id,
                                         day,
                                     )
@@ -529,7 +539,7 @@ fn measure_raw(pool: &DbPool, config: &Config, target: &Target, users: &[i64], w
                                 pool,
                                 resource_id: key.resource_id,
                                 day: key.day,
-                                client: i32::try_from(user_id).unwrap_or(i32::MAX),
+                                client: i32::try_from(ticket.user_id()).unwrap_or(i32::MAX),
                                 pause: Duration::ZERO,
                                 lock_wait: config.lock_wait,
                                 // `named-lock` books real reservations above; the others take no named lock.

@@ -16,6 +16,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 
 use super::ServerCounters;
+use crate::auth::session::Ticket;
 use crate::bookings::BookingError;
 use crate::bookings::coalesce::Coalescer;
 use crate::bookings::model::{BookingDate, Reservation};
@@ -83,7 +84,8 @@ pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// `users` users (ids 1…`users`, no password) and a resource with room for all of them on any day.
+/// `users` users (ids 1…`users`, no password, each with a session: see [`ticket`]) and a
+/// resource with room for all of them on any day.
 pub(super) fn prepare(conn: &mut MysqlConnection, users: i64) -> anyhow::Result<i64> {
     // The recursion limit of a CTE is `cte_max_recursion_depth` on MySQL and
     // `max_recursive_iterations` on MariaDB.
@@ -93,9 +95,21 @@ pub(super) fn prepare(conn: &mut MysqlConnection, users: i64) -> anyhow::Result<
         "INSERT INTO users (username, display_name, password_hash, role) \
            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {users}) \
            SELECT CONCAT('b', i), CONCAT('b', i), '-', 'customer' FROM n; \
+         INSERT INTO user_sessions (id, user_id, created_at, expires_at) \
+           SELECT CONCAT('{SESSION_PREFIX}', LPAD(id, {SESSION_DIGITS}, '0')), id, \
+             UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 1 DAY FROM users; \
          INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 1000000)"
     ))?;
     Ok(db::last_insert_id(conn)?)
+}
+
+/// Session ids are 43 characters: the prefix and the user id, zero-padded.
+const SESSION_PREFIX: &str = "bench-session-";
+const SESSION_DIGITS: usize = 43 - SESSION_PREFIX.len();
+
+/// The ticket of the session `prepare` opened for `user`.
+fn ticket(user: i64) -> Ticket {
+    Ticket::new(user, format!("{SESSION_PREFIX}{user:0SESSION_DIGITS$}"))
 }
 
 /// What a booking request runs, path by path, with the instance's queue and coalescer.
@@ -129,12 +143,12 @@ impl Booker {
             (self.pool.clone(), self.wait, self.pool.names().booking(resource, day.day()));
         let turn = match path {
             Path::Coalesced => {
-                return self.coalescer.book(&pool, &self.locks, wait, user, resource, day).await;
+                return self.coalescer.book(&pool, &self.locks, wait, ticket(user), resource, day).await;
             }
             Path::Unqueued => Turn::alone(name, wait),
             Path::OneAtATime => self.locks.turn(name, wait).await?,
         };
-        actix_web::web::block(move || service::book(&pool, turn, user, resource, day)).await?
+        actix_web::web::block(move || service::book(&pool, turn, &ticket(user), resource, day)).await?
     }
 }
 

@@ -173,6 +173,13 @@ pub fn create_user(db: &TestDb, username: &str, role: Role) -> TestUser {
     TestUser { id, username: username.into() }
 }
 
+/// Opens a session for `user_id`, as logging in does, and returns the ticket its cookie would
+/// carry: what the booking service checks.
+pub fn log_in_directly(db: &TestDb, user_id: i64) -> haita::auth::session::Ticket {
+    let session_id = haita::auth::session::open(&mut db.conn(), user_id).expect("open session");
+    haita::auth::session::Ticket::new(user_id, session_id)
+}
+
 pub fn create_resource(db: &TestDb, name: &str, capacity: i32) -> i64 {
     use haita::schema::resources;
     let mut conn = db.conn();
