@@ -41,7 +41,7 @@ pub fn book(
     date: BookingDate,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
-    let mut held = NamedLockGuard::acquire_in_turn(pool.get()?, turn)?;
+    let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
     let reservation = insert_if_free(&mut held, ticket, resource_id, date)?;
     drop(held); // committed above; only now may the next request look at this day
     Ok(reservation)
@@ -260,7 +260,7 @@ pub fn book_batch(
     tickets: &[Ticket],
 ) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
-    let mut held = NamedLockGuard::acquire_in_turn(pool.get()?, turn)?;
+    let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
     let answers = match insert_batch_if_free(&mut held, resource_id, date, tickets) {
         Ok(answers) => answers,
         // A deadlock (with a capacity change, say) is about this transaction, not about any one

@@ -52,7 +52,7 @@ pub fn acquire(
     policy: Policy,
 ) -> Result<(Acquired, LockView), EditLockError> {
     debug_assert_eq!(turn.name(), &pool.names().edit_lock(key.as_str()));
-    let mut held = NamedLockGuard::acquire_in_turn(pool.get()?, turn)?;
+    let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
     let acquired = insert_or_take_over(&mut held, key, owner, ttl, policy);
     drop(held); // committed (or rolled back) above; only now may the next acquirer look
     acquired

@@ -26,7 +26,8 @@ use diesel::prelude::*;
 use super::LockName;
 use super::queue::Turn;
 use super::sql::{get_lock, release_all_locks, release_lock};
-use crate::db::PooledConn;
+use crate::db::{DbPool, PooledConn};
+use crate::infra::Infra;
 use crate::metrics::METRICS;
 
 #[derive(Debug, thiserror::Error)]
@@ -70,29 +71,27 @@ impl NamedLockGuard {
     /// held elsewhere does it wait at the server, for what is left of the turn's deadline, and
     /// only if the instance's waiting budget has room (else [`LockError::Crowded`] at once).
     pub fn acquire_in_turn(mut conn: PooledConn, turn: Turn) -> Result<Self, LockError> {
-        let name = turn.name().clone();
-        let timer = METRICS.named_lock_wait_seconds.with_label_values(&[name.scope()]).start_timer();
-        let mut result = ask(&mut conn, &name, Duration::ZERO);
-        if matches!(result, Err(LockError::TimedOut { .. })) {
-            let wait = turn.remaining();
-            result = if whole_seconds(wait) == 0 {
-                Err(LockError::TimedOut { name: name.clone(), waited: wait })
-            } else {
-                match turn.try_wait_slot() {
-                    None => Err(LockError::Crowded { name: name.clone() }),
-                    Some(_waiting) => ask(&mut conn, &name, wait),
-                }
-            };
+        take(&mut conn, &turn)?;
+        Ok(Self { conn, name: turn.name().clone(), _turn: Some(turn) })
+    }
+
+    /// [`acquire_in_turn`](Self::acquire_in_turn) on a connection of `pool`, for a request whose
+    /// first statement is this `GET_LOCK`. Connections are not tested at checkout, so after a
+    /// database restart that statement is the one to meet a connection that died in the pool.
+    /// It is safe to send again — a lost session holds no lock, and nothing else was sent — so
+    /// it is, once, on another connection (the pool tests the others before handing them out
+    /// once one was found lost).
+    pub fn acquire_pooled(pool: &DbPool, turn: Turn) -> Result<Self, Infra> {
+        let mut conn = pool.get()?;
+        match take(&mut conn, &turn) {
+            Err(LockError::Failed { source: Some(e), .. }) if crate::infra::lost_connection(&e) => {
+                drop(conn); // marked broken: r2d2 closes it
+                conn = pool.get()?;
+                take(&mut conn, &turn)?;
+            }
+            taken => taken?,
         }
-        timer.observe_duration();
-        let outcome = match &result {
-            Ok(()) => "acquired",
-            Err(LockError::TimedOut { .. }) => "timed_out",
-            Err(LockError::Crowded { .. }) => "crowded",
-            Err(LockError::Failed { .. }) => "failed",
-        };
-        METRICS.named_lock_acquisitions.with_label_values(&[name.scope(), outcome]).inc();
-        result.map(|()| Self { conn, name, _turn: Some(turn) })
+        Ok(Self { conn, name: turn.name().clone(), _turn: Some(turn) })
     }
 
     /// The connection that holds the lock. Everything done "under the lock" must run here.
@@ -103,6 +102,33 @@ impl NamedLockGuard {
     pub fn name(&self) -> &LockName {
         &self.name
     }
+}
+
+/// Asks for the lock of `turn` on `conn`: see [`NamedLockGuard::acquire_in_turn`].
+fn take(conn: &mut PooledConn, turn: &Turn) -> Result<(), LockError> {
+    let name = turn.name();
+    let timer = METRICS.named_lock_wait_seconds.with_label_values(&[name.scope()]).start_timer();
+    let mut result = ask(conn, name, Duration::ZERO);
+    if matches!(result, Err(LockError::TimedOut { .. })) {
+        let wait = turn.remaining();
+        result = if whole_seconds(wait) == 0 {
+            Err(LockError::TimedOut { name: name.clone(), waited: wait })
+        } else {
+            match turn.try_wait_slot() {
+                None => Err(LockError::Crowded { name: name.clone() }),
+                Some(_waiting) => ask(conn, name, wait),
+            }
+        };
+    }
+    timer.observe_duration();
+    let outcome = match &result {
+        Ok(()) => "acquired",
+        Err(LockError::TimedOut { .. }) => "timed_out",
+        Err(LockError::Crowded { .. }) => "crowded",
+        Err(LockError::Failed { .. }) => "failed",
+    };
+    METRICS.named_lock_acquisitions.with_label_values(&[name.scope(), outcome]).inc();
+    result
 }
 
 /// `GET_LOCK` waits whole seconds (MySQL's granularity). What is left of a turn's wait is

@@ -145,21 +145,32 @@ async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
 }
 
 /// The database restarted while the app sat quiet: every pooled connection is dead, and none
-/// is tested at checkout. The first statement that meets one (the first request's session
-/// check, a read, retried once) marks every connection that has not answered since as
-/// suspect, so the next checkouts ping them and drop the dead ones before anyone uses them:
-/// the requests after the restart answer as if nothing had happened, none with a 503.
+/// is tested at checkout. The first statement that meets one — here a booking's `GET_LOCK`,
+/// which is safe to send again on another connection, and is — marks every connection that has
+/// not answered since as suspect, so the next checkouts ping them and drop the dead ones before
+/// anyone uses them: the requests after the restart answer as if nothing had happened, none
+/// with a 503. Two instances: one coalescing bookings (the default), one booking each request
+/// on its own.
 #[actix_web::test]
 async fn after_a_database_restart_a_quiet_pool_answers_every_request() {
     let mut server = OwnServer::start();
     let db = TestDb::on_server(&server.url());
-    let app = TestApp::spawn_on(db, 1, |_| {}).await;
+    let instance = std::cell::Cell::new(0);
+    let app = TestApp::spawn_on(db, 2, |config| {
+        config.coalesce_bookings = instance.get() == 0;
+        instance.set(instance.get() + 1);
+    })
+    .await;
     let resource = app.resource("Restart room", 50);
-    let client = app.client(0);
-    client.login(&app.user("r00", Role::Customer)).await;
-    // Bookings at once, so that the pool holds several connections when the server goes.
+    let clients = [app.client(0), app.client(1)];
+    for (i, client) in clients.iter().enumerate() {
+        client.login(&app.user(&format!("r{i:02}"), Role::Customer)).await;
+    }
+    // Bookings at once, so that each pool holds several connections when the server goes.
     let first_day = future_day();
-    let warm_up = (0..8).map(|i| client.book(resource, first_day + chrono::Days::new(i)));
+    let warm_up = clients
+        .iter()
+        .flat_map(|client| (0..8).map(|i| client.book(resource, first_day + chrono::Days::new(i))));
     for response in futures::future::join_all(warm_up).await {
         assert_eq!(response.status().as_u16(), 201);
     }
@@ -171,13 +182,15 @@ async fn after_a_database_restart_a_quiet_pool_answers_every_request() {
     .await
     .expect("restart");
 
-    for i in 0..10 {
-        let response = client.book(resource, first_day + chrono::Days::new(20 + i)).await;
-        let status = response.status().as_u16();
-        let body = response.text().await.unwrap_or_default();
-        assert_eq!(status, 201, "booking {i} after the restart: {body}");
+    for (instance, client) in clients.iter().enumerate() {
+        for i in 0..10 {
+            let response = client.book(resource, first_day + chrono::Days::new(20 + i)).await;
+            let status = response.status().as_u16();
+            let body = response.text().await.unwrap_or_default();
+            assert_eq!(status, 201, "instance {instance}, booking {i} after the restart: {body}");
+        }
+        let listed = client.get("/api/v1/reservations").await;
+        assert_eq!(listed.status().as_u16(), 200);
     }
-    let listed = client.get("/api/v1/reservations").await;
-    assert_eq!(listed.status().as_u16(), 200);
     drop(server);
 }
