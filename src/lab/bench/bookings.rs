@@ -156,9 +156,11 @@ struct Measured {
     /// CPU time of this bench process per answered attempt: on the app path the load
     /// generator alone, on the raw path the service code and its client threads together.
     cpu_us: f64,
-    /// CPU time of the app's server process per answered attempt (app path only). The
-    /// database server's own CPU is in neither.
+    /// CPU time of the app's server process per answered attempt (app path only).
     server_cpu_us: f64,
+    /// CPU time of the database server per answered attempt, when it runs on this machine
+    /// (NaN otherwise).
+    db_cpu_us: f64,
     /// Blocking-pool hops per answered attempt on the app path of `named-lock`: the server's
     /// coalesced booking batches and session-check batches (one hop each), from its `/metrics`.
     hops: f64,
@@ -179,6 +181,7 @@ impl Measured {
             p99_ms: percentile_ms(&tally.latencies, 99.0),
             cpu_us: 0.0,
             server_cpu_us: 0.0,
+            db_cpu_us: f64::NAN,
             hops: 0.0,
             statements: 0.0,
             prepares: 0.0,
@@ -229,6 +232,7 @@ impl ServerWork {
         m.statements = done.statements as f64 / answered;
         m.prepares = done.prepares as f64 / answered;
         m.commits = done.commits as f64 / answered;
+        m.db_cpu_us = done.cpu.map_or(f64::NAN, |cpu| cpu.as_secs_f64() * 1e6 / answered);
         Ok(())
     }
 }
@@ -652,8 +656,8 @@ fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
     format!(
         "haita bench bookings: database {database}, pool {pool_size} connections for app and raw alike, {} s per cell\n\
          app: a separate `haita serve` process (srv µs: its CPU; cli µs: this process's, the HTTP clients); \
-         raw: the service called in this process (cpu µs)\n\n\
-         {:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} {:>6} {:>4} {:>5} {:>4} {:>6} | {:>9} {:>7} {:>7} {:>6} {:>5} {:>4} {:>6} | {:>7}\n",
+         raw: the service called in this process (cpu µs); db µs: the database server's CPU (when local)\n\n\
+         {:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} {:>6} {:>5} {:>4} {:>5} {:>4} {:>6} | {:>9} {:>7} {:>7} {:>6} {:>5} {:>5} {:>4} {:>6} | {:>7}\n",
         window.as_secs(),
         "strategy",
         "keys",
@@ -663,6 +667,7 @@ fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
         "p99 ms",
         "srv µs",
         "cli µs",
+        "db µs",
         "hops",
         "stmts",
         "prep",
@@ -671,6 +676,7 @@ fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
         "p50 ms",
         "p99 ms",
         "cpu µs",
+        "db µs",
         "stmts",
         "prep",
         "commit",
@@ -683,7 +689,7 @@ fn report_row(row: &Row) -> String {
     use std::fmt::Write;
     let Row { cell, app, raw } = row;
     let mut out = format!(
-        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>6.0} {:>4.2} {:>5.1} {:>4.1} {:>6.2} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>5.1} {:>4.1} {:>6.2} | {:>7.2}\n",
+        "{:<16} {:<7} {:>7} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>6.0} {:>5.0} {:>4.2} {:>5.1} {:>4.1} {:>6.2} | {:>9.0} {:>7.2} {:>7.2} {:>6.0} {:>5.0} {:>5.1} {:>4.1} {:>6.2} | {:>7.2}\n",
         cell.strategy.name(),
         if cell.keys == Keys::Hot { "hot" } else { "spread" },
         cell.clients,
@@ -692,6 +698,7 @@ fn report_row(row: &Row) -> String {
         app.p99_ms,
         app.server_cpu_us,
         app.cpu_us,
+        app.db_cpu_us,
         app.hops,
         app.statements,
         app.prepares,
@@ -700,6 +707,7 @@ fn report_row(row: &Row) -> String {
         raw.p50_ms,
         raw.p99_ms,
         raw.cpu_us,
+        raw.db_cpu_us,
         raw.statements,
         raw.prepares,
         raw.commits,
@@ -738,6 +746,7 @@ mod tests {
             p99_ms,
             cpu_us,
             server_cpu_us: cpu_us * 2.0,
+            db_cpu_us: 410.4,
             hops: 1.25,
             statements: 6.0,
             prepares: 0.0,
@@ -753,7 +762,7 @@ mod tests {
             "haita bench bookings: database haita_bench_00ff, pool 16 connections for app and raw alike, 2 s per cell\n"
         ));
         assert!(header.ends_with(
-            "strategy         keys    clients | app ans/s  p50 ms  p99 ms srv µs cli µs hops stmts prep commit | raw ans/s  p50 ms  p99 ms cpu µs stmts prep commit | app/raw\n"
+            "strategy         keys    clients | app ans/s  p50 ms  p99 ms srv µs cli µs db µs hops stmts prep commit | raw ans/s  p50 ms  p99 ms cpu µs db µs stmts prep commit | app/raw\n"
         ));
         let row = Row {
             cell: Cell { strategy: Strategy::UniqueSlot, keys: Keys::Spread, clients: 16 },
@@ -762,7 +771,7 @@ mod tests {
         };
         assert_eq!(
             report_row(&row),
-            "unique-slot      spread       16 |      1200    9.12   17.50    360    180 1.25   6.0  0.0   1.00 |      1600    7.00   12.25     40   6.0  0.0   1.00 |    0.75\n"
+            "unique-slot      spread       16 |      1200    9.12   17.50    360    180   410 1.25   6.0  0.0   1.00 |      1600    7.00   12.25     40   410   6.0  0.0   1.00 |    0.75\n"
         );
         // Header and rows line up on the same columns.
         let width = |text: &str| text.lines().last().map(|l| l.chars().count());

@@ -28,6 +28,11 @@ pub struct ServerCounters {
     pub commits: u64,
     /// `Com_stmt_prepare`: statements prepared (zero in steady state when every one is cached).
     pub prepares: u64,
+    /// CPU time of the database server's process, when it runs on this machine (its pid file
+    /// names a live `mariadbd` or `mysqld` here); `None` for a server elsewhere. On a machine
+    /// shared by the database, the app and the load generator, this is the part of each
+    /// answer's CPU that is the same on every path.
+    pub cpu: Option<std::time::Duration>,
 }
 
 #[derive(QueryableByName)]
@@ -50,6 +55,7 @@ impl ServerCounters {
             statements: value("Questions").unwrap_or(0),
             commits: value("Com_commit").unwrap_or(0),
             prepares: value("Com_stmt_prepare").unwrap_or(0),
+            cpu: local_server_stat(pool).map(|stat| process_cpu(&stat)),
         })
     }
 
@@ -59,8 +65,26 @@ impl ServerCounters {
             statements: self.statements.saturating_sub(earlier.statements),
             commits: self.commits.saturating_sub(earlier.commits),
             prepares: self.prepares.saturating_sub(earlier.prepares),
+            cpu: self.cpu.zip(earlier.cpu).map(|(now, then)| now.saturating_sub(then)),
         }
     }
+}
+
+#[derive(QueryableByName)]
+struct PidFile {
+    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    pid_file: Option<String>,
+}
+
+/// The `/proc` stat file of the database server, if it runs on this machine: the process its
+/// pid file names, provided that is a MariaDB or MySQL server (a pid file of another machine's
+/// server could name any process here, or none).
+fn local_server_stat(pool: &DbPool) -> Option<String> {
+    let mut conn = pool.get().ok()?;
+    let found: PidFile = diesel::sql_query("SELECT @@pid_file AS pid_file").get_result(&mut *conn).ok()?;
+    let pid: u32 = std::fs::read_to_string(found.pid_file?).ok()?.trim().parse().ok()?;
+    let command = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    matches!(command.trim(), "mariadbd" | "mysqld").then(|| format!("/proc/{pid}/stat"))
 }
 
 /// CPU time (user + system) of the process whose `stat` file is `path`; zero where there is
