@@ -63,6 +63,19 @@ pub struct BookingsBench {
     /// Measure only one path (app or raw), e.g. under a profiler.
     #[arg(long)]
     only: Option<String>,
+    /// The app path's load generator: `wrk` (a process of its own, with a Lua script), `builtin`
+    /// (HTTP clients in this process), or `auto` (wrk when installed).
+    #[arg(long, default_value = "auto")]
+    driver: String,
+}
+
+/// Who sends the app path's requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Driver {
+    /// HTTP clients (reqwest) in the bench's own process.
+    Builtin,
+    /// `wrk`, see `wrk.rs`.
+    Wrk,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -72,7 +85,7 @@ enum Keys {
 }
 
 /// Days per resource in the spread pattern: within the booking horizon of the real endpoint.
-const DAYS: u64 = 360;
+pub(super) const DAYS: u64 = 360;
 const PASSWORD: &str = "bench-password-not-secret";
 
 /// One booking target.
@@ -84,14 +97,27 @@ struct Key {
 
 /// The resources of one measurement (fresh for each, so no run finds another's bookings) and
 /// how attempt number `i` picks its key.
-struct Target {
+pub(super) struct Target {
     strategy: Strategy,
     keys: Keys,
-    resources: Vec<i64>,
-    first_day: NaiveDate,
+    pub(super) resources: Vec<i64>,
+    pub(super) first_day: NaiveDate,
 }
 
 impl Target {
+    /// The path the app path posts to, and the strategy its body names (the demo endpoint's).
+    pub(super) fn endpoint(&self) -> (&'static str, Option<&'static str>) {
+        match self.strategy {
+            Strategy::NamedLock => ("/api/v1/reservations", None),
+            other => ("/api/v1/demo/bookings", Some(other.name())),
+        }
+    }
+
+    /// Whether attempt `i` books resource `i / DAYS`, day `i % DAYS` (else all the first day).
+    pub(super) fn spread(&self) -> bool {
+        self.keys == Keys::Spread
+    }
+
     fn key(&self, i: u64) -> Key {
         match self.keys {
             Keys::Hot => Key { resource_id: self.resources[0], day: self.first_day },
@@ -190,6 +216,25 @@ impl Measured {
         }
     }
 
+    /// What a `wrk` run reported; CPU and server counters are filled in by the caller.
+    fn from_wrk(report: &super::wrk::Report) -> Self {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let tally = Tally {
+            booked: report.booked,
+            refused: report.refused,
+            busy: report.busy,
+            errors: report.errors,
+            first_error: report.first_error.clone(),
+            latencies: Vec::new(),
+        };
+        Self {
+            answered_per_sec: (tally.booked + tally.refused) as f64 / report.elapsed.as_secs_f64().max(1e-9),
+            p50_ms: ms(report.p50),
+            p99_ms: ms(report.p99),
+            ..Self::from(tally, report.elapsed)
+        }
+    }
+
     /// The repetition with the median throughput.
     fn median(mut runs: Vec<Measured>) -> Measured {
         runs.sort_by(|a, b| a.answered_per_sec.total_cmp(&b.answered_per_sec));
@@ -211,10 +256,14 @@ impl CpuClock {
 
     /// Microseconds per answered attempt: (this process, the server process).
     fn per_answer(&self, server: &ServerProcess, m: &Measured) -> (f64, f64) {
-        let answered = (m.tally.booked + m.tally.refused).max(1) as f64;
-        let per = |now: Duration, then: Duration| now.saturating_sub(then).as_secs_f64() * 1e6 / answered;
-        (per(super::process_cpu("/proc/self/stat"), self.bench), per(server.cpu(), self.server))
+        let since = |now: Duration, then: Duration| per_answer(now.saturating_sub(then), m);
+        (since(super::process_cpu("/proc/self/stat"), self.bench), since(server.cpu(), self.server))
     }
+}
+
+/// `cpu` in microseconds per answered attempt of `m`.
+fn per_answer(cpu: Duration, m: &Measured) -> f64 {
+    cpu.as_secs_f64() * 1e6 / (m.tally.booked + m.tally.refused).max(1) as f64
 }
 
 /// The server's own count of the work done: statements and commits since it started
@@ -247,7 +296,7 @@ pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
     let plan = options.plan()?;
     let bench = Prepared::new(config, plan.most_clients())?;
     let server = ServerProcess::start(&bench.config)?;
-    print!("{}", report_header(&bench.scratch.name, bench.config.pool_size, plan.window));
+    print!("{}", report_header(&bench.scratch.name, bench.config.pool_size, plan.window, plan.driver));
 
     let base = server.base_url();
     actix_web::rt::System::new().block_on(async {
@@ -276,6 +325,7 @@ struct Plan {
     repeat: u32,
     app: bool,
     raw: bool,
+    driver: Driver,
 }
 
 /// One row of the table.
@@ -319,6 +369,14 @@ impl BookingsBench {
             repeat: self.repeat.clamp(1, 9),
             app: self.only.as_deref() != Some("raw"),
             raw: self.only.as_deref() != Some("app"),
+            driver: match self.driver.as_str() {
+                "builtin" => Driver::Builtin,
+                "wrk" if super::wrk::installed() => Driver::Wrk,
+                "wrk" => anyhow::bail!("--driver wrk: wrk is not installed (apt-get install wrk)"),
+                "auto" if super::wrk::installed() => Driver::Wrk,
+                "auto" => Driver::Builtin,
+                other => anyhow::bail!("unknown driver {other:?}: use auto, wrk, builtin"),
+            },
         })
     }
 }
@@ -387,11 +445,17 @@ fn create_users(pool: &DbPool, n: u32) -> anyhow::Result<Vec<Ticket>> {
         .collect()
 }
 
-async fn log_in(base: &str, users: &[Ticket]) -> anyhow::Result<Vec<reqwest::Client>> {
+/// One logged-in bench user: an HTTP client for the built-in driver, and its session cookie
+/// (`name=value`), which every request sends (wrk's too).
+struct Client {
+    http: reqwest::Client,
+    cookie: String,
+}
+
+async fn log_in(base: &str, users: &[Ticket]) -> anyhow::Result<Vec<Client>> {
     let mut clients = Vec::with_capacity(users.len());
     for i in 0..users.len() {
-        let client = reqwest::Client::builder()
-            .cookie_store(true)
+        let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(1)
             // actix closes a connection idle for 5 s (its keep-alive); a client reusing one
@@ -399,13 +463,18 @@ async fn log_in(base: &str, users: &[Ticket]) -> anyhow::Result<Vec<reqwest::Cli
             // it lets go of its connection first.
             .pool_idle_timeout(Duration::from_secs(2))
             .build()?;
-        let response = client
+        let response = http
             .post(format!("{base}/api/v1/session"))
             .json(&serde_json::json!({"username": format!("bench{i:03}"), "password": PASSWORD}))
             .send()
             .await?;
         anyhow::ensure!(response.status().is_success(), "bench user {i} could not log in");
-        clients.push(client);
+        let cookie = response
+            .headers()
+            .get(reqwest::header::SET_COOKIE)
+            .and_then(|set| set.to_str().ok()?.split(';').next().map(str::to_owned))
+            .with_context(|| format!("bench user {i} got no session cookie"))?;
+        clients.push(Client { http, cookie });
     }
     Ok(clients)
 }
@@ -427,7 +496,7 @@ async fn measure_cell(
     plan: &Plan,
     cell: Cell,
     base: &str,
-    clients: &[reqwest::Client],
+    clients: &[Client],
 ) -> anyhow::Result<Row> {
     let n = cell.clients;
     let (mut raws, mut apps) = (Vec::new(), Vec::new());
@@ -445,8 +514,21 @@ async fn measure_cell(
             let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
             let (cpu, server) = (CpuClock::start(app_server), ServerWork::start(&bench.app_pool)?);
             let hops_before = blocking_hops(base).await?;
-            let mut app = measure_app(base, &clients[..n], &target, plan.window).await;
-            (app.cpu_us, app.server_cpu_us) = cpu.per_answer(app_server, &app);
+            let mut app = match plan.driver {
+                Driver::Builtin => {
+                    let mut app = measure_app(base, &clients[..n], &target, plan.window).await;
+                    (app.cpu_us, app.server_cpu_us) = cpu.per_answer(app_server, &app);
+                    app
+                }
+                Driver::Wrk => {
+                    let cookies: Vec<String> = clients[..n].iter().map(|c| c.cookie.clone()).collect();
+                    let report = super::wrk::run(base, &cookies, &target, plan.window)?;
+                    let mut app = Measured::from_wrk(&report);
+                    app.server_cpu_us = cpu.per_answer(app_server, &app).1;
+                    app.cpu_us = per_answer(report.cpu, &app);
+                    app
+                }
+            };
             let answered = (app.tally.booked + app.tally.refused).max(1) as f64;
             // The demo endpoint's own hop is not in the counts: shown as NaN, not as too few.
             app.hops = match cell.strategy {
@@ -572,14 +654,11 @@ fn measure_raw(
 }
 
 /// `clients` concurrent HTTP clients, each logged in as its own user, against the running app.
-async fn measure_app(base: &str, clients: &[reqwest::Client], target: &Target, window: Duration) -> Measured {
+async fn measure_app(base: &str, clients: &[Client], target: &Target, window: Duration) -> Measured {
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + window;
-    let (path, strategy) = match target.strategy {
-        Strategy::NamedLock => ("/api/v1/reservations", None),
-        other => ("/api/v1/demo/bookings", Some(other.name())),
-    };
+    let (path, strategy) = target.endpoint();
     let url = format!("{base}{path}");
     let tasks = clients.iter().map(|client| {
         let (next, url) = (next.clone(), url.clone());
@@ -594,7 +673,8 @@ async fn measure_app(base: &str, clients: &[reqwest::Client], target: &Target, w
                     }),
                 };
                 let began = Instant::now();
-                let outcome = match client.post(&url).json(&body).send().await {
+                let request = client.http.post(&url).header(reqwest::header::COOKIE, &client.cookie);
+                let outcome = match request.json(&body).send().await {
                     Ok(r) if r.status() == 201 => Outcome::Booked,
                     Ok(r) if r.status() == 409 => Outcome::Refused,
                     Ok(r) if r.status() == 503 => Outcome::Busy,
@@ -652,10 +732,14 @@ fn count_overbooked(pool: &DbPool) -> anyhow::Result<Overbooked> {
 
 // ---- the table ---------------------------------------------------------------------------
 
-fn report_header(database: &str, pool_size: u32, window: Duration) -> String {
+fn report_header(database: &str, pool_size: u32, window: Duration, driver: Driver) -> String {
+    let load = match driver {
+        Driver::Wrk => "wrk, a process of its own",
+        Driver::Builtin => "HTTP clients in this process",
+    };
     format!(
         "haita bench bookings: database {database}, pool {pool_size} connections for app and raw alike, {} s per cell\n\
-         app: a separate `haita serve` process (srv µs: its CPU; cli µs: this process's, the HTTP clients); \
+         app: a separate `haita serve` process (srv µs: its CPU) driven by {load} (cli µs: its CPU); \
          raw: the service called in this process (cpu µs); db µs: the database server's CPU (when local)\n\n\
          {:<16} {:<7} {:>7} | {:>9} {:>7} {:>7} {:>6} {:>6} {:>5} {:>4} {:>5} {:>4} {:>6} | {:>9} {:>7} {:>7} {:>6} {:>5} {:>5} {:>4} {:>6} | {:>7}\n",
         window.as_secs(),
@@ -757,7 +841,7 @@ mod tests {
 
     #[test]
     fn a_row_prints_both_paths_and_their_ratio_under_the_header() {
-        let header = report_header("haita_bench_00ff", 16, Duration::from_secs(2));
+        let header = report_header("haita_bench_00ff", 16, Duration::from_secs(2), Driver::Wrk);
         assert!(header.starts_with(
             "haita bench bookings: database haita_bench_00ff, pool 16 connections for app and raw alike, 2 s per cell\n"
         ));
@@ -813,6 +897,7 @@ mod tests {
             seconds: 2,
             repeat: 3,
             only: None,
+            driver: "builtin".into(),
         };
         let plan = options("all", "hot", &[1, 16]).plan().expect("valid");
         assert_eq!(plan.strategies.len(), 4, "all means the correct ones that book alone");
@@ -823,5 +908,8 @@ mod tests {
         assert!(error(options("named-lock-coalesced", "hot", &[1])).contains("bench coalescing"));
         assert!(error(options("named-lock", "warm", &[1])).contains("unknown key pattern"));
         assert!(error(options("named-lock", "hot", &[0])).contains("between 1 and 256"));
+        let driver = |name: &str| BookingsBench { driver: name.into(), ..options("named-lock", "hot", &[1]) };
+        assert!(error(driver("ab")).contains("use auto, wrk, builtin"));
+        assert_eq!(driver("builtin").plan().expect("valid").driver, Driver::Builtin);
     }
 }

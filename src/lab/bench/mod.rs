@@ -12,6 +12,7 @@ pub mod coalescing;
 pub mod orders;
 pub mod server;
 pub mod stuck;
+pub mod wrk;
 
 use diesel::prelude::*;
 use diesel::sql_types::Text;
@@ -87,12 +88,24 @@ fn local_server_stat(pool: &DbPool) -> Option<String> {
     matches!(command.trim(), "mariadbd" | "mysqld").then(|| format!("/proc/{pid}/stat"))
 }
 
-/// CPU time (user + system) of the process whose `stat` file is `path`; zero where there is
-/// none. Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+/// CPU time (user + system) of the process whose `stat` file is `path` (`utime` and `stime`,
+/// its 14th and 15th fields); zero where there is none.
 pub fn process_cpu(path: &str) -> std::time::Duration {
+    stat_cpu(path, 11)
+}
+
+/// CPU time (user + system) of the children this process has waited for (`cutime` and `cstime`,
+/// the 16th and 17th fields of `/proc/self/stat`): a child's CPU, once it has exited.
+pub fn children_cpu() -> std::time::Duration {
+    stat_cpu("/proc/self/stat", 13)
+}
+
+/// Two clock-tick fields of a `/proc/<pid>/stat` file, summed: `skip` fields after the
+/// parenthesised command name (which may itself hold spaces).
+fn stat_cpu(path: &str, skip: usize) -> std::time::Duration {
     let Ok(stat) = std::fs::read_to_string(path) else { return std::time::Duration::ZERO };
     let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let ticks: u64 =
-        after_name.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
+        after_name.split_whitespace().skip(skip).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
     std::time::Duration::from_millis(ticks * 10) // USER_HZ is 100 on every Linux this runs on
 }
