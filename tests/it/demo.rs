@@ -399,16 +399,35 @@ async fn the_cli_prints_the_race_table() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no-lock, named-lock"));
 }
 
+/// Both load generators: the built-in HTTP clients, and `wrk` with its generated script (the
+/// test set-up installs it). Every request of either is answered as a booking or a refusal.
 #[actix_web::test]
 async fn the_bench_measures_app_and_raw_and_drops_its_database() {
     let app = TestApp::spawn().await;
-    let bench = ["bench", "bookings", "--clients", "2", "--keys", "hot,spread", "--strategy", "unique-slot"];
-    let output = haita(&app, &[&bench[..], &["--seconds", "1", "--repeat", "1"]].concat());
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.lines().any(|l| l.starts_with("unique-slot      hot ")), "{stdout}");
-    assert!(stdout.lines().any(|l| l.starts_with("unique-slot      spread ")), "{stdout}");
-    assert!(stdout.contains("overbooked keys after the bench: 0 real, 0 demo"), "{stdout}");
+    for (driver, strategy) in [("builtin", "unique-slot"), ("wrk", "named-lock")] {
+        let bench = ["bench", "bookings", "--clients", "2", "--keys", "hot,spread", "--strategy", strategy];
+        let output =
+            haita(&app, &[&bench[..], &["--seconds", "1", "--repeat", "1", "--driver", driver]].concat());
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        for keys in ["hot", "spread"] {
+            let row = stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("{strategy:<16} {keys:<7}")))
+                .unwrap_or_else(|| panic!("no {keys} row: {stdout}"));
+            let answered: f64 = row
+                .split('|')
+                .nth(1)
+                .and_then(|app| app.split_whitespace().next()?.parse().ok())
+                .expect("app ans/s");
+            assert!(answered > 0.0, "{driver}: {row}");
+        }
+        assert!(
+            !stdout.lines().any(|l| l.starts_with("    app: ") && !l.contains(", 0 errors")),
+            "{driver}: requests answered with errors: {stdout}"
+        );
+        assert!(stdout.contains("overbooked keys after the bench: 0 real, 0 demo"), "{stdout}");
+    }
 
     #[derive(QueryableByName)]
     struct Exists {

@@ -54,7 +54,8 @@ pub(super) fn run(
     let path = std::env::temp_dir().join(format!("haita-bench-{}.lua", std::process::id()));
     std::fs::write(&path, script).with_context(|| format!("writing {}", path.display()))?;
     let children_before = super::children_cpu();
-    let output = Command::new("wrk")
+    let output = Command::new("bash")
+        .args(["-c", CLOSE_INHERITED_THEN_WRK, "wrk"])
         .arg(format!("--threads={threads}"))
         .arg(format!("--connections={}", cookies.len().max(1)))
         .arg(format!("--duration={}s", window.as_secs().max(1)))
@@ -77,8 +78,23 @@ pub(super) fn run(
         .lines()
         .find_map(|line| line.strip_prefix("haita-wrk "))
         .with_context(|| format!("wrk printed no tally: {stdout}"))?;
-    Ok(Report { cpu, ..parse(line)? })
+    let report = parse(line)?;
+    // wrk counts requests that got no answer (refused connections, timeouts) apart, in its own
+    // summary; a run in which nothing was answered is no measurement.
+    anyhow::ensure!(
+        report.booked + report.refused + report.busy + report.errors > 0,
+        "wrk got no answer: {stdout}"
+    );
+    Ok(Report { cpu, ..report })
 }
+
+/// Starts wrk (with the arguments after it) from a shell that first closes every descriptor but
+/// stdin, stdout and stderr. The MariaDB client library opens its sockets without close-on-exec,
+/// so a child inherits the bench's database connections; wrk sizes its event loop for its own
+/// connections (10 + 3 per connection) and cannot watch a socket numbered beyond that, which it
+/// reports as failed connects.
+const CLOSE_INHERITED_THEN_WRK: &str =
+    r#"for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; exec wrk "$@""#;
 
 /// A string literal of Lua for `text` (cookies and error bodies are plain ASCII).
 fn lua_string(text: &str) -> anyhow::Result<String> {
