@@ -275,8 +275,8 @@ fn now() -> NaiveDateTime {
     chrono::Utc::now().naive_utc()
 }
 
-/// Opens a session row for the user `user_id` (blocking: call it off the executor) and returns its id.
-/// Expired rows of the same user are cleared on the way.
+/// Opens a session row for the user `user_id` (blocking: call it off the executor) and returns
+/// its id. Expired rows of the same user are cleared on the way.
 pub fn open(conn: &mut MysqlConnection, user_id: i64) -> QueryResult<String> {
     let session_id = super::csrf::random_token();
     let at = now();

@@ -105,12 +105,14 @@ fn read_day(
     date: BookingDate,
     tickets: &[Ticket],
 ) -> Result<Option<Day>, BookingError> {
-    // A batch never holds more than MAX_BATCH requests, which the longest texts take.
-    let too_long =
-        || BookingError::Infra(diesel::result::Error::QueryBuilderError("batch too long".into()).into());
+    // A batch holds one request at least and never more than MAX_BATCH, which the longest
+    // texts take: anything else is a bug here, not something a request did.
+    let bad_batch = || {
+        BookingError::Infra(diesel::result::Error::QueryBuilderError("batch empty or too long".into()).into())
+    };
     let users: Vec<i64> = tickets.iter().map(Ticket::user_id).collect();
     let mut sessions: Vec<&str> = tickets.iter().map(Ticket::session_id).collect();
-    let (read_day, padded) = READ_DAY.padded(&sessions).ok_or_else(too_long)?;
+    let (read_day, padded) = READ_DAY.padded(&sessions).ok_or_else(bad_batch)?;
     let row: Option<(i32, i64, i64, i64)> = cached_sql::<(Integer, BigInt, BigInt, BigInt)>(read_day)
         .bind::<Date, _>(date.day())
         .bind::<Date, _>(date.day())
@@ -123,7 +125,7 @@ fn read_day(
     let Some((capacity, confirmed, mine, live)) = row else { return Ok(None) };
     let mut booked: HashSet<i64> = if mine > 0 { HashSet::from([users[0]]) } else { HashSet::new() };
     if let Some(others) = users.get(1..).filter(|others| !others.is_empty()) {
-        let (sql, others) = READ_BOOKED.padded(others).ok_or_else(too_long)?;
+        let (sql, others) = READ_BOOKED.padded(others).ok_or_else(bad_batch)?;
         let found: Vec<i64> = cached_sql::<BigInt>(sql)
             .bind::<BigInt, _>(resource_id)
             .bind::<Date, _>(date.day())
