@@ -15,12 +15,21 @@ diesel::table! {
 }
 
 diesel::table! {
+    edit_lock_epochs (lock_key) {
+        #[max_length = 64]
+        lock_key -> Varchar,
+        last_epoch -> Bigint,
+    }
+}
+
+diesel::table! {
     edit_locks (lock_key) {
         #[max_length = 64]
         lock_key -> Varchar,
         owner_user_id -> Bigint,
         #[max_length = 64]
         owner_session -> Varchar,
+        epoch -> Bigint,
         acquired_at -> Datetime,
         heartbeat_at -> Datetime,
         expires_at -> Datetime,
@@ -149,6 +158,7 @@ diesel::joinable!(user_sessions -> users (user_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
+    edit_lock_epochs,
     edit_locks,
     order_lines,
     orders,

@@ -29,7 +29,10 @@
   }
 
   var timer = setInterval(function () {
-    fetch(url, { method: "PUT", credentials: "same-origin", headers: JSON_HEADERS })
+    // The epoch this page's lock was acquired in: once the lock is a later acquisition (ended
+    // and retaken, in another tab say), this page's input would overwrite what it never showed.
+    var beat = url + "?epoch=" + encodeURIComponent(form.dataset.lockEpoch);
+    fetch(beat, { method: "PUT", credentials: "same-origin", headers: JSON_HEADERS })
       .then(function (response) {
         if (response.ok) return response.json().then(function (lock) { lastBeat = lock.heartbeat_at; });
         return response.json().then(function (problem) {

@@ -37,6 +37,10 @@ pub enum EditLockError {
     Locked(Box<LockView>),
     #[error("edit lock {0} is not held by this session")]
     NotHeld(EditLockKey),
+    /// The saver holds the lock, but not the acquisition its editor was opened under: the lock
+    /// was taken over or ended and taken again (by this very session, in another tab) since.
+    #[error("edit lock {key} was acquired again since epoch {opened} (now {current})")]
+    Superseded { key: EditLockKey, opened: i64, current: i64 },
     #[error("no edit lock {0}")]
     NoSuchLock(EditLockKey),
     #[error("edit lock {0} is held by a batch job")]
@@ -93,6 +97,17 @@ impl AsProblem for EditLockError {
                      Acquire it first."
                 ),
             ),
+            Self::Superseded { key, opened, current } => Problem::new(
+                S::LOCKED,
+                "edit_lock_superseded",
+                format!(
+                    "The edit lock {key} was ended and taken again since this editor was opened \
+                     (opened under acquisition {opened}, now {current}). Nothing was saved: reopen the \
+                     editor to see the current state, then make your change again."
+                ),
+            )
+            .with("opened_epoch", *opened)
+            .with("epoch", *current),
             Self::NoSuchLock(key) => {
                 Problem::new(S::NOT_FOUND, "not_found", format!("Nobody holds the edit lock {key}."))
             }

@@ -75,6 +75,11 @@ pub struct LockView {
     #[diesel(sql_type = Text)]
     #[serde(skip)]
     pub owner_session: String,
+    /// Which acquisition of this key this is: higher than every one before it. A save presents
+    /// the epoch its editor was opened with, and is refused if the lock was acquired again since
+    /// (taken over, or ended and retaken, even by the same user in another tab).
+    #[diesel(sql_type = BigInt)]
+    pub epoch: i64,
     #[diesel(sql_type = Datetime)]
     #[serde(with = "crate::web::utc")]
     pub acquired_at: NaiveDateTime,
@@ -99,7 +104,7 @@ pub struct LockView {
 /// Every read of a lock goes through this projection, so "expired" means the same everywhere.
 pub(super) const LOCK_VIEW: &str = "SELECT l.lock_key AS `key`, l.owner_user_id, \
        u.username AS owner_username, u.display_name AS owner_display_name, l.owner_session, \
-       l.acquired_at, l.heartbeat_at, l.expires_at, l.held_by_batch, \
+       l.epoch, l.acquired_at, l.heartbeat_at, l.expires_at, l.held_by_batch, \
        l.expires_at <= NOW(6) AS expired, \
        TIMESTAMPDIFF(SECOND, l.acquired_at, NOW(6)) AS age_secs, \
        TIMESTAMPDIFF(SECOND, NOW(6), l.expires_at) AS remaining_secs \

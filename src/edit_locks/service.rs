@@ -99,6 +99,7 @@ fn insert_or_take_over(
         let current = row_for_update(conn, key)?;
         let acquired = match decide(current.as_ref(), owner, policy) {
             Decision::Insert => {
+                next_epoch(conn, key)?;
                 insert(conn, key, owner, ttl_micros, batch)?;
                 Acquired::New
             }
@@ -117,6 +118,7 @@ fn insert_or_take_over(
                     );
                     audit::record(conn, Some(owner.user_id), Action::EditLockExpired, key.as_str(), &detail)?;
                 }
+                next_epoch(conn, key)?;
                 hand_over(conn, key, owner, ttl_micros, batch)?;
                 Acquired::TookOver(Box::new(previous))
             }
@@ -141,14 +143,28 @@ fn insert(
 ) -> QueryResult<usize> {
     cached_sql::<()>(
         "INSERT INTO edit_locks \
-           (lock_key, owner_user_id, owner_session, acquired_at, heartbeat_at, expires_at, held_by_batch) \
-         VALUES (?, ?, ?, NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)",
+           (lock_key, owner_user_id, owner_session, epoch, acquired_at, heartbeat_at, expires_at, held_by_batch) \
+         VALUES (?, ?, ?, (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = ?), \
+           NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)",
     )
     .bind::<Text, _>(key.as_str())
     .bind::<BigInt, _>(owner.user_id)
     .bind::<Text, _>(&owner.session)
+    .bind::<Text, _>(key.as_str())
     .bind::<BigInt, _>(ttl_micros)
     .bind::<Bool, _>(batch)
+    .execute(conn)
+}
+
+/// Counts one more acquisition of `key`: its epoch, which [`insert`] and [`hand_over`] give the
+/// lock. Called under the key's named lock (and the upsert's row lock holds until commit), so no
+/// two acquisitions get the same number; the counter outlives the lock rows, which are deleted.
+fn next_epoch(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<usize> {
+    cached_sql::<()>(
+        "INSERT INTO edit_lock_epochs (lock_key, last_epoch) VALUES (?, 1) \
+         ON DUPLICATE KEY UPDATE last_epoch = last_epoch + 1",
+    )
+    .bind::<Text, _>(key.as_str())
     .execute(conn)
 }
 
@@ -161,8 +177,10 @@ fn hand_over(
     batch: bool,
 ) -> QueryResult<usize> {
     cached_sql::<()>(
-        "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, acquired_at = NOW(6), \
-           heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, held_by_batch = ? \
+        "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, \
+           epoch = (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = edit_locks.lock_key), \
+           acquired_at = NOW(6), heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, \
+           held_by_batch = ? \
          WHERE lock_key = ?",
     )
     .bind::<BigInt, _>(owner.user_id)
@@ -259,15 +277,21 @@ pub fn release(
 }
 
 /// Inside the caller's transaction: locks the edit-lock row `FOR UPDATE` and, if `owner` holds
-/// it unexpired, returns the token that proves it (see [`EditLockToken`]).
+/// it unexpired *in the acquisition `epoch`* (the one its editor was opened under), returns the
+/// token that proves it (see [`EditLockToken`]). The same owner in a later acquisition is
+/// refused ([`EditLockError::Superseded`]): whatever that editor showed may have changed since.
 pub fn claim(
     conn: &mut MysqlConnection,
     key: &EditLockKey,
     owner: &Owner,
+    epoch: i64,
 ) -> Result<EditLockToken, EditLockError> {
     match row_for_update(conn, key)? {
-        Some(row) if row.is_owned_by(owner) && !row.expired => {
+        Some(row) if row.is_owned_by(owner) && !row.expired && row.epoch == epoch => {
             Ok(EditLockToken { key: key.clone(), owner: owner.clone() })
+        }
+        Some(row) if row.is_owned_by(owner) && !row.expired => {
+            Err(EditLockError::Superseded { key: key.clone(), opened: epoch, current: row.epoch })
         }
         _ => Err(not_mine(conn, key, owner)?),
     }
@@ -388,6 +412,8 @@ pub struct Holder {
     pub owner_user_id: i64,
     #[diesel(sql_type = Text)]
     pub owner_session: String,
+    #[diesel(sql_type = BigInt)]
+    pub epoch: i64,
     #[diesel(sql_type = Bool)]
     pub held_by_batch: bool,
     /// `expires_at <= NOW(6)`, by the database clock.
@@ -403,7 +429,7 @@ impl Holder {
 
 fn row_for_update(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<Holder>> {
     cached_sql::<Untyped>(
-        "SELECT owner_user_id, owner_session, held_by_batch, expires_at <= NOW(6) AS expired \
+        "SELECT owner_user_id, owner_session, epoch, held_by_batch, expires_at <= NOW(6) AS expired \
          FROM edit_locks WHERE lock_key = ? FOR UPDATE",
     )
     .bind::<Text, _>(key.as_str())
@@ -463,7 +489,13 @@ mod tests {
     }
 
     fn held_by(user_id: i64, session: &str, expired: bool, batch: bool) -> Holder {
-        Holder { owner_user_id: user_id, owner_session: session.into(), held_by_batch: batch, expired }
+        Holder {
+            owner_user_id: user_id,
+            owner_session: session.into(),
+            epoch: 1,
+            held_by_batch: batch,
+            expired,
+        }
     }
 
     const ALL: [Policy; 3] = [Policy::FreeOrMine, Policy::TakeOverExpired, Policy::SeizeForBatch];

@@ -46,18 +46,20 @@ pub enum ThenLock {
 }
 
 /// Saves `changes` if — and only if — `owner` holds the resource's unexpired edit lock at the
-/// moment of the save. The check and the update are one transaction: the edit-lock row is locked
-/// `FOR UPDATE` first ([`service::claim`]), so a takeover or force release either committed
-/// before (and the save is refused) or waits until the save has committed.
+/// moment of the save, in the acquisition `epoch` the editor was opened under. The check and the
+/// update are one transaction: the edit-lock row is locked `FOR UPDATE` first
+/// ([`service::claim`]), so a takeover or force release either committed before (and the save
+/// is refused) or waits until the save has committed.
 pub fn save(
     conn: &mut MysqlConnection,
     resource_id: i64,
     owner: &Owner,
+    epoch: i64,
     changes: &ResourceChanges,
     then: ThenLock,
 ) -> Result<Resource, ResourceError> {
     crate::db::transaction(conn, |conn| {
-        let token = service::claim(conn, &EditLockKey::resource(resource_id), owner)?;
+        let token = service::claim(conn, &EditLockKey::resource(resource_id), owner, epoch)?;
         let saved = update(conn, &token, resource_id, changes)?;
         if then == ThenLock::Release {
             service::release_claimed(conn, token)?;
@@ -155,10 +157,11 @@ pub fn save_form(
     conn: &mut MysqlConnection,
     resource_id: i64,
     owner: &Owner,
+    epoch: i64,
     input: &ResourceInput,
 ) -> Result<FormSaved, ResourceError> {
     let saved = ResourceChanges::parse(input)
-        .and_then(|changes| save(conn, resource_id, owner, &changes, ThenLock::Release));
+        .and_then(|changes| save(conn, resource_id, owner, epoch, &changes, ThenLock::Release));
     let key = EditLockKey::resource(resource_id);
     let errors = match saved {
         Ok(_) => return Ok(FormSaved::Saved),
@@ -170,7 +173,7 @@ pub fn save_form(
             let resource = find(conn, resource_id)?;
             return Ok(FormSaved::Refused { resource, lock: Some(*lock), last_event: None });
         }
-        Err(ResourceError::EditLock(EditLockError::NotHeld(_))) => {
+        Err(ResourceError::EditLock(EditLockError::NotHeld(_) | EditLockError::Superseded { .. })) => {
             let resource = find(conn, resource_id)?;
             let last_event = audit::latest_for(conn, key.as_str())?;
             let lock = service::find(conn, &key)?;

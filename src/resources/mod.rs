@@ -35,6 +35,11 @@ pub enum ResourceError {
     Invalid(Vec<FieldError>),
     #[error("capacity {capacity} is below the {confirmed} confirmed bookings on {day}")]
     CapacityBelowBookings { capacity: i32, day: NaiveDate, confirmed: i64 },
+    /// A save without the epoch of the lock its editor was opened under (`Edit-Lock-Epoch`).
+    #[error("no edit-lock epoch")]
+    EpochRequired,
+    #[error("edit-lock epoch {0:?} is not a number")]
+    BadEpoch(String),
     #[error(transparent)]
     Infra(#[from] Infra),
 }
@@ -48,6 +53,17 @@ impl AsProblem for ResourceError {
             Self::NotFound(id) => {
                 Problem::new(S::NOT_FOUND, "not_found", format!("There is no resource with id {id}."))
             }
+            Self::EpochRequired => Problem::new(
+                S::PRECONDITION_REQUIRED,
+                "precondition_required",
+                "Send the Edit-Lock-Epoch header: the epoch of the edit lock you are saving under, \
+                 as acquiring it answered.",
+            ),
+            Self::BadEpoch(given) => Problem::new(
+                S::BAD_REQUEST,
+                "bad_epoch",
+                format!("The edit-lock epoch {given:?} is not a whole number."),
+            ),
             Self::Invalid(errors) => {
                 let message =
                     errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>();

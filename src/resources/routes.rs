@@ -315,18 +315,35 @@ async fn cancel_form(
     }
 }
 
-/// Save: only while holding the lock (checked in the save's own transaction). A refused save
-/// shows the user what they typed, and why it was refused.
+/// The editor's fields, and the epoch of the lock it was opened under (a hidden field).
+#[derive(Deserialize)]
+struct SaveForm {
+    #[serde(flatten)]
+    input: ResourceInput,
+    lock_epoch: Option<String>,
+}
+
+/// An edit-lock epoch as a client sent it.
+fn epoch(given: Option<&str>) -> Result<i64, ResourceError> {
+    let given = given.ok_or(ResourceError::EpochRequired)?.trim();
+    given.parse().map_err(|_| ResourceError::BadEpoch(given.chars().take(20).collect()))
+}
+
+/// Save: only while holding the lock the editor was opened under (checked in the save's own
+/// transaction). A refused save shows the user what they typed, and why it was refused.
 async fn save_form(
     user: SessionUser,
     ctx: PageContext,
     path: web::Path<i64>,
-    CsrfForm(input): CsrfForm<ResourceInput>,
+    CsrfForm(form): CsrfForm<SaveForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
-    let submitted = input.clone();
-    let saved = blocking(move || editing::save_form(&mut *pool.get()?, id, &owner, &submitted)).await?;
+    let lock_epoch = epoch(form.lock_epoch.as_deref())?;
+    let input = form.input;
+    let (saver, submitted) = (owner.clone(), input.clone());
+    let saved =
+        blocking(move || editing::save_form(&mut *pool.get()?, id, &saver, lock_epoch, &submitted)).await?;
     match saved {
         FormSaved::Saved => Ok(see_other(&format!("/resources/{id}"))),
         FormSaved::Invalid { resource, lock, errors } => {
@@ -343,6 +360,12 @@ async fn save_form(
         }
         FormSaved::Refused { resource, lock, last_event } => {
             let refused = Some(match &lock {
+                Some(mine) if mine.is_owned_by(&owner) && mine.epoch != lock_epoch => {
+                    "Your changes were NOT saved: the edit lock this page was opened under was ended \
+                     and taken again since (in another tab or window). Reopen the editor to see the \
+                     current state."
+                        .to_string()
+                }
                 Some(other) if !other.expired => format!(
                     "Your changes were NOT saved: your edit lock was taken over. {}",
                     crate::edit_locks::describe(other)
@@ -419,21 +442,34 @@ async fn acquire_json(
     })
 }
 
-/// Heartbeat: extend my lock by the TTL.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeartbeatQuery {
+    /// The epoch the caller's editor was opened under: 423 once the lock is a later one.
+    epoch: Option<i64>,
+}
+
+/// Heartbeat: extend my lock by the TTL. With `epoch`, a page whose lock was ended and taken
+/// again since (by this session, in another tab) learns it: 423 `edit_lock_superseded`.
 #[utoipa::path(put, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
-    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
-    responses((status = 200, body = LockView), (status = 423, description = "not mine (taken over, released or expired)", body = ErrorBody),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id"),
+           ("epoch" = Option<i64>, Query, description = "The epoch the caller's editor was opened under")),
+    responses((status = 200, body = LockView), (status = 423, description = "not mine (taken over, released or expired), or edit_lock_superseded", body = ErrorBody),
               (status = 403, description = "staff only", body = ErrorBody)))]
 async fn heartbeat_json(
     user: SessionUser,
     path: web::Path<i64>,
+    query: web::Query<HeartbeatQuery>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
     let (pool, ttl, id) = (state.pool.clone(), state.config.edit_lock_ttl, resource_id(path)?);
-    let lock =
-        blocking(move || service::heartbeat(&mut *pool.get()?, ttl, &EditLockKey::resource(id), &owner))
-            .await?;
+    let key = EditLockKey::resource(id);
+    let lock = blocking(move || service::heartbeat(&mut *pool.get()?, ttl, &key, &owner)).await?;
+    if let Some(opened) = query.epoch.filter(|opened| *opened != lock.epoch) {
+        let key = EditLockKey::resource(id);
+        return Err(EditLockError::Superseded { key, opened, current: lock.epoch }.into());
+    }
     Ok(HttpResponse::Ok().json(lock))
 }
 
@@ -476,20 +512,27 @@ struct ResourcePatch {
     capacity: Option<i64>,
 }
 
-/// Changes a resource; only the holder of its edit lock may (423 otherwise). The lock is kept.
+/// Changes a resource; only the holder of its edit lock may, and only under the acquisition named
+/// by `Edit-Lock-Epoch` (423 otherwise). The lock is kept.
 #[utoipa::path(patch, path = "/api/v1/resources/{id}", tag = "resources", request_body = ResourcePatch,
-    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id"),
+           ("Edit-Lock-Epoch" = i64, Header, description = "The epoch of the edit lock, as acquiring it answered")),
     responses((status = 200, body = Resource),
+              (status = 400, description = "bad_epoch", body = ErrorBody),
               (status = 422, description = "invalid input, or capacity below a future day's bookings", body = ErrorBody),
-              (status = 423, description = "edit_locked: only the lock holder may save", body = ErrorBody),
+              (status = 423, description = "edit_locked: only the lock holder may save; edit_lock_superseded: the lock was acquired again since that epoch", body = ErrorBody),
+              (status = 428, description = "precondition_required: no Edit-Lock-Epoch", body = ErrorBody),
               (status = 403, description = "staff only", body = ErrorBody)))]
 async fn patch_json(
     user: SessionUser,
     path: web::Path<i64>,
+    request: actix_web::HttpRequest,
     body: web::Json<ResourcePatch>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
+    let header = request.headers().get("Edit-Lock-Epoch").map(|value| value.to_str().unwrap_or("?"));
+    let lock_epoch = epoch(header)?;
     let body = body.into_inner();
     let input = ResourceInput {
         name: body.name,
@@ -501,7 +544,7 @@ async fn patch_json(
     let saved = blocking(move || {
         let mut conn = pool.get()?;
         editing::find(&mut conn, id)?;
-        editing::save(&mut conn, id, &owner, &changes, ThenLock::Keep)
+        editing::save(&mut conn, id, &owner, lock_epoch, &changes, ThenLock::Keep)
     })
     .await?;
     Ok(HttpResponse::Ok().json(saved))

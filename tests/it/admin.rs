@@ -12,7 +12,7 @@ use haita::locking::Turn;
 use rand::Rng;
 use serde_json::{Value, json};
 
-use crate::common::{Client, TestApp, TestUser, error_code, invariants};
+use crate::common::{Client, TestApp, TestUser, error_code, invariants, lock_epoch_in};
 
 async fn logged_in(app: &TestApp, name: &str, role: Role) -> (TestUser, Client) {
     let user = app.user(name, role);
@@ -45,7 +45,9 @@ async fn a_force_release_refuses_the_holders_save_shows_their_input_and_is_audit
     let (_, carol) = logged_in(&app, "carol", Role::Staff).await;
     let (_, admin) = logged_in(&app, "root", Role::Admin).await;
     let key = format!("resource:{resource}");
-    assert_eq!(carol.open_editor(resource).await.status(), 200);
+    let editor = carol.open_editor(resource).await;
+    assert_eq!(editor.status(), 200);
+    let epoch = lock_epoch_in(&editor.text().await.expect("page")).expect("the editor names its epoch");
 
     let screen = admin.get("/admin/locks").await.text().await.expect("page");
     assert!(screen.contains(&format!("data-key=\"{key}\"")) && screen.contains("carol"), "listed");
@@ -66,6 +68,7 @@ async fn a_force_release_refuses_the_holders_save_shows_their_input_and_is_audit
             &format!("/resources/{resource}/edit"),
             &[
                 ("csrf_token", &token),
+                ("lock_epoch", &epoch),
                 ("name", "Board room"),
                 ("description", "typed for an hour"),
                 ("capacity", "6"),
@@ -89,15 +92,15 @@ async fn a_force_release_refuses_the_holders_save_shows_their_input_and_is_audit
     assert!(newest["detail"].as_str().is_some_and(|d| d.contains("carol went home") && d.contains("carol")));
 
     // The same through the JSON API; the holder's PATCH is refused afterwards.
-    assert_eq!(
-        carol.post_json(&format!("/api/v1/resources/{resource}/edit-lock"), &json!({})).await.status(),
-        201
-    );
+    let acquired = carol.post_json(&format!("/api/v1/resources/{resource}/edit-lock"), &json!({})).await;
+    assert_eq!(acquired.status(), 201);
+    let lock: Value = acquired.json().await.expect("lock");
     let path = format!("/api/v1/admin/edit-locks/{key}?reason=stuck%20client");
     assert_eq!(admin.send(reqwest::Method::DELETE, &path).await.status(), 200);
     let patch = carol
         .http
         .patch(carol.url(&format!("/api/v1/resources/{resource}")))
+        .header("Edit-Lock-Epoch", lock["epoch"].to_string())
         .json(&json!({"capacity": 6}))
         .send()
         .await

@@ -28,12 +28,21 @@ async fn patch(client: &Client, resource: i64, body: &Value) -> reqwest::Respons
     patch_text(client, resource, body.to_string()).await
 }
 
-/// A PATCH whose JSON is written by hand (e.g. with escapes serde would not produce).
+/// A PATCH whose JSON is written by hand (e.g. with escapes serde would not produce), under
+/// the lock's current epoch (see [`patch_under`]).
 async fn patch_text(client: &Client, resource: i64, json: String) -> reqwest::Response {
+    let lock: Value = client.get(&lock_url(resource)).await.json().await.unwrap_or(Value::Null);
+    let epoch = lock["epoch"].as_i64().unwrap_or(0).to_string();
+    patch_under(client, resource, &epoch, json).await
+}
+
+/// A PATCH that names the edit-lock epoch `epoch` (what the client was told when it acquired).
+async fn patch_under(client: &Client, resource: i64, epoch: &str, json: String) -> reqwest::Response {
     client
         .http
         .patch(client.url(&format!("/api/v1/resources/{resource}")))
         .header("Content-Type", "application/json")
+        .header("Edit-Lock-Epoch", epoch)
         .body(json)
         .send()
         .await
@@ -45,7 +54,8 @@ fn same_session(client: &Client) -> Client {
     Client { http: client.http.clone(), base: client.base.clone() }
 }
 
-/// Posts the edit form of `resource` as a browser would, with the page's CSRF token.
+/// Posts the edit form of `resource` as a browser would, with the page's CSRF token and the
+/// lock epoch of the editor as it would be shown now.
 async fn save_form(
     client: &Client,
     resource: i64,
@@ -53,13 +63,28 @@ async fn save_form(
     description: &str,
     capacity: &str,
 ) -> reqwest::Response {
+    let epoch = client.editor_epoch(resource).await;
+    save_form_under(client, resource, &epoch, name, description, capacity).await
+}
+
+/// The edit form of a page opened under the lock epoch `epoch`.
+async fn save_form_under(
+    client: &Client,
+    resource: i64,
+    epoch: &str,
+    name: &str,
+    description: &str,
+    capacity: &str,
+) -> reqwest::Response {
     let token = client.csrf_token("/").await;
-    client
-        .post_form(
-            &format!("/resources/{resource}/edit"),
-            &[("csrf_token", &token), ("name", name), ("description", description), ("capacity", capacity)],
-        )
-        .await
+    let fields = [
+        ("csrf_token", token.as_str()),
+        ("lock_epoch", epoch),
+        ("name", name),
+        ("description", description),
+        ("capacity", capacity),
+    ];
+    client.post_form(&format!("/resources/{resource}/edit"), &fields).await
 }
 
 #[actix_web::test]
@@ -395,4 +420,89 @@ async fn a_late_release_from_a_reloaded_page_does_not_end_the_renewed_lock() {
     let bad =
         carol.send(reqwest::Method::DELETE, &format!("{}?if_heartbeat=yesterday", lock_url(resource))).await;
     assert_eq!(bad.status(), 400, "a malformed time is refused, not guessed");
+}
+
+/// Fencing (invariant 7 for one owner in several tabs): every acquisition of a lock gets a
+/// higher epoch, and a save must name the one its editor was opened under.
+///
+/// Carol opens the editor (tab 1). An admin force-releases her lock; she opens the editor again
+/// in a second tab of the same browser session, which takes the lock anew. Tab 1 — paused all
+/// this time, a laptop lid closed — now saves: same user, same session, lock held, and still
+/// refused (423, her input shown back), because tab 1 never saw what tab 2 may have changed.
+/// Tab 1's heartbeat learns it too. Tab 2 saves.
+///
+/// Then a save in flight: a takeover's transaction holds the lock row while carol's API save
+/// arrives; the save waits for it (the row is read `FOR UPDATE` in the save's own transaction),
+/// sees the new acquisition once it commits, and is refused. Nothing is written either time.
+#[actix_web::test]
+async fn a_save_from_an_editor_opened_under_an_earlier_acquisition_is_refused() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Fenced room", 4);
+    let key = format!("resource:{resource}");
+    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let (_, admin) = logged_in(&app, 0, "root", Role::Admin).await;
+    let tab1 = carol.open_editor(resource).await.text().await.expect("editor");
+    let first = crate::common::lock_epoch_in(&tab1).expect("tab 1 names its epoch");
+
+    let token = admin.csrf_token("/").await;
+    let fields = [("csrf_token", token.as_str()), ("key", key.as_str()), ("reason", "stuck")];
+    assert_eq!(admin.post_form("/admin/edit-locks/force-release", &fields).await.status(), 303);
+    let tab2 = same_session(&carol);
+    let second =
+        crate::common::lock_epoch_in(&tab2.open_editor(resource).await.text().await.expect("editor"))
+            .expect("tab 2 names its epoch");
+    assert!(
+        second.parse::<i64>().expect("number") > first.parse::<i64>().expect("number"),
+        "{first} → {second}"
+    );
+    assert!(invariants::edit_lock_owner(&app.db, &key).is_some(), "carol holds the lock again");
+
+    let refused = save_form_under(&carol, resource, &first, "Renamed in tab 1", "typed in tab 1", "9").await;
+    assert_eq!(refused.status(), 423);
+    let page = refused.text().await.expect("page");
+    assert!(page.contains("NOT saved") && page.contains("taken again since"), "told why: {page}");
+    assert!(
+        page.contains("value=\"Renamed in tab 1\"") && page.contains("typed in tab 1"),
+        "input shown back"
+    );
+    let beat = carol.send(reqwest::Method::PUT, &format!("{}?epoch={first}", lock_url(resource))).await;
+    assert_eq!((beat.status().as_u16(), error_code(beat).await.as_str()), (423, "edit_lock_superseded"));
+    let resource_now: Value = carol.get("/api/v1/resources").await.json().await.expect("resources");
+    let stored = resource_now.as_array().expect("list").iter().find(|r| r["id"] == resource).cloned();
+    assert_eq!(
+        stored.as_ref().map(|r| (r["name"].clone(), r["version"].clone())),
+        Some((json!("Fenced room"), json!(1)))
+    );
+
+    let api = patch_under(&carol, resource, &second, json!({"capacity": 5}).to_string()).await;
+    assert_eq!(api.status(), 200, "tab 2's epoch is the lock's");
+
+    // In flight: a takeover (by carol's own session, as tab 3 would make it) holds the row.
+    use diesel::connection::SimpleConnection;
+    let mut takeover = app.db.raw_connection();
+    takeover
+        .batch_execute(&format!(
+            "START TRANSACTION; SELECT epoch FROM edit_locks WHERE lock_key = '{key}' FOR UPDATE"
+        ))
+        .expect("takeover starts");
+    let saving = {
+        let (carol, second) = (same_session(&carol), second.clone());
+        actix_web::rt::spawn(async move {
+            let response = patch_under(&carol, resource, &second, json!({"capacity": 6}).to_string()).await;
+            (response.status().as_u16(), error_code(response).await)
+        })
+    };
+    invariants::wait_until_a_transaction_waits_for_a_lock(&app.db).await;
+    takeover
+        .batch_execute(&format!(
+            "UPDATE edit_lock_epochs SET last_epoch = last_epoch + 1 WHERE lock_key = '{key}'; \
+             UPDATE edit_locks SET epoch = (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = '{key}'), \
+               acquired_at = NOW(6), heartbeat_at = NOW(6) WHERE lock_key = '{key}'; \
+             COMMIT"
+        ))
+        .expect("takeover commits");
+    assert_eq!(saving.await.expect("save task"), (423, "edit_lock_superseded".to_string()));
+    let capacity: Value = carol.get("/api/v1/resources").await.json().await.expect("resources");
+    let stored = capacity.as_array().expect("list").iter().find(|r| r["id"] == resource).cloned();
+    assert_eq!(stored.map(|r| r["capacity"].clone()), Some(json!(5)), "only tab 2's save was applied");
 }

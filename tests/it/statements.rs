@@ -204,8 +204,8 @@ fn an_edit_lock_prepares_nothing_in_steady_state() {
     };
     cycle();
     let counted = Commands::of(&pool, || (0..5).for_each(|_| cycle()));
-    // Acquire: GET_LOCK, START TRANSACTION, the row FOR UPDATE, INSERT, the lock as shown,
-    // the audit event, COMMIT, RELEASE_LOCK. Heartbeat: UPDATE, the lock as shown. Release:
-    // START TRANSACTION, DELETE, the audit event, COMMIT.
-    counted.assert_cached(5 * 14);
+    // Acquire: GET_LOCK, START TRANSACTION, the row FOR UPDATE, the next epoch, INSERT, the
+    // lock as shown, the audit event, COMMIT, RELEASE_LOCK. Heartbeat: UPDATE, the lock as
+    // shown. Release: START TRANSACTION, DELETE, the audit event, COMMIT.
+    counted.assert_cached(5 * 15);
 }

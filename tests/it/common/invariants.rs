@@ -126,6 +126,32 @@ struct Expired {
     expired: bool,
 }
 
+#[derive(QueryableByName)]
+struct Waiting {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+/// Waits (bounded) until a transaction on this test's database waits for a row lock: the
+/// moment a request is known to be blocked behind a transaction the test holds open.
+pub async fn wait_until_a_transaction_waits_for_a_lock(db: &TestDb) {
+    let mut conn = db.raw_connection();
+    for _ in 0..300 {
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(20)).await;
+        let waiting: Waiting = diesel::sql_query(
+            "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
+             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
+        )
+        .get_result(&mut conn)
+        .expect("lock waits");
+        if waiting.n > 0 {
+            return;
+        }
+    }
+    panic!("no transaction came to wait for a lock within 6 s");
+}
+
 /// Waits (bounded) until the database clock has passed the lock's expiry. Tests give the app a
 /// short TTL and ask the database, never comparing wall-clock durations themselves.
 pub fn wait_until_edit_lock_expired(db: &TestDb, key: &str) {

@@ -318,6 +318,13 @@ impl Client {
         self.get(&path).await
     }
 
+    /// The edit-lock epoch the editor of `resource` would post now, as a browser reads it from
+    /// the page (its hidden `lock_epoch` field); "0" when the page is not the editor.
+    pub async fn editor_epoch(&self, resource: i64) -> String {
+        let page = self.get(&format!("/resources/{resource}/edit")).await.text().await.expect("page");
+        lock_epoch_in(&page).unwrap_or_else(|| "0".into())
+    }
+
     /// The admin listing's entry for the live named lock `name` (this client is an admin).
     pub async fn listed_named_lock(&self, name: &str) -> Value {
         let listing: Value = self.get("/api/v1/admin/locks").await.json().await.expect("json");
@@ -351,6 +358,12 @@ impl Client {
         )
         .await
     }
+}
+
+/// The value of the editor's hidden `lock_epoch` field in `page`, if it has one.
+pub fn lock_epoch_in(page: &str) -> Option<String> {
+    let (_, after) = page.split_once("name=\"lock_epoch\" value=\"")?;
+    after.split_once('"').map(|(value, _)| value.to_string())
 }
 
 /// Reads a JSON error body and returns its `error` code.
