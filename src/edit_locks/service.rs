@@ -104,7 +104,7 @@ fn insert_or_take_over(
                 Acquired::New
             }
             Decision::Renew { was_expired } => {
-                extend(conn, key, owner, ttl_micros, false)?;
+                extend(conn, key, owner, ttl_micros, false, None)?;
                 Acquired::Renewed { was_expired }
             }
             Decision::TakeOver => {
@@ -228,17 +228,24 @@ fn audit_entry(acquired: &Acquired, lock: &LockView, batch: bool) -> (Action, St
 
 /// Pushes back the expiry of `owner`'s lock: the page's heartbeat. Only an unexpired lock is
 /// extended: once expired it may already have been seen as free, so the owner must acquire it
-/// again (and may find someone else did).
+/// again (and may find someone else did). With `epoch`, only the acquisition the caller's page
+/// was opened under: a later one of the same owner is refused, and left as it was.
 pub fn heartbeat(
     conn: &mut MysqlConnection,
     ttl: Duration,
     key: &EditLockKey,
     owner: &Owner,
+    epoch: Option<i64>,
 ) -> Result<LockView, EditLockError> {
-    if extend(conn, key, owner, micros(ttl), true)? {
+    if extend(conn, key, owner, micros(ttl), true, epoch)? {
         return find(conn, key)?.ok_or_else(|| EditLockError::NotHeld(key.clone()));
     }
-    Err(not_mine(conn, key, owner)?)
+    match (find(conn, key)?, epoch) {
+        (Some(mine), Some(opened)) if mine.is_owned_by(owner) && !mine.expired && mine.epoch != opened => {
+            Err(EditLockError::Superseded { key: key.clone(), opened, current: mine.epoch })
+        }
+        _ => Err(not_mine(conn, key, owner)?),
+    }
 }
 
 /// Releases `owner`'s own lock (Cancel, leaving the page, the API's DELETE). Answers whether
@@ -437,24 +444,28 @@ fn row_for_update(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<
     .optional()
 }
 
-/// Moves `owner`'s expiry to `ttl` from now; `only_unexpired` refuses to revive an expired lock.
+/// Moves `owner`'s expiry to `ttl` from now; `only_unexpired` refuses to revive an expired lock,
+/// `epoch` (when given) any acquisition but that one.
 fn extend(
     conn: &mut MysqlConnection,
     key: &EditLockKey,
     owner: &Owner,
     ttl_micros: i64,
     only_unexpired: bool,
+    epoch: Option<i64>,
 ) -> QueryResult<bool> {
     let changed = cached_sql::<()>(
         "UPDATE edit_locks SET heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND \
          WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
-           AND (? = FALSE OR expires_at > NOW(6))",
+           AND (? = FALSE OR expires_at > NOW(6)) AND (? IS NULL OR epoch = ?)",
     )
     .bind::<BigInt, _>(ttl_micros)
     .bind::<Text, _>(key.as_str())
     .bind::<BigInt, _>(owner.user_id)
     .bind::<Text, _>(&owner.session)
     .bind::<Bool, _>(only_unexpired)
+    .bind::<Nullable<BigInt>, _>(epoch)
+    .bind::<Nullable<BigInt>, _>(epoch)
     .execute(conn)?;
     Ok(changed == 1)
 }

@@ -464,12 +464,8 @@ async fn heartbeat_json(
 ) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
     let (pool, ttl, id) = (state.pool.clone(), state.config.edit_lock_ttl, resource_id(path)?);
-    let key = EditLockKey::resource(id);
-    let lock = blocking(move || service::heartbeat(&mut *pool.get()?, ttl, &key, &owner)).await?;
-    if let Some(opened) = query.epoch.filter(|opened| *opened != lock.epoch) {
-        let key = EditLockKey::resource(id);
-        return Err(EditLockError::Superseded { key, opened, current: lock.epoch }.into());
-    }
+    let (key, epoch) = (EditLockKey::resource(id), query.epoch);
+    let lock = blocking(move || service::heartbeat(&mut *pool.get()?, ttl, &key, &owner, epoch)).await?;
     Ok(HttpResponse::Ok().json(lock))
 }
 

@@ -465,8 +465,10 @@ async fn a_save_from_an_editor_opened_under_an_earlier_acquisition_is_refused() 
         page.contains("value=\"Renamed in tab 1\"") && page.contains("typed in tab 1"),
         "input shown back"
     );
+    let expiry = invariants::edit_lock_expiry(&app.db, &key);
     let beat = carol.send(reqwest::Method::PUT, &format!("{}?epoch={first}", lock_url(resource))).await;
     assert_eq!((beat.status().as_u16(), error_code(beat).await.as_str()), (423, "edit_lock_superseded"));
+    assert_eq!(invariants::edit_lock_expiry(&app.db, &key), expiry, "a refused heartbeat extends nothing");
     let resource_now: Value = carol.get("/api/v1/resources").await.json().await.expect("resources");
     let stored = resource_now.as_array().expect("list").iter().find(|r| r["id"] == resource).cloned();
     assert_eq!(
