@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod deadlocks;
 pub mod edit_locks;
 pub mod infra;
 pub mod inventory;

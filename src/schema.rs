@@ -15,6 +15,20 @@ diesel::table! {
 }
 
 diesel::table! {
+    deadlock_reports (id) {
+        id -> Bigint,
+        #[max_length = 64]
+        fingerprint -> Char,
+        section -> Mediumtext,
+        #[max_length = 64]
+        seen_by -> Varchar,
+        #[max_length = 255]
+        outcome -> Nullable<Varchar>,
+        recorded_at -> Datetime,
+    }
+}
+
+diesel::table! {
     edit_lock_epochs (lock_key) {
         #[max_length = 64]
         lock_key -> Varchar,
@@ -158,6 +172,7 @@ diesel::joinable!(user_sessions -> users (user_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
+    deadlock_reports,
     edit_lock_epochs,
     edit_locks,
     order_lines,

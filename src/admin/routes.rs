@@ -46,7 +46,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 struct Locks {
     edit_locks: Vec<AdminEditLock>,
     named_locks: Listing,
+    /// The latest deadlocks this application's transactions lost, newest first.
+    deadlocks: Vec<crate::deadlocks::Report>,
 }
+
+/// How many deadlock reports the screen shows.
+const DEADLOCKS_SHOWN: i64 = 10;
 
 /// An edit lock as the admin sees it: with the owner's session (its first characters).
 #[derive(Serialize, utoipa::ToSchema)]
@@ -64,7 +69,9 @@ async fn load_locks(state: &AppState) -> Result<Locks, AdminError> {
             .into_iter()
             .map(|lock| AdminEditLock { session: lock.session_hint().to_string(), lock })
             .collect();
-        Ok(Locks { edit_locks, named_locks: named_locks::list(&mut conn, pool.names())? })
+        let named_locks = named_locks::list(&mut conn, pool.names())?;
+        let deadlocks = crate::deadlocks::recent(&mut conn, DEADLOCKS_SHOWN)?;
+        Ok(Locks { edit_locks, named_locks, deadlocks })
     })
     .await
 }

@@ -269,7 +269,15 @@ pub fn book_batch(
         // request: each is served on its own, in order, under the same lock.
         Err(batch_failed) if batch_failed.lock_conflict() == Some(LockConflict::Deadlock) => {
             log::warn!("a batch of {} bookings deadlocked; serving each on its own", tickets.len());
-            tickets.iter().map(|ticket| insert_if_free(&mut held, ticket, resource_id, date)).collect()
+            let report = crate::deadlocks::capture(held.conn(), pool.url(), "booking batch");
+            let answers: Vec<_> =
+                tickets.iter().map(|ticket| insert_if_free(&mut held, ticket, resource_id, date)).collect();
+            if let Some(report) = report {
+                let booked = answers.iter().filter(|a| a.is_ok()).count();
+                let outcome = format!("served one by one: {booked} of {} booked", tickets.len());
+                crate::deadlocks::settle(held.conn(), report, &outcome);
+            }
+            answers
         }
         // Anything else (a row lock held past its timeout, a lost connection) would meet every
         // single request too; the callers answer it, each within its own deadline.

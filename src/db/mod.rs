@@ -50,6 +50,8 @@ pub struct DbPool {
     health: Arc<Health>,
     names: Namespace,
     timeout: Duration,
+    /// For the one statement read outside diesel (`crate::deadlocks`). Never shown or logged.
+    url: Arc<str>,
 }
 
 /// How long a checkout waits while the server is known to be unreachable.
@@ -107,6 +109,11 @@ impl DbPool {
             self.health.mark_up();
         }
         Ok(())
+    }
+
+    /// The database URL the pool connects with (credentials included: never show it).
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// The lock names of this database's deployment (named locks are server-wide).
@@ -272,7 +279,13 @@ pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
         .error_handler(Box::new(MarkDown(Arc::clone(&health))))
         .event_handler(Box::new(MarkUp(Arc::clone(&health))))
         .build(ConnectionManager::new(&config.database_url))?;
-    Ok(DbPool { pool, health, names: Namespace::for_url(&config.database_url), timeout: config.pool_timeout })
+    Ok(DbPool {
+        pool,
+        health,
+        names: Namespace::for_url(&config.database_url),
+        timeout: config.pool_timeout,
+        url: config.database_url.as_str().into(),
+    })
 }
 
 /// Splits `mysql://…/name?opts` into the server URL (no database) and the database name.

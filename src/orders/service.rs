@@ -11,7 +11,7 @@ use super::model::{Cart, Order};
 use crate::db::cached::ListStatements;
 use crate::db::{DbPool, cached_sql};
 use crate::inventory::model::{MovementReason, NewStockMovement};
-use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
+use crate::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
 use crate::schema::{order_lines, orders, products, stock_levels};
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -60,9 +60,22 @@ pub fn place_order(
     cart: &Cart,
 ) -> Result<Placed, OrderError> {
     let mut conn = pool.get()?;
+    let mut evidence = Vec::new();
     let attempted = retry_on_lock_conflict(policy, || {
-        crate::db::transaction(&mut conn, |conn| take_from_stock(conn, user_id, cart))
+        let attempt = crate::db::transaction(&mut conn, |conn| take_from_stock(conn, user_id, cart));
+        if matches!(&attempt, Err(e) if e.lock_conflict() == Some(LockConflict::Deadlock)) {
+            // Read before the retry: the next deadlock on the server would overwrite it.
+            evidence.extend(crate::deadlocks::capture(&mut conn, pool.url(), "order"));
+        }
+        attempt
     });
+    for report in evidence {
+        let outcome = match &attempted.result {
+            Ok(order) => format!("retried: order {} placed on attempt {}", order.id, attempted.attempts),
+            Err(e) => format!("retried: gave up after attempt {} ({e})", attempted.attempts),
+        };
+        crate::deadlocks::settle(&mut conn, report, &outcome);
+    }
     Ok(Placed { order: attempted.result?, attempts: attempted.attempts })
 }
 

@@ -258,3 +258,60 @@ async fn orders_and_receipts_running_together_keep_stock_equal_to_the_ledger() {
     invariants::orders_match_ledger(&app.db);
     invariants::no_named_lock_left_held(&app.db);
 }
+
+/// A deadlock an order loses is kept as evidence: InnoDB's description, read right after the
+/// rollback, stored once, with what the retry did, and shown to the admin.
+///
+/// Orders lock their rows in product-id order and never deadlock with each other; another
+/// session (a maintenance script, say) locks the second product and then the first. InnoDB
+/// rolls back the transaction with less to undo, so that session first writes ballast rows.
+#[actix_web::test]
+async fn a_deadlock_an_order_loses_is_kept_for_the_admin_next_to_its_retry() {
+    let app = TestApp::spawn().await;
+    let (first, second) = (app.product("DL-FIRST", 100, 5), app.product("DL-SECOND", 100, 5));
+    let client = logged_in_clients(&app, 1).await.remove(0);
+    let admin = app.client(0);
+    admin.login(&app.user("root", Role::Admin)).await;
+
+    let mut other = app.db.raw_connection();
+    other
+        .batch_execute(
+            "CREATE TABLE ballast (n INT NOT NULL) ENGINE = InnoDB; START TRANSACTION; \
+             INSERT INTO ballast WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) \
+               SELECT n FROM s",
+        )
+        .expect("ballast");
+    let lock = |conn: &mut MysqlConnection, product: i64| {
+        diesel::sql_query("SELECT product_id FROM stock_levels WHERE product_id = ? FOR UPDATE")
+            .bind::<BigInt, _>(product)
+            .execute(conn)
+    };
+    lock(&mut other, second).expect("the other session holds the second row");
+
+    let ordering = actix_web::rt::spawn(async move {
+        let response = client.order(&[(first, 1), (second, 1)]).await;
+        let attempts =
+            response.headers().get("x-transaction-attempts").map(|v| v.to_str().unwrap_or("").to_string());
+        (response.status().as_u16(), attempts)
+    });
+    invariants::wait_until_a_transaction_waits_for_a_lock(&app.db).await;
+    // The order holds the first row and waits for the second: closing the cycle is a deadlock.
+    lock(&mut other, first).expect("the order, not this session, is rolled back");
+    other.batch_execute("COMMIT").expect("commit");
+    assert_eq!(ordering.await.expect("order task"), (201, Some("2".to_string())), "placed by its retry");
+
+    let listing: Value = admin.get("/api/v1/admin/locks").await.json().await.expect("json");
+    let reports = listing["deadlocks"].as_array().expect("deadlocks");
+    let report = reports.iter().find(|r| r["seen_by"] == "order").unwrap_or_else(|| panic!("{listing}"));
+    assert!(report["outcome"].as_str().is_some_and(|o| o.contains("placed on attempt 2")), "{report}");
+    let parties = report["deadlock"]["transactions"].as_array().expect("transactions");
+    assert_eq!(parties.len(), 2, "{report}");
+    let on_stock = |p: &Value| p["holds"].to_string().contains("`stock_levels`");
+    assert!(parties.iter().all(on_stock), "each held a stock row the other wanted: {report}");
+    let victim = report["deadlock"]["victim"].as_u64().expect("victim");
+    let rolled_back = parties.iter().find(|p| p["number"] == victim).expect("the victim is listed");
+    assert!(rolled_back["statement"].as_str().is_some_and(|s| s.contains("FOR UPDATE")), "{report}");
+    let page = admin.get("/admin/locks").await.text().await.expect("page");
+    assert!(page.contains("lost by the order") && page.contains("rolled back"), "shown on the screen");
+    invariants::stock_matches_ledger(&app.db);
+}
