@@ -42,6 +42,8 @@ pub struct Party {
     pub number: u32,
     /// InnoDB's transaction id, as its lock lines name it.
     pub trx_id: String,
+    /// The server connection (`CONNECTION_ID()`) that ran it.
+    pub thread_id: Option<i64>,
     /// The statement it was running when it had to wait.
     pub statement: String,
     /// Locks it held that the other one waited for: "index PRIMARY of table `db`.`t`, lock_mode X …".
@@ -81,21 +83,22 @@ pub fn parse(section: &str) -> Deadlock {
                 .to_string();
             // Then lines about tables and locks, the thread line, and the statement up to "***".
             let mut statement = Vec::new();
-            let mut in_statement = false;
+            let mut thread_id = None;
             while let Some(next) = lines.peek() {
                 if next.starts_with("***") {
                     break;
                 }
                 let next = lines.next().unwrap_or_default();
-                if in_statement {
+                if thread_id.is_some() {
                     statement.push(next.trim());
-                } else if next.contains(" thread id ") {
-                    in_statement = true;
+                } else if let Some((_, rest)) = next.split_once(" thread id ") {
+                    thread_id = rest.split(',').next().and_then(|id| id.trim().parse().ok());
                 }
             }
             transactions.push(Party {
                 number: number.parse().unwrap_or(0),
                 trx_id,
+                thread_id,
                 statement: statement.join(" ").trim().to_string(),
                 holds: Vec::new(),
                 waits_for: Vec::new(),
@@ -160,6 +163,13 @@ pub fn capture(conn: &mut MysqlConnection, url: &str, path: &str) -> Option<i64>
     };
     let captured = (|| -> QueryResult<Option<i64>> {
         let Some(section) = section(&status) else { return Ok(None) };
+        // Only the latest deadlock is kept: by now it may be another one, which is not ours to
+        // report (its own victim, if it is one of ours, reports it).
+        let me = crate::locking::sql::own_connection_id(conn)?;
+        if !parse(section).transactions.iter().any(|party| party.thread_id == Some(me)) {
+            log::info!("the latest deadlock on the server is not the one connection {me} lost");
+            return Ok(None);
+        }
         cached_sql::<()>(
             "INSERT IGNORE INTO deadlock_reports (fingerprint, section, seen_by, recorded_at) \
              VALUES (SHA2(?, 256), ?, ?, ?)",
@@ -313,6 +323,7 @@ Trx id counter 2750300
                     Party {
                         number: 1,
                         trx_id: "2750214".into(),
+                        thread_id: Some(24648),
                         statement: "UPDATE t SET v=2 WHERE id=1".into(),
                         holds: vec![lock.clone()],
                         waits_for: vec![lock.clone()],
@@ -320,6 +331,7 @@ Trx id counter 2750300
                     Party {
                         number: 2,
                         trx_id: "2750003".into(),
+                        thread_id: Some(24628),
                         statement: "UPDATE t SET v=1 WHERE id=2".into(),
                         holds: vec![lock.clone()],
                         waits_for: vec![lock],
