@@ -15,6 +15,7 @@ pub mod config;
 pub mod db;
 pub mod deadlocks;
 pub mod edit_locks;
+pub mod idempotency;
 pub mod infra;
 pub mod inventory;
 #[cfg(feature = "lab")]
@@ -61,6 +62,7 @@ pub fn prepare_database(config: &Config) -> anyhow::Result<DbPool> {
 pub struct Application {
     port: u16,
     server: Server,
+    pool: DbPool,
 }
 
 impl Application {
@@ -70,7 +72,7 @@ impl Application {
         let port = listener.local_addr()?.port();
         let key = session_key(&config)?;
         let (workers, blocking_threads) = (config.workers, config.blocking_threads);
-        let state = aweb::Data::new(AppState::new(pool, config));
+        let state = aweb::Data::new(AppState::new(pool.clone(), config));
         // One per instance, shared by its workers: at most one demo race at a time.
         #[cfg(feature = "lab")]
         let race_slot = aweb::Data::new(lab::demo::routes::RaceSlot::default());
@@ -112,7 +114,7 @@ impl Application {
             None => server,
         };
         let server = server.listen(listener)?.run();
-        Ok(Self { port, server })
+        Ok(Self { port, server, pool })
     }
 
     pub fn port(&self) -> u16 {
@@ -124,8 +126,34 @@ impl Application {
         self.server.handle()
     }
 
+    /// Serves until stopped, with the housekeeping that keeps tables from growing: expired
+    /// idempotency keys are deleted every few minutes (any instance may do it; deleting twice
+    /// is harmless).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let housekeeping = actix_web::rt::spawn(housekeeping(self.pool));
+        let served = self.server.await;
+        housekeeping.abort();
+        served
+    }
+}
+
+/// How often [`housekeeping`] runs.
+const HOUSEKEEPING_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
+async fn housekeeping(pool: DbPool) {
+    let mut every = actix_web::rt::time::interval(HOUSEKEEPING_EVERY);
+    loop {
+        every.tick().await;
+        let pool = pool.clone();
+        match aweb::block(move || idempotency::purge_expired(&mut *pool.get()?).map_err(anyhow::Error::from))
+            .await
+        {
+            Ok(Ok(0)) => {}
+            Ok(Ok(purged)) => log::info!("deleted {purged} expired idempotency keys"),
+            // The database may be down for a while; the next round tries again.
+            Ok(Err(e)) => log::warn!("deleting expired idempotency keys failed: {e}"),
+            Err(e) => log::warn!("housekeeping could not run: {e}"),
+        }
     }
 }
 

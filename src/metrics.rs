@@ -36,6 +36,8 @@ pub struct Metrics {
     /// Sessions checked per query (`auth::session::SessionChecks`): with the batches above, how
     /// many blocking hops a booking request costs (one per batch of each).
     pub session_check_batch_size: Histogram,
+    /// Requests answered from a stored answer: retries with an `Idempotency-Key` already used.
+    pub idempotent_replays: IntCounter,
     pool_connections: IntGauge,
     pool_idle: IntGauge,
 }
@@ -85,6 +87,10 @@ fn build() -> Result<Metrics, prometheus::Error> {
             HistogramOpts::new("session_check_batch_size", "Sessions checked per query")
                 .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
         )?,
+        idempotent_replays: IntCounter::new(
+            "idempotent_replays_total",
+            "Requests answered with the stored answer of their Idempotency-Key",
+        )?,
         pool_connections: IntGauge::new("pool_connections", "Open connections in this instance's pool")?,
         pool_idle: IntGauge::new("pool_idle_connections", "Idle connections in this instance's pool")?,
         registry,
@@ -100,6 +106,7 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry.register(Box::new(m.lock_waiters_refused.clone()))?;
     m.registry.register(Box::new(m.booking_batch_size.clone()))?;
     m.registry.register(Box::new(m.session_check_batch_size.clone()))?;
+    m.registry.register(Box::new(m.idempotent_replays.clone()))?;
     m.registry.register(Box::new(m.pool_connections.clone()))?;
     m.registry.register(Box::new(m.pool_idle.clone()))?;
     Ok(m)

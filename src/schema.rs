@@ -52,6 +52,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    idempotency_keys (user_id, idempotency_key) {
+        user_id -> Bigint,
+        #[max_length = 255]
+        idempotency_key -> Varchar,
+        #[max_length = 32]
+        fingerprint -> Binary,
+        outcome -> Nullable<Text>,
+        created_at -> Datetime,
+        expires_at -> Datetime,
+    }
+}
+
+diesel::table! {
     order_lines (order_id, product_id) {
         order_id -> Bigint,
         product_id -> Bigint,
@@ -147,6 +160,7 @@ diesel::table! {
 
 diesel::joinable!(audit_events -> users (actor_user_id));
 diesel::joinable!(edit_locks -> users (owner_user_id));
+diesel::joinable!(idempotency_keys -> users (user_id));
 diesel::joinable!(order_lines -> orders (order_id));
 diesel::joinable!(order_lines -> products (product_id));
 diesel::joinable!(orders -> users (user_id));
@@ -175,6 +189,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     deadlock_reports,
     edit_lock_epochs,
     edit_locks,
+    idempotency_keys,
     order_lines,
     orders,
     products,

@@ -131,7 +131,8 @@ impl Coalescer {
                 }
                 let turn = locks.turn(name, remaining).await?;
                 let pool = pool.clone();
-                actix_web::web::block(move || service::book(&pool, turn, &ticket, resource_id, date)).await?
+                actix_web::web::block(move || service::book(&pool, turn, &ticket, resource_id, date, None))
+                    .await?
             }
         }
     }

@@ -15,11 +15,14 @@ pub mod service;
 use actix_web::http::StatusCode;
 use chrono::NaiveDate;
 
+use crate::idempotency::{IdempotencyError, Refusal};
 use crate::infra::{Infra, infra_error};
 use crate::web::error::{AsProblem, Problem};
 use crate::web::input::{FIRST_DAY, LAST_DAY};
 
-#[derive(Debug, thiserror::Error)]
+/// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`
+/// (`crate::idempotency`); only refusals ([`Refusal::is_answer`]) ever are.
+#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum BookingError {
     #[error("invalid date {0:?}")]
     InvalidDate(String),
@@ -28,7 +31,7 @@ pub enum BookingError {
     #[error("{0} is beyond the booking horizon")]
     TooFarAhead(NaiveDate),
     #[error("invalid {0}")]
-    InvalidId(&'static str),
+    InvalidId(String),
     #[error("invalid range: {0}")]
     InvalidRange(String),
     #[error("resource {0} does not exist")]
@@ -47,7 +50,18 @@ pub enum BookingError {
     #[error("the session has ended")]
     SessionEnded,
     #[error(transparent)]
+    #[serde(skip)]
+    Idempotency(#[from] IdempotencyError),
+    #[error(transparent)]
+    #[serde(skip)]
     Infra(#[from] Infra),
+}
+
+impl Refusal for BookingError {
+    /// What the day decided: the same request would be refused the same way a second later.
+    fn is_answer(&self) -> bool {
+        matches!(self, Self::FullyBooked { .. } | Self::AlreadyBooked | Self::UnknownResource(_))
+    }
 }
 
 impl AsProblem for BookingError {
@@ -93,6 +107,7 @@ impl AsProblem for BookingError {
                 Problem::new(S::CONFLICT, "already_cancelled", "This reservation is already cancelled.")
             }
             Self::SessionEnded => crate::auth::AuthError::NotLoggedIn.problem(),
+            Self::Idempotency(e) => e.problem(),
             Self::Infra(e) => e.problem(),
         }
     }

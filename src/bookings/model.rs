@@ -1,6 +1,6 @@
 use chrono::{NaiveDate, NaiveDateTime};
 use diesel::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::BookingError;
 use crate::db::text_enum;
@@ -14,7 +14,7 @@ text_enum! {
     }
 }
 
-#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, Deserialize, utoipa::ToSchema)]
 #[diesel(table_name = reservations, check_for_backend(diesel::mysql::Mysql))]
 pub struct Reservation {
     pub id: i64,
@@ -62,7 +62,7 @@ impl BookingDate {
 
 /// A positive database id from user input.
 pub fn parse_id(value: i64, field: &'static str) -> Result<i64, BookingError> {
-    if value > 0 { Ok(value) } else { Err(BookingError::InvalidId(field)) }
+    if value > 0 { Ok(value) } else { Err(BookingError::InvalidId(field.to_owned())) }
 }
 
 #[cfg(test)]

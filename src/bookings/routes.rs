@@ -13,6 +13,7 @@ use super::service::{self, DayAvailability};
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::session::Claimed;
+use crate::idempotency::{IdempotencyKey, KeyHeader};
 use crate::resources::Resource;
 use crate::web::error::ErrorBody;
 use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
@@ -38,20 +39,26 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 /// Books for the request's user. The session is checked by the booking itself, in its read of
 /// the day (`service::book`), so a booking request makes one hop to the blocking pool, not two.
+///
+/// A request with an idempotency key runs on its own under the day's lock, never in a coalesced
+/// batch: its stored answer belongs to one transaction of one request.
 async fn book(
     state: &AppState,
     claimed: &Claimed,
     resource_id: i64,
     date: BookingDate,
+    key: Option<IdempotencyKey>,
 ) -> Result<Reservation, BookingError> {
     let ticket = claimed.ticket.clone();
-    let booked = if state.config.coalesce_bookings {
+    let once =
+        key.map(|key| key.bind(ticket.user_id(), &format!("book resource {resource_id} on {}", date.day())));
+    let booked = if state.config.coalesce_bookings && once.is_none() {
         let wait = state.config.lock_wait;
         state.bookings.book(&state.pool, &state.locks, wait, ticket, resource_id, date).await
     } else {
         let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
         let pool = state.pool.clone();
-        blocking(move || service::book(&pool, turn, &ticket, resource_id, date)).await
+        blocking(move || service::book(&pool, turn, &ticket, resource_id, date, once.as_ref())).await
     };
     if let Err(BookingError::SessionEnded) = booked {
         claimed.forget();
@@ -117,6 +124,8 @@ async fn resource_page(
 #[derive(Deserialize)]
 struct BookForm {
     date: String,
+    /// Fresh in every rendered form: a double submit or a resend after a lost answer books once.
+    idempotency_key: Option<String>,
 }
 
 async fn book_form(
@@ -127,7 +136,8 @@ async fn book_form(
 ) -> actix_web::Result<HttpResponse> {
     let resource_id = path.into_inner();
     let date = BookingDate::parse(&form.date, service::today())?;
-    let booked = book(&state, &claimed, resource_id, date).await.map_err(|e| match e {
+    let key = IdempotencyKey::from_form(form.idempotency_key.as_deref()).map_err(BookingError::from)?;
+    let booked = book(&state, &claimed, resource_id, date, key).await.map_err(|e| match e {
         BookingError::UnknownResource(id) => BookingError::ResourceNotFound(id),
         other => other,
     })?;
@@ -214,22 +224,25 @@ struct BookRequest {
     date: String,
 }
 
-/// Book a resource for a day, under the day's named lock.
+/// Book a resource for a day, under the day's named lock. With an `Idempotency-Key`, a resend
+/// of the same request (within 24 h) gets the first answer back and books nothing.
 #[utoipa::path(post, path = "/api/v1/reservations", tag = "bookings", request_body = BookRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, e.g. a UUID; per user, kept 24 h")),
     responses((status = 201, description = "Booked; Location names it", body = Reservation),
-              (status = 400, description = "malformed_body", body = ErrorBody),
+              (status = 400, description = "malformed_body, bad_idempotency_key", body = ErrorBody),
               (status = 401, description = "not_logged_in", body = ErrorBody),
-              (status = 409, description = "fully_booked, already_booked", body = ErrorBody),
-              (status = 422, description = "invalid_date, past_date, too_far_ahead, invalid_id, unknown_resource", body = ErrorBody),
+              (status = 409, description = "fully_booked, already_booked, idempotency_key_used", body = ErrorBody),
+              (status = 422, description = "invalid_date, past_date, too_far_ahead, invalid_id, unknown_resource, idempotency_key_reused", body = ErrorBody),
               (status = 503, description = "busy: the day's lock stayed held; see Retry-After", body = ErrorBody)))]
 async fn book_json(
     claimed: Claimed,
+    KeyHeader(key): KeyHeader,
     body: web::Json<BookRequest>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, BookingError> {
     let resource_id = parse_id(body.resource_id, "resource_id")?;
     let date = BookingDate::parse(&body.date, service::today())?;
-    let booked = book(&state, &claimed, resource_id, date).await?;
+    let booked = book(&state, &claimed, resource_id, date, key).await?;
     Ok(HttpResponse::Created()
         .insert_header((header::LOCATION, format!("/api/v1/reservations/{}", booked.id)))
         .json(booked))

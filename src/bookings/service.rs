@@ -13,6 +13,7 @@ use super::model::{BookingDate, Reservation, ReservationStatus};
 use crate::auth::session::{self, Ticket};
 use crate::db::cached::ListStatements;
 use crate::db::{DbPool, cached_sql};
+use crate::idempotency::{self, Once};
 use crate::locking::retry::{LockConflict, MayConflict};
 use crate::locking::{NamedLockGuard, Turn};
 use crate::resources::Resource;
@@ -33,16 +34,20 @@ use crate::schema::{reservations, resources};
 ///
 /// The ticket is checked in step 3's read: a session that has ended books nothing
 /// ([`BookingError::SessionEnded`]), and a live one costs no statement of its own.
+///
+/// With an idempotency key (`once`), step 3 runs at most once per key: a retry gets the first
+/// answer back, booked or refused, and books nothing ([`crate::idempotency`]).
 pub fn book(
     pool: &DbPool,
     turn: Turn,
     ticket: &Ticket,
     resource_id: i64,
     date: BookingDate,
+    once: Option<&Once>,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
     let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
-    let reservation = insert_if_free(&mut held, ticket, resource_id, date)?;
+    let reservation = insert_if_free(&mut held, ticket, resource_id, date, once)?;
     drop(held); // committed above; only now may the next request look at this day
     Ok(reservation)
 }
@@ -156,7 +161,7 @@ fn insert(
     resource_id: i64,
     date: BookingDate,
 ) -> QueryResult<Reservation> {
-    let created_at = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now().naive_utc(), 6);
+    let created_at = crate::db::now_micros();
     cached_sql::<()>(INSERT)
         .bind::<BigInt, _>(resource_id)
         .bind::<BigInt, _>(user_id)
@@ -181,19 +186,23 @@ fn insert_if_free(
     ticket: &Ticket,
     resource_id: i64,
     date: BookingDate,
+    once: Option<&Once>,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(held.name().scope(), "book");
     crate::db::transaction(held.conn(), |conn| {
-        let tickets = std::slice::from_ref(ticket);
-        let day =
-            read_day(conn, resource_id, date, tickets)?.ok_or(BookingError::UnknownResource(resource_id))?;
-        match day.verdicts(tickets)[0] {
-            Verdict::Insert => Ok(insert(conn, ticket.user_id(), resource_id, date)?),
-            Verdict::AlreadyBooked => Err(BookingError::AlreadyBooked),
-            Verdict::FullyBooked => Err(BookingError::FullyBooked { capacity: day.capacity }),
-            Verdict::SessionEnded => Err(BookingError::SessionEnded),
-        }
+        idempotency::once(conn, once, |conn| {
+            let tickets = std::slice::from_ref(ticket);
+            let day = read_day(conn, resource_id, date, tickets)?
+                .ok_or(BookingError::UnknownResource(resource_id))?;
+            match day.verdicts(tickets)[0] {
+                Verdict::Insert => Ok(insert(conn, ticket.user_id(), resource_id, date)?),
+                Verdict::AlreadyBooked => Err(BookingError::AlreadyBooked),
+                Verdict::FullyBooked => Err(BookingError::FullyBooked { capacity: day.capacity }),
+                Verdict::SessionEnded => Err(BookingError::SessionEnded),
+            }
+        })
     })
+    .and_then(std::convert::identity)
 }
 
 /// What one request of a batch gets, decided exactly as [`insert_if_free`] would decide it.
@@ -270,8 +279,10 @@ pub fn book_batch(
         Err(batch_failed) if batch_failed.lock_conflict() == Some(LockConflict::Deadlock) => {
             log::warn!("a batch of {} bookings deadlocked; serving each on its own", tickets.len());
             let report = crate::deadlocks::capture(held.conn(), pool.url(), "booking batch");
-            let answers: Vec<_> =
-                tickets.iter().map(|ticket| insert_if_free(&mut held, ticket, resource_id, date)).collect();
+            let answers: Vec<_> = tickets
+                .iter()
+                .map(|ticket| insert_if_free(&mut held, ticket, resource_id, date, None))
+                .collect();
             if let Some(report) = report {
                 let booked = answers.iter().filter(|a| a.is_ok()).count();
                 let outcome = format!("served one by one: {booked} of {} booked", tickets.len());

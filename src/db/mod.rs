@@ -383,6 +383,12 @@ pub fn last_insert_id(conn: &mut MysqlConnection) -> QueryResult<i64> {
     diesel::select(last_insert_id_sql()).get_result(conn)
 }
 
+/// Now, to the microsecond: what a `DATETIME(6)` keeps. Rows that are returned without being
+/// read back set their times here rather than by a column default, so the answer and the row agree.
+pub fn now_micros() -> chrono::NaiveDateTime {
+    chrono::SubsecRound::trunc_subsecs(chrono::Utc::now().naive_utc(), 6)
+}
+
 /// What the server says about itself, read once at start: its version and the few global
 /// variables that decide whether named locks can be trusted there.
 #[derive(Debug, Clone, Default)]

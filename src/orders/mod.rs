@@ -14,11 +14,14 @@ pub mod service;
 
 use actix_web::http::StatusCode;
 
+use crate::idempotency::{IdempotencyError, Refusal};
 use crate::infra::{Infra, infra_error};
 use crate::inventory::model::QuantityError;
 use crate::web::error::{AsProblem, Problem};
 
-#[derive(Debug, thiserror::Error)]
+/// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`
+/// (`crate::idempotency`); only refusals ([`Refusal::is_answer`]) ever are.
+#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum OrderError {
     #[error("the order has no lines")]
     Empty,
@@ -27,6 +30,7 @@ pub enum OrderError {
     #[error("invalid product id {0}")]
     InvalidProductId(i64),
     #[error("invalid quantity for product {product_id}: {error}")]
+    #[serde(skip)]
     Quantity { product_id: i64, error: QuantityError },
     #[error("product {0} does not exist")]
     UnknownProduct(i64),
@@ -35,7 +39,18 @@ pub enum OrderError {
     #[error("order {0} not found")]
     NotFound(i64),
     #[error(transparent)]
+    #[serde(skip)]
+    Idempotency(#[from] IdempotencyError),
+    #[error(transparent)]
+    #[serde(skip)]
     Infra(#[from] Infra),
+}
+
+impl Refusal for OrderError {
+    /// What the stock and catalog decided when the order ran.
+    fn is_answer(&self) -> bool {
+        matches!(self, Self::InsufficientStock { .. } | Self::UnknownProduct(_) | Self::Empty)
+    }
 }
 
 impl AsProblem for OrderError {
@@ -70,6 +85,7 @@ impl AsProblem for OrderError {
             .with("available", *available)
             .with("requested", *requested),
             Self::NotFound(_) => Problem::new(S::NOT_FOUND, "not_found", "You have no order with that id."),
+            Self::Idempotency(e) => e.problem(),
             Self::Infra(e) => e.problem(),
         }
     }

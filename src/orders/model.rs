@@ -74,6 +74,14 @@ impl Cart {
     pub fn product_ids(&self) -> Vec<i64> {
         self.0.iter().map(|l| l.product_id).collect()
     }
+
+    /// The cart in one canonical line (merged, sorted): what an idempotency key is bound to, so
+    /// the same order sent with its lines in another order is still the same request.
+    pub fn describe(&self) -> String {
+        let lines: Vec<String> =
+            self.0.iter().map(|l| format!("{} x product {}", l.quantity.get(), l.product_id)).collect();
+        format!("order {}", lines.join(", "))
+    }
 }
 
 #[cfg(test)]
@@ -102,5 +110,13 @@ mod tests {
         ));
         let many: Vec<(i64, i64)> = (1..=101).map(|id| (id, 1)).collect();
         assert!(matches!(Cart::parse(&many), Err(OrderError::TooManyLines(100))));
+    }
+
+    #[test]
+    fn the_same_order_sent_in_another_shape_describes_itself_the_same_way() {
+        let described = |lines: &[(i64, i64)]| Cart::parse(lines).expect("valid").describe();
+        assert_eq!(described(&[(9, 1), (2, 3), (9, 2)]), described(&[(2, 3), (9, 3)]));
+        assert_eq!(described(&[(2, 3)]), "order 3 x product 2");
+        assert_ne!(described(&[(2, 3)]), described(&[(2, 4)]));
     }
 }

@@ -12,6 +12,7 @@ use super::model::Cart;
 use super::service::{self, OrderView, Placed};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
+use crate::idempotency::{self, IdempotencyKey, KeyHeader};
 use crate::locking::retry::RetryPolicy;
 use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, html, see_other};
@@ -29,9 +30,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
-async fn place(state: &AppState, user: &SessionUser, cart: Cart) -> Result<Placed, OrderError> {
+async fn place(
+    state: &AppState,
+    user: &SessionUser,
+    cart: Cart,
+    key: Option<IdempotencyKey>,
+) -> Result<Placed, OrderError> {
     let (pool, user_id) = (state.pool.clone(), user.id);
-    web::block(move || service::place_order(&pool, &RetryPolicy::default(), user_id, &cart)).await?
+    let once = key.map(|key| key.bind(user_id, &cart.describe()));
+    web::block(move || service::place_order(&pool, &RetryPolicy::default(), user_id, &cart, once.as_ref()))
+        .await?
 }
 
 async fn mine(state: &AppState, user: &SessionUser) -> Result<Vec<OrderView>, OrderError> {
@@ -40,7 +48,7 @@ async fn mine(state: &AppState, user: &SessionUser) -> Result<Vec<OrderView>, Or
 }
 
 /// The catalog form names its quantity fields `qty_{product_id}`; empty and zero fields are
-/// products the customer did not choose.
+/// products the customer did not choose. (Its hidden idempotency key is read apart.)
 fn cart_from_form(fields: &HashMap<String, String>) -> Result<Cart, OrderError> {
     let mut lines = Vec::new();
     for (name, value) in fields {
@@ -65,7 +73,9 @@ async fn order_form(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let cart = cart_from_form(&fields)?;
-    let placed = place(&state, &user, cart).await?;
+    let key = IdempotencyKey::from_form(fields.get(idempotency::FORM_FIELD).map(String::as_str))
+        .map_err(OrderError::from)?;
+    let placed = place(&state, &user, cart, key).await?;
     Ok(see_other(&format!("/orders?placed={}", placed.order.id)))
 }
 
@@ -108,22 +118,26 @@ struct LineRequest {
     quantity: i64,
 }
 
-/// Order several products at once: all lines or nothing. Duplicate lines are merged.
+/// Order several products at once: all lines or nothing. Duplicate lines are merged. With an
+/// `Idempotency-Key`, a resend of the same order (within 24 h) gets the first answer back and
+/// takes nothing from stock.
 #[utoipa::path(post, path = "/api/v1/orders", tag = "orders", request_body = OrderRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, e.g. a UUID; per user, kept 24 h")),
     responses((status = 201, description = "Placed; X-Transaction-Attempts says how often the transaction ran", body = OrderView),
-              (status = 400, description = "malformed_body", body = ErrorBody),
+              (status = 400, description = "malformed_body, bad_idempotency_key", body = ErrorBody),
               (status = 401, body = ErrorBody),
-              (status = 409, description = "insufficient_stock, with product_id, available, requested", body = ErrorBody),
+              (status = 409, description = "insufficient_stock, with product_id, available, requested; idempotency_key_used", body = ErrorBody),
               (status = 413, description = "too_large", body = ErrorBody),
-              (status = 422, description = "invalid_quantity, invalid_id, unknown_product, empty_order, too_many_lines", body = ErrorBody),
+              (status = 422, description = "invalid_quantity, invalid_id, unknown_product, empty_order, too_many_lines, idempotency_key_reused", body = ErrorBody),
               (status = 503, description = "busy: lock conflicts outlasted the retries", body = ErrorBody)))]
 async fn order_json(
     user: SessionUser,
+    KeyHeader(key): KeyHeader,
     body: web::Json<OrderRequest>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, OrderError> {
     let requested: Vec<(i64, i64)> = body.lines.iter().map(|l| (l.product_id, l.quantity)).collect();
-    let placed = place(&state, &user, Cart::parse(&requested)?).await?;
+    let placed = place(&state, &user, Cart::parse(&requested)?, key).await?;
     Ok(HttpResponse::Created()
         .insert_header((header::LOCATION, format!("/api/v1/orders/{}", placed.order.id)))
         // How many times the transaction ran: more than 1 means a deadlock or lock wait timeout

@@ -4,17 +4,18 @@ use std::sync::LazyLock;
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Datetime, Integer, Text, Unsigned};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::OrderError;
 use super::model::{Cart, Order};
 use crate::db::cached::ListStatements;
 use crate::db::{DbPool, cached_sql};
+use crate::idempotency::{self, Once};
 use crate::inventory::model::{MovementReason, NewStockMovement};
 use crate::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
 use crate::schema::{order_lines, orders, products, stock_levels};
 
-#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OrderView {
     pub id: i64,
     #[serde(with = "crate::web::utc")]
@@ -29,7 +30,7 @@ impl OrderView {
     }
 }
 
-#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OrderLineView {
     pub product_id: i64,
     pub sku: String,
@@ -52,17 +53,23 @@ pub struct Placed {
 
 /// Places `cart` for `user_id`: either every line is taken from stock and recorded, or nothing
 /// is (a shortfall answers 409 and leaves no trace). Runs the whole transaction again after a
-/// deadlock or lock wait timeout, as `policy` allows.
+/// deadlock or lock wait timeout, as `policy` allows. With an idempotency key (`once`), the
+/// order is placed at most once per key: a resend gets the first answer back
+/// ([`crate::idempotency`]).
 pub fn place_order(
     pool: &DbPool,
     policy: &RetryPolicy,
     user_id: i64,
     cart: &Cart,
+    once: Option<&Once>,
 ) -> Result<Placed, OrderError> {
     let mut conn = pool.get()?;
     let mut evidence = Vec::new();
     let attempted = retry_on_lock_conflict(policy, || {
-        let attempt = crate::db::transaction(&mut conn, |conn| take_from_stock(conn, user_id, cart));
+        let attempt = crate::db::transaction(&mut conn, |conn| {
+            idempotency::once(conn, once, |conn| take_from_stock(conn, user_id, cart))
+        })
+        .and_then(std::convert::identity);
         if matches!(&attempt, Err(e) if e.lock_conflict() == Some(LockConflict::Deadlock)) {
             // Read before the retry: the next deadlock on the server would overwrite it.
             evidence.extend(crate::deadlocks::capture(&mut conn, pool.url(), "order"));
@@ -142,7 +149,7 @@ fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Res
         });
     }
     let total_cents = lines.iter().map(|l| l.unit_price_cents * i64::from(l.quantity)).sum();
-    let created_at = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now().naive_utc(), 6);
+    let created_at = crate::db::now_micros();
     cached_sql::<()>(INSERT_ORDER)
         .bind::<BigInt, _>(user_id)
         .bind::<BigInt, _>(total_cents)

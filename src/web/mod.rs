@@ -86,6 +86,12 @@ impl PageContext {
         self.demo
     }
 
+    /// A fresh `Idempotency-Key` for a form that books or orders (`crate::idempotency`): one per
+    /// rendered form, so a double submit or a resend of that form takes effect once.
+    pub fn idempotency_key(&self) -> String {
+        crate::idempotency::IdempotencyKey::fresh()
+    }
+
     /// A page context for a request that has a session but no logged-in user yet.
     pub fn anonymous(req: &HttpRequest, csrf_token: String) -> Self {
         Self { user: None, csrf_token, demo: demo_served(req) }

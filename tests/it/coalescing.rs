@@ -74,7 +74,7 @@ fn a_random_workload_gets_the_same_answers_in_batches_as_one_at_a_time() {
         .iter()
         .map(|(user, day)| {
             let turn = Turn::alone(alone.pool.names().booking(resource, day.day()), wait);
-            outcome(&service::book(&alone.pool, turn, ticket(0, *user), resource, *day))
+            outcome(&service::book(&alone.pool, turn, ticket(0, *user), resource, *day, None))
         })
         .collect();
 

@@ -14,6 +14,7 @@ mod contention;
 mod demo;
 mod edit_locks;
 mod grants;
+mod idempotency;
 mod inventory;
 mod lab_apart;
 mod locking;

@@ -81,7 +81,7 @@ fn day(n: u64) -> String {
 fn book(pool: &DbPool, user: &Ticket, resource_id: i64, days_ahead: u64) -> Result<(), bookings::Verdict> {
     let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
     let turn = Turn::alone(pool.names().booking(resource_id, date.day()), Duration::from_secs(5));
-    match bookings::book(pool, turn, user, resource_id, date) {
+    match bookings::book(pool, turn, user, resource_id, date, None) {
         Ok(_) => Ok(()),
         Err(haita::bookings::BookingError::FullyBooked { .. }) => Err(bookings::Verdict::FullyBooked),
         Err(haita::bookings::BookingError::AlreadyBooked) => Err(bookings::Verdict::AlreadyBooked),
@@ -132,6 +132,38 @@ fn a_booking_prepares_nothing_in_steady_state_and_takes_seven_statements() {
     ended.assert_cached(10 * 6);
 }
 
+/// An idempotency key costs its claim and its answer; a resend costs the claim and one read.
+#[test]
+fn a_keyed_booking_takes_two_statements_more_and_its_resend_six() {
+    use haita::idempotency::IdempotencyKey;
+    let db = TestDb::new();
+    let user = log_in_directly(&db, create_user(&db, "keyed", haita::auth::Role::Customer).id);
+    let resource = create_resource(&db, "Keyed room", 1);
+    let pool = single_connection_pool(&db);
+    let keyed = |days_ahead: u64| {
+        let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
+        let turn = Turn::alone(pool.names().booking(resource, date.day()), Duration::from_secs(5));
+        let once = IdempotencyKey::parse(&format!("key-{days_ahead}"))
+            .expect("key")
+            .bind(user.user_id(), &format!("book {resource} {days_ahead}"));
+        bookings::book(&pool, turn, &user, resource, date, Some(&once)).expect("booked or replayed").id
+    };
+    keyed(1);
+    keyed(1);
+
+    let (mut booked, mut replayed) = (Vec::new(), Vec::new());
+    let fresh = Commands::of(&pool, || booked.extend((2..=11).map(keyed)));
+    // GET_LOCK, START TRANSACTION, the claim, the day's read, INSERT, LAST_INSERT_ID, the
+    // answer, COMMIT, RELEASE_LOCK.
+    fresh.assert_cached(10 * 9);
+
+    let resent = Commands::of(&pool, || replayed.extend((2..=11).map(keyed)));
+    // GET_LOCK, START TRANSACTION, the claim (a duplicate), the stored answer, COMMIT,
+    // RELEASE_LOCK.
+    resent.assert_cached(10 * 6);
+    assert_eq!(replayed, booked, "each resend answers its first booking");
+}
+
 #[test]
 fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
     let db = TestDb::new();
@@ -164,7 +196,8 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
     let pool = single_connection_pool(&db);
     let order = || {
         let cart = Cart::parse(&[(product, 1)]).expect("cart");
-        haita::orders::service::place_order(&pool, &Default::default(), customer.id, &cart).expect("order");
+        haita::orders::service::place_order(&pool, &Default::default(), customer.id, &cart, None)
+            .expect("order");
     };
     let receive = || {
         let turn = Turn::alone(pool.names().stock(product), Duration::from_secs(5));

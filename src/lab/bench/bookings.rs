@@ -617,6 +617,7 @@ fn measure_raw(
                                         ticket,
                                         key.resource_id,
                                         day,
+                                        None,
                                     )
                                 });
                             tally.record(began, classify_booking(&result), || format!("{:?}", result.err()));

@@ -148,7 +148,7 @@ impl Booker {
             Path::Unqueued => Turn::alone(name, wait),
             Path::OneAtATime => self.locks.turn(name, wait).await?,
         };
-        actix_web::web::block(move || service::book(&pool, turn, &ticket(user), resource, day)).await?
+        actix_web::web::block(move || service::book(&pool, turn, &ticket(user), resource, day, None)).await?
     }
 }
 

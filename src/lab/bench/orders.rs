@@ -172,7 +172,7 @@ fn measure(
 
 fn place_through_service(pool: &DbPool, user_id: i64, product: i64) -> bool {
     let Ok(cart) = Cart::parse(&[(product, 1)]) else { return false };
-    service::place_order(pool, &RetryPolicy::default(), user_id, &cart).is_ok()
+    service::place_order(pool, &RetryPolicy::default(), user_id, &cart, None).is_ok()
 }
 
 #[derive(QueryableByName)]

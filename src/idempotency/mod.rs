@@ -1,0 +1,305 @@
+//! Idempotent retries: a request that carries an `Idempotency-Key` takes effect at most once.
+//!
+//! The hazard: a client books, the answer is lost on the way back (a timeout, a dropped
+//! connection, a proxy that retries, a double click on a slow page), and the client sends the
+//! same request again. Every lock in this app is then beside the point: the second request is
+//! a new booking as far as the server can tell, and it books (or sells) a second time.
+//!
+//! With a key, the second request gets the first one's answer back instead. How ([`once`]):
+//!
+//! 1. The key is claimed by the first statement of *the same transaction* that books or sells:
+//!    an `INSERT` of the row `(user, key, fingerprint)`.
+//! 2. A second request with the same key, on any instance, blocks on that `INSERT` (InnoDB locks
+//!    the uncommitted unique key) until the first one ends. If the first committed, the insert
+//!    fails as a duplicate, and the second request reads the stored answer and returns it. If
+//!    the first rolled back, the insert simply succeeds and the second request runs.
+//! 3. The answer, a success or a business refusal ("fully booked", "out of stock"), is written
+//!    into the row in that same transaction. The effect and its stored answer commit together or
+//!    not at all, even when the process dies in between: there is never "booked, but no answer to
+//!    replay", nor "an answer, but no booking".
+//! 4. A failure that is not an answer (busy, database unavailable, session ended) rolls the
+//!    claim back with everything else: the next retry runs afresh, which is what the client
+//!    wants from a 503.
+//!
+//! Keys are per user (one user's key never meets another's), may be 1 to 255 visible ASCII
+//! characters, and are kept for [`TTL`]: an answer is replayed for a day, after which the key
+//! may be used again. The same key with a different request is refused (422
+//! `idempotency_key_reused`), because replaying the first answer would be a lie.
+
+use actix_web::http::StatusCode;
+use actix_web::{FromRequest, HttpRequest};
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as DbError};
+use diesel::sql_types::{BigInt, Binary, Datetime, Nullable, Text};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use crate::db::cached_sql;
+use crate::web::error::{AsProblem, Problem, http_error};
+
+/// How long an answer is kept for replay, and a key stays bound to its request.
+pub const TTL: chrono::TimeDelta = chrono::TimeDelta::hours(24);
+
+/// The longest key accepted (the column's width).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The HTTP header (as Stripe and the IETF draft name it); HTML forms send a hidden field instead.
+pub const HEADER: &str = "Idempotency-Key";
+
+/// The form field that carries the key in HTML forms.
+pub const FORM_FIELD: &str = "idempotency_key";
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdempotencyError {
+    #[error("invalid idempotency key")]
+    BadKey,
+    #[error("idempotency key reused for another request")]
+    Reused,
+    #[error("the stored answer cannot be read")]
+    Unreadable,
+}
+
+impl AsProblem for IdempotencyError {
+    fn problem(&self) -> Problem {
+        match self {
+            Self::BadKey => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "bad_idempotency_key",
+                format!(
+                    "{HEADER} must be 1 to {MAX_KEY_LEN} visible ASCII characters (a random UUID is a good key)."
+                ),
+            ),
+            Self::Reused => Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "This idempotency key was already used for a different request; use a new key for a new request.",
+            ),
+            Self::Unreadable => Problem::new(
+                StatusCode::CONFLICT,
+                "idempotency_key_used",
+                "This idempotency key was already used, and its answer can no longer be shown; use a new key.",
+            ),
+        }
+    }
+}
+http_error!(IdempotencyError);
+
+/// A well-formed key, not yet bound to a user or a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// 1 to [`MAX_KEY_LEN`] visible ASCII characters; anything else is refused, not trimmed,
+    /// so a key never matches another one by accident.
+    pub fn parse(text: &str) -> Result<Self, IdempotencyError> {
+        let visible = |b: &u8| b.is_ascii_graphic();
+        if (1..=MAX_KEY_LEN).contains(&text.len()) && text.bytes().all(|b| visible(&b)) {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(IdempotencyError::BadKey)
+        }
+    }
+
+    /// The key of an HTML form: its hidden field, if the form has one and it is not empty.
+    pub fn from_form(field: Option<&str>) -> Result<Option<Self>, IdempotencyError> {
+        field.filter(|text| !text.is_empty()).map(Self::parse).transpose()
+    }
+
+    /// A fresh random key, for the hidden field of a form (128 bits, URL-safe base64).
+    pub fn fresh() -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
+    }
+
+    /// Binds the key to its user and to what the request asks for. `request` must describe the
+    /// request completely and canonically (the parsed input, not the raw body): two requests
+    /// that would do the same thing describe themselves the same way.
+    pub fn bind(self, user_id: i64, request: &str) -> Once {
+        Once { user_id, key: self.0, fingerprint: Sha256::digest(request.as_bytes()).to_vec() }
+    }
+}
+
+/// The `Idempotency-Key` header of an API request, if it has one (a malformed one is a 400).
+pub struct KeyHeader(pub Option<IdempotencyKey>);
+
+impl FromRequest for KeyHeader {
+    type Error = IdempotencyError;
+    type Future = std::future::Ready<Result<Self, IdempotencyError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let key = req.headers().get(HEADER).map(|value| {
+            value.to_str().map_err(|_| IdempotencyError::BadKey).and_then(IdempotencyKey::parse)
+        });
+        std::future::ready(key.transpose().map(KeyHeader))
+    }
+}
+
+/// A key bound to a user and a request: what [`once`] claims.
+#[derive(Clone, Debug)]
+pub struct Once {
+    user_id: i64,
+    key: String,
+    fingerprint: Vec<u8>,
+}
+
+/// Whether an error is an *answer* worth replaying (a business refusal such as "fully booked")
+/// or a passing failure (busy, unavailable) that the next retry should run afresh.
+pub trait Refusal {
+    fn is_answer(&self) -> bool;
+}
+
+const CLAIM: &str = "INSERT INTO idempotency_keys (user_id, idempotency_key, fingerprint, created_at, expires_at) \
+     VALUES (?, ?, ?, ?, ?)";
+/// A locking read, so it sees the latest committed answer whatever this transaction's snapshot.
+/// Shared, not exclusive: the failed insert already left a shared lock on the row in every
+/// request that met the duplicate, and two of them upgrading to exclusive would deadlock each
+/// other. (Only reclaiming an expired key writes; two requests doing that at once may deadlock,
+/// and one is then retried or answered 503.)
+const READ: &str = "SELECT fingerprint, outcome, expires_at FROM idempotency_keys \
+     WHERE user_id = ? AND idempotency_key = ? LOCK IN SHARE MODE";
+const RECLAIM: &str = "UPDATE idempotency_keys SET fingerprint = ?, outcome = NULL, created_at = ?, expires_at = ? \
+     WHERE user_id = ? AND idempotency_key = ?";
+const ANSWER: &str = "UPDATE idempotency_keys SET outcome = ? WHERE user_id = ? AND idempotency_key = ?";
+
+/// Runs `work` inside the caller's transaction at most once per key: the first time, its
+/// outcome (success or [`Refusal::is_answer`] refusal) is stored in the same transaction; a
+/// later call with the same key returns the stored outcome without running `work`. Without a
+/// key, `work` just runs.
+///
+/// The outer `Err` is for the caller's transaction to roll back (a passing failure, or the key
+/// reused for another request); the inner result is the answer, to be returned *after* the
+/// commit. Refusals are committed on purpose: the stored answer is the only thing they write.
+pub fn once<T, E>(
+    conn: &mut MysqlConnection,
+    key: Option<&Once>,
+    work: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+) -> Result<Result<T, E>, E>
+where
+    T: Serialize + DeserializeOwned,
+    E: Serialize + DeserializeOwned + Refusal + From<IdempotencyError> + From<DbError>,
+{
+    let Some(key) = key else { return work(conn).map(Ok) };
+    if let Some(stored) = key.claim(conn)? {
+        crate::metrics::METRICS.idempotent_replays.inc();
+        return Ok(stored);
+    }
+    let outcome = work(conn);
+    match outcome {
+        Err(passing) if !passing.is_answer() => Err(passing),
+        outcome => {
+            let text = serde_json::to_string(&outcome).map_err(|e| DbError::SerializationError(e.into()))?;
+            cached_sql::<()>(ANSWER)
+                .bind::<Text, _>(text)
+                .bind::<BigInt, _>(key.user_id)
+                .bind::<Text, _>(&key.key)
+                .execute(conn)?;
+            Ok(outcome)
+        }
+    }
+}
+
+impl Once {
+    /// Claims the key for this transaction, or returns the answer stored under it.
+    fn claim<T: DeserializeOwned, E: DeserializeOwned + From<IdempotencyError> + From<DbError>>(
+        &self,
+        conn: &mut MysqlConnection,
+    ) -> Result<Option<Result<T, E>>, E> {
+        let now = crate::db::now_micros();
+        let inserted = cached_sql::<()>(CLAIM)
+            .bind::<BigInt, _>(self.user_id)
+            .bind::<Text, _>(&self.key)
+            .bind::<Binary, _>(&self.fingerprint)
+            .bind::<Datetime, _>(now)
+            .bind::<Datetime, _>(now + TTL)
+            .execute(conn);
+        match inserted {
+            Ok(_) => return Ok(None),
+            Err(DbError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {}
+            Err(other) => return Err(other.into()),
+        }
+        // Used before, by a transaction that has committed (had it rolled back, the insert
+        // would have succeeded). A failed statement does not end a MySQL transaction.
+        let (fingerprint, outcome, expires_at): (Vec<u8>, Option<String>, NaiveDateTime) =
+            cached_sql::<(Binary, Nullable<Text>, Datetime)>(READ)
+                .bind::<BigInt, _>(self.user_id)
+                .bind::<Text, _>(&self.key)
+                .get_result(conn)?;
+        if expires_at <= now {
+            cached_sql::<()>(RECLAIM)
+                .bind::<Binary, _>(&self.fingerprint)
+                .bind::<Datetime, _>(now)
+                .bind::<Datetime, _>(now + TTL)
+                .bind::<BigInt, _>(self.user_id)
+                .bind::<Text, _>(&self.key)
+                .execute(conn)?;
+            return Ok(None);
+        }
+        if fingerprint != self.fingerprint {
+            return Err(IdempotencyError::Reused.into());
+        }
+        let outcome = outcome.ok_or(IdempotencyError::Unreadable)?;
+        let stored = serde_json::from_str(&outcome).map_err(|e| {
+            log::warn!("stored answer for an idempotency key cannot be read: {e}");
+            IdempotencyError::Unreadable
+        })?;
+        Ok(Some(stored))
+    }
+}
+
+/// Deletes expired keys, a bounded batch per statement so no purge holds many row locks.
+/// Run every few minutes by the server ([`crate::Application::run_until_stopped`]).
+pub fn purge_expired(conn: &mut MysqlConnection) -> QueryResult<usize> {
+    const PURGE: &str = "DELETE FROM idempotency_keys WHERE expires_at <= ? LIMIT 1000";
+    let now = crate::db::now_micros();
+    let mut purged = 0;
+    loop {
+        let batch = cached_sql::<()>(PURGE).bind::<Datetime, _>(now).execute(conn)?;
+        purged += batch;
+        if batch < 1000 {
+            return Ok(purged);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_one_to_255_visible_ascii_characters() {
+        assert!(IdempotencyKey::parse("3f1c-uuid").is_ok());
+        assert!(IdempotencyKey::parse(&"k".repeat(MAX_KEY_LEN)).is_ok());
+        for bad in ["", " padded", "tab\there", "ключ", &"k".repeat(MAX_KEY_LEN + 1)] {
+            assert!(IdempotencyKey::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn an_empty_form_field_means_no_key() {
+        assert_eq!(IdempotencyKey::from_form(None).ok(), Some(None));
+        assert_eq!(IdempotencyKey::from_form(Some("")).ok(), Some(None));
+        assert!(IdempotencyKey::from_form(Some("a b")).is_err());
+    }
+
+    #[test]
+    fn fresh_keys_are_valid_and_differ() {
+        let (a, b) = (IdempotencyKey::fresh(), IdempotencyKey::fresh());
+        assert_ne!(a, b);
+        assert!(IdempotencyKey::parse(&a).is_ok());
+    }
+
+    #[test]
+    fn the_same_key_with_another_request_has_another_fingerprint() {
+        let key = || IdempotencyKey::parse("k").expect("valid");
+        assert_eq!(
+            key().bind(1, "book 1 2026-12-24").fingerprint,
+            key().bind(1, "book 1 2026-12-24").fingerprint
+        );
+        assert_ne!(
+            key().bind(1, "book 1 2026-12-24").fingerprint,
+            key().bind(1, "book 1 2026-12-25").fingerprint
+        );
+    }
+}
