@@ -39,6 +39,9 @@ pub struct Config {
     /// Book a busy day's queued requests together, one lock and one commit per batch
     /// (`BOOKING_COALESCING`, default true; see `bookings::coalesce`).
     pub coalesce_bookings: bool,
+    /// Record the lock metrics of `/metrics` and `/admin/metrics` (`METRICS`, default true).
+    /// Off only to measure what recording them costs.
+    pub metrics: bool,
     /// Password checks that may run at once (`HASHING_SLOTS`, default one per core).
     pub hashing_slots: usize,
     /// Login attempts per minute per username (`LOGIN_ATTEMPTS_PER_MINUTE`) and per client
@@ -79,6 +82,7 @@ impl std::fmt::Debug for Config {
             lock_waiters_max,
             row_lock_wait_secs,
             coalesce_bookings,
+            metrics,
             hashing_slots,
             login_attempts_per_username,
             login_attempts_per_address,
@@ -98,6 +102,7 @@ impl std::fmt::Debug for Config {
             .field("lock_waiters_max", lock_waiters_max)
             .field("row_lock_wait_secs", row_lock_wait_secs)
             .field("coalesce_bookings", coalesce_bookings)
+            .field("metrics", metrics)
             .field("hashing_slots", hashing_slots)
             .field("login_attempts_per_username", login_attempts_per_username)
             .field("login_attempts_per_address", login_attempts_per_address)
@@ -165,6 +170,7 @@ impl Config {
             cookie_secure: flag("COOKIE_SECURE", !demo_mode)?,
             demo_mode,
             coalesce_bookings: parse("BOOKING_COALESCING", defaults.coalesce_bookings, |_| true)?,
+            metrics: parse("METRICS", defaults.metrics, |_| true)?,
             hashing_slots,
             login_attempts_per_username: parse(
                 "LOGIN_ATTEMPTS_PER_MINUTE",
@@ -203,6 +209,7 @@ impl Config {
             session_key: None,
             cookie_secure: false,
             coalesce_bookings: true,
+            metrics: true,
             hashing_slots,
             login_attempts_per_username: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN),
             login_attempts_per_address: NonZeroU32::new(60).unwrap_or(NonZeroU32::MIN),

@@ -69,7 +69,9 @@ impl Infra {
             return Problem::unavailable();
         }
         match self {
-            Self::Lock(LockError::TimedOut { name, .. } | LockError::Crowded { name }) => {
+            Self::Lock(e @ (LockError::TimedOut { name, .. } | LockError::Crowded { name })) => {
+                let cause =
+                    if matches!(e, LockError::Crowded { .. }) { "lock_waiters" } else { "named_lock" };
                 Problem::busy(match name.scope() {
                     "book" => "Many people are booking this day right now; please try again in a moment.",
                     "stock" => {
@@ -78,11 +80,15 @@ impl Infra {
                     "edit" => "Many people are opening this editor right now; please try again in a moment.",
                     _ => "The server is busy; please try again in a moment.",
                 })
+                .because(cause)
             }
             Self::Database(e) if e.lock_conflict().is_some() => Problem::busy(
                 "What you asked for is in great demand right now; please try again in a moment.",
-            ),
-            Self::Pool(_) => Problem::busy("The server is busy; please try again in a moment."),
+            )
+            .because("row_lock"),
+            Self::Pool(_) => {
+                Problem::busy("The server is busy; please try again in a moment.").because("pool")
+            }
             Self::Database(_) | Self::Blocking(_) | Self::Lock(LockError::Failed { .. }) => {
                 Problem::internal()
             }

@@ -72,6 +72,7 @@ impl Application {
         let port = listener.local_addr()?.port();
         let key = session_key(&config)?;
         let (workers, blocking_threads) = (config.workers, config.blocking_threads);
+        metrics::set_enabled(config.metrics);
         let state = aweb::Data::new(AppState::new(pool.clone(), config));
         // One per instance, shared by its workers: at most one demo race at a time.
         #[cfg(feature = "lab")]

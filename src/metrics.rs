@@ -1,11 +1,18 @@
-//! Prometheus metrics about the locks, served at `/metrics`.
+//! Prometheus metrics about the locks, served at `/metrics` and drawn on `/admin/metrics`.
 //!
-//! What an operator needs to see before users complain: how often named locks time out (a hot
-//! key, or a leaked lock), how long acquiring them takes, how many connections were closed
-//! because a release was in doubt, how many transactions deadlocked or timed out and were
-//! retried, and how full the pool is.
+//! What an operator needs to see before users complain, per lock family (`named`: `GET_LOCK`;
+//! `queue`: this instance's in-memory turn per lock name; `row`: `SELECT … FOR UPDATE`; `edit`:
+//! the pessimistic edit locks): how long locks are waited for and held, how often the waits run
+//! out, how many requests were answered 503 and why, how many transactions deadlocked and were
+//! retried, how long a request waits for a pooled connection and how full the pool is.
+//!
+//! Recording goes through [`record`], which does nothing when metrics are switched off
+//! (`METRICS=off`): that is how their cost per request is measured, by running the same
+//! benchmark both ways.
 
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -16,8 +23,15 @@ pub struct Metrics {
     registry: Registry,
     /// `GET_LOCK` outcomes by lock scope (`book`, `stock`, …): acquired, timed_out, failed.
     pub named_lock_acquisitions: IntCounterVec,
-    /// Seconds spent in `GET_LOCK` by lock scope, whatever the outcome.
-    pub named_lock_wait_seconds: HistogramVec,
+    /// Seconds spent waiting for a lock, by family and scope, whatever the outcome.
+    pub lock_wait_seconds: HistogramVec,
+    /// Seconds a lock was held, from granted to released, by family and scope.
+    pub lock_hold_seconds: HistogramVec,
+    /// Answers 503, by answer (`busy`, `unavailable`) and cause (`named_lock`, `row_lock`, …).
+    pub unavailable_answers: IntCounterVec,
+    /// Seconds a request waited for a pooled connection, and the checkouts that gave up.
+    pub pool_checkout_seconds: Histogram,
+    pub pool_checkout_failures: IntCounterVec,
     /// Connections closed instead of pooled because their release could not be trusted.
     pub named_lock_sessions_closed: IntCounter,
     /// Whole transactions run again, by conflict: deadlock, lock_wait_timeout.
@@ -40,6 +54,8 @@ pub struct Metrics {
     pub idempotent_replays: IntCounter,
     pool_connections: IntGauge,
     pool_idle: IntGauge,
+    /// The pool's size (`POOL_SIZE`): with the two above, how saturated it is.
+    pub pool_max: IntGauge,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -49,10 +65,27 @@ fn build() -> Result<Metrics, prometheus::Error> {
             Opts::new("named_lock_acquisitions_total", "GET_LOCK calls by scope and outcome"),
             &["scope", "outcome"],
         )?,
-        named_lock_wait_seconds: HistogramVec::new(
-            HistogramOpts::new("named_lock_wait_seconds", "Time spent in GET_LOCK")
-                .buckets(vec![0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]),
-            &["scope"],
+        lock_wait_seconds: HistogramVec::new(
+            HistogramOpts::new("lock_wait_seconds", "Time spent waiting for a lock, by family and scope")
+                .buckets(LOCK_BUCKETS.to_vec()),
+            &["family", "scope"],
+        )?,
+        lock_hold_seconds: HistogramVec::new(
+            HistogramOpts::new("lock_hold_seconds", "Time a lock was held, by family and scope")
+                .buckets(LOCK_BUCKETS.to_vec()),
+            &["family", "scope"],
+        )?,
+        unavailable_answers: IntCounterVec::new(
+            Opts::new("unavailable_answers_total", "Requests answered 503, by answer and cause"),
+            &["answer", "cause"],
+        )?,
+        pool_checkout_seconds: Histogram::with_opts(
+            HistogramOpts::new("pool_checkout_seconds", "Time a request waited for a pooled connection")
+                .buckets(LOCK_BUCKETS.to_vec()),
+        )?,
+        pool_checkout_failures: IntCounterVec::new(
+            Opts::new("pool_checkout_failures_total", "Checkouts that gave up, by reason (busy, down)"),
+            &["reason"],
         )?,
         named_lock_sessions_closed: IntCounter::new(
             "named_lock_sessions_closed_total",
@@ -93,10 +126,18 @@ fn build() -> Result<Metrics, prometheus::Error> {
         )?,
         pool_connections: IntGauge::new("pool_connections", "Open connections in this instance's pool")?,
         pool_idle: IntGauge::new("pool_idle_connections", "Idle connections in this instance's pool")?,
+        pool_max: IntGauge::new(
+            "pool_max_connections",
+            "Connections this instance's pool may open (POOL_SIZE)",
+        )?,
         registry,
     };
     m.registry.register(Box::new(m.named_lock_acquisitions.clone()))?;
-    m.registry.register(Box::new(m.named_lock_wait_seconds.clone()))?;
+    m.registry.register(Box::new(m.lock_wait_seconds.clone()))?;
+    m.registry.register(Box::new(m.lock_hold_seconds.clone()))?;
+    m.registry.register(Box::new(m.unavailable_answers.clone()))?;
+    m.registry.register(Box::new(m.pool_checkout_seconds.clone()))?;
+    m.registry.register(Box::new(m.pool_checkout_failures.clone()))?;
     m.registry.register(Box::new(m.named_lock_sessions_closed.clone()))?;
     m.registry.register(Box::new(m.transaction_retries.clone()))?;
     m.registry.register(Box::new(m.transaction_gave_up.clone()))?;
@@ -109,21 +150,84 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry.register(Box::new(m.idempotent_replays.clone()))?;
     m.registry.register(Box::new(m.pool_connections.clone()))?;
     m.registry.register(Box::new(m.pool_idle.clone()))?;
+    m.registry.register(Box::new(m.pool_max.clone()))?;
     Ok(m)
 }
+
+/// Bucket bounds (seconds) for waits and holds: a held lock is normally a few milliseconds, a
+/// wait up to the lock wait (seconds); an edit lock is held for minutes.
+const LOCK_BUCKETS: [f64; 14] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 60.0, 600.0];
 
 /// The process-wide metrics. Building them cannot fail with the fixed names above; if it ever
 /// did, that is a programming error worth stopping for at start.
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| build().expect("metric definitions are valid"));
 
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Switches recording on or off for the whole process (`METRICS=off`), at start.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Records something, unless metrics are off.
+pub fn record(update: impl FnOnce(&Metrics)) {
+    if enabled() {
+        update(&METRICS);
+    }
+}
+
+/// A lock family, as the `family` label names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `GET_LOCK` on the database server.
+    Named,
+    /// This instance's in-memory turn per lock name, before `GET_LOCK`.
+    Queue,
+    /// Row locks: `SELECT … FOR UPDATE` inside a transaction.
+    Row,
+    /// Pessimistic edit locks (rows in `edit_locks`), held across requests.
+    Edit,
+}
+
+impl Family {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Named => "named",
+            Self::Queue => "queue",
+            Self::Row => "row",
+            Self::Edit => "edit",
+        }
+    }
+}
+
+/// How long a lock of `family` and `scope` was waited for.
+pub fn waited(family: Family, scope: &str, took: Duration) {
+    record(|m| m.lock_wait_seconds.with_label_values(&[family.label(), scope]).observe(took.as_secs_f64()));
+}
+
+/// How long a lock of `family` and `scope` was held.
+pub fn held(family: Family, scope: &str, took: Duration) {
+    record(|m| m.lock_hold_seconds.with_label_values(&[family.label(), scope]).observe(took.as_secs_f64()));
+}
+
 /// The Prometheus text exposition, with the pool gauges read now.
 pub fn render(pool: &crate::db::DbPool) -> String {
-    let state = pool.state();
-    METRICS.pool_connections.set(i64::from(state.connections));
-    METRICS.pool_idle.set(i64::from(state.idle_connections));
     let mut out = Vec::new();
-    if let Err(e) = TextEncoder::new().encode(&METRICS.registry.gather(), &mut out) {
+    if let Err(e) = TextEncoder::new().encode(&gather(pool), &mut out) {
         log::error!("encoding metrics failed: {e}");
     }
     String::from_utf8(out).unwrap_or_default()
+}
+
+/// Every metric, with the pool gauges read now.
+pub fn gather(pool: &crate::db::DbPool) -> Vec<prometheus::proto::MetricFamily> {
+    let state = pool.state();
+    METRICS.pool_connections.set(i64::from(state.connections));
+    METRICS.pool_idle.set(i64::from(state.idle_connections));
+    METRICS.registry.gather()
 }

@@ -30,6 +30,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/admin/edit-locks/release-expired", web::post().to(release_expired_form))
         .route("/admin/named-locks/force-release", web::post().to(force_release_named_form))
         .route("/admin/audit", web::get().to(audit_page))
+        .route("/admin/metrics", web::get().to(metrics_page))
         .route("/api/v1/admin/locks", web::get().to(locks_json))
         .route("/api/v1/admin/edit-locks/release-expired", web::post().to(release_expired_json))
         .route("/api/v1/admin/edit-locks/{key}", web::delete().to(force_release_edit_json))
@@ -258,6 +259,27 @@ async fn audit_page(
 ) -> actix_web::Result<HttpResponse> {
     let page = load_audit(&state, &query).await?;
     Ok(html(&AuditScreen { ctx, page })?)
+}
+
+#[derive(Template)]
+#[template(path = "admin/metrics.html")]
+struct MetricsScreen {
+    ctx: PageContext,
+    charts: super::metrics::Charts,
+    bar_max: u32,
+    row_width: u32,
+}
+
+/// This instance's lock metrics, drawn. Reads memory only: no database, no blocking pool.
+async fn metrics_page(
+    Admin(_): Admin,
+    ctx: PageContext,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let charts = super::metrics::charts(&crate::metrics::gather(&state.pool));
+    let buckets = charts.waits.first().or(charts.holds.first()).map_or(15, |s| s.buckets.len());
+    let row_width = u32::try_from(buckets).unwrap_or(15) * (super::metrics::BAR_WIDTH + 2);
+    Ok(html(&MetricsScreen { ctx, charts, bar_max: super::metrics::BAR_MAX, row_width })?)
 }
 
 // ---- JSON -------------------------------------------------------------------------------

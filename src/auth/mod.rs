@@ -86,6 +86,7 @@ impl AsProblem for AuthError {
             },
             Self::HashingBusy => {
                 Problem::busy("Many people are logging in right now; please try again in a moment.")
+                    .because("hashing")
             }
             Self::CheckFailed(problem) => problem.clone(),
             Self::Infra(e) => e.problem(),

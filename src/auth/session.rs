@@ -216,7 +216,7 @@ impl SessionChecks {
                 queue.waiting.drain(..take).collect()
             };
             let tickets: Vec<Ticket> = batch.iter().map(|(ticket, _)| ticket.clone()).collect();
-            crate::metrics::METRICS.session_check_batch_size.observe(tickets.len() as f64);
+            crate::metrics::record(|m| m.session_check_batch_size.observe(tickets.len() as f64));
             let pool = pool.clone();
             let found = crate::web::blocking(move || {
                 let check = || Ok::<_, Infra>(current(&mut *pool.get()?, &tickets)?);

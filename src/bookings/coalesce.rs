@@ -29,7 +29,6 @@ use super::service;
 use crate::auth::session::Ticket;
 use crate::db::DbPool;
 use crate::locking::{LockError, LockName, LockQueue};
-use crate::metrics::METRICS;
 
 /// Most bookings decided in one transaction: large enough to absorb a burst, small enough that
 /// one transaction's row locks and duration stay short.
@@ -98,7 +97,7 @@ impl Coalescer {
             });
             start
         };
-        METRICS.lock_queue_depth.with_label_values(&["book"]).inc();
+        crate::metrics::record(|m| m.lock_queue_depth.with_label_values(&["book"]).inc());
         if start_drainer {
             let drain = Drain {
                 coalescer: Arc::clone(self),
@@ -115,8 +114,10 @@ impl Coalescer {
             Ok(reply) => reply,
             // Still queued: leave with "busy". Already in a batch: its answer is coming.
             Err(_) if self.withdraw(&name, place) => {
-                METRICS.named_lock_acquisitions.with_label_values(&["book", "timed_out_queued"]).inc();
-                METRICS.lock_queue_depth.with_label_values(&["book"]).dec();
+                crate::metrics::record(|m| {
+                    m.named_lock_acquisitions.with_label_values(&["book", "timed_out_queued"]).inc()
+                });
+                crate::metrics::record(|m| m.lock_queue_depth.with_label_values(&["book"]).dec());
                 return Err(LockError::TimedOut { name, waited: wait }.into());
             }
             Err(_) => answer.await,
@@ -171,7 +172,7 @@ impl Drop for ForgetOnDeath<'_> {
             let mut days = self.coalescer.days.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(day) = days.remove(self.name) {
                 let waiting = i64::try_from(day.waiting.len()).unwrap_or(0);
-                METRICS.lock_queue_depth.with_label_values(&["book"]).sub(waiting);
+                crate::metrics::record(|m| m.lock_queue_depth.with_label_values(&["book"]).sub(waiting));
             }
         }
     }
@@ -194,10 +195,9 @@ impl Drain {
         // alone.
         let mut death = ForgetOnDeath { coalescer: &self.coalescer, name: &self.name, finished: false };
         while let Some(batch) = self.coalescer.next_batch(&self.name) {
-            METRICS
-                .lock_queue_depth
-                .with_label_values(&["book"])
-                .sub(i64::try_from(batch.len()).unwrap_or(0));
+            crate::metrics::record(|m| {
+                m.lock_queue_depth.with_label_values(&["book"]).sub(i64::try_from(batch.len()).unwrap_or(0))
+            });
             let (late, batch): (Vec<Waiter>, Vec<Waiter>) =
                 batch.into_iter().partition(|w| w.deadline <= Instant::now());
             for waiter in late {
@@ -207,7 +207,7 @@ impl Drain {
             if batch.is_empty() {
                 continue;
             }
-            METRICS.booking_batch_size.observe(batch.len() as f64);
+            crate::metrics::record(|m| m.booking_batch_size.observe(batch.len() as f64));
             // Arrival order: the earliest deadline first, so the batch waits no longer than
             // its most patient member could.
             let deadline = batch.iter().map(|w| w.deadline).min().unwrap_or_else(Instant::now);

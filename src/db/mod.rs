@@ -68,20 +68,30 @@ impl DbPool {
     /// before the server went away stops waiting as soon as the pool has noticed, instead of
     /// sitting out the whole pool timeout.
     pub fn get(&self) -> Result<PooledConn, CheckoutError> {
-        let end = Instant::now() + self.timeout;
-        loop {
+        let began = Instant::now();
+        let end = began + self.timeout;
+        let checked_out = loop {
             let left = end.saturating_duration_since(Instant::now());
             match self.pool.get_timeout(left.min(OUTAGE_WAIT)) {
                 Ok(mut conn) => match self.fit(&mut conn) {
-                    Ok(()) => return Ok(conn),
+                    Ok(()) => break Ok(conn),
                     // Dropped broken: r2d2 closes it and opens another in its place.
                     Err(()) => continue,
                 },
-                Err(e) if self.health.is_down() => return Err(CheckoutError::Down(e)),
-                Err(e) if left <= OUTAGE_WAIT => return Err(CheckoutError::Busy(e)),
+                Err(e) if self.health.is_down() => break Err(CheckoutError::Down(e)),
+                Err(e) if left <= OUTAGE_WAIT => break Err(CheckoutError::Busy(e)),
                 Err(_) => continue,
             }
-        }
+        };
+        crate::metrics::record(|m| {
+            m.pool_checkout_seconds.observe(began.elapsed().as_secs_f64());
+            match &checked_out {
+                Ok(_) => {}
+                Err(CheckoutError::Busy(_)) => m.pool_checkout_failures.with_label_values(&["busy"]).inc(),
+                Err(CheckoutError::Down(_)) => m.pool_checkout_failures.with_label_values(&["down"]).inc(),
+            }
+        });
+        checked_out
     }
 
     /// Whether a connection just checked out can be used: not lost, and answering if it sat

@@ -182,7 +182,7 @@ where
 {
     let Some(key) = key else { return work(conn).map(Ok) };
     if let Some(stored) = key.claim(conn)? {
-        crate::metrics::METRICS.idempotent_replays.inc();
+        crate::metrics::record(|m| m.idempotent_replays.inc());
         return Ok(stored);
     }
     let outcome = work(conn);

@@ -19,7 +19,7 @@
 //! Commit before release: run the transaction to completion on [`NamedLockGuard::conn`] while the
 //! guard is alive. Releasing first would let the next holder read the state before our commit.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 
@@ -28,7 +28,7 @@ use super::queue::Turn;
 use super::sql::{get_lock, release_all_locks, release_lock};
 use crate::db::{DbPool, PooledConn};
 use crate::infra::Infra;
-use crate::metrics::METRICS;
+use crate::metrics::{self, Family};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
@@ -54,6 +54,8 @@ pub struct NamedLockGuard {
     /// Dropped after the release (fields drop after `Drop::drop`): the next request queued for
     /// this key reaches the server only once we have let go.
     _turn: Option<Turn>,
+    /// When `GET_LOCK` granted it: the hold time is measured to the release.
+    granted: Instant,
 }
 
 impl NamedLockGuard {
@@ -72,7 +74,7 @@ impl NamedLockGuard {
     /// only if the instance's waiting budget has room (else [`LockError::Crowded`] at once).
     pub fn acquire_in_turn(mut conn: PooledConn, turn: Turn) -> Result<Self, LockError> {
         take(&mut conn, &turn)?;
-        Ok(Self { conn, name: turn.name().clone(), _turn: Some(turn) })
+        Ok(Self { conn, name: turn.name().clone(), _turn: Some(turn), granted: Instant::now() })
     }
 
     /// [`acquire_in_turn`](Self::acquire_in_turn) on a connection of `pool`, for a request whose
@@ -91,7 +93,7 @@ impl NamedLockGuard {
             }
             taken => taken?,
         }
-        Ok(Self { conn, name: turn.name().clone(), _turn: Some(turn) })
+        Ok(Self { conn, name: turn.name().clone(), _turn: Some(turn), granted: Instant::now() })
     }
 
     /// The connection that holds the lock. Everything done "under the lock" must run here.
@@ -107,7 +109,7 @@ impl NamedLockGuard {
 /// Asks for the lock of `turn` on `conn`: see [`NamedLockGuard::acquire_in_turn`].
 fn take(conn: &mut PooledConn, turn: &Turn) -> Result<(), LockError> {
     let name = turn.name();
-    let timer = METRICS.named_lock_wait_seconds.with_label_values(&[name.scope()]).start_timer();
+    let asked = Instant::now();
     let mut result = ask(conn, name, Duration::ZERO);
     if matches!(result, Err(LockError::TimedOut { .. })) {
         let wait = turn.remaining();
@@ -120,14 +122,14 @@ fn take(conn: &mut PooledConn, turn: &Turn) -> Result<(), LockError> {
             }
         };
     }
-    timer.observe_duration();
+    metrics::waited(Family::Named, name.scope(), asked.elapsed());
     let outcome = match &result {
         Ok(()) => "acquired",
         Err(LockError::TimedOut { .. }) => "timed_out",
         Err(LockError::Crowded { .. }) => "crowded",
         Err(LockError::Failed { .. }) => "failed",
     };
-    METRICS.named_lock_acquisitions.with_label_values(&[name.scope(), outcome]).inc();
+    metrics::record(|m| m.named_lock_acquisitions.with_label_values(&[name.scope(), outcome]).inc());
     result
 }
 
@@ -169,6 +171,7 @@ impl Drop for NamedLockGuard {
         let released =
             diesel::select((release_lock(self.name.as_str()), release_all_locks()))
                 .get_result::<(Option<i64>, Option<i64>)>(&mut *self.conn);
+        metrics::held(Family::Named, self.name.scope(), self.granted.elapsed());
         let problem = match released {
             Ok((Some(1), Some(0))) => return,
             Ok((released, leftover)) => {
@@ -183,6 +186,6 @@ impl Drop for NamedLockGuard {
 
 /// Marks the connection broken, so r2d2 closes it when it is dropped instead of pooling it again.
 fn close_instead_of_returning(conn: &mut PooledConn) {
-    METRICS.named_lock_sessions_closed.inc();
+    metrics::record(|m| m.named_lock_sessions_closed.inc());
     crate::db::transaction::mark_broken(conn);
 }

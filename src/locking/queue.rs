@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
 use super::{LockError, LockName};
-use crate::metrics::METRICS;
+use crate::metrics::Family;
 
 type KeyQueues = Mutex<HashMap<LockName, Arc<tokio::sync::Mutex<()>>>>;
 
@@ -63,9 +63,10 @@ impl LockQueue {
         };
         // Undone on every way out, including the request being dropped while it waits (the
         // client went away): the gauge comes down and an idle key's queue is forgotten.
-        let waiting = Waiting::new(&self.keys, &name);
+        let (waiting, began) = (Waiting::new(&self.keys, &name), Instant::now());
         let got = actix_web::rt::time::timeout(wait, key.lock_owned()).await;
         drop(waiting);
+        crate::metrics::waited(Family::Queue, name.scope(), began.elapsed());
         match got {
             Ok(guard) => Ok(Turn {
                 name,
@@ -75,7 +76,9 @@ impl LockQueue {
                 keys: Arc::clone(&self.keys),
             }),
             Err(_) => {
-                METRICS.named_lock_acquisitions.with_label_values(&[name.scope(), "timed_out_queued"]).inc();
+                crate::metrics::record(|m| {
+                    m.named_lock_acquisitions.with_label_values(&[name.scope(), "timed_out_queued"]).inc()
+                });
                 Err(LockError::TimedOut { name, waited: wait })
             }
         }
@@ -133,10 +136,10 @@ impl Turn {
     pub(super) fn try_wait_slot(&self) -> Option<WaitSlot> {
         let permit = Arc::clone(&self.waiters).try_acquire_owned().ok();
         if permit.is_none() {
-            METRICS.lock_waiters_refused.with_label_values(&[self.name.scope()]).inc();
+            crate::metrics::record(|m| m.lock_waiters_refused.with_label_values(&[self.name.scope()]).inc());
         }
         permit.map(|permit| {
-            METRICS.lock_waiters.inc();
+            crate::metrics::record(|m| m.lock_waiters.inc());
             WaitSlot { _permit: permit }
         })
     }
@@ -158,14 +161,14 @@ struct Waiting<'a> {
 
 impl<'a> Waiting<'a> {
     fn new(keys: &'a KeyQueues, name: &'a LockName) -> Self {
-        METRICS.lock_queue_depth.with_label_values(&[name.scope()]).inc();
+        crate::metrics::record(|m| m.lock_queue_depth.with_label_values(&[name.scope()]).inc());
         Self { keys, name }
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        METRICS.lock_queue_depth.with_label_values(&[self.name.scope()]).dec();
+        crate::metrics::record(|m| m.lock_queue_depth.with_label_values(&[self.name.scope()]).dec());
         // By now this request's clone of the key's mutex is gone (the wait future that held it
         // has ended); if nobody else is queued or holding, drop the key's queue.
         forget_if_unused(self.keys, self.name);
@@ -187,7 +190,7 @@ pub(super) struct WaitSlot {
 
 impl Drop for WaitSlot {
     fn drop(&mut self) {
-        METRICS.lock_waiters.dec();
+        crate::metrics::record(|m| m.lock_waiters.dec());
     }
 }
 

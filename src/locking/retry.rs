@@ -15,8 +15,6 @@ use std::time::Duration;
 use diesel::result::{DatabaseErrorKind, Error as DbError};
 use rand::Rng;
 
-use crate::metrics::METRICS;
-
 /// A lock conflict that a fresh attempt of the same transaction may not meet again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockConflict {
@@ -107,11 +105,11 @@ pub fn retry_on_lock_conflict<T, E: MayConflict>(
         match conflict {
             None | Some(LockConflict::LockWaitTimeout) => return Attempted { result, attempts },
             Some(_) if attempts >= policy.max_attempts => {
-                METRICS.transaction_gave_up.inc();
+                crate::metrics::record(|m| m.transaction_gave_up.inc());
                 return Attempted { result, attempts };
             }
             Some(kind) => {
-                METRICS.transaction_retries.with_label_values(&[kind.label()]).inc();
+                crate::metrics::record(|m| m.transaction_retries.with_label_values(&[kind.label()]).inc());
                 log::info!("attempt {attempts} hit {kind:?}; retrying the whole transaction");
                 std::thread::sleep(policy.delay_before(attempts + 1));
             }

@@ -1,6 +1,7 @@
 //! Placing an order: lock, check, decrement, record — in one transaction, retried as a whole.
 
 use std::sync::LazyLock;
+use std::time::Instant;
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Datetime, Integer, Text, Unsigned};
@@ -13,6 +14,7 @@ use crate::db::{DbPool, cached_sql};
 use crate::idempotency::{self, Once};
 use crate::inventory::model::{MovementReason, NewStockMovement};
 use crate::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
+use crate::metrics::{self, Family};
 use crate::schema::{order_lines, orders, products, stock_levels};
 
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -66,10 +68,14 @@ pub fn place_order(
     let mut conn = pool.get()?;
     let mut evidence = Vec::new();
     let attempted = retry_on_lock_conflict(policy, || {
+        let began = Instant::now();
         let attempt = crate::db::transaction(&mut conn, |conn| {
             idempotency::once(conn, once, |conn| take_from_stock(conn, user_id, cart))
         })
         .and_then(std::convert::identity);
+        // Row locks last until the transaction ends: from BEGIN to COMMIT is the longest they
+        // can have been held.
+        metrics::held(Family::Row, "stock", began.elapsed());
         if matches!(&attempt, Err(e) if e.lock_conflict() == Some(LockConflict::Deadlock)) {
             // Read before the retry: the next deadlock on the server would overwrite it.
             evidence.extend(crate::deadlocks::capture(&mut conn, pool.url(), "order"));
@@ -113,7 +119,8 @@ fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Res
     // order is then fixed by this loop, not by whichever scan the optimiser picks for an IN
     // list, and two carts sharing products always queue in the same order instead of
     // deadlocking. A product never received has no row: it has nothing to sell.
-    for line in cart.lines() {
+    let locking = Instant::now();
+    let locked = cart.lines().iter().try_for_each(|line| {
         let (_, _, name, _) = product(line.product_id)?;
         let available = stock_levels::table
             .find(line.product_id)
@@ -130,7 +137,11 @@ fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Res
                 available,
             });
         }
-    }
+        Ok(())
+    });
+    // Waited for the row locks (reading the rows is little next to a wait), timed out or not.
+    metrics::waited(Family::Row, "stock", locking.elapsed());
+    locked?;
 
     // Every row is locked and checked: decrement and record.
     let mut lines = Vec::with_capacity(cart.lines().len());

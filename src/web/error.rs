@@ -25,6 +25,10 @@ pub struct Problem {
     /// Seconds, sent as `Retry-After` (busy answers).
     #[serde(skip)]
     pub retry_after: Option<u32>,
+    /// What ran out, for a 503 (`named_lock`, `row_lock`, `pool`, …): the `cause` label of
+    /// `haita_unavailable_answers_total`. Not sent.
+    #[serde(skip)]
+    pub cause: &'static str,
     /// Machine-readable facts a client can act on (which product ran short, how many are left).
     #[serde(flatten)]
     pub details: serde_json::Map<String, serde_json::Value>,
@@ -32,7 +36,14 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(status: StatusCode, error: &'static str, message: impl Into<String>) -> Self {
-        Self { status, error, message: message.into(), retry_after: None, details: serde_json::Map::new() }
+        Self {
+            status,
+            error,
+            message: message.into(),
+            retry_after: None,
+            cause: "",
+            details: serde_json::Map::new(),
+        }
     }
 
     /// Adds a field to the JSON body next to `error` and `message`.
@@ -42,13 +53,23 @@ impl Problem {
     }
 
     pub fn busy(message: impl Into<String>) -> Self {
-        Self { retry_after: Some(1), ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message) }
+        Self {
+            retry_after: Some(1),
+            cause: "other",
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message)
+        }
+    }
+
+    /// Names what ran out (see [`Problem::cause`]).
+    pub fn because(self, cause: &'static str) -> Self {
+        Self { cause, ..self }
     }
 
     /// The database cannot be reached right now; it usually comes back by itself.
     pub fn unavailable() -> Self {
         Self {
             retry_after: Some(2),
+            cause: "database",
             ..Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
@@ -84,6 +105,11 @@ pub trait AsProblem: std::error::Error {
 
 pub fn respond<E: AsProblem>(error: &E) -> HttpResponse {
     let problem = error.problem();
+    if problem.status == StatusCode::SERVICE_UNAVAILABLE {
+        crate::metrics::record(|m| {
+            m.unavailable_answers.with_label_values(&[problem.error, problem.cause]).inc()
+        });
+    }
     if problem.status.is_server_error() {
         // A 503 with Retry-After is an expected answer under load or during an outage; a 500 is
         // a bug. Both keep their cause in the log and out of the response.

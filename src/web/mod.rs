@@ -41,6 +41,7 @@ impl AppState {
         crate::metrics::METRICS
             .lock_waiters_budget
             .set(i64::try_from(config.lock_waiters_max).unwrap_or(i64::MAX));
+        crate::metrics::METRICS.pool_max.set(i64::from(config.pool_size));
         let logins = Arc::new(LoginGate::new(
             config.hashing_slots,
             config.login_attempts_per_username,

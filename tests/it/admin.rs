@@ -127,7 +127,9 @@ async fn only_admins_reach_any_admin_route_or_action() {
     let named = "haita:test:nobody";
 
     for client in [&carol, &alice] {
-        for path in ["/admin/locks", "/admin/audit", "/api/v1/admin/locks", "/api/v1/admin/audit"] {
+        for path in
+            ["/admin/locks", "/admin/audit", "/admin/metrics", "/api/v1/admin/locks", "/api/v1/admin/audit"]
+        {
             assert_eq!(client.get(path).await.status(), 403, "GET {path}");
         }
         assert_eq!(client.get(&format!("/api/v1/admin/named-locks/{named}")).await.status(), 403);
@@ -155,6 +157,7 @@ async fn only_admins_reach_any_admin_route_or_action() {
     let anonymous = app.client(0);
     assert_eq!(anonymous.get("/api/v1/admin/locks").await.status(), 401);
     assert_eq!(anonymous.get("/admin/locks").await.status(), 303, "a browser is sent to log in");
+    assert_eq!(anonymous.get("/admin/metrics").await.status(), 303);
     assert_eq!(
         anonymous
             .send(reqwest::Method::DELETE, &format!("/api/v1/admin/edit-locks/{key}?reason=x"))

@@ -18,6 +18,7 @@ mod idempotency;
 mod inventory;
 mod lab_apart;
 mod locking;
+mod metrics;
 mod orders;
 mod outage;
 mod statements;

@@ -1,0 +1,90 @@
+//! Lock metrics an operator can read: per lock family, waits and holds, timeouts, busy answers
+//! and pool checkouts, in `/metrics` and drawn on `/admin/metrics`.
+//!
+//! The registry is the process's, shared by every test running in parallel: each check reads a
+//! series before and after the event it causes and asserts that it grew.
+
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::{Integer, Text};
+use haita::auth::Role;
+
+use crate::common::{Client, TestApp, future_day};
+
+/// The value of the sample `name{labels…}` whose labels include every one of `labels`.
+async fn sample(client: &Client, name: &str, labels: &[&str]) -> f64 {
+    let text = client.get("/metrics").await.text().await.expect("metrics");
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[actix_web::test]
+async fn waits_holds_busy_answers_and_checkouts_are_counted_per_lock_family() {
+    let app = TestApp::spawn_instances(1, |c| c.lock_wait = Duration::from_secs(1)).await;
+    let resource = app.resource("Measured room", 2);
+    let product = app.product("MEASURED-1", 300, 10);
+    let client = app.client(0);
+    client.login(&app.user("measured", Role::Customer)).await;
+    let named_book = ["family=\"named\"", "scope=\"book\""];
+    let row_stock = ["family=\"row\"", "scope=\"stock\""];
+    let busy_named = ["answer=\"busy\"", "cause=\"named_lock\""];
+    let before = (
+        sample(&client, "haita_lock_wait_seconds_count", &named_book).await,
+        sample(&client, "haita_lock_hold_seconds_count", &named_book).await,
+        sample(&client, "haita_lock_hold_seconds_count", &row_stock).await,
+        sample(&client, "haita_lock_wait_seconds_count", &row_stock).await,
+        sample(&client, "haita_unavailable_answers_total", &busy_named).await,
+        sample(&client, "haita_pool_checkout_seconds_count", &[]).await,
+    );
+
+    // A booking (a named lock waited for and held), an order (row locks), and a day whose
+    // lock another session holds (a wait that runs out: 503 busy).
+    let day = future_day();
+    assert_eq!(client.book(resource, day).await.status(), 201);
+    assert_eq!(client.order(&[(product, 1)]).await.status(), 201);
+    let mut holder = app.db.raw_connection();
+    let stuck = app.db.pool.names().booking(resource, day.succ_opt().expect("day"));
+    #[derive(QueryableByName)]
+    struct Got {
+        #[diesel(sql_type = Integer)]
+        got: i32,
+    }
+    let got: Got = diesel::sql_query("SELECT GET_LOCK(?, 0) AS got")
+        .bind::<Text, _>(stuck.as_str())
+        .get_result(&mut holder)
+        .expect("GET_LOCK");
+    assert_eq!(got.got, 1);
+    assert_eq!(client.book(resource, day.succ_opt().expect("day")).await.status(), 503);
+
+    let after = (
+        sample(&client, "haita_lock_wait_seconds_count", &named_book).await,
+        sample(&client, "haita_lock_hold_seconds_count", &named_book).await,
+        sample(&client, "haita_lock_hold_seconds_count", &row_stock).await,
+        sample(&client, "haita_lock_wait_seconds_count", &row_stock).await,
+        sample(&client, "haita_unavailable_answers_total", &busy_named).await,
+        sample(&client, "haita_pool_checkout_seconds_count", &[]).await,
+    );
+    assert!(
+        after.0 >= before.0 + 2.0,
+        "two GET_LOCK waits (one granted, one timed out): {before:?} → {after:?}"
+    );
+    assert!(after.1 > before.1, "the granted one was held, then released: {after:?}");
+    assert!(after.2 > before.2 && after.3 > before.3, "the order's row locks: {after:?}");
+    assert!(after.4 > before.4, "the busy answer, with its cause: {after:?}");
+    assert!(after.5 >= before.5 + 2.0, "pool checkouts: {after:?}");
+
+    // The admin sees the same, drawn.
+    let admin = app.client(0);
+    admin.login(&app.user("operator", Role::Admin)).await;
+    let page = admin.get("/admin/metrics").await;
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.expect("page");
+    for expected in ["<svg", "named · book", "row · stock", "pool checkout", "answered 503: busy, named_lock"]
+    {
+        assert!(page.contains(expected), "{expected:?} missing from the metrics page");
+    }
+}
