@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::sql_types::{Integer, Text};
 use haita::auth::Role;
 use serde_json::Value;
 use tokio::sync::Barrier;
@@ -197,18 +196,7 @@ async fn a_day_whose_lock_stays_held_answers_busy_and_other_days_still_book() {
     client.login(&app.user("carol", Role::Customer)).await;
 
     // Another session (say a stuck batch job) holds this day's lock.
-    let mut other = app.db.raw_connection();
-    let name = app.db.pool.names().booking(resource, day);
-    #[derive(QueryableByName)]
-    struct Got {
-        #[diesel(sql_type = Integer)]
-        got: i32,
-    }
-    let got: Got = diesel::sql_query("SELECT GET_LOCK(?, 0) AS got")
-        .bind::<Text, _>(name.as_str())
-        .get_result(&mut other)
-        .expect("GET_LOCK");
-    assert_eq!(got.got, 1);
+    let other = app.db.session_holding(&app.db.pool.names().booking(resource, day));
 
     let busy = client.book(resource, day).await;
     assert_eq!(busy.status(), 503);

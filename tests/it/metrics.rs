@@ -6,8 +6,6 @@
 
 use std::time::Duration;
 
-use diesel::prelude::*;
-use diesel::sql_types::{Integer, Text};
 use haita::auth::Role;
 
 use crate::common::{Client, TestApp, future_day};
@@ -22,6 +20,24 @@ async fn sample(client: &Client, name: &str, labels: &[&str]) -> f64 {
         .sum()
 }
 
+/// The series the test below moves: waits and holds of the named booking lock and of the
+/// orders' row locks, busy answers for a named lock, pool checkouts.
+async fn readings(client: &Client) -> Vec<f64> {
+    let series: [(&str, &[&str]); 6] = [
+        ("haita_lock_wait_seconds_count", &["family=\"named\"", "scope=\"book\""]),
+        ("haita_lock_hold_seconds_count", &["family=\"named\"", "scope=\"book\""]),
+        ("haita_lock_hold_seconds_count", &["family=\"row\"", "scope=\"stock\""]),
+        ("haita_lock_wait_seconds_count", &["family=\"row\"", "scope=\"stock\""]),
+        ("haita_unavailable_answers_total", &["answer=\"busy\"", "cause=\"named_lock\""]),
+        ("haita_pool_checkout_seconds_count", &[]),
+    ];
+    let mut values = Vec::new();
+    for (name, labels) in series {
+        values.push(sample(client, name, labels).await);
+    }
+    values
+}
+
 #[actix_web::test]
 async fn waits_holds_busy_answers_and_checkouts_are_counted_per_lock_family() {
     let app = TestApp::spawn_instances(1, |c| c.lock_wait = Duration::from_secs(1)).await;
@@ -29,53 +45,26 @@ async fn waits_holds_busy_answers_and_checkouts_are_counted_per_lock_family() {
     let product = app.product("MEASURED-1", 300, 10);
     let client = app.client(0);
     client.login(&app.user("measured", Role::Customer)).await;
-    let named_book = ["family=\"named\"", "scope=\"book\""];
-    let row_stock = ["family=\"row\"", "scope=\"stock\""];
-    let busy_named = ["answer=\"busy\"", "cause=\"named_lock\""];
-    let before = (
-        sample(&client, "haita_lock_wait_seconds_count", &named_book).await,
-        sample(&client, "haita_lock_hold_seconds_count", &named_book).await,
-        sample(&client, "haita_lock_hold_seconds_count", &row_stock).await,
-        sample(&client, "haita_lock_wait_seconds_count", &row_stock).await,
-        sample(&client, "haita_unavailable_answers_total", &busy_named).await,
-        sample(&client, "haita_pool_checkout_seconds_count", &[]).await,
-    );
+    let before = readings(&client).await;
 
     // A booking (a named lock waited for and held), an order (row locks), and a day whose
     // lock another session holds (a wait that runs out: 503 busy).
     let day = future_day();
+    let next_day = day.succ_opt().expect("day");
     assert_eq!(client.book(resource, day).await.status(), 201);
     assert_eq!(client.order(&[(product, 1)]).await.status(), 201);
-    let mut holder = app.db.raw_connection();
-    let stuck = app.db.pool.names().booking(resource, day.succ_opt().expect("day"));
-    #[derive(QueryableByName)]
-    struct Got {
-        #[diesel(sql_type = Integer)]
-        got: i32,
-    }
-    let got: Got = diesel::sql_query("SELECT GET_LOCK(?, 0) AS got")
-        .bind::<Text, _>(stuck.as_str())
-        .get_result(&mut holder)
-        .expect("GET_LOCK");
-    assert_eq!(got.got, 1);
-    assert_eq!(client.book(resource, day.succ_opt().expect("day")).await.status(), 503);
+    let _stuck = app.db.session_holding(&app.db.pool.names().booking(resource, next_day));
+    assert_eq!(client.book(resource, next_day).await.status(), 503);
 
-    let after = (
-        sample(&client, "haita_lock_wait_seconds_count", &named_book).await,
-        sample(&client, "haita_lock_hold_seconds_count", &named_book).await,
-        sample(&client, "haita_lock_hold_seconds_count", &row_stock).await,
-        sample(&client, "haita_lock_wait_seconds_count", &row_stock).await,
-        sample(&client, "haita_unavailable_answers_total", &busy_named).await,
-        sample(&client, "haita_pool_checkout_seconds_count", &[]).await,
-    );
+    let after = readings(&client).await;
     assert!(
-        after.0 >= before.0 + 2.0,
+        after[0] >= before[0] + 2.0,
         "two GET_LOCK waits (one granted, one timed out): {before:?} → {after:?}"
     );
-    assert!(after.1 > before.1, "the granted one was held, then released: {after:?}");
-    assert!(after.2 > before.2 && after.3 > before.3, "the order's row locks: {after:?}");
-    assert!(after.4 > before.4, "the busy answer, with its cause: {after:?}");
-    assert!(after.5 >= before.5 + 2.0, "pool checkouts: {after:?}");
+    assert!(after[1] > before[1], "the granted one was held, then released: {after:?}");
+    assert!(after[2] > before[2] && after[3] > before[3], "the order's row locks: {after:?}");
+    assert!(after[4] > before[4], "the busy answer, with its cause: {after:?}");
+    assert!(after[5] >= before[5] + 2.0, "pool checkouts: {after:?}");
 
     // The admin sees the same, drawn.
     let admin = app.client(0);

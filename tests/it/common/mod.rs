@@ -52,6 +52,23 @@ impl TestDb {
     pub fn raw_connection(&self) -> MysqlConnection {
         MysqlConnection::establish(&self.url).expect("raw connection")
     }
+
+    /// Another session (say a stuck batch job) that holds the named lock `name` until it is
+    /// dropped.
+    pub fn session_holding(&self, name: &haita::locking::LockName) -> MysqlConnection {
+        #[derive(QueryableByName)]
+        struct Got {
+            #[diesel(sql_type = diesel::sql_types::Integer)]
+            got: i32,
+        }
+        let mut session = self.raw_connection();
+        let got: Got = diesel::sql_query("SELECT GET_LOCK(?, 0) AS got")
+            .bind::<diesel::sql_types::Text, _>(name.as_str())
+            .get_result(&mut session)
+            .expect("GET_LOCK");
+        assert_eq!(got.got, 1, "{name} was free");
+        session
+    }
 }
 
 /// Lets tests list which sessions hold named locks (MariaDB's METADATA_LOCK_INFO plugin; MySQL 8
