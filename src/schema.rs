@@ -29,6 +29,18 @@ diesel::table! {
 }
 
 diesel::table! {
+    edit_drafts (user_id, lock_key) {
+        user_id -> Bigint,
+        #[max_length = 64]
+        lock_key -> Varchar,
+        fields -> Text,
+        #[max_length = 300]
+        why -> Varchar,
+        saved_at -> Datetime,
+    }
+}
+
+diesel::table! {
     edit_lock_epochs (lock_key) {
         #[max_length = 64]
         lock_key -> Varchar,
@@ -159,6 +171,7 @@ diesel::table! {
 }
 
 diesel::joinable!(audit_events -> users (actor_user_id));
+diesel::joinable!(edit_drafts -> users (user_id));
 diesel::joinable!(edit_locks -> users (owner_user_id));
 diesel::joinable!(idempotency_keys -> users (user_id));
 diesel::joinable!(order_lines -> orders (order_id));
@@ -187,6 +200,7 @@ diesel::joinable!(user_sessions -> users (user_id));
 diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
     deadlock_reports,
+    edit_drafts,
     edit_lock_epochs,
     edit_locks,
     idempotency_keys,

@@ -16,16 +16,42 @@
   // release cannot end a lock that a reload of this page has renewed meanwhile.
   var lastBeat = form.dataset.heartbeatAt;
   var lost = document.getElementById("lock-lost");
+  var lostBox = document.getElementById("lock-lost-box");
   var status = document.getElementById("lock-status");
-  var leaving = false; // set when Save or Cancel submits: they end the lock themselves
+  var draftUrl = form.dataset.draftUrl;
+  var leaving = false; // set when a form submits (Save and Cancel end the lock themselves) or the draft is restored
   // The API takes a request that changes something only as JSON, even without a body: another
   // site's page cannot send that header without the server's consent (CORS), so no CSRF token.
   var JSON_HEADERS = { "Accept": "application/json", "Content-Type": "application/json" };
 
+  // The form as typed. The draft is sent when it differs from what the page opened with and from
+  // what was last kept, so an untouched editor keeps nothing.
+  function fields() {
+    return {
+      name: form.elements.name.value,
+      description: form.elements.description.value,
+      capacity: form.elements.capacity.value
+    };
+  }
+  var opened = JSON.stringify(fields());
+  var kept = opened;
+  function keepDraft() {
+    var now = JSON.stringify(fields());
+    if (now === opened || now === kept) return Promise.resolve(true);
+    return fetch(draftUrl, { method: "PUT", credentials: "same-origin", headers: JSON_HEADERS, body: now })
+      .then(function (response) { if (response.ok) kept = now; return response.ok; })
+      .catch(function () { return false; });
+  }
+
   function showLost(message) {
-    lost.textContent = message + " Your input stays on this page; if you save, it will be shown back to you.";
-    lost.hidden = false;
-    status.hidden = true;
+    // Keep what was typed first: the person may close the tab on reading this.
+    keepDraft().then(function (keptOk) {
+      lost.textContent = message + (keptOk
+        ? " Your input stays on this page and is kept as your draft: it is offered back when you open the editor again."
+        : " Your input stays on this page; if you save, it will be shown back to you.");
+      lostBox.hidden = false;
+      status.hidden = true;
+    });
   }
 
   var timer = setInterval(function () {
@@ -34,7 +60,10 @@
     var beat = url + "?epoch=" + encodeURIComponent(form.dataset.lockEpoch);
     fetch(beat, { method: "PUT", credentials: "same-origin", headers: JSON_HEADERS })
       .then(function (response) {
-        if (response.ok) return response.json().then(function (lock) { lastBeat = lock.heartbeat_at; });
+        if (response.ok) {
+          keepDraft();
+          return response.json().then(function (lock) { lastBeat = lock.heartbeat_at; });
+        }
         return response.json().then(function (problem) {
           clearInterval(timer);
           showLost(problem.message || "You no longer hold the edit lock.");
@@ -46,6 +75,9 @@
   document.querySelectorAll("form").forEach(function (f) {
     f.addEventListener("submit", function () { leaving = true; });
   });
+  // Restoring the draft reopens this editor under the same lock: not a leave.
+  var restore = document.getElementById("restore-draft");
+  if (restore) restore.addEventListener("click", function () { leaving = true; });
 
   window.addEventListener("pagehide", function () {
     if (leaving) return;

@@ -11,6 +11,7 @@ use super::model::{ResourceChanges, ResourceInput};
 use super::{FieldError, Resource, ResourceError};
 use crate::audit::{self, Action, AuditEvent};
 use crate::db::DbPool;
+use crate::edit_locks::drafts;
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, EditLockToken, LockView, Owner};
 use crate::locking::Turn;
@@ -59,11 +60,14 @@ pub fn save(
     then: ThenLock,
 ) -> Result<Resource, ResourceError> {
     crate::db::transaction(conn, |conn| {
-        let token = service::claim(conn, &EditLockKey::resource(resource_id), owner, epoch)?;
+        let key = EditLockKey::resource(resource_id);
+        let token = service::claim(conn, &key, owner, epoch)?;
         let saved = update(conn, &token, resource_id, changes)?;
         if then == ThenLock::Release {
             service::release_claimed(conn, token)?;
         }
+        // Their work is in the record now: a draft of it would only offer it twice.
+        drafts::discard(conn, owner.user_id, &key)?;
         Ok(saved)
     })
 }
@@ -141,7 +145,7 @@ pub enum FormSaved {
         errors: Vec<FieldError>,
     },
     /// The saver no longer holds the lock: taken over, expired or force-released. Nothing was
-    /// written; `lock` is whoever holds it now and `last_event` says what happened (an admin's
+    /// written but their input, kept as their draft (`edit_locks::drafts`); `lock` is whoever holds it now and `last_event` says what happened (an admin's
     /// reason, say), so the page can show the user's input back with the why.
     Refused {
         resource: Resource,
@@ -170,10 +174,12 @@ pub fn save_form(
             vec![FieldError { field: "capacity", message: crate::web::error::AsProblem::problem(&e).message }]
         }
         Err(ResourceError::EditLock(EditLockError::Locked(lock))) => {
+            drafts::keep(conn, owner.user_id, &key, input, KEPT_WHEN_REFUSED)?;
             let resource = find(conn, resource_id)?;
             return Ok(FormSaved::Refused { resource, lock: Some(*lock), last_event: None });
         }
         Err(ResourceError::EditLock(EditLockError::NotHeld(_) | EditLockError::Superseded { .. })) => {
+            drafts::keep(conn, owner.user_id, &key, input, KEPT_WHEN_REFUSED)?;
             let resource = find(conn, resource_id)?;
             let last_event = audit::latest_for(conn, key.as_str())?;
             let lock = service::find(conn, &key)?;
@@ -186,6 +192,12 @@ pub fn save_form(
         Some(lock) if lock.is_owned_by(owner) && !lock.expired => {
             FormSaved::Invalid { resource, lock, errors }
         }
-        lock => FormSaved::Refused { resource, lock, last_event: None },
+        lock => {
+            drafts::keep(conn, owner.user_id, &key, input, KEPT_WHEN_REFUSED)?;
+            FormSaved::Refused { resource, lock, last_event: None }
+        }
     })
 }
+
+/// Why a refused save's input is kept as a draft, as its author reads it when it is offered back.
+const KEPT_WHEN_REFUSED: &str = "kept when your save was refused because you no longer held the edit lock";

@@ -40,6 +40,8 @@ pub enum ResourceError {
     EpochRequired,
     #[error("edit-lock epoch {0:?} is not a number")]
     BadEpoch(String),
+    #[error("no draft kept for resource {0}")]
+    NoDraft(i64),
     #[error(transparent)]
     Infra(#[from] Infra),
 }
@@ -64,6 +66,9 @@ impl AsProblem for ResourceError {
                 "bad_epoch",
                 format!("The edit-lock epoch {given:?} is not a whole number."),
             ),
+            Self::NoDraft(_) => {
+                Problem::new(S::NOT_FOUND, "not_found", "You have no unsaved draft of this resource.")
+            }
             Self::Invalid(errors) => {
                 let message =
                     errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>();

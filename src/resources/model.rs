@@ -64,7 +64,7 @@ pub struct ResourceChanges {
 }
 
 /// Input as it arrives, before validation: the HTML form sends text for every field.
-#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
 pub struct ResourceInput {
     pub name: Option<String>,
     pub description: Option<String>,

@@ -12,6 +12,7 @@ use super::{FieldError, Resource, ResourceError};
 use crate::audit::AuditEvent;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::{Role, SessionUser};
+use crate::edit_locks::drafts::{self, Draft};
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, LockView, Owner};
 use crate::locking::Turn;
@@ -19,7 +20,17 @@ use crate::web::error::{BODY_LIMIT, ErrorBody, json_config};
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(resources_json, lock_json, acquire_json, heartbeat_json, release_json, patch_json))]
+#[openapi(paths(
+    resources_json,
+    lock_json,
+    acquire_json,
+    heartbeat_json,
+    release_json,
+    patch_json,
+    draft_json,
+    keep_draft_json,
+    discard_draft_json
+))]
 pub struct Api;
 
 /// The edit form may carry 2000 characters of Japanese description: 6 KB of UTF-8, up to 18 KB
@@ -47,6 +58,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         )
         .route("/resources/{id}/edit/start", web::post().to(start_form))
         .route("/resources/{id}/edit/cancel", web::post().to(cancel_form))
+        .route("/resources/{id}/view", web::get().to(view_page))
+        .route("/resources/{id}/draft/discard", web::post().to(discard_draft_form))
         .route("/static/edit_lock.js", web::get().to(script))
         .service(
             web::resource("/api/v1/resources/{id}/edit-lock")
@@ -59,6 +72,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::resource("/api/v1/resources/{id}")
                 .app_data(json_config(PATCH_LIMIT))
                 .route(web::patch().to(patch_json)),
+        )
+        .service(
+            web::resource("/api/v1/resources/{id}/draft")
+                .app_data(json_config(PATCH_LIMIT))
+                .route(web::get().to(draft_json))
+                .route(web::put().to(keep_draft_json))
+                .route(web::delete().to(discard_draft_json)),
         );
 }
 
@@ -109,6 +129,9 @@ struct EditPage {
     errors: Vec<FieldError>,
     notice: Option<String>,
     heartbeat_ms: u128,
+    /// The editor's kept draft, offered back (restore or discard) unless it is what the form
+    /// shows already.
+    draft: Option<Draft<ResourceInput>>,
 }
 
 impl EditPage {
@@ -131,6 +154,8 @@ struct LockedPage {
     unsaved: Option<ResourceInput>,
     /// The last lock event (e.g. an admin's force release with its reason).
     last_event: Option<AuditEvent>,
+    /// The viewer's kept draft of this resource, if any: it waits for them.
+    draft: Option<Draft<ResourceInput>>,
 }
 
 impl LockedPage {
@@ -166,10 +191,10 @@ fn heartbeat_ms(state: &AppState) -> u128 {
     (state.config.edit_lock_ttl.as_millis() / 3).max(500)
 }
 
-/// What a browser sees after trying to get the lock.
+/// What a browser sees after trying to get the lock, with the user's kept draft.
 enum Opened {
-    Editing(Resource, LockView),
-    Locked(Resource, Box<LockView>),
+    Editing(Resource, LockView, Option<Draft<ResourceInput>>),
+    Locked(Resource, Box<LockView>, Option<Draft<ResourceInput>>),
 }
 
 async fn open(
@@ -181,17 +206,25 @@ async fn open(
     let owner = editor(user)?;
     let turn = edit_lock_turn(state, id).await?;
     let (pool, ttl) = (state.pool.clone(), state.config.edit_lock_ttl);
+    let key = EditLockKey::resource(id);
     blocking(move || match editing::open(&pool, turn, ttl, id, &owner, policy) {
-        Ok((resource, _, lock)) => Ok(Opened::Editing(resource, lock)),
+        Ok((resource, _, lock)) => {
+            let draft = drafts::find::<ResourceInput>(&mut *pool.get()?, owner.user_id, &key)?;
+            Ok(Opened::Editing(resource, lock, draft))
+        }
         Err(ResourceError::EditLock(EditLockError::Locked(lock))) => {
-            let resource = editing::find(&mut *pool.get()?, id)?;
-            Ok(Opened::Locked(resource, lock))
+            let mut conn = pool.get()?;
+            let resource = editing::find(&mut conn, id)?;
+            let draft = drafts::find::<ResourceInput>(&mut conn, owner.user_id, &key)?;
+            Ok(Opened::Locked(resource, lock, draft))
         }
         Err(other) => Err(other),
     })
     .await
 }
 
+/// `input`: unsaved input to put in the editor instead of the stored values (carried by a
+/// take-over, or a restored draft).
 fn render_opened(
     ctx: PageContext,
     state: &AppState,
@@ -199,12 +232,17 @@ fn render_opened(
     input: Option<ResourceInput>,
 ) -> actix_web::Result<HttpResponse> {
     match opened {
-        Opened::Editing(resource, lock) => {
+        Opened::Editing(resource, lock, draft) => {
             let notice = input.as_ref().map(|_| {
-                "Your unsaved input is restored below. Check it against the current values before saving."
-                    .to_string()
+                format!(
+                    "Your unsaved input is restored below. Check it against the current values \
+                     (version {}) before saving.",
+                    resource.version
+                )
             });
             let input = input.unwrap_or_else(|| values_of(&resource));
+            // Offered unless the form shows it already, or it holds nothing the record lacks.
+            let draft = draft.filter(|d| d.fields != input && d.fields != values_of(&resource));
             Ok(html(&EditPage {
                 ctx,
                 resource,
@@ -213,9 +251,10 @@ fn render_opened(
                 errors: Vec::new(),
                 notice,
                 heartbeat_ms: heartbeat_ms(state),
+                draft,
             })?)
         }
-        Opened::Locked(resource, lock) => with_status(
+        Opened::Locked(resource, lock, draft) => with_status(
             html(&LockedPage {
                 ctx,
                 resource,
@@ -223,6 +262,7 @@ fn render_opened(
                 refused: None,
                 unsaved: input,
                 last_event: None,
+                draft,
             }),
             StatusCode::LOCKED,
         ),
@@ -241,13 +281,61 @@ struct StartPage {
 /// The editor, when this session holds the lock; someone else's lock (even an expired one, with
 /// a take-over button) when they do; else the page that takes the lock. A GET changes nothing:
 /// a link, a prefetch or a preview must not lock a resource in a staff member's name.
+#[derive(Deserialize)]
+struct EditQuery {
+    /// `restore`: open the editor with the kept draft in the form.
+    draft: Option<String>,
+}
+
 async fn edit_page(
+    user: SessionUser,
+    ctx: PageContext,
+    path: web::Path<i64>,
+    query: web::Query<EditQuery>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
+    let user_id = owner.user_id;
+    let (resource, lock, draft) = blocking(move || {
+        let mut conn = pool.get()?;
+        let resource = editing::find(&mut conn, id)?;
+        let key = EditLockKey::resource(id);
+        let lock = service::find(&mut conn, &key)?;
+        let draft = drafts::find::<ResourceInput>(&mut conn, user_id, &key)?;
+        Ok::<_, ResourceError>((resource, lock, draft))
+    })
+    .await?;
+    match lock {
+        Some(lock) if lock.is_owned_by(&owner) && !lock.expired => {
+            let restored = draft.as_ref().filter(|_| query.draft.as_deref() == Some("restore"));
+            let input = restored.map(|d| d.fields.clone());
+            render_opened(ctx, &state, Opened::Editing(resource, lock, draft), input)
+        }
+        Some(lock) if !lock.is_owned_by(&owner) => {
+            render_opened(ctx, &state, Opened::Locked(resource, Box::new(lock), draft), None)
+        }
+        _ => Ok(html(&StartPage { ctx, resource })?),
+    }
+}
+
+/// A read-only view of the resource as stored, and who is editing it: for any staff member,
+/// whoever holds the lock. Takes nothing and changes nothing.
+#[derive(Template)]
+#[template(path = "resources/view.html")]
+struct ViewPage {
+    ctx: PageContext,
+    resource: Resource,
+    lock: Option<LockView>,
+}
+
+async fn view_page(
     user: SessionUser,
     ctx: PageContext,
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
+    editor(&user)?;
+    let (id, pool) = (resource_id(path)?, state.pool.clone());
     let (resource, lock) = blocking(move || {
         let mut conn = pool.get()?;
         let resource = editing::find(&mut conn, id)?;
@@ -255,15 +343,23 @@ async fn edit_page(
         Ok::<_, ResourceError>((resource, lock))
     })
     .await?;
-    match lock {
-        Some(lock) if lock.is_owned_by(&owner) && !lock.expired => {
-            render_opened(ctx, &state, Opened::Editing(resource, lock), None)
-        }
-        Some(lock) if !lock.is_owned_by(&owner) => {
-            render_opened(ctx, &state, Opened::Locked(resource, Box::new(lock)), None)
-        }
-        _ => Ok(html(&StartPage { ctx, resource })?),
-    }
+    Ok(html(&ViewPage { ctx, resource, lock })?)
+}
+
+/// Discard my kept draft of this resource and go back to the editor.
+async fn discard_draft_form(
+    user: SessionUser,
+    path: web::Path<i64>,
+    CsrfForm(_): CsrfForm<TokenOnly>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let (owner, id, pool) = (editor(&user)?, resource_id(path)?, state.pool.clone());
+    blocking(move || {
+        drafts::discard(&mut *pool.get()?, owner.user_id, &EditLockKey::resource(id))
+            .map_err(ResourceError::from)
+    })
+    .await?;
+    Ok(see_other(&format!("/resources/{id}/edit")))
 }
 
 /// Start editing: take the lock when it is free (or renew ours) and open the editor; someone
@@ -307,8 +403,13 @@ async fn cancel_form(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
-    let released =
-        blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, None)).await;
+    let released = blocking(move || {
+        let (mut conn, key) = (pool.get()?, EditLockKey::resource(id));
+        // Cancelling is saying "I do not want these changes": nothing to offer back later.
+        drafts::discard(&mut conn, owner.user_id, &key)?;
+        service::release(&mut conn, &key, &owner, None)
+    })
+    .await;
     match released {
         Ok(_) | Err(EditLockError::Locked(_)) => Ok(see_other(&format!("/resources/{id}"))),
         Err(other) => Err(other.into()),
@@ -355,6 +456,7 @@ async fn save_form(
                 errors,
                 notice: None,
                 heartbeat_ms: heartbeat_ms(&state),
+                draft: None,
             };
             with_status(html(&page), StatusCode::UNPROCESSABLE_ENTITY)
         }
@@ -374,7 +476,9 @@ async fn save_form(
                       administrator released it)."
                     .to_string(),
             });
-            let page = LockedPage { ctx, resource, lock, refused, unsaved: Some(input), last_event };
+            // The input is kept as a draft by the refusal itself (`editing::save_form`).
+            let page =
+                LockedPage { ctx, resource, lock, refused, unsaved: Some(input), last_event, draft: None };
             with_status(html(&page), StatusCode::LOCKED)
         }
     }
@@ -544,4 +648,109 @@ async fn patch_json(
     })
     .await?;
     Ok(HttpResponse::Ok().json(saved))
+}
+
+/// A draft as the editor's script sends it: the form's fields as typed, unvalidated.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct DraftRequest {
+    #[schema(max_length = 100)]
+    name: Option<String>,
+    #[schema(max_length = 2000)]
+    description: Option<String>,
+    #[schema(max_length = 20)]
+    capacity: Option<String>,
+}
+
+impl DraftRequest {
+    /// The form's own limits (its `maxlength`s): a draft is half-typed, not unbounded.
+    fn into_input(self) -> Result<ResourceInput, ResourceError> {
+        let too_long =
+            |value: &Option<String>, max: usize| value.as_ref().is_some_and(|v| v.chars().count() > max);
+        let mut errors = Vec::new();
+        for (field, value, max) in [
+            ("name", &self.name, 100),
+            ("description", &self.description, DESCRIPTION_MAX),
+            ("capacity", &self.capacity, 20),
+        ] {
+            if too_long(value, max) {
+                errors.push(FieldError { field, message: format!("at most {max} characters") });
+            }
+        }
+        if !errors.is_empty() {
+            return Err(ResourceError::Invalid(errors));
+        }
+        Ok(ResourceInput { name: self.name, description: self.description, capacity: self.capacity })
+    }
+}
+
+/// My kept draft of this resource (staff): what I typed and did not save, when and why it was kept.
+#[utoipa::path(get, path = "/api/v1/resources/{id}/draft", tag = "resources",
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
+    responses((status = 200, body = Draft<ResourceInput>), (status = 404, description = "no draft kept, or no such resource", body = ErrorBody),
+              (status = 403, description = "staff only", body = ErrorBody)))]
+async fn draft_json(
+    user: SessionUser,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ResourceError> {
+    let (owner, id, pool) = (editor(&user)?, resource_id(path)?, state.pool.clone());
+    let draft = blocking(move || {
+        let mut conn = pool.get()?;
+        editing::find(&mut conn, id)?;
+        drafts::find::<ResourceInput>(&mut conn, owner.user_id, &EditLockKey::resource(id))?
+            .ok_or(ResourceError::NoDraft(id))
+    })
+    .await?;
+    Ok(HttpResponse::Ok().json(draft))
+}
+
+/// Keep what I typed in the editor as my draft (staff; the editor's script sends it with its
+/// heartbeat, and at once when the lock is lost). Needs no lock: a draft is mine, not the
+/// record's. It is offered back when I next open the editor.
+#[utoipa::path(put, path = "/api/v1/resources/{id}/draft", tag = "resources", request_body = DraftRequest,
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
+    responses((status = 204, description = "Kept"), (status = 404, body = ErrorBody),
+              (status = 422, description = "a field longer than the form allows", body = ErrorBody),
+              (status = 403, description = "staff only", body = ErrorBody)))]
+async fn keep_draft_json(
+    user: SessionUser,
+    path: web::Path<i64>,
+    body: web::Json<DraftRequest>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ResourceError> {
+    let (owner, id, pool) = (editor(&user)?, resource_id(path)?, state.pool.clone());
+    let input = body.into_inner().into_input()?;
+    blocking(move || {
+        let mut conn = pool.get()?;
+        editing::find(&mut conn, id)?;
+        let why = "kept from the editor while you typed";
+        Ok::<_, ResourceError>(drafts::keep(
+            &mut conn,
+            owner.user_id,
+            &EditLockKey::resource(id),
+            &input,
+            why,
+        )?)
+    })
+    .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Discard my kept draft of this resource (staff); 204 also when there was none.
+#[utoipa::path(delete, path = "/api/v1/resources/{id}/draft", tag = "resources",
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
+    responses((status = 204), (status = 403, description = "staff only", body = ErrorBody)))]
+async fn discard_draft_json(
+    user: SessionUser,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ResourceError> {
+    let (owner, id, pool) = (editor(&user)?, resource_id(path)?, state.pool.clone());
+    blocking(move || {
+        drafts::discard(&mut *pool.get()?, owner.user_id, &EditLockKey::resource(id))
+            .map_err(ResourceError::from)
+    })
+    .await?;
+    Ok(HttpResponse::NoContent().finish())
 }

@@ -11,6 +11,7 @@ use tokio::sync::Barrier;
 use crate::common::{Client, TestApp, TestUser, error_code, future_day, invariants};
 
 mod browser;
+mod drafts;
 
 /// A logged-in client for a new user with `role`.
 async fn logged_in(app: &TestApp, instance: usize, name: &str, role: Role) -> (TestUser, Client) {
