@@ -62,6 +62,11 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 8)]
         hold: u64,
     },
+    /// What recording the lock metrics costs a booking, in process: on against off.
+    Metrics {
+        #[arg(long, default_value_t = 200_000)]
+        rounds: u32,
+    },
     /// Orders per second, hot product vs spread products, service vs raw SQL.
     Orders {
         #[arg(long, default_value_t = 16)]
@@ -82,6 +87,11 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
         }
         LabCommand::Bench { which: BenchCommand::StuckHolder { clients, hold } } => {
             super::bench::stuck::run(&config, clients, hold)
+        }
+        LabCommand::Bench { which: BenchCommand::Metrics { rounds } } => {
+            anyhow::ensure!(rounds > 0, "--rounds must be at least 1");
+            print!("{}", super::bench::metrics::report(&super::bench::metrics::run(rounds)));
+            Ok(())
         }
         LabCommand::Bench { which: BenchCommand::Orders { clients, seconds } } => {
             anyhow::ensure!((1..=256).contains(&clients), "--clients must be between 1 and 256");

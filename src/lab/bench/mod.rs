@@ -5,10 +5,12 @@
 //!   `server.rs`) and as raw SQL;
 //! - `orders.rs`: the order path, through the service and as hand-written SQL;
 //! - `coalescing.rs`: one hot day, bookings one at a time against coalesced batches;
-//! - `stuck.rs`: one day's lock held by a stuck session, and what everything else waits.
+//! - `stuck.rs`: one day's lock held by a stuck session, and what everything else waits;
+//! - `metrics.rs`: what recording the lock metrics costs a booking, on against off.
 
 pub mod bookings;
 pub mod coalescing;
+pub mod metrics;
 pub mod orders;
 pub mod server;
 pub mod stuck;
