@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod batch;
 pub mod bookings;
 pub mod catalog;
 pub mod cli;
