@@ -50,6 +50,9 @@ pub struct Config {
     pub login_attempts_per_address: NonZeroU32,
     /// Lifetime of a pessimistic edit lock without heartbeat.
     pub edit_lock_ttl: Duration,
+    /// How a batch job makes sure only one instance runs it (`BATCH_LOCK=db|file`, default db;
+    /// `file` needs `BATCH_LOCK_DIR`, a directory every instance shares).
+    pub batch_lock: crate::batch::guard::BatchLock,
     /// Key that signs and encrypts session cookies. Required to serve, except in `DEMO_MODE`,
     /// where a missing one is generated (with a warning).
     pub session_key: Option<Vec<u8>>,
@@ -87,6 +90,7 @@ impl std::fmt::Debug for Config {
             login_attempts_per_username,
             login_attempts_per_address,
             edit_lock_ttl,
+            batch_lock,
             session_key,
             cookie_secure,
             workers,
@@ -107,6 +111,7 @@ impl std::fmt::Debug for Config {
             .field("login_attempts_per_username", login_attempts_per_username)
             .field("login_attempts_per_address", login_attempts_per_address)
             .field("edit_lock_ttl", edit_lock_ttl)
+            .field("batch_lock", batch_lock)
             .field("session_key", &session_key.as_ref().map(|_| "[set, not shown]"))
             .field("cookie_secure", cookie_secure)
             .field("workers", workers)
@@ -117,6 +122,28 @@ impl std::fmt::Debug for Config {
 }
 
 /// A yes/no variable: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case).
+/// `BATCH_LOCK` and, for `file`, `BATCH_LOCK_DIR` (which must be a directory now).
+fn batch_lock() -> Result<crate::batch::guard::BatchLock, ConfigError> {
+    use crate::batch::guard::BatchLock;
+    match std::env::var("BATCH_LOCK").unwrap_or_default().trim().to_ascii_lowercase().as_str() {
+        "" | "db" => Ok(BatchLock::Db),
+        "file" => {
+            let dir = std::env::var("BATCH_LOCK_DIR").unwrap_or_default();
+            if dir.is_empty() || !std::path::Path::new(&dir).is_dir() {
+                return Err(ConfigError {
+                    name: "BATCH_LOCK_DIR",
+                    value: dir,
+                    reason: "BATCH_LOCK=file needs an existing directory every instance shares".into(),
+                });
+            }
+            Ok(BatchLock::File(dir.into()))
+        }
+        other => {
+            Err(ConfigError { name: "BATCH_LOCK", value: other.into(), reason: "use db or file".into() })
+        }
+    }
+}
+
 fn flag(name: &'static str, default: bool) -> Result<bool, ConfigError> {
     let Ok(value) = std::env::var(name) else { return Ok(default) };
     match value.trim().to_ascii_lowercase().as_str() {
@@ -148,6 +175,7 @@ impl Config {
             })?,
             // At least 5 s: the edit page beats every third of it, and a lock that expires
             // between two beats of a healthy page would be lost to the first passer-by.
+            batch_lock: batch_lock()?,
             edit_lock_ttl: parse("EDIT_LOCK_TTL_SECS", defaults.edit_lock_ttl.as_secs(), |v| {
                 (5..=86_400).contains(&v)
             })
@@ -170,7 +198,7 @@ impl Config {
             cookie_secure: flag("COOKIE_SECURE", !demo_mode)?,
             demo_mode,
             coalesce_bookings: parse("BOOKING_COALESCING", defaults.coalesce_bookings, |_| true)?,
-            metrics: parse("METRICS", defaults.metrics, |_| true)?,
+            metrics: flag("METRICS", defaults.metrics)?,
             hashing_slots,
             login_attempts_per_username: parse(
                 "LOGIN_ATTEMPTS_PER_MINUTE",
@@ -206,6 +234,7 @@ impl Config {
             lock_waiters_max: default_waiters_max(16),
             row_lock_wait_secs: 5,
             edit_lock_ttl: Duration::from_secs(300),
+            batch_lock: crate::batch::guard::BatchLock::Db,
             session_key: None,
             cookie_secure: false,
             coalesce_bookings: true,

@@ -3,5 +3,6 @@
 //! database (a named lock, `BATCH_LOCK=db`), and the job's report, written so no reader sees it
 //! half-written (`report`).
 
+pub mod guard;
 pub mod lockfile;
 pub mod report;

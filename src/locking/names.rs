@@ -97,6 +97,12 @@ impl Namespace {
         self.name("migrate", "schema")
     }
 
+    /// The lock a run of batch job `job` holds for its whole run (`BATCH_LOCK=db`): one instance
+    /// at a time runs a job.
+    pub fn batch(&self, job: &str) -> LockName {
+        self.name("batch", job)
+    }
+
     /// The lock around "insert the edit-lock row, or take it over" for one edit-lock key
     /// (`resource:42`): the row may not exist yet, so there is nothing to `SELECT … FOR UPDATE`.
     pub fn edit_lock(&self, key: &str) -> LockName {

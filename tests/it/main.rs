@@ -4,6 +4,7 @@
 mod admin;
 mod auth;
 mod bad_input;
+mod batch;
 mod bookings;
 mod catalog;
 mod cli;
