@@ -36,10 +36,43 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// Run a batch job beside online users; one instance at a time runs a job (BATCH_LOCK).
+    /// Exits 75 when another run holds the job.
+    Batch {
+        #[command(subcommand)]
+        job: BatchCommand,
+    },
     #[cfg(feature = "lab")]
     #[command(flatten)]
     Lab(crate::lab::cli::LabCommand),
 }
+
+#[derive(Subcommand)]
+enum BatchCommand {
+    /// Change every product's price by a percentage, at most once per product and revision name
+    /// (running the same revision again continues it).
+    PriceRevision {
+        /// The revision's name (a-z, 0-9, '-', '_', '.').
+        #[arg(long)]
+        revision: String,
+        /// −90 to 1000.
+        #[arg(long, allow_hyphen_values = true)]
+        percent: i32,
+        /// wait: lock each chunk's rows, waiting (bounded) for online saves; skip: leave rows
+        /// locked right now for a later run.
+        #[arg(long, default_value = "wait")]
+        policy: String,
+        /// Pause between chunks of 20 products, so online traffic keeps its share.
+        #[arg(long, default_value_t = 0)]
+        throttle_ms: u64,
+        /// Where to write the CSV report; defaults to BATCH_LOCK_DIR with BATCH_LOCK=file.
+        #[arg(long)]
+        report_dir: Option<std::path::PathBuf>,
+    },
+}
+
+/// The exit status of a batch run refused because another run holds the job (`EX_TEMPFAIL`).
+pub const EXIT_BUSY: u8 = 75;
 
 #[derive(Subcommand)]
 enum UserCommand {
@@ -62,7 +95,13 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            let busy = matches!(
+                e.downcast_ref::<crate::batch::price_revision::BatchError>(),
+                Some(crate::batch::price_revision::BatchError::Guard(
+                    crate::batch::guard::GuardError::Busy { .. }
+                ))
+            );
+            if busy { ExitCode::from(EXIT_BUSY) } else { ExitCode::FAILURE }
         }
     }
 }
@@ -111,6 +150,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
             )?;
             println!("created user {} (id {}, role {})", user.username, user.id, user.role);
+            Ok(())
+        }
+        Command::Batch {
+            job: BatchCommand::PriceRevision { revision, percent, policy, throttle_ms, report_dir },
+        } => {
+            use crate::batch::guard::BatchLock;
+            use crate::batch::price_revision::{self, Policy, Revision};
+            let report_dir = report_dir.or_else(|| match &config.batch_lock {
+                BatchLock::File(dir) => Some(dir.clone()),
+                BatchLock::Db => None,
+            });
+            let revision = Revision {
+                name: revision,
+                percent,
+                policy: Policy::parse(&policy)?,
+                throttle: std::time::Duration::from_millis(throttle_ms),
+                report_dir,
+            };
+            revision.validate()?;
+            let pool = crate::prepare_database(&config)?;
+            let summary = price_revision::run(&pool, &config.batch_lock, &revision)?;
+            println!(
+                "run {}: {} products, {} revised, {} skipped{}",
+                summary.run_id,
+                summary.total,
+                summary.done,
+                summary.skipped,
+                summary.report.map(|p| format!(", report {}", p.display())).unwrap_or_default()
+            );
             Ok(())
         }
         #[cfg(feature = "lab")]

@@ -15,6 +15,34 @@ diesel::table! {
 }
 
 diesel::table! {
+    batch_runs (id) {
+        id -> Bigint,
+        #[max_length = 40]
+        job -> Varchar,
+        #[max_length = 10]
+        policy -> Varchar,
+        #[max_length = 200]
+        params -> Varchar,
+        #[max_length = 200]
+        guard -> Varchar,
+        #[max_length = 100]
+        host -> Varchar,
+        pid -> Unsigned<Integer>,
+        #[max_length = 10]
+        status -> Varchar,
+        total -> Integer,
+        done -> Integer,
+        skipped -> Integer,
+        #[max_length = 500]
+        report -> Nullable<Varchar>,
+        #[max_length = 500]
+        error -> Nullable<Varchar>,
+        started_at -> Datetime,
+        finished_at -> Nullable<Datetime>,
+    }
+}
+
+diesel::table! {
     deadlock_reports (id) {
         id -> Bigint,
         #[max_length = 64]
@@ -91,6 +119,20 @@ diesel::table! {
         user_id -> Bigint,
         created_at -> Datetime,
         total_cents -> Bigint,
+    }
+}
+
+diesel::table! {
+    price_revision_items (revision, product_id) {
+        #[max_length = 64]
+        revision -> Varchar,
+        product_id -> Bigint,
+        #[max_length = 10]
+        status -> Varchar,
+        old_price_cents -> Nullable<Bigint>,
+        new_price_cents -> Nullable<Bigint>,
+        run_id -> Bigint,
+        at -> Datetime,
     }
 }
 
@@ -177,6 +219,7 @@ diesel::joinable!(idempotency_keys -> users (user_id));
 diesel::joinable!(order_lines -> orders (order_id));
 diesel::joinable!(order_lines -> products (product_id));
 diesel::joinable!(orders -> users (user_id));
+diesel::joinable!(price_revision_items -> batch_runs (run_id));
 diesel::joinable!(products -> users (updated_by));
 diesel::joinable!(reservations -> resources (resource_id));
 diesel::joinable!(reservations -> users (user_id));
@@ -199,6 +242,7 @@ diesel::joinable!(user_sessions -> users (user_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
+    batch_runs,
     deadlock_reports,
     edit_drafts,
     edit_lock_epochs,
@@ -206,6 +250,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     idempotency_keys,
     order_lines,
     orders,
+    price_revision_items,
     products,
     reservations,
     resources,

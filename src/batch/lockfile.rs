@@ -18,16 +18,16 @@
 //!   overwrite). Only after the stale file is verifiably ours is it deleted and the lock created
 //!   anew, with `O_EXCL` again: a third process arriving meanwhile simply wins or loses that
 //!   create.
-//! - **renew** (the heartbeat): rename the file aside, check it carries our token, and link a
-//!   renewed one back in. A holder that finds another token (or none) has lost the lock and must
-//!   stop writing.
+//! - **renew** (the heartbeat): check the file still carries our token and our own clock says it
+//!   has not expired, then replace it with a renewed one by `rename` (atomic: the path is never
+//!   empty). A holder that finds another token, none, or its own expiry passed has lost the lock
+//!   and must stop writing.
 //! - **release**: rename aside, check the token, delete; someone else's lock is put back.
 //!
-//! Nothing ever writes over the lock's path: every replacement is `O_EXCL` or `hard_link`, which
-//! fail when a file is there. The one window left is a mistaken move being put back while a
-//! third process creates the lock in that instant: the holder whose file was moved then learns it
-//! at its next heartbeat (a third of the lifetime at most). Where that matters, the database
-//! guard (`BATCH_LOCK=db`, a named lock held by the run's own session) has no such window.
+//! What remains is narrow: a mistaken move being put back while a third process creates the lock
+//! in that instant, or a holder renewing in the very microseconds its lock expires. Either way
+//! the displaced holder learns it at its next check. Where even that matters, the database guard
+//! (`BATCH_LOCK=db`, a named lock held by the run's own session) has no such window.
 //!
 //! The expiry is judged by the reader's clock. Hosts that share a directory are expected to run
 //! NTP; the lifetime (minutes) dwarfs any sane drift, and the heartbeat renews it every third.
@@ -156,31 +156,32 @@ impl LockFile {
     }
 
     /// The heartbeat: pushes the expiry `ttl` past now, if the file is still ours. An error
-    /// [`LockFileError::Lost`] means it was taken over: the holder must stop at once.
+    /// [`LockFileError::Lost`] means it may have been taken over: the holder must stop at once.
     ///
-    /// Nothing is ever written over the lock's path: the file is renamed aside, checked, and
-    /// the renewed one is linked back in (`hard_link` fails rather than replace a file another
-    /// process created in between — that process then holds the lock, and we have lost it).
+    /// The renewed file replaces the old one by `rename` (atomic: the lock's path is never
+    /// empty, so no contender can slip in while we renew — an earlier version moved the file
+    /// aside first, and the test of twenty paired starts caught a contender taking that gap).
+    /// Replacing is safe because only a *stale* lock is ever taken over, and a holder whose own
+    /// clock says its lock has expired does not renew: it has lost, whatever the file says.
     pub fn renew(&mut self) -> Result<(), LockFileError> {
-        let aside = aside_path(&self.path, &format!("{}.renew", self.holder.token));
-        if !take_aside(&self.path, &aside, &self.holder.token)? {
-            return Err(LockFileError::Lost(self.path.clone()));
+        let lost = || LockFileError::Lost(self.path.clone());
+        if now_ms() >= self.holder.expires_ms {
+            return Err(lost());
+        }
+        match read_holder(&self.path)? {
+            Some(current) if current.token == self.holder.token => {}
+            _ => return Err(lost()),
         }
         let renewed = Holder { expires_ms: now_ms() + millis(self.ttl), ..self.holder.clone() };
         let fresh = aside_path(&self.path, &format!("{}.new", self.holder.token));
         let _ = fs::remove_file(&fresh);
         write_synced(&fresh, &renewed, true)?;
-        let linked = fs::hard_link(&fresh, &self.path);
-        let _ = fs::remove_file(&fresh);
-        let _ = fs::remove_file(&aside);
-        match linked {
-            Ok(()) => {
-                self.holder = renewed;
-                Ok(())
-            }
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(LockFileError::Lost(self.path.clone())),
-            Err(e) => Err(io(&self.path)(e)),
+        if let Err(e) = fs::rename(&fresh, &self.path) {
+            let _ = fs::remove_file(&fresh);
+            return Err(io(&self.path)(e));
         }
+        self.holder = renewed;
+        Ok(())
     }
 
     /// Ends the lock, if it is still ours; someone else's lock (ours expired and was taken
@@ -304,7 +305,7 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn host_name() -> String {
+pub fn host_name() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| fs::read_to_string("/etc/hostname"))
         .map(|h| h.trim().to_string())

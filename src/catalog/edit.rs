@@ -77,8 +77,9 @@ pub fn parse_price(text: &str) -> Result<i64, String> {
 /// The versioned save. Applies `changes` only if the product is still at `read_version`, bumping
 /// the version by exactly one; otherwise nothing is written and the caller gets the current row.
 ///
-/// This is the only UPDATE of a product's editable fields: forms, the API and (later) batch
-/// price changes all come through here, so none can skip the version check or forget the bump.
+/// This (through [`apply`]) is the only UPDATE of a product's editable fields: forms, the API and
+/// the batch price revision (`crate::batch::price_revision`) all come through it, so none can skip
+/// the version check or forget the bump.
 pub fn save(
     conn: &mut MysqlConnection,
     id: i64,
@@ -86,24 +87,35 @@ pub fn save(
     changes: &ProductChanges,
     actor_user_id: i64,
 ) -> Result<Product, CatalogError> {
-    crate::db::transaction(conn, |conn| {
-        // `version = version + 1` always changes the row, so "1 row affected" means "matched"
-        // even under MySQL's default of counting changed rather than matched rows.
-        let applied = diesel::update(
-            products::table.filter(products::id.eq(id)).filter(products::version.eq(read_version)),
-        )
-        .set((
-            products::name.eq(&changes.name),
-            products::description.eq(&changes.description),
-            products::price_cents.eq(changes.price_cents),
-            products::version.eq(products::version + 1),
-            products::updated_at.eq(Utc::now().naive_utc()),
-            products::updated_by.eq(Some(actor_user_id)),
-        ))
-        .execute(conn)?;
-        let current = find(conn, id)?;
-        if applied == 1 { Ok(current.product) } else { Err(CatalogError::Stale(Box::new(current))) }
-    })
+    crate::db::transaction(conn, |conn| apply(conn, id, read_version, changes, Some(actor_user_id)))
+}
+
+/// The versioned update itself, inside the caller's transaction: every writer of a product goes
+/// through here (an online save, a batch job), so none can overwrite a version it did not read.
+/// `actor_user_id` is `None` for a batch job.
+pub fn apply(
+    conn: &mut MysqlConnection,
+    id: i64,
+    read_version: i32,
+    changes: &ProductChanges,
+    actor_user_id: Option<i64>,
+) -> Result<Product, CatalogError> {
+    // `version = version + 1` always changes the row, so "1 row affected" means "matched"
+    // even under MySQL's default of counting changed rather than matched rows.
+    let applied = diesel::update(
+        products::table.filter(products::id.eq(id)).filter(products::version.eq(read_version)),
+    )
+    .set((
+        products::name.eq(&changes.name),
+        products::description.eq(&changes.description),
+        products::price_cents.eq(changes.price_cents),
+        products::version.eq(products::version + 1),
+        products::updated_at.eq(Utc::now().naive_utc()),
+        products::updated_by.eq(actor_user_id),
+    ))
+    .execute(conn)?;
+    let current = find(conn, id)?;
+    if applied == 1 { Ok(current.product) } else { Err(CatalogError::Stale(Box::new(current))) }
 }
 
 /// A product as it is now, with the name of whoever saved it last.

@@ -1,11 +1,19 @@
 //! Batch jobs: the guard that lets one instance at a time run a job, with both guards
 //! (`BATCH_LOCK=db|file`), against a real MariaDB and a real directory.
 
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
 use haita::batch::guard::{BatchLock, GuardError, RunGuard};
+use haita::batch::price_revision::{self, Policy, Revision};
 use haita::db;
 use haita::locking::sql;
 
-use crate::common::{TestDb, test_config};
+use crate::common::{TestDb, create_product, create_user, invariants, test_config};
 
 #[test]
 fn the_database_guard_admits_one_run_and_the_next_as_soon_as_the_first_session_ends() {
@@ -58,4 +66,220 @@ fn the_file_guard_admits_one_run_until_it_ends() {
     let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").filter_map(Result::ok).collect();
     assert!(left.is_empty(), "nothing left behind: {left:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---- the price revision beside online saves ------------------------------------------------
+
+fn price_and_version(db: &TestDb, id: i64) -> (i64, i32) {
+    use haita::schema::products::dsl as p;
+    p::products
+        .filter(p::id.eq(id))
+        .select((p::price_cents, p::version))
+        .first(&mut db.raw_connection())
+        .expect("row")
+}
+
+fn revision(name: &str, percent: i32, policy: Policy) -> Revision {
+    Revision { name: name.into(), percent, policy, throttle: Duration::ZERO, report_dir: None }
+}
+
+/// An online save in flight holds a product's row; the waiting revision waits for it, then
+/// revises the saved price — and an editor who read the version before the batch gets a
+/// conflict, never overwriting the batch.
+#[actix_web::test]
+async fn a_waiting_revision_waits_for_an_online_save_in_flight_and_loses_no_update() {
+    let db = TestDb::new();
+    let (a, b) = (create_product(&db, "REV-A", 1000, 0), create_product(&db, "REV-B", 2000, 0));
+    let mut online = db.raw_connection();
+    online.batch_execute("START TRANSACTION").expect("begin");
+    diesel::sql_query("SELECT version FROM products WHERE id = ? FOR UPDATE")
+        .bind::<BigInt, _>(a)
+        .execute(&mut online)
+        .expect("the online save locks its row");
+
+    let pool = db.pool.clone();
+    let batch = std::thread::spawn(move || {
+        price_revision::run(&pool, &BatchLock::Db, &revision("spring", 10, Policy::Wait)).expect("run")
+    });
+    invariants::wait_until_a_transaction_waits_for_a_lock(&db).await;
+    diesel::sql_query(
+        "UPDATE products SET price_cents = 1500, version = version + 1 WHERE id = ? AND version = 1",
+    )
+    .bind::<BigInt, _>(a)
+    .execute(&mut online)
+    .expect("the online save");
+    online.batch_execute("COMMIT").expect("commit");
+    let summary = batch.join().expect("batch thread");
+
+    assert_eq!((summary.total, summary.done, summary.skipped), (2, 2, 0));
+    assert_eq!(price_and_version(&db, a), (1650, 3), "the batch revised the online save's price");
+    assert_eq!(price_and_version(&db, b), (2200, 2));
+    // An editor who opened the product at version 2 (before the batch) saves: a conflict.
+    let changes = haita::catalog::edit::ProductChanges::parse("Product REV-A", "", 1400).expect("valid");
+    let editor = create_user(&db, "editor", haita::auth::Role::Staff);
+    let stale = haita::catalog::edit::save(&mut db.raw_connection(), a, 2, &changes, editor.id);
+    assert!(matches!(stale, Err(haita::catalog::CatalogError::Stale(_))), "no lost update");
+    assert_eq!(price_and_version(&db, a), (1650, 3));
+}
+
+/// A row locked by an online save is skipped and recorded; the next run of the same revision
+/// revises it, and only it: every product is revised exactly once.
+#[test]
+fn a_skipping_revision_leaves_locked_rows_for_the_next_run_and_revises_each_product_once() {
+    let db = TestDb::new();
+    let ids: Vec<i64> = (0..3).map(|i| create_product(&db, &format!("SKIP-{i}"), 1000, 0)).collect();
+    let dir =
+        std::env::temp_dir().join(format!("haita-reports-{}", haita::idempotency::IdempotencyKey::fresh()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut online = db.raw_connection();
+    online.batch_execute("START TRANSACTION").expect("begin");
+    diesel::sql_query("SELECT version FROM products WHERE id = ? FOR UPDATE")
+        .bind::<BigInt, _>(ids[1])
+        .execute(&mut online)
+        .expect("lock");
+
+    let with_report = Revision { report_dir: Some(dir.clone()), ..revision("autumn", 10, Policy::Skip) };
+    let first = price_revision::run(&db.pool, &BatchLock::Db, &with_report).expect("first run");
+    assert_eq!((first.done, first.skipped), (2, 1), "the locked row was skipped, not waited for");
+    assert_eq!(price_and_version(&db, ids[1]), (1000, 1));
+    let report = std::fs::read_to_string(first.report.as_ref().expect("a report")).expect("report");
+    assert!(report.contains(&format!("{},,,,skipped", ids[1])), "{report}");
+    online.batch_execute("ROLLBACK").expect("the online save ends");
+
+    let second = price_revision::run(&db.pool, &BatchLock::Db, &with_report).expect("second run");
+    assert_eq!((second.total, second.done, second.skipped), (1, 1, 0), "only what was left");
+    for id in ids {
+        assert_eq!(price_and_version(&db, id), (1100, 2), "product {id} revised exactly once");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---- two processes, both guards ------------------------------------------------------------
+
+/// `haita batch price-revision …` as a process of its own, with the guard chosen by `env`.
+fn spawn_batch(db: &TestDb, env: &[(&str, String)], args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_haita"))
+        .args(["batch", "price-revision", "--percent", "1"])
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("haita batch")
+}
+
+fn exit_code(child: Child) -> i32 {
+    let out = child.wait_with_output().expect("finished");
+    let code = out.status.code().unwrap_or(-1);
+    if ![0, i32::from(haita::cli::EXIT_BUSY)].contains(&code) {
+        eprintln!("haita batch exited {code}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    code
+}
+
+/// A guard's name, the environment that chooses it, and the shared directory.
+type Guard = (&'static str, Vec<(&'static str, String)>, PathBuf);
+
+fn guards() -> Vec<Guard> {
+    let dir =
+        std::env::temp_dir().join(format!("haita-batch-dir-{}", haita::idempotency::IdempotencyKey::fresh()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    vec![
+        ("db", vec![("BATCH_LOCK", "db".into())], dir.clone()),
+        ("file", vec![("BATCH_LOCK", "file".into()), ("BATCH_LOCK_DIR", dir.display().to_string())], dir),
+    ]
+}
+
+fn products(db: &TestDb, n: usize) {
+    let rows: Vec<String> = (0..n).map(|i| format!("('BULK-{i}', 'Bulk {i}', '', 1000)")).collect();
+    db.raw_connection()
+        .batch_execute(&format!(
+            "INSERT INTO products (sku, name, description, price_cents) VALUES {}",
+            rows.join(",")
+        ))
+        .expect("products");
+}
+
+fn runs_of(db: &TestDb) -> i64 {
+    haita::schema::batch_runs::table.count().get_result(&mut db.raw_connection()).expect("count")
+}
+
+/// Two processes started together, twenty times, with each guard: exactly one runs each time.
+#[test]
+fn of_two_runs_started_together_exactly_one_runs_twenty_times_over_with_either_guard() {
+    let db = TestDb::new();
+    products(&db, 100);
+    haita::prepare_database(&test_config(&db.url)).expect("migrated before the processes race to");
+    for (guard, env, _) in guards() {
+        for round in 0..20 {
+            let before = runs_of(&db);
+            let name = format!("{guard}-{round}");
+            // Five chunks, a pause between each: the run outlasts the other process's start.
+            let args = ["--revision", name.as_str(), "--throttle-ms", "150"];
+            let (one, two) = (spawn_batch(&db, &env, &args), spawn_batch(&db, &env, &args));
+            let mut codes = [exit_code(one), exit_code(two)];
+            codes.sort_unstable();
+            assert_eq!(codes, [0, i32::from(haita::cli::EXIT_BUSY)], "{guard}, round {round}");
+            assert_eq!(runs_of(&db) - before, 1, "{guard}, round {round}: one run recorded");
+        }
+    }
+}
+
+/// kill -9 of the running process: with the database guard the next run starts at once (the
+/// server ends the dead session and its lock); with a lock file on this host, at once too (its
+/// process is visibly gone); held by a process on another host, only after its expiry.
+#[test]
+fn a_killed_run_is_followed_at_once_or_after_its_expiry_never_earlier() {
+    let db = TestDb::new();
+    products(&db, 100);
+    haita::prepare_database(&test_config(&db.url)).expect("migrated");
+    for (guard, env, dir) in guards() {
+        let name = format!("killed-{guard}");
+        let args = ["--revision", name.as_str(), "--throttle-ms", "400"];
+        let mut first = spawn_batch(&db, &env, &args);
+        let started = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            done_for(&db, &name) > 0
+        });
+        assert!(started, "{guard}: the first run got going");
+        first.kill().expect("kill -9");
+        first.wait().expect("reaped");
+
+        if guard == "file" {
+            // Pretend the dead holder ran on another host: its process cannot be seen, so only
+            // its expiry frees the lock.
+            let path = haita::batch::lockfile::LockFile::path(&dir, "price-revision");
+            let mut holder = haita::batch::lockfile::read_holder(&path).expect("read").expect("left behind");
+            holder.host = "another-host".into();
+            holder.expires_ms = now_ms() + 2_000;
+            std::fs::write(&path, serde_json::to_vec(&holder).expect("json")).expect("rewrite");
+            assert_eq!(
+                exit_code(spawn_batch(&db, &env, &args)),
+                i32::from(haita::cli::EXIT_BUSY),
+                "not before its expiry"
+            );
+            std::thread::sleep(Duration::from_millis(2_100));
+        }
+        assert_eq!(exit_code(spawn_batch(&db, &env, &args)), 0, "{guard}: the next run starts");
+        assert_eq!(done_for(&db, &name), 100, "{guard}: it finished the revision, each product once");
+    }
+}
+
+fn done_for(db: &TestDb, revision: &str) -> i64 {
+    use haita::schema::price_revision_items::dsl as i;
+    i::price_revision_items
+        .filter(i::revision.eq(revision))
+        .filter(i::status.eq("done"))
+        .count()
+        .get_result(&mut db.raw_connection())
+        .expect("count")
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis(),
+    )
+    .expect("ms")
 }
