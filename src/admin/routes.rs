@@ -31,6 +31,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/admin/named-locks/force-release", web::post().to(force_release_named_form))
         .route("/admin/audit", web::get().to(audit_page))
         .route("/admin/metrics", web::get().to(metrics_page))
+        .route("/admin/batch/price-revision", web::post().to(start_revision_form))
         .route("/api/v1/admin/locks", web::get().to(locks_json))
         .route("/api/v1/admin/edit-locks/release-expired", web::post().to(release_expired_json))
         .route("/api/v1/admin/edit-locks/{key}", web::delete().to(force_release_edit_json))
@@ -49,7 +50,12 @@ struct Locks {
     named_locks: Listing,
     /// The latest deadlocks this application's transactions lost, newest first.
     deadlocks: Vec<crate::deadlocks::Report>,
+    /// The latest batch runs, newest first, with their progress.
+    batch_runs: Vec<crate::batch::runs::Run>,
 }
+
+/// How many batch runs the screen shows.
+const RUNS_SHOWN: i64 = 10;
 
 /// How many deadlock reports the screen shows.
 const DEADLOCKS_SHOWN: i64 = 10;
@@ -72,7 +78,8 @@ async fn load_locks(state: &AppState) -> Result<Locks, AdminError> {
             .collect();
         let named_locks = named_locks::list(&mut conn, pool.names())?;
         let deadlocks = crate::deadlocks::recent(&mut conn, DEADLOCKS_SHOWN)?;
-        Ok(Locks { edit_locks, named_locks, deadlocks })
+        let batch_runs = crate::batch::runs::recent(&mut conn, RUNS_SHOWN)?;
+        Ok(Locks { edit_locks, named_locks, deadlocks, batch_runs })
     })
     .await
 }
@@ -89,6 +96,11 @@ struct LocksPage {
 }
 
 impl LocksPage {
+    /// Whether a batch run is going: the page then refreshes itself to show its progress.
+    fn running(&self) -> bool {
+        self.locks.batch_runs.iter().any(|r| r.status == "running")
+    }
+
     /// "4 min 12 s": ages and remaining times for a person.
     /// Takes `i64` or `&i64`: askama passes loop fields by reference.
     fn human(&self, secs: impl std::borrow::Borrow<i64>) -> String {
@@ -111,6 +123,7 @@ struct LocksQuery {
     expired: Option<u32>,
     killed: Option<i64>,
     freed: Option<bool>,
+    started: Option<i64>,
 }
 
 impl LocksQuery {
@@ -122,6 +135,9 @@ impl LocksQuery {
         }
         if let Some(n) = self.expired {
             return Some(format!("Released {n} expired edit lock(s)."));
+        }
+        if let Some(run) = self.started {
+            return Some(format!("Started batch run #{run}; its progress is below."));
         }
         self.killed.map(|id| match self.freed {
             Some(false) => {
@@ -259,6 +275,60 @@ async fn audit_page(
 ) -> actix_web::Result<HttpResponse> {
     let page = load_audit(&state, &query).await?;
     Ok(html(&AuditScreen { ctx, page })?)
+}
+
+#[derive(Deserialize)]
+struct RevisionForm {
+    revision: String,
+    percent: String,
+    policy: String,
+    throttle_ms: Option<String>,
+}
+
+/// Starts a price revision on this instance: the guard is taken and the run recorded before the
+/// answer (so "already running" is said here), the work then goes on in a thread of its own —
+/// never on the executor — and shows on the locks screen as it progresses.
+async fn start_revision_form(
+    Admin(_): Admin,
+    CsrfForm(form): CsrfForm<RevisionForm>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    use crate::batch::guard::BatchLock;
+    use crate::batch::price_revision::{self, BatchError, Policy, Revision};
+    let percent = form.percent.trim().parse::<i32>().map_err(|_| {
+        BatchError::Invalid(format!(
+            "The percentage {:?} must be a whole number from -90 to 1000.",
+            form.percent.trim()
+        ))
+    })?;
+    let throttle_ms = match form.throttle_ms.as_deref().map(str::trim) {
+        None | Some("") => 0,
+        Some(text) => text.parse::<u64>().ok().filter(|ms| *ms <= 10_000).ok_or_else(|| {
+            BatchError::Invalid(format!("The pause {text:?} must be 0 to 10000 milliseconds."))
+        })?,
+    };
+    let revision = Revision {
+        name: form.revision.trim().to_string(),
+        percent,
+        policy: Policy::parse(form.policy.trim())?,
+        throttle: std::time::Duration::from_millis(throttle_ms),
+        report_dir: match &state.config.batch_lock {
+            BatchLock::File(dir) => Some(dir.clone()),
+            BatchLock::Db => None,
+        },
+    };
+    let (pool, lock) = (state.pool.clone(), state.config.batch_lock.clone());
+    let started = blocking(move || price_revision::start(&pool, &lock, &revision)).await?;
+    let run_id = started.run_id;
+    std::thread::Builder::new()
+        .name(format!("batch-run-{run_id}"))
+        .spawn(move || {
+            if let Err(e) = started.finish() {
+                log::warn!("batch run {run_id} ended early: {e}");
+            }
+        })
+        .map_err(|e| crate::web::error::RequestError::Internal(e.into()))?;
+    Ok(see_other(&format!("/admin/locks?started={run_id}#batch")))
 }
 
 #[derive(Template)]

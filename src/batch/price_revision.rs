@@ -31,6 +31,8 @@ use crate::catalog::edit::{self, ProductChanges};
 use crate::db::{DbPool, cached_sql};
 use crate::infra::Infra;
 use crate::schema::products;
+use crate::web::error::{AsProblem, Problem, http_error};
+use actix_web::http::StatusCode;
 
 /// Products per transaction: short enough that an online save waits little behind one.
 pub const CHUNK: usize = 20;
@@ -114,6 +116,32 @@ pub enum BatchError {
     Report(#[from] std::io::Error),
 }
 
+impl AsProblem for BatchError {
+    fn problem(&self) -> Problem {
+        match self {
+            Self::Invalid(why) => {
+                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch", why.clone())
+            }
+            Self::Guard(GuardError::Busy { job, by }) => Problem::new(
+                StatusCode::CONFLICT,
+                "batch_running",
+                format!("{job} is already running ({by}); it can be started again when that run ends."),
+            ),
+            Self::Guard(GuardError::Infra(e)) | Self::Infra(e) => e.problem(),
+            Self::Guard(GuardError::Lost { .. } | GuardError::File(_)) | Self::Report(_) => {
+                Problem::internal()
+            }
+        }
+    }
+}
+http_error!(BatchError);
+
+impl From<actix_web::error::BlockingError> for BatchError {
+    fn from(e: actix_web::error::BlockingError) -> Self {
+        Self::Infra(e.into())
+    }
+}
+
 impl From<diesel::result::Error> for BatchError {
     fn from(e: diesel::result::Error) -> Self {
         Self::Infra(e.into())
@@ -141,24 +169,49 @@ struct Line {
 
 /// Runs `revision` under the guard `lock`: only one run of the job at a time, on any instance.
 pub fn run(pool: &DbPool, lock: &BatchLock, revision: &Revision) -> Result<Summary, BatchError> {
+    start(pool, lock, revision)?.finish()
+}
+
+/// A run that holds its guard and is recorded in `batch_runs`, its work still ahead: what the
+/// admin screen starts in a thread of its own after telling the admin it started.
+pub struct Started {
+    pub run_id: i64,
+    guard: RunGuard,
+    conn: crate::db::PooledConn,
+    revision: Revision,
+}
+
+/// Checks the revision, takes the guard (or [`GuardError::Busy`]) and records the run.
+pub fn start(pool: &DbPool, lock: &BatchLock, revision: &Revision) -> Result<Started, BatchError> {
     revision.validate()?;
-    let mut guard = RunGuard::acquire(lock, pool, JOB)?;
+    let guard = RunGuard::acquire(lock, pool, JOB)?;
     let mut conn = pool.get().map_err(Infra::from)?;
     let params = format!("revision={} percent={}", revision.name, revision.percent);
     let run_id = runs::start(
         &mut conn,
         &runs::Start { job: JOB, policy: revision.policy.label(), params: &params, guard: &guard.describe() },
     )?;
-    let mut lines = Vec::new();
-    let worked = work(&mut conn, &mut guard, run_id, revision, &mut lines);
-    // Also after a failure: what was done before it is committed, and worth a report.
-    let report =
-        revision.report_dir.as_deref().map(|dir| write_report(dir, revision, run_id, &lines)).transpose()?;
-    let error = worked.as_ref().err().map(ToString::to_string);
-    runs::finish(&mut conn, run_id, report.as_deref().and_then(Path::to_str), error.as_deref())?;
-    let total = worked?;
-    let done = lines.iter().filter(|l| l.status == "done").count();
-    Ok(Summary { run_id, total, done, skipped: lines.len() - done, report })
+    Ok(Started { run_id, guard, conn, revision: revision.clone() })
+}
+
+impl Started {
+    /// Does the work, writes the report, and records how the run ended.
+    pub fn finish(mut self) -> Result<Summary, BatchError> {
+        let (revision, run_id) = (&self.revision, self.run_id);
+        let mut lines = Vec::new();
+        let worked = work(&mut self.conn, &mut self.guard, run_id, revision, &mut lines);
+        // Also after a failure: what was done before it is committed, and worth a report.
+        let report = revision
+            .report_dir
+            .as_deref()
+            .map(|dir| write_report(dir, revision, run_id, &lines))
+            .transpose()?;
+        let error = worked.as_ref().err().map(ToString::to_string);
+        runs::finish(&mut self.conn, run_id, report.as_deref().and_then(Path::to_str), error.as_deref())?;
+        let total = worked?;
+        let done = lines.iter().filter(|l| l.status == "done").count();
+        Ok(Summary { run_id, total, done, skipped: lines.len() - done, report })
+    }
 }
 
 /// The products this revision has not done yet, in id order; returns how many there were.

@@ -19,7 +19,7 @@ pub struct Run {
     pub guard: String,
     pub host: String,
     pub pid: u32,
-    /// running, done, failed.
+    /// running, done, failed, abandoned (died without saying so).
     pub status: String,
     pub total: i32,
     pub done: i32,
@@ -40,7 +40,16 @@ pub struct Start<'a> {
     pub guard: &'a str,
 }
 
+/// Records a run as it starts, under its job's guard. Runs of the job still marked running died
+/// without saying so (`kill -9`, a lost machine): none can be running now, since we hold the
+/// guard, so they are marked abandoned.
 pub fn start(conn: &mut MysqlConnection, run: &Start) -> QueryResult<i64> {
+    cached_sql::<()>(
+        "UPDATE batch_runs SET status = 'abandoned', finished_at = ? WHERE job = ? AND status = 'running'",
+    )
+    .bind::<Datetime, _>(crate::db::now_micros())
+    .bind::<Text, _>(run.job)
+    .execute(conn)?;
     cached_sql::<()>(
         "INSERT INTO batch_runs (job, policy, params, guard, host, pid, status, started_at) \
          VALUES (?, ?, ?, ?, ?, ?, 'running', ?)",

@@ -133,10 +133,11 @@ async fn only_admins_reach_any_admin_route_or_action() {
             assert_eq!(client.get(path).await.status(), 403, "GET {path}");
         }
         assert_eq!(client.get(&format!("/api/v1/admin/named-locks/{named}")).await.status(), 403);
-        let forms: [(&str, &[(&str, &str)]); 3] = [
+        let forms: [(&str, &[(&str, &str)]); 4] = [
             ("/admin/edit-locks/force-release", &[("key", &key), ("reason", "because")]),
             ("/admin/edit-locks/release-expired", &[]),
             ("/admin/named-locks/force-release", &[("name", named), ("reason", "because")]),
+            ("/admin/batch/price-revision", &[("revision", "r"), ("percent", "5"), ("policy", "wait")]),
         ];
         for (path, fields) in forms {
             assert_eq!(post_form(client, path, fields).await.status(), 403, "POST {path}");

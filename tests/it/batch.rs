@@ -283,3 +283,56 @@ fn now_ms() -> u64 {
     )
     .expect("ms")
 }
+
+// ---- from the admin screen -----------------------------------------------------------------
+
+#[actix_web::test]
+async fn an_admin_starts_a_revision_and_watches_it_on_the_locks_screen() {
+    let app = crate::common::TestApp::spawn().await;
+    products(&app.db, 30);
+    let admin = app.client(0);
+    admin.login(&app.user("root", haita::auth::Role::Admin)).await;
+    let token = admin.csrf_token("/admin/locks").await;
+    let start = |revision: &'static str, percent: &'static str, policy: &'static str| {
+        let form = [
+            ("csrf_token", token.clone()),
+            ("revision", revision.to_string()),
+            ("percent", percent.to_string()),
+            ("policy", policy.to_string()),
+            ("throttle_ms", "150".to_string()),
+        ];
+        let http = admin.http.clone();
+        let url = admin.url("/admin/batch/price-revision");
+        async move { http.post(url).form(&form).send().await.expect("POST") }
+    };
+
+    let started = start("from-admin", "10", "wait").await;
+    assert_eq!(started.status(), 303);
+    let location = started.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    assert!(location.starts_with("/admin/locks?started="), "{location}");
+    // While it runs, a second start is told so, and the screen shows it live.
+    let again = start("from-admin", "10", "wait").await;
+    assert_eq!(again.status(), 409);
+    assert!(again.text().await.expect("page").contains("already running"));
+    let page = admin.get("/admin/locks").await.text().await.expect("page");
+    assert!(
+        page.contains("id=\"batch-runs\"") && page.contains("http-equiv=\"refresh\""),
+        "live while running"
+    );
+    assert_eq!(start("bad", "ten", "wait").await.status(), 422);
+    assert_eq!(start("bad", "10", "steal").await.status(), 422);
+
+    let mut finished = serde_json::Value::Null;
+    for _ in 0..200 {
+        let listing: serde_json::Value = admin.get("/api/v1/admin/locks").await.json().await.expect("json");
+        if listing["batch_runs"][0]["status"] == "done" {
+            finished = listing["batch_runs"][0].clone();
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!((finished["done"].as_i64(), finished["total"].as_i64()), (Some(30), Some(30)), "{finished}");
+    assert_eq!(done_for(&app.db, "from-admin"), 30);
+    let page = admin.get("/admin/locks").await.text().await.expect("page");
+    assert!(!page.contains("http-equiv=\"refresh\""), "no refresh once nothing runs");
+}
