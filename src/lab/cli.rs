@@ -62,6 +62,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 8)]
         hold: u64,
     },
+    /// Online product saves while a price revision runs, per policy, against no batch.
+    Batch {
+        #[arg(long, default_value_t = 1000)]
+        products: usize,
+        #[arg(long, default_value_t = 4)]
+        editors: usize,
+    },
     /// What recording the lock metrics costs a booking, in process: on against off.
     Metrics {
         #[arg(long, default_value_t = 200_000)]
@@ -87,6 +94,13 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
         }
         LabCommand::Bench { which: BenchCommand::StuckHolder { clients, hold } } => {
             super::bench::stuck::run(&config, clients, hold)
+        }
+        LabCommand::Bench { which: BenchCommand::Batch { products, editors } } => {
+            anyhow::ensure!((1..=100_000).contains(&products), "--products must be between 1 and 100000");
+            anyhow::ensure!((1..=64).contains(&editors), "--editors must be between 1 and 64");
+            let results = super::bench::batch::run(&config.database_url, products, editors)?;
+            print!("{}", super::bench::batch::report(&results, products, editors));
+            Ok(())
         }
         LabCommand::Bench { which: BenchCommand::Metrics { rounds } } => {
             anyhow::ensure!(rounds > 0, "--rounds must be at least 1");

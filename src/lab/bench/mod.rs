@@ -6,8 +6,10 @@
 //! - `orders.rs`: the order path, through the service and as hand-written SQL;
 //! - `coalescing.rs`: one hot day, bookings one at a time against coalesced batches;
 //! - `stuck.rs`: one day's lock held by a stuck session, and what everything else waits;
-//! - `metrics.rs`: what recording the lock metrics costs a booking, on against off.
+//! - `metrics.rs`: what recording the lock metrics costs a booking, on against off;
+//! - `batch.rs`: online product saves beside a price revision, per policy, against none.
 
+pub mod batch;
 pub mod bookings;
 pub mod coalescing;
 pub mod metrics;
