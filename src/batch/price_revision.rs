@@ -106,8 +106,12 @@ impl Revision {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
+    /// What the operator asked for cannot run (a bad name, percentage or policy).
     #[error("{0}")]
     Invalid(String),
+    /// The run met something that should not happen; what it did before is committed.
+    #[error("{0}")]
+    Failed(String),
     #[error(transparent)]
     Guard(#[from] GuardError),
     #[error(transparent)]
@@ -128,9 +132,9 @@ impl AsProblem for BatchError {
                 format!("{job} is already running ({by}); it can be started again when that run ends."),
             ),
             Self::Guard(GuardError::Infra(e)) | Self::Infra(e) => e.problem(),
-            Self::Guard(GuardError::Lost { .. } | GuardError::File(_)) | Self::Report(_) => {
-                Problem::internal()
-            }
+            Self::Guard(GuardError::Lost { .. } | GuardError::File(_))
+            | Self::Failed(_)
+            | Self::Report(_) => Problem::internal(),
         }
     }
 }
@@ -275,8 +279,12 @@ fn revise(
                     Ok(changes) => {
                         // The row is locked and its version read under the lock: this cannot be
                         // stale; an online save that read the old version will be.
-                        edit::apply(conn, id, *version, &changes, None)
-                            .map_err(|e| BatchError::Invalid(format!("product {id}: {e}")))?;
+                        edit::apply(conn, id, *version, &changes, None).map_err(|e| match e {
+                            // A lock conflict, a lost connection: the plumbing's, answered as such.
+                            crate::catalog::CatalogError::Infra(e) => BatchError::Infra(e),
+                            // Anything else would be a bug here (the row is locked), not bad input.
+                            other => BatchError::Failed(format!("product {id}: {other}")),
+                        })?;
                         Line {
                             product_id: id,
                             sku: sku.clone(),
