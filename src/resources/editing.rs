@@ -38,6 +38,16 @@ pub fn find(conn: &mut MysqlConnection, id: i64) -> Result<Resource, ResourceErr
     Resource::find(conn, id)?.ok_or(ResourceError::NotFound(id))
 }
 
+/// The resource as stored and its edit lock, if any: what the editor and the read-only view show.
+pub fn find_with_lock(
+    conn: &mut MysqlConnection,
+    id: i64,
+) -> Result<(Resource, Option<LockView>), ResourceError> {
+    let resource = find(conn, id)?;
+    let lock = service::find(conn, &EditLockKey::resource(id))?;
+    Ok((resource, lock))
+}
+
 /// After a save, keep the lock (an API client may save again) or end it (the HTML form's Save
 /// closes the editor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

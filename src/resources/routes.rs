@@ -278,15 +278,15 @@ struct StartPage {
     resource: Resource,
 }
 
-/// The editor, when this session holds the lock; someone else's lock (even an expired one, with
-/// a take-over button) when they do; else the page that takes the lock. A GET changes nothing:
-/// a link, a prefetch or a preview must not lock a resource in a staff member's name.
 #[derive(Deserialize)]
 struct EditQuery {
     /// `restore`: open the editor with the kept draft in the form.
     draft: Option<String>,
 }
 
+/// The editor, when this session holds the lock; someone else's lock (even an expired one, with
+/// a take-over button) when they do; else the page that takes the lock. A GET changes nothing:
+/// a link, a prefetch or a preview must not lock a resource in a staff member's name.
 async fn edit_page(
     user: SessionUser,
     ctx: PageContext,
@@ -298,10 +298,8 @@ async fn edit_page(
     let user_id = owner.user_id;
     let (resource, lock, draft) = blocking(move || {
         let mut conn = pool.get()?;
-        let resource = editing::find(&mut conn, id)?;
-        let key = EditLockKey::resource(id);
-        let lock = service::find(&mut conn, &key)?;
-        let draft = drafts::find::<ResourceInput>(&mut conn, user_id, &key)?;
+        let (resource, lock) = editing::find_with_lock(&mut conn, id)?;
+        let draft = drafts::find::<ResourceInput>(&mut conn, user_id, &EditLockKey::resource(id))?;
         Ok::<_, ResourceError>((resource, lock, draft))
     })
     .await?;
@@ -336,13 +334,7 @@ async fn view_page(
 ) -> actix_web::Result<HttpResponse> {
     editor(&user)?;
     let (id, pool) = (resource_id(path)?, state.pool.clone());
-    let (resource, lock) = blocking(move || {
-        let mut conn = pool.get()?;
-        let resource = editing::find(&mut conn, id)?;
-        let lock = service::find(&mut conn, &EditLockKey::resource(id))?;
-        Ok::<_, ResourceError>((resource, lock))
-    })
-    .await?;
+    let (resource, lock) = blocking(move || editing::find_with_lock(&mut *pool.get()?, id)).await?;
     Ok(html(&ViewPage { ctx, resource, lock })?)
 }
 
