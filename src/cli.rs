@@ -69,6 +69,39 @@ enum BatchCommand {
         #[arg(long)]
         report_dir: Option<std::path::PathBuf>,
     },
+    /// Close resources for a range of days (maintenance): no new booking on those days; the
+    /// bookings already made stand and are listed in the report. Running the same closure again
+    /// does what was left.
+    CloseResources {
+        /// The first day closed (YYYY-MM-DD), today or later.
+        #[arg(long)]
+        from: chrono::NaiveDate,
+        /// The last day closed (YYYY-MM-DD), at most 92 days on.
+        #[arg(long)]
+        to: chrono::NaiveDate,
+        /// Why, as customers who try to book read it.
+        #[arg(long)]
+        reason: String,
+        /// A resource to close (repeat it); every resource when none is given.
+        #[arg(long = "resource")]
+        resources: Vec<i64>,
+        /// The staff member the closure is made by: it holds edit locks in their name.
+        #[arg(long)]
+        by: String,
+        /// wait: for an editor to finish (bounded by --wait-secs); steal: take their edit lock
+        /// (they are told, their input kept as a draft); skip: leave the resource for a later run.
+        #[arg(long, default_value = "wait")]
+        policy: String,
+        /// How long `wait` waits for one editor, or for one day's booking lock.
+        #[arg(long, default_value_t = 60)]
+        wait_secs: u64,
+        /// Pause between resources, so online traffic keeps its share.
+        #[arg(long, default_value_t = 0)]
+        throttle_ms: u64,
+        /// Where to write the CSV report; defaults to BATCH_LOCK_DIR with BATCH_LOCK=file.
+        #[arg(long)]
+        report_dir: Option<std::path::PathBuf>,
+    },
 }
 
 /// The exit status of a batch run refused because another run holds the job (`EX_TEMPFAIL`).
@@ -95,12 +128,8 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            let busy = matches!(
-                e.downcast_ref::<crate::batch::price_revision::BatchError>(),
-                Some(crate::batch::price_revision::BatchError::Guard(
-                    crate::batch::guard::GuardError::Busy { .. }
-                ))
-            );
+            let busy =
+                e.downcast_ref::<crate::batch::BatchError>().is_some_and(crate::batch::BatchError::is_busy);
             if busy { ExitCode::from(EXIT_BUSY) } else { ExitCode::FAILURE }
         }
     }
@@ -152,36 +181,70 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("created user {} (id {}, role {})", user.username, user.id, user.role);
             Ok(())
         }
-        Command::Batch {
-            job: BatchCommand::PriceRevision { revision, percent, policy, throttle_ms, report_dir },
-        } => {
-            use crate::batch::guard::BatchLock;
-            use crate::batch::price_revision::{self, Policy, Revision};
-            let report_dir = report_dir.or_else(|| match &config.batch_lock {
-                BatchLock::File(dir) => Some(dir.clone()),
-                BatchLock::Db => None,
-            });
+        Command::Batch { job } => batch(&config, job),
+        #[cfg(feature = "lab")]
+        Command::Lab(command) => crate::lab::cli::run(command, config),
+    }
+}
+
+/// `haita batch …`: runs the job in this process, under the guard `BATCH_LOCK` chooses.
+fn batch(config: &Config, job: BatchCommand) -> anyhow::Result<()> {
+    use std::time::Duration;
+
+    use crate::batch::closure::Closure;
+    use crate::batch::price_revision::Revision;
+    use crate::batch::{Policy, run};
+
+    let pool = crate::prepare_database(config)?;
+    let lock = &config.batch_lock;
+    let (summary, targets) = match job {
+        BatchCommand::PriceRevision { revision, percent, policy, throttle_ms, report_dir } => {
             let revision = Revision {
                 name: revision,
                 percent,
                 policy: Policy::parse(&policy)?,
-                throttle: std::time::Duration::from_millis(throttle_ms),
-                report_dir,
+                throttle: Duration::from_millis(throttle_ms),
+                report_dir: report_dir.or_else(|| config.batch_lock.report_dir()),
             };
-            revision.validate()?;
-            let pool = crate::prepare_database(&config)?;
-            let summary = price_revision::run(&pool, &config.batch_lock, &revision)?;
-            println!(
-                "run {}: {} products, {} revised, {} skipped{}",
-                summary.run_id,
-                summary.total,
-                summary.done,
-                summary.skipped,
-                summary.report.map(|p| format!(", report {}", p.display())).unwrap_or_default()
-            );
-            Ok(())
+            (run(&pool, lock, &revision)?, "products")
         }
-        #[cfg(feature = "lab")]
-        Command::Lab(command) => crate::lab::cli::run(command, config),
-    }
+        BatchCommand::CloseResources {
+            from,
+            to,
+            reason,
+            resources,
+            by,
+            policy,
+            wait_secs,
+            throttle_ms,
+            report_dir,
+        } => {
+            let staff = crate::auth::service::find_for_login(&mut *pool.get()?, &by)?
+                .filter(|user| user.role.includes(Role::Staff))
+                .ok_or_else(|| {
+                    anyhow::anyhow!("--by {by:?}: there is no staff member or admin of that name")
+                })?;
+            let closure = Closure {
+                from,
+                to,
+                reason,
+                resources,
+                policy: Policy::parse(&policy)?,
+                by: staff.id,
+                wait: Duration::from_secs(wait_secs),
+                throttle: Duration::from_millis(throttle_ms),
+                report_dir: report_dir.or_else(|| config.batch_lock.report_dir()),
+            };
+            (run(&pool, lock, &closure)?, "resource-days")
+        }
+    };
+    println!(
+        "run {}: {} {targets}, {} done, {} skipped{}",
+        summary.run_id,
+        summary.total,
+        summary.done,
+        summary.skipped,
+        summary.report.map(|p| format!(", report {}", p.display())).unwrap_or_default()
+    );
+    Ok(())
 }

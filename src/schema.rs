@@ -165,6 +165,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    resource_closures (resource_id, day) {
+        resource_id -> Bigint,
+        day -> Date,
+        #[max_length = 200]
+        reason -> Varchar,
+        bookings_at_close -> Integer,
+        run_id -> Nullable<Bigint>,
+        closed_by -> Bigint,
+        closed_at -> Datetime,
+    }
+}
+
+diesel::table! {
     resources (id) {
         id -> Bigint,
         #[max_length = 100]
@@ -220,6 +233,9 @@ diesel::joinable!(order_lines -> orders (order_id));
 diesel::joinable!(order_lines -> products (product_id));
 diesel::joinable!(orders -> users (user_id));
 diesel::joinable!(price_revision_items -> batch_runs (run_id));
+diesel::joinable!(resource_closures -> batch_runs (run_id));
+diesel::joinable!(resource_closures -> resources (resource_id));
+diesel::joinable!(resource_closures -> users (closed_by));
 diesel::joinable!(products -> users (updated_by));
 diesel::joinable!(reservations -> resources (resource_id));
 diesel::joinable!(reservations -> users (user_id));
@@ -251,6 +267,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     order_lines,
     orders,
     price_revision_items,
+    resource_closures,
     products,
     reservations,
     resources,

@@ -32,6 +32,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/admin/audit", web::get().to(audit_page))
         .route("/admin/metrics", web::get().to(metrics_page))
         .route("/admin/batch/price-revision", web::post().to(start_revision_form))
+        .route("/admin/batch/closure", web::post().to(start_closure_form))
         .route("/api/v1/admin/locks", web::get().to(locks_json))
         .route("/api/v1/admin/edit-locks/release-expired", web::post().to(release_expired_json))
         .route("/api/v1/admin/edit-locks/{key}", web::delete().to(force_release_edit_json))
@@ -285,16 +286,14 @@ struct RevisionForm {
     throttle_ms: Option<String>,
 }
 
-/// Starts a price revision on this instance: the guard is taken and the run recorded before the
-/// answer (so "already running" is said here), the work then goes on in a thread of its own —
-/// never on the executor — and shows on the locks screen as it progresses.
+/// Starts a price revision on this instance ([`start_in_background`]).
 async fn start_revision_form(
     Admin(_): Admin,
     CsrfForm(form): CsrfForm<RevisionForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    use crate::batch::guard::BatchLock;
-    use crate::batch::price_revision::{self, BatchError, Policy, Revision};
+    use crate::batch::price_revision::Revision;
+    use crate::batch::{BatchError, Policy};
     let percent = form.percent.trim().parse::<i32>().map_err(|_| {
         BatchError::Invalid(format!(
             "The percentage {:?} must be a whole number from -90 to 1000.",
@@ -312,13 +311,74 @@ async fn start_revision_form(
         percent,
         policy: Policy::parse(form.policy.trim())?,
         throttle: std::time::Duration::from_millis(throttle_ms),
-        report_dir: match &state.config.batch_lock {
-            BatchLock::File(dir) => Some(dir.clone()),
-            BatchLock::Db => None,
-        },
+        report_dir: state.config.batch_lock.report_dir(),
     };
+    start_in_background(&state, revision).await
+}
+
+#[derive(Deserialize)]
+struct ClosureForm {
+    from: String,
+    to: String,
+    reason: String,
+    resources: Option<String>,
+    policy: String,
+    wait_secs: Option<String>,
+}
+
+/// Starts a maintenance closure made by this admin, like [`start_revision_form`].
+async fn start_closure_form(
+    Admin(admin): Admin,
+    CsrfForm(form): CsrfForm<ClosureForm>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    use crate::batch::closure::{Closure, MAX_WAIT};
+    use crate::batch::{BatchError, Policy};
+    let day = |field: &str, text: &str| {
+        chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d").map_err(|_| {
+            BatchError::Invalid(format!("The {field} date {:?} is not a date like 2026-12-24.", text.trim()))
+        })
+    };
+    let resources = form
+        .resources
+        .as_deref()
+        .unwrap_or("")
+        .split([',', ' '])
+        .filter(|id| !id.is_empty())
+        .map(|id| {
+            id.parse::<i64>()
+                .map_err(|_| BatchError::Invalid(format!("The resource id {id:?} is not a number.")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let wait_secs = match form.wait_secs.as_deref().map(str::trim) {
+        None | Some("") => 60,
+        Some(text) => text.parse::<u64>().ok().filter(|s| *s <= MAX_WAIT.as_secs()).ok_or_else(|| {
+            BatchError::Invalid(format!("The wait {text:?} must be 0 to {} seconds.", MAX_WAIT.as_secs()))
+        })?,
+    };
+    let closure = Closure {
+        from: day("first", &form.from)?,
+        to: day("last", &form.to)?,
+        reason: form.reason.trim().to_string(),
+        resources,
+        policy: Policy::parse(form.policy.trim())?,
+        by: admin.id,
+        wait: std::time::Duration::from_secs(wait_secs),
+        throttle: std::time::Duration::ZERO,
+        report_dir: state.config.batch_lock.report_dir(),
+    };
+    start_in_background(&state, closure).await
+}
+
+/// Takes the job's guard and records the run before answering (so "already running" is said
+/// here); the work then goes on in a thread of its own — never on the executor — and shows on
+/// the locks screen as it progresses.
+async fn start_in_background<J: crate::batch::Job>(
+    state: &AppState,
+    job: J,
+) -> actix_web::Result<HttpResponse> {
     let (pool, lock) = (state.pool.clone(), state.config.batch_lock.clone());
-    let started = blocking(move || price_revision::start(&pool, &lock, &revision)).await?;
+    let started = blocking(move || crate::batch::start(&pool, &lock, &job)).await?;
     let run_id = started.run_id;
     std::thread::Builder::new()
         .name(format!("batch-run-{run_id}"))

@@ -23,6 +23,7 @@ pub enum Action {
     EditLockBatchSeized,
     NamedLockForceReleased,
     ResourceSaved,
+    ResourceClosed,
 }
 
 impl Action {
@@ -36,6 +37,7 @@ impl Action {
             Self::EditLockBatchSeized => "edit_lock.batch_seized",
             Self::NamedLockForceReleased => "named_lock.force_released",
             Self::ResourceSaved => "resource.saved",
+            Self::ResourceClosed => "resource.closed",
         }
     }
 }
@@ -76,6 +78,15 @@ pub struct AuditEvent {
     pub action: String,
     pub subject: String,
     pub detail: String,
+}
+
+impl AuditEvent {
+    /// "edit_lock.released by root at 10:42:07 UTC — by the batch run …": the event for a person
+    /// told their lock is gone.
+    pub fn sentence(&self) -> String {
+        let by = self.actor.as_ref().map(|actor| format!(" by {actor}")).unwrap_or_default();
+        format!("{}{by} at {} UTC — {}", self.action, self.at.format("%Y-%m-%d %H:%M:%S"), self.detail)
+    }
 }
 
 /// A page of the log, newest first, and the id to pass as `before` for the next (older) page.

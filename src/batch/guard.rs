@@ -28,6 +28,17 @@ pub enum BatchLock {
     File(PathBuf),
 }
 
+impl BatchLock {
+    /// Where reports go unless the operator says otherwise: the shared directory of the file
+    /// guard; nowhere with the database guard.
+    pub fn report_dir(&self) -> Option<PathBuf> {
+        match self {
+            Self::File(dir) => Some(dir.clone()),
+            Self::Db => None,
+        }
+    }
+}
+
 /// How long a lock file lives without a heartbeat; [`RunGuard::check`] renews it.
 pub const FILE_LOCK_TTL: Duration = Duration::from_secs(30);
 

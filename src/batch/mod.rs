@@ -1,11 +1,257 @@
-//! Batch jobs beside online users (`haita batch …`): the jobs (`price_revision`), the guards that
+//! Batch jobs beside online users (`haita batch …`): the jobs (`price_revision` over products,
+//! edited optimistically; `closure` over resources, edited under edit locks), the guards that
 //! let only one instance run a job at a time, across app servers that share a directory
 //! (`lockfile`, `BATCH_LOCK=file`) or only the database (a named lock, `BATCH_LOCK=db`), the
 //! runs' bookkeeping (`runs`), and the job's report, written so no reader sees it half-written
 //! (`report`).
+//!
+//! Every job runs the same way ([`start`], [`Started::finish`]): take the guard (or be told who
+//! runs it), record the run, do the work in short transactions while checking that the guard is
+//! still ours, write the CSV report, record how the run ended. A job only says what its work is
+//! ([`Job`]).
 
+pub mod closure;
 pub mod guard;
 pub mod lockfile;
 pub mod price_revision;
 pub mod report;
 pub mod runs;
+
+use std::path::{Path, PathBuf};
+
+use actix_web::http::StatusCode;
+
+use diesel::MysqlConnection;
+
+use crate::db::{DbPool, PooledConn};
+use crate::infra::{Infra, infra_error};
+use crate::web::error::{AsProblem, Problem};
+use guard::{BatchLock, GuardError, RunGuard};
+
+/// What a batch does about a row an online user holds right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Wait for the online user (bounded), then do the row.
+    Wait,
+    /// Take the row's edit lock over, whoever holds it; they are told on their next request.
+    Steal,
+    /// Leave the row for a later run, and say so in the report.
+    Skip,
+}
+
+impl Policy {
+    pub fn parse(text: &str) -> Result<Self, BatchError> {
+        match text {
+            "wait" => Ok(Self::Wait),
+            "steal" => Ok(Self::Steal),
+            "skip" => Ok(Self::Skip),
+            other => Err(BatchError::Invalid(format!("unknown policy {other:?}: use wait, steal or skip"))),
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Wait => "wait",
+            Self::Steal => "steal",
+            Self::Skip => "skip",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// What the operator asked for cannot run (a bad name, range, percentage or policy).
+    #[error("{0}")]
+    Invalid(String),
+    /// The run met something that should not happen; what it did before is committed.
+    #[error("{0}")]
+    Failed(String),
+    #[error(transparent)]
+    Guard(#[from] GuardError),
+    #[error(transparent)]
+    Infra(#[from] Infra),
+    #[error("writing the report: {0}")]
+    Report(#[from] std::io::Error),
+}
+
+impl BatchError {
+    /// Another run holds the job: the CLI exits with `EX_TEMPFAIL` for it.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Self::Guard(GuardError::Busy { .. }))
+    }
+}
+
+impl AsProblem for BatchError {
+    fn problem(&self) -> Problem {
+        match self {
+            Self::Invalid(why) => {
+                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch", why.clone())
+            }
+            Self::Guard(GuardError::Busy { job, by }) => Problem::new(
+                StatusCode::CONFLICT,
+                "batch_running",
+                format!("{job} is already running ({by}); it can be started again when that run ends."),
+            ),
+            Self::Guard(GuardError::Infra(e)) | Self::Infra(e) => e.problem(),
+            Self::Guard(GuardError::Lost { .. } | GuardError::File(_))
+            | Self::Failed(_)
+            | Self::Report(_) => Problem::internal(),
+        }
+    }
+}
+infra_error!(BatchError);
+
+/// A batch job: what it is asked, and its work. The running of it is [`start`]'s.
+pub trait Job: Clone + Send + 'static {
+    /// Names the job's guard, its runs and its reports.
+    const NAME: &'static str;
+    /// The report's first line.
+    const REPORT_HEADER: &'static str;
+
+    fn policy(&self) -> Policy;
+    /// Refuses what cannot run, before the guard is taken.
+    fn validate(&self) -> Result<(), BatchError>;
+    /// What was asked, in a line for the admin screen.
+    fn params(&self) -> String;
+    /// Where the CSV report goes (the shared directory); none when `None`.
+    fn report_dir(&self) -> Option<&Path>;
+    /// The report's file name, unique per run.
+    fn report_name(&self, run_id: i64) -> String;
+    /// Does the work, a line of the report per target; answers how many targets there were.
+    fn work(&self, run: &mut Running<'_>) -> Result<usize, BatchError>;
+}
+
+/// What a job's work has at hand while it runs.
+pub struct Running<'a> {
+    pub pool: &'a DbPool,
+    pub run_id: i64,
+    /// The run's own connection (its bookkeeping; a job may work on it too).
+    pub conn: &'a mut MysqlConnection,
+    guard: &'a mut RunGuard,
+    report: &'a mut Report,
+}
+
+impl Running<'_> {
+    /// Before each chunk of work: still ours? A run whose guard was taken over writes nothing
+    /// more.
+    pub fn check_guard(&mut self) -> Result<(), BatchError> {
+        Ok(self.guard.check()?)
+    }
+
+    /// One target's line in the report (fields in the order of the job's header).
+    pub fn line(&mut self, fields: &[&str], done: bool) {
+        self.report.line(fields, done);
+    }
+}
+
+/// The report as it grows: CSV lines, and how many targets were done or left.
+#[derive(Default)]
+struct Report {
+    csv: String,
+    done: usize,
+    left: usize,
+}
+
+impl Report {
+    fn line(&mut self, fields: &[&str], done: bool) {
+        let fields: Vec<String> = fields.iter().map(|f| report::csv_field(f)).collect();
+        self.csv.push_str(&fields.join(","));
+        self.csv.push('\n');
+        if done { self.done += 1 } else { self.left += 1 }
+    }
+}
+
+/// What a run did.
+#[derive(Debug)]
+pub struct Summary {
+    pub run_id: i64,
+    pub total: usize,
+    pub done: usize,
+    /// Skipped, refused or waited out: left for a later run.
+    pub skipped: usize,
+    pub report: Option<PathBuf>,
+}
+
+/// Runs `job` under the guard `lock`: only one run of the job at a time, on any instance.
+pub fn run<J: Job>(pool: &DbPool, lock: &BatchLock, job: &J) -> Result<Summary, BatchError> {
+    start(pool, lock, job)?.finish()
+}
+
+/// A run that holds its guard and is recorded in `batch_runs`, its work still ahead: what the
+/// admin screen starts in a thread of its own after telling the admin it started.
+pub struct Started<J> {
+    pub run_id: i64,
+    guard: RunGuard,
+    conn: PooledConn,
+    pool: DbPool,
+    job: J,
+}
+
+/// Checks the job, takes the guard (or [`GuardError::Busy`]) and records the run.
+pub fn start<J: Job>(pool: &DbPool, lock: &BatchLock, job: &J) -> Result<Started<J>, BatchError> {
+    job.validate()?;
+    let guard = RunGuard::acquire(lock, pool, J::NAME)?;
+    let mut conn = pool.get().map_err(Infra::from)?;
+    let run_id = runs::start(
+        &mut conn,
+        &runs::Start {
+            job: J::NAME,
+            policy: job.policy().label(),
+            params: &job.params(),
+            guard: &guard.describe(),
+        },
+    )?;
+    Ok(Started { run_id, guard, conn, pool: pool.clone(), job: job.clone() })
+}
+
+impl<J: Job> Started<J> {
+    /// Does the work, writes the report, and records how the run ended.
+    pub fn finish(mut self) -> Result<Summary, BatchError> {
+        let run_id = self.run_id;
+        let mut report = Report::default();
+        let worked = self.job.work(&mut Running {
+            pool: &self.pool,
+            run_id,
+            conn: &mut self.conn,
+            guard: &mut self.guard,
+            report: &mut report,
+        });
+        // Also after a failure: what was done before it is committed, and worth a report.
+        let written = self
+            .job
+            .report_dir()
+            .map(|dir| {
+                let csv = format!("{}\n{}", J::REPORT_HEADER, report.csv);
+                report::write_atomically(dir, &self.job.report_name(run_id), csv.as_bytes())
+            })
+            .transpose()?;
+        let error = worked.as_ref().err().map(ToString::to_string);
+        runs::finish(&mut self.conn, run_id, written.as_deref().and_then(Path::to_str), error.as_deref())?;
+        let total = worked?;
+        Ok(Summary { run_id, total, done: report.done, skipped: report.left, report: written })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_are_wait_steal_or_skip() {
+        assert_eq!(Policy::parse("wait").ok(), Some(Policy::Wait));
+        assert_eq!(Policy::parse("steal").ok(), Some(Policy::Steal));
+        assert_eq!(Policy::parse("skip").ok(), Some(Policy::Skip));
+        assert!(
+            matches!(Policy::parse("Wait"), Err(BatchError::Invalid(why)) if why.contains("wait, steal or skip"))
+        );
+    }
+
+    #[test]
+    fn report_lines_are_csv_and_counted() {
+        let mut report = Report::default();
+        report.line(&["1", "a,b", "done"], true);
+        report.line(&["2", "say \"hi\"", "skipped"], false);
+        assert_eq!(report.csv, "1,\"a,b\",done\n2,\"say \"\"hi\"\"\",skipped\n");
+        assert_eq!((report.done, report.left), (1, 1));
+    }
+}

@@ -14,7 +14,7 @@
 //! - `skip`: `SELECT … FOR UPDATE SKIP LOCKED`. Rows locked right now are left alone and recorded
 //!   as skipped; a later run of the same revision picks them up.
 //! - `steal` has nothing to take here: an optimistic edit holds no lock between requests. It is
-//!   refused with that explanation (it applies to jobs over rows under edit locks).
+//!   refused with that explanation (it is for jobs over rows under edit locks, `super::closure`).
 //!
 //! A revision has a name, and each product is revised at most once per name
 //! (`price_revision_items`): running it again continues, it never compounds.
@@ -25,48 +25,13 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Datetime, Nullable, Text};
 
-use super::guard::{BatchLock, GuardError, RunGuard};
-use super::{report, runs};
+use super::{BatchError, Job, Policy, Running, runs};
 use crate::catalog::edit::{self, ProductChanges};
-use crate::db::{DbPool, cached_sql};
-use crate::infra::Infra;
+use crate::db::cached_sql;
 use crate::schema::products;
-use crate::web::error::{AsProblem, Problem, http_error};
-use actix_web::http::StatusCode;
 
 /// Products per transaction: short enough that an online save waits little behind one.
 pub const CHUNK: usize = 20;
-
-pub const JOB: &str = "price-revision";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Policy {
-    Wait,
-    Skip,
-}
-
-impl Policy {
-    pub fn parse(text: &str) -> Result<Self, BatchError> {
-        match text {
-            "wait" => Ok(Self::Wait),
-            "skip" => Ok(Self::Skip),
-            "steal" => Err(BatchError::Invalid(
-                "a price revision cannot steal: products are edited optimistically, so online \
-                 editors hold no lock to take over (their stale saves get the conflict screen). \
-                 Use --policy wait or skip."
-                    .into(),
-            )),
-            other => Err(BatchError::Invalid(format!("unknown policy {other:?}: use wait or skip"))),
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Self::Wait => "wait",
-            Self::Skip => "skip",
-        }
-    }
-}
 
 /// One revision, as the operator asked for it.
 #[derive(Clone, Debug)]
@@ -83,83 +48,11 @@ pub struct Revision {
 }
 
 impl Revision {
-    pub fn validate(&self) -> Result<(), BatchError> {
-        let plain = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
-        if self.name.is_empty() || self.name.len() > 64 || !self.name.bytes().all(plain) {
-            return Err(BatchError::Invalid(format!(
-                "revision name {:?}: use 1 to 64 of a-z, 0-9, '-', '_', '.'",
-                self.name
-            )));
-        }
-        if !(-90..=1000).contains(&self.percent) {
-            return Err(BatchError::Invalid(format!("--percent {}: use -90 to 1000", self.percent)));
-        }
-        Ok(())
-    }
-
     /// The new price: rounded to the cent, half away from zero.
     pub fn revised(&self, cents: i64) -> i64 {
         let scaled = i128::from(cents) * i128::from(100 + self.percent);
         i64::try_from((scaled + 50).div_euclid(100)).unwrap_or(i64::MAX)
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum BatchError {
-    /// What the operator asked for cannot run (a bad name, percentage or policy).
-    #[error("{0}")]
-    Invalid(String),
-    /// The run met something that should not happen; what it did before is committed.
-    #[error("{0}")]
-    Failed(String),
-    #[error(transparent)]
-    Guard(#[from] GuardError),
-    #[error(transparent)]
-    Infra(#[from] Infra),
-    #[error("writing the report: {0}")]
-    Report(#[from] std::io::Error),
-}
-
-impl AsProblem for BatchError {
-    fn problem(&self) -> Problem {
-        match self {
-            Self::Invalid(why) => {
-                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch", why.clone())
-            }
-            Self::Guard(GuardError::Busy { job, by }) => Problem::new(
-                StatusCode::CONFLICT,
-                "batch_running",
-                format!("{job} is already running ({by}); it can be started again when that run ends."),
-            ),
-            Self::Guard(GuardError::Infra(e)) | Self::Infra(e) => e.problem(),
-            Self::Guard(GuardError::Lost { .. } | GuardError::File(_))
-            | Self::Failed(_)
-            | Self::Report(_) => Problem::internal(),
-        }
-    }
-}
-http_error!(BatchError);
-
-impl From<actix_web::error::BlockingError> for BatchError {
-    fn from(e: actix_web::error::BlockingError) -> Self {
-        Self::Infra(e.into())
-    }
-}
-
-impl From<diesel::result::Error> for BatchError {
-    fn from(e: diesel::result::Error) -> Self {
-        Self::Infra(e.into())
-    }
-}
-
-/// What a run did.
-#[derive(Debug)]
-pub struct Summary {
-    pub run_id: i64,
-    pub total: usize,
-    pub done: usize,
-    pub skipped: usize,
-    pub report: Option<PathBuf>,
 }
 
 /// One product's line in the report.
@@ -171,76 +64,74 @@ struct Line {
     status: &'static str,
 }
 
-/// Runs `revision` under the guard `lock`: only one run of the job at a time, on any instance.
-pub fn run(pool: &DbPool, lock: &BatchLock, revision: &Revision) -> Result<Summary, BatchError> {
-    start(pool, lock, revision)?.finish()
-}
+impl Job for Revision {
+    const NAME: &'static str = "price-revision";
+    const REPORT_HEADER: &'static str = "product_id,sku,old_price_cents,new_price_cents,status";
 
-/// A run that holds its guard and is recorded in `batch_runs`, its work still ahead: what the
-/// admin screen starts in a thread of its own after telling the admin it started.
-pub struct Started {
-    pub run_id: i64,
-    guard: RunGuard,
-    conn: crate::db::PooledConn,
-    revision: Revision,
-}
+    fn policy(&self) -> Policy {
+        self.policy
+    }
 
-/// Checks the revision, takes the guard (or [`GuardError::Busy`]) and records the run.
-pub fn start(pool: &DbPool, lock: &BatchLock, revision: &Revision) -> Result<Started, BatchError> {
-    revision.validate()?;
-    let guard = RunGuard::acquire(lock, pool, JOB)?;
-    let mut conn = pool.get().map_err(Infra::from)?;
-    let params = format!("revision={} percent={}", revision.name, revision.percent);
-    let run_id = runs::start(
-        &mut conn,
-        &runs::Start { job: JOB, policy: revision.policy.label(), params: &params, guard: &guard.describe() },
-    )?;
-    Ok(Started { run_id, guard, conn, revision: revision.clone() })
-}
+    fn validate(&self) -> Result<(), BatchError> {
+        let plain = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
+        if self.name.is_empty() || self.name.len() > 64 || !self.name.bytes().all(plain) {
+            return Err(BatchError::Invalid(format!(
+                "revision name {:?}: use 1 to 64 of a-z, 0-9, '-', '_', '.'",
+                self.name
+            )));
+        }
+        if !(-90..=1000).contains(&self.percent) {
+            return Err(BatchError::Invalid(format!("--percent {}: use -90 to 1000", self.percent)));
+        }
+        if self.policy == Policy::Steal {
+            return Err(BatchError::Invalid(
+                "a price revision cannot steal: products are edited optimistically, so online \
+                 editors hold no lock to take over (their stale saves get the conflict screen). \
+                 Use --policy wait or skip."
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
 
-impl Started {
-    /// Does the work, writes the report, and records how the run ended.
-    pub fn finish(mut self) -> Result<Summary, BatchError> {
-        let (revision, run_id) = (&self.revision, self.run_id);
-        let mut lines = Vec::new();
-        let worked = work(&mut self.conn, &mut self.guard, run_id, revision, &mut lines);
-        // Also after a failure: what was done before it is committed, and worth a report.
-        let report = revision
-            .report_dir
-            .as_deref()
-            .map(|dir| write_report(dir, revision, run_id, &lines))
-            .transpose()?;
-        let error = worked.as_ref().err().map(ToString::to_string);
-        runs::finish(&mut self.conn, run_id, report.as_deref().and_then(Path::to_str), error.as_deref())?;
-        let total = worked?;
-        let done = lines.iter().filter(|l| l.status == "done").count();
-        Ok(Summary { run_id, total, done, skipped: lines.len() - done, report })
+    fn params(&self) -> String {
+        format!("revision={} percent={}", self.name, self.percent)
+    }
+
+    fn report_dir(&self) -> Option<&Path> {
+        self.report_dir.as_deref()
+    }
+
+    fn report_name(&self, run_id: i64) -> String {
+        format!("price-revision-{}-run-{run_id}.csv", self.name)
+    }
+
+    fn work(&self, run: &mut Running<'_>) -> Result<usize, BatchError> {
+        work(run, self)
     }
 }
 
 /// The products this revision has not done yet, in id order; returns how many there were.
-fn work(
-    conn: &mut MysqlConnection,
-    guard: &mut RunGuard,
-    run_id: i64,
-    revision: &Revision,
-    lines: &mut Vec<Line>,
-) -> Result<usize, BatchError> {
+fn work(run: &mut Running<'_>, revision: &Revision) -> Result<usize, BatchError> {
+    let run_id = run.run_id;
     let targets: Vec<i64> = cached_sql::<BigInt>(
         "SELECT p.id FROM products p WHERE NOT EXISTS (SELECT 1 FROM price_revision_items i \
          WHERE i.revision = ? AND i.product_id = p.id AND i.status = 'done') ORDER BY p.id",
     )
     .bind::<Text, _>(&revision.name)
-    .load(conn)?;
-    runs::set_total(conn, run_id, targets.len())?;
+    .load(run.conn)?;
+    runs::set_total(run.conn, run_id, targets.len())?;
     for (i, chunk) in targets.chunks(CHUNK).enumerate() {
         if i > 0 && !revision.throttle.is_zero() {
             std::thread::sleep(revision.throttle);
         }
-        // Still ours? A run whose guard was taken over writes nothing more.
-        guard.check()?;
-        let chunk_lines = crate::db::transaction(conn, |conn| revise(conn, run_id, revision, chunk))?;
-        lines.extend(chunk_lines);
+        run.check_guard()?;
+        let lines = crate::db::transaction(run.conn, |conn| revise(conn, run_id, revision, chunk))?;
+        for l in lines {
+            let cents = |c: Option<i64>| c.map(|c| c.to_string()).unwrap_or_default();
+            let (id, old, new) = (l.product_id.to_string(), cents(l.old), cents(l.new));
+            run.line(&[&id, &l.sku, &old, &new, l.status], l.status == "done");
+        }
     }
     Ok(targets.len())
 }
@@ -267,8 +158,8 @@ fn revise(
         products::version,
     ));
     let rows: Vec<Row> = match revision.policy {
-        Policy::Wait => rows.for_update().load(conn)?,
         Policy::Skip => rows.for_update().skip_locked().load(conn)?,
+        Policy::Wait | Policy::Steal => rows.for_update().load(conn)?,
     };
     let mut lines = Vec::with_capacity(chunk.len());
     for &id in chunk {
@@ -321,26 +212,6 @@ fn revise(
     Ok(lines)
 }
 
-fn write_report(dir: &Path, revision: &Revision, run_id: i64, lines: &[Line]) -> std::io::Result<PathBuf> {
-    let mut csv = String::from("product_id,sku,old_price_cents,new_price_cents,status\n");
-    let cents = |c: Option<i64>| c.map(|c| c.to_string()).unwrap_or_default();
-    for l in lines {
-        csv.push_str(&format!(
-            "{},{},{},{},{}\n",
-            l.product_id,
-            report::csv_field(&l.sku),
-            cents(l.old),
-            cents(l.new),
-            l.status
-        ));
-    }
-    report::write_atomically(
-        dir,
-        &format!("price-revision-{}-run-{run_id}.csv", revision.name),
-        csv.as_bytes(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,9 +239,10 @@ mod tests {
         assert!(revision(5).validate().is_ok());
         assert!(revision(-91).validate().is_err());
         assert!(Revision { name: "Spring Sale".into(), ..revision(5) }.validate().is_err());
-        assert!(
-            matches!(Policy::parse("steal"), Err(BatchError::Invalid(why)) if why.contains("optimistically"))
-        );
-        assert_eq!(Policy::parse("skip").ok(), Some(Policy::Skip));
+        assert!(matches!(
+            Revision { policy: Policy::Steal, ..revision(5) }.validate(),
+            Err(BatchError::Invalid(why)) if why.contains("optimistically")
+        ));
+        assert!(Revision { policy: Policy::Skip, ..revision(5) }.validate().is_ok());
     }
 }

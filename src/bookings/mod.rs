@@ -44,6 +44,9 @@ pub enum BookingError {
     FullyBooked { capacity: i32 },
     #[error("already booked by this user")]
     AlreadyBooked,
+    /// The resource is closed that day (maintenance, `crate::batch::closure`).
+    #[error("closed on {day}: {reason}")]
+    Closed { day: NaiveDate, reason: String },
     #[error("already cancelled")]
     AlreadyCancelled,
     /// The request's session ended (logged out, expired, ended by an admin) before it booked.
@@ -60,7 +63,10 @@ pub enum BookingError {
 impl Refusal for BookingError {
     /// What the day decided: the same request would be refused the same way a second later.
     fn is_answer(&self) -> bool {
-        matches!(self, Self::FullyBooked { .. } | Self::AlreadyBooked | Self::UnknownResource(_))
+        matches!(
+            self,
+            Self::FullyBooked { .. } | Self::AlreadyBooked | Self::Closed { .. } | Self::UnknownResource(_)
+        )
     }
 }
 
@@ -103,6 +109,12 @@ impl AsProblem for BookingError {
                 "already_booked",
                 "You have already booked this resource for that day.",
             ),
+            Self::Closed { day, reason } => Problem::new(
+                S::CONFLICT,
+                "closed",
+                format!("This resource is closed on {day} ({reason}); please pick another day."),
+            )
+            .with("reason", reason.clone()),
             Self::AlreadyCancelled => {
                 Problem::new(S::CONFLICT, "already_cancelled", "This reservation is already cancelled.")
             }

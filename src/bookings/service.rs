@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use chrono::NaiveDate;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Date, Datetime, Integer, Text};
+use diesel::sql_types::{BigInt, Date, Datetime, Integer, Nullable, Text};
 use serde::Serialize;
 
 use super::BookingError;
@@ -17,7 +17,7 @@ use crate::idempotency::{self, Once};
 use crate::locking::retry::{LockConflict, MayConflict};
 use crate::locking::{NamedLockGuard, Turn};
 use crate::resources::Resource;
-use crate::schema::{reservations, resources};
+use crate::schema::{reservations, resource_closures, resources};
 
 /// Books `resource_id` on `date` for the user of `ticket`: at most `capacity` confirmed bookings
 /// per day and at most one per user and day, however many requests arrive at once, on however
@@ -59,12 +59,16 @@ struct Day {
     confirmed: i64,
     /// Which of the requesting users already hold one of them.
     booked: HashSet<i64>,
+    /// Why the resource is closed that day, if it is. A closure is inserted under this same
+    /// day's lock (`batch::closure`), so it is never half-seen.
+    closed: Option<String>,
     /// Whether each request's session is live, in arrival order.
     live: Vec<bool>,
 }
 
-/// Capacity, the day's count, whether the (first) requesting user is among them, and how many
-/// of the requests' sessions are live, in one statement. The resource's row is read with a
+/// Capacity, the day's count, whether the (first) requesting user is among them, whether the
+/// resource is closed that day (and why), and how many of the requests' sessions are live, in
+/// one statement. The resource's row is read with a
 /// shared lock: staff may lower the capacity while we count (`resources::editing`), and that
 /// save locks the row exclusively before it checks the bookings, so it waits for us to commit —
 /// or we wait for it and read the new capacity. Bookings only share this lock, so they still
@@ -83,6 +87,7 @@ static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
                WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed') AS confirmed, \
              (SELECT COUNT(*) FROM reservations x \
                WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed' AND x.user_id = ?) AS mine, \
+             (SELECT c.reason FROM resource_closures c WHERE c.resource_id = r.id AND c.day = ?) AS closed, \
              (SELECT COUNT(*) FROM user_sessions s WHERE {}) AS live \
              FROM resources r WHERE r.id = ? LOCK IN SHARE MODE",
             session::LIVE_SESSION
@@ -118,16 +123,18 @@ fn read_day(
     let users: Vec<i64> = tickets.iter().map(Ticket::user_id).collect();
     let mut sessions: Vec<&str> = tickets.iter().map(Ticket::session_id).collect();
     let (read_day, padded) = READ_DAY.padded(&sessions).ok_or_else(bad_batch)?;
-    let row: Option<(i32, i64, i64, i64)> = cached_sql::<(Integer, BigInt, BigInt, BigInt)>(read_day)
+    type Row = (i32, i64, i64, Option<String>, i64);
+    let row: Option<Row> = cached_sql::<(Integer, BigInt, BigInt, Nullable<Text>, BigInt)>(read_day)
         .bind::<Date, _>(date.day())
         .bind::<Date, _>(date.day())
         .bind::<BigInt, _>(users[0])
+        .bind::<Date, _>(date.day())
         .bind::<Datetime, _>(session::live_after())
         .bind_each::<Text, _>(padded)
         .bind::<BigInt, _>(resource_id)
         .get_result(conn)
         .optional()?;
-    let Some((capacity, confirmed, mine, live)) = row else { return Ok(None) };
+    let Some((capacity, confirmed, mine, closed, live)) = row else { return Ok(None) };
     let mut booked: HashSet<i64> = if mine > 0 { HashSet::from([users[0]]) } else { HashSet::new() };
     if let Some(others) = users.get(1..).filter(|others| !others.is_empty()) {
         let (sql, others) = READ_BOOKED.padded(others).ok_or_else(bad_batch)?;
@@ -146,7 +153,7 @@ fn read_day(
     } else {
         session::current(conn, tickets)?.iter().map(Option::is_some).collect()
     };
-    Ok(Some(Day { capacity, confirmed, booked, live }))
+    Ok(Some(Day { capacity, confirmed, booked, closed, live }))
 }
 
 const INSERT: &str = "INSERT INTO reservations (resource_id, user_id, day, status, created_at) \
@@ -198,6 +205,7 @@ fn insert_if_free(
                 Verdict::Insert => Ok(insert(conn, ticket.user_id(), resource_id, date)?),
                 Verdict::AlreadyBooked => Err(BookingError::AlreadyBooked),
                 Verdict::FullyBooked => Err(BookingError::FullyBooked { capacity: day.capacity }),
+                Verdict::Closed => Err(day.closed_error(date)),
                 Verdict::SessionEnded => Err(BookingError::SessionEnded),
             }
         })
@@ -211,13 +219,22 @@ pub enum Verdict {
     Insert,
     AlreadyBooked,
     FullyBooked,
+    Closed,
     SessionEnded,
 }
 
 impl Day {
+    fn closed_error(&self, date: BookingDate) -> BookingError {
+        BookingError::Closed { day: date.day(), reason: self.closed.clone().unwrap_or_default() }
+    }
+
     /// The verdict of each request of `tickets` (as read by [`read_day`]): a request whose
     /// session has ended books nothing and takes no place from the ones after it.
     fn verdicts(&self, tickets: &[Ticket]) -> Vec<Verdict> {
+        if self.closed.is_some() {
+            let closed = |&live: &bool| if live { Verdict::Closed } else { Verdict::SessionEnded };
+            return self.live.iter().map(closed).collect();
+        }
         let live_users: Vec<i64> =
             tickets.iter().zip(&self.live).filter(|(_, live)| **live).map(|(t, _)| t.user_id()).collect();
         let mut decided = decide_batch(self.capacity, self.confirmed, &self.booked, &live_users).into_iter();
@@ -316,6 +333,7 @@ fn insert_batch_if_free(
                 Verdict::Insert => Ok(Ok(insert(conn, ticket.user_id(), resource_id, date)?)),
                 Verdict::AlreadyBooked => Ok(Err(BookingError::AlreadyBooked)),
                 Verdict::FullyBooked => Ok(Err(BookingError::FullyBooked { capacity: day.capacity })),
+                Verdict::Closed => Ok(Err(day.closed_error(date))),
                 Verdict::SessionEnded => Ok(Err(BookingError::SessionEnded)),
             })
             .collect()
@@ -376,6 +394,8 @@ pub struct DayAvailability {
     pub available: i64,
     /// Whether the viewer has a confirmed booking that day (false when anonymous).
     pub mine: bool,
+    /// Why the resource is closed that day, when it is (no booking is taken then).
+    pub closed: Option<String>,
 }
 
 pub const MAX_AVAILABILITY_DAYS: u32 = 62;
@@ -410,6 +430,11 @@ pub fn availability(
         }
         None => Vec::new(),
     };
+    let closed: Vec<(NaiveDate, String)> = resource_closures::table
+        .filter(resource_closures::resource_id.eq(resource_id))
+        .filter(resource_closures::day.between(from, to))
+        .select((resource_closures::day, resource_closures::reason))
+        .load(conn)?;
     let days = from
         .iter_days()
         .take(days as usize)
@@ -421,6 +446,7 @@ pub fn availability(
                 confirmed,
                 available: (i64::from(resource.capacity) - confirmed).max(0),
                 mine: mine.contains(&date),
+                closed: closed.iter().find(|(d, _)| *d == date).map(|(_, why)| why.clone()),
             }
         })
         .collect();

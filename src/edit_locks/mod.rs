@@ -36,8 +36,10 @@ pub enum EditLockError {
     InvalidKey(String),
     #[error("{} holds edit lock {}", .0.owner_username, .0.key)]
     Locked(Box<LockView>),
-    #[error("edit lock {0} is not held by this session")]
-    NotHeld(EditLockKey),
+    /// Nobody holds it (expired, released, ended by an admin or a batch job); `last` is the
+    /// key's latest audit event in a sentence, which says which.
+    #[error("edit lock {key} is not held by this session")]
+    NotHeld { key: EditLockKey, last: Option<String> },
     /// The saver holds the lock, but not the acquisition its editor was opened under: the lock
     /// was taken over or ended and taken again (by this very session, in another tab) since.
     #[error("edit lock {key} was acquired again since epoch {opened} (now {current})")]
@@ -90,14 +92,16 @@ impl AsProblem for EditLockError {
                 .with("holder", lock.owner_username.clone())
                 .with("expires_at", json(lock.expires_at.and_utc()))
                 .with("lock", json(lock)),
-            Self::NotHeld(key) => Problem::new(
+            Self::NotHeld { key, last } => Problem::new(
                 S::LOCKED,
                 "edit_lock_not_held",
                 format!(
-                    "You do not hold the edit lock {key}: it expired, was released, or was never taken. \
-                     Acquire it first."
+                    "You do not hold the edit lock {key}: it expired, was released, or was never taken.{} \
+                     Acquire it first.",
+                    last.as_ref().map(|last| format!(" Last lock event: {last}.")).unwrap_or_default()
                 ),
-            ),
+            )
+            .with("last_event", json(last)),
             Self::Superseded { key, opened, current } => Problem::new(
                 S::LOCKED,
                 "edit_lock_superseded",

@@ -22,7 +22,11 @@ pub enum Policy {
     FreeOrMine,
     /// The "take over" button and the JSON acquire: also take an *expired* lock of someone else.
     TakeOverExpired,
-    /// A batch job takes the lock whoever holds it (the "steal the online locks" strategy of a batch); the lock is then marked `held_by_batch` and no admin may force it open.
+    /// A batch job takes a free or expired lock, and waits or skips when someone holds it (the
+    /// `wait` and `skip` policies of a batch). Marked `held_by_batch`, like the next.
+    BatchWhenFree,
+    /// A batch job takes the lock whoever holds it (the `steal` policy of a batch); the lock is
+    /// then marked `held_by_batch` and no admin may force it open.
     SeizeForBatch,
 }
 
@@ -78,7 +82,9 @@ pub fn decide(row: Option<&Holder>, owner: &Owner, policy: Policy) -> Decision {
         None => Decision::Insert,
         Some(row) if row.is_owned_by(owner) => Decision::Renew { was_expired: row.expired },
         Some(_) if policy == Policy::SeizeForBatch => Decision::TakeOver,
-        Some(row) if row.expired && policy == Policy::TakeOverExpired => Decision::TakeOver,
+        Some(row) if row.expired && matches!(policy, Policy::TakeOverExpired | Policy::BatchWhenFree) => {
+            Decision::TakeOver
+        }
         Some(_) => Decision::Refuse,
     }
 }
@@ -94,7 +100,7 @@ fn insert_or_take_over(
 ) -> Result<(Acquired, LockView), EditLockError> {
     debug_assert_eq!(held.name().scope(), "edit");
     let ttl_micros = micros(ttl);
-    let batch = policy == Policy::SeizeForBatch;
+    let batch = matches!(policy, Policy::BatchWhenFree | Policy::SeizeForBatch);
     crate::db::transaction(held.conn(), |conn| {
         let current = row_for_update(conn, key)?;
         let acquired = match decide(current.as_ref(), owner, policy) {
@@ -238,7 +244,7 @@ pub fn heartbeat(
     epoch: Option<i64>,
 ) -> Result<LockView, EditLockError> {
     if extend(conn, key, owner, micros(ttl), true, epoch)? {
-        return find(conn, key)?.ok_or_else(|| EditLockError::NotHeld(key.clone()));
+        return find(conn, key)?.ok_or_else(|| EditLockError::NotHeld { key: key.clone(), last: None });
     }
     match (find(conn, key)?, epoch) {
         (Some(mine), Some(opened)) if mine.is_owned_by(owner) && !mine.expired && mine.epoch != opened => {
@@ -248,8 +254,13 @@ pub fn heartbeat(
     }
 }
 
-/// Releases `owner`'s own lock (Cancel, leaving the page, the API's DELETE). Answers whether
-/// there was one; someone else's lock is never touched.
+/// The audit detail of a release by the lock's owner through the page or the API.
+pub const BY_ITS_OWNER: &str = "by its owner";
+
+/// Releases `owner`'s own lock (Cancel, leaving the page, the API's DELETE, a batch job done with
+/// a row), with `detail` in the audit log: a batch says there what it did, which is what the
+/// editor it took the lock from reads when their next save is refused. Answers whether there was
+/// one; someone else's lock is never touched.
 ///
 /// `if_heartbeat` makes the release conditional on the last heartbeat the caller saw. A page
 /// that is reloaded sends its release-on-leave *and* the new page's acquire, in either order; if
@@ -260,6 +271,7 @@ pub fn release(
     key: &EditLockKey,
     owner: &Owner,
     if_heartbeat: Option<NaiveDateTime>,
+    detail: &str,
 ) -> Result<bool, EditLockError> {
     crate::db::transaction(conn, |conn| {
         let deleted = cached_sql::<()>(
@@ -273,7 +285,7 @@ pub fn release(
         .bind::<Nullable<Datetime>, _>(if_heartbeat)
         .execute(conn)?;
         if deleted == 1 {
-            audit::record(conn, Some(owner.user_id), Action::EditLockReleased, key.as_str(), "by its owner")?;
+            audit::record(conn, Some(owner.user_id), Action::EditLockReleased, key.as_str(), detail)?;
             return Ok(true);
         }
         match find(conn, key)? {
@@ -478,7 +490,10 @@ fn not_mine(
 ) -> Result<EditLockError, EditLockError> {
     Ok(match find(conn, key)? {
         Some(other) if !other.is_owned_by(owner) => EditLockError::Locked(Box::new(other)),
-        _ => EditLockError::NotHeld(key.clone()),
+        _ => EditLockError::NotHeld {
+            key: key.clone(),
+            last: audit::latest_for(conn, key.as_str())?.map(|event| event.sentence()),
+        },
     })
 }
 
@@ -509,7 +524,8 @@ mod tests {
         }
     }
 
-    const ALL: [Policy; 3] = [Policy::FreeOrMine, Policy::TakeOverExpired, Policy::SeizeForBatch];
+    const ALL: [Policy; 4] =
+        [Policy::FreeOrMine, Policy::TakeOverExpired, Policy::BatchWhenFree, Policy::SeizeForBatch];
 
     #[test]
     fn a_free_lock_is_taken_under_every_policy() {
@@ -543,6 +559,7 @@ mod tests {
         let row = held_by(2, "b", false, false);
         assert_eq!(decide(Some(&row), &owner(1, "a"), Policy::FreeOrMine), Decision::Refuse);
         assert_eq!(decide(Some(&row), &owner(1, "a"), Policy::TakeOverExpired), Decision::Refuse);
+        assert_eq!(decide(Some(&row), &owner(9, "batch"), Policy::BatchWhenFree), Decision::Refuse);
     }
 
     #[test]
@@ -554,6 +571,7 @@ mod tests {
             "opening a page"
         );
         assert_eq!(decide(Some(&row), &owner(1, "a"), Policy::TakeOverExpired), Decision::TakeOver);
+        assert_eq!(decide(Some(&row), &owner(9, "batch"), Policy::BatchWhenFree), Decision::TakeOver);
     }
 
     #[test]

@@ -188,7 +188,7 @@ pub fn save_form(
             let resource = find(conn, resource_id)?;
             return Ok(FormSaved::Refused { resource, lock: Some(*lock), last_event: None });
         }
-        Err(ResourceError::EditLock(EditLockError::NotHeld(_) | EditLockError::Superseded { .. })) => {
+        Err(ResourceError::EditLock(EditLockError::NotHeld { .. } | EditLockError::Superseded { .. })) => {
             drafts::keep(conn, owner.user_id, &key, input, KEPT_WHEN_REFUSED)?;
             let resource = find(conn, resource_id)?;
             let last_event = audit::latest_for(conn, key.as_str())?;

@@ -9,6 +9,7 @@
 //! Bookings read resources (capacity) and lock the row in share mode while they count a day;
 //! a save that lowers the capacity locks it exclusively first, so the two never interleave.
 
+pub mod closures;
 pub mod editing;
 pub mod model;
 pub mod routes;

@@ -399,7 +399,7 @@ async fn cancel_form(
         let (mut conn, key) = (pool.get()?, EditLockKey::resource(id));
         // Cancelling is saying "I do not want these changes": nothing to offer back later.
         drafts::discard(&mut conn, owner.user_id, &key)?;
-        service::release(&mut conn, &key, &owner, None)
+        service::release(&mut conn, &key, &owner, None, service::BY_ITS_OWNER)
     })
     .await;
     match released {
@@ -588,8 +588,11 @@ async fn release_json(
     let owner = editor(&user)?;
     let (pool, id, if_heartbeat) =
         (state.pool.clone(), resource_id(path)?, query.if_heartbeat.map(|t| t.naive_utc()));
-    blocking(move || service::release(&mut *pool.get()?, &EditLockKey::resource(id), &owner, if_heartbeat))
-        .await?;
+    blocking(move || {
+        let key = EditLockKey::resource(id);
+        service::release(&mut *pool.get()?, &key, &owner, if_heartbeat, service::BY_ITS_OWNER)
+    })
+    .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -1,5 +1,6 @@
 //! Batch jobs: the guard that lets one instance at a time run a job, with both guards
-//! (`BATCH_LOCK=db|file`), against a real MariaDB and a real directory.
+//! (`BATCH_LOCK=db|file`), against a real MariaDB and a real directory; the price revision
+//! here, the maintenance closure in `closure`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -9,7 +10,8 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use haita::batch::guard::{BatchLock, GuardError, RunGuard};
-use haita::batch::price_revision::{self, Policy, Revision};
+use haita::batch::price_revision::Revision;
+use haita::batch::{self as batch_job, Policy};
 use haita::db;
 use haita::locking::sql;
 
@@ -99,7 +101,7 @@ async fn a_waiting_revision_waits_for_an_online_save_in_flight_and_loses_no_upda
 
     let pool = db.pool.clone();
     let batch = std::thread::spawn(move || {
-        price_revision::run(&pool, &BatchLock::Db, &revision("spring", 10, Policy::Wait)).expect("run")
+        batch_job::run(&pool, &BatchLock::Db, &revision("spring", 10, Policy::Wait)).expect("run")
     });
     invariants::wait_until_a_transaction_waits_for_a_lock(&db).await;
     diesel::sql_query(
@@ -139,14 +141,14 @@ fn a_skipping_revision_leaves_locked_rows_for_the_next_run_and_revises_each_prod
         .expect("lock");
 
     let with_report = Revision { report_dir: Some(dir.clone()), ..revision("autumn", 10, Policy::Skip) };
-    let first = price_revision::run(&db.pool, &BatchLock::Db, &with_report).expect("first run");
+    let first = batch_job::run(&db.pool, &BatchLock::Db, &with_report).expect("first run");
     assert_eq!((first.done, first.skipped), (2, 1), "the locked row was skipped, not waited for");
     assert_eq!(price_and_version(&db, ids[1]), (1000, 1));
     let report = std::fs::read_to_string(first.report.as_ref().expect("a report")).expect("report");
     assert!(report.contains(&format!("{},,,,skipped", ids[1])), "{report}");
     online.batch_execute("ROLLBACK").expect("the online save ends");
 
-    let second = price_revision::run(&db.pool, &BatchLock::Db, &with_report).expect("second run");
+    let second = batch_job::run(&db.pool, &BatchLock::Db, &with_report).expect("second run");
     assert_eq!((second.total, second.done, second.skipped), (1, 1, 0), "only what was left");
     for id in ids {
         assert_eq!(price_and_version(&db, id), (1100, 2), "product {id} revised exactly once");

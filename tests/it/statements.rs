@@ -233,7 +233,10 @@ fn an_edit_lock_prepares_nothing_in_steady_state() {
         let turn = Turn::alone(pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
         edit_locks::acquire(&pool, turn, ttl, &key, &owner, Policy::FreeOrMine).expect("acquire");
         edit_locks::heartbeat(&mut pool.get().expect("conn"), ttl, &key, &owner, None).expect("heartbeat");
-        assert!(edit_locks::release(&mut pool.get().expect("conn"), &key, &owner, None).expect("release"));
+        assert!(
+            edit_locks::release(&mut pool.get().expect("conn"), &key, &owner, None, edit_locks::BY_ITS_OWNER)
+                .expect("release")
+        );
     };
     cycle();
     let counted = Commands::of(&pool, || (0..5).for_each(|_| cycle()));

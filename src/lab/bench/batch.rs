@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 
+use crate::batch::Policy;
 use crate::batch::guard::BatchLock;
-use crate::batch::price_revision::{self, Policy, Revision};
+use crate::batch::price_revision::Revision;
 use crate::catalog::CatalogError;
 use crate::catalog::edit::{self, ProductChanges};
 use crate::config::Config;
@@ -68,7 +69,7 @@ pub fn run(database_url: &str, products: usize, editors: usize) -> anyhow::Resul
                     report_dir: None,
                 };
                 let began = Instant::now();
-                let summary = price_revision::run(&pool, &BatchLock::Db, &revision)?;
+                let summary = crate::batch::run(&pool, &BatchLock::Db, &revision)?;
                 (Some(began.elapsed()), summary.skipped)
             }
         };
