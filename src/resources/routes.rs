@@ -465,7 +465,7 @@ async fn save_form(
                     crate::edit_locks::describe(other)
                 ),
                 _ => "Your changes were NOT saved: you no longer hold the edit lock (it expired, or an \
-                      administrator released it)."
+                      administrator or a batch job ended it: the last lock event below says which)."
                     .to_string(),
             });
             // The input is kept as a draft by the refusal itself (`editing::save_form`).

@@ -2,6 +2,8 @@
 //! (`BATCH_LOCK=db|file`), against a real MariaDB and a real directory; the price revision
 //! here, the maintenance closure in `closure`.
 
+mod closure;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
