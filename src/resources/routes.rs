@@ -324,6 +324,8 @@ struct ViewPage {
     ctx: PageContext,
     resource: Resource,
     lock: Option<LockView>,
+    /// Days it is closed from today on, and why (`closures`).
+    closed: Vec<(chrono::NaiveDate, String)>,
 }
 
 async fn view_page(
@@ -334,8 +336,14 @@ async fn view_page(
 ) -> actix_web::Result<HttpResponse> {
     editor(&user)?;
     let (id, pool) = (resource_id(path)?, state.pool.clone());
-    let (resource, lock) = blocking(move || editing::find_with_lock(&mut *pool.get()?, id)).await?;
-    Ok(html(&ViewPage { ctx, resource, lock })?)
+    let (resource, lock, closed) = blocking(move || {
+        let mut conn = pool.get()?;
+        let (resource, lock) = editing::find_with_lock(&mut conn, id)?;
+        let closed = super::closures::upcoming(&mut conn, id, crate::bookings::service::today())?;
+        Ok::<_, ResourceError>((resource, lock, closed))
+    })
+    .await?;
+    Ok(html(&ViewPage { ctx, resource, lock, closed })?)
 }
 
 /// Discard my kept draft of this resource and go back to the editor.

@@ -309,6 +309,8 @@ async fn a_stealing_closure_takes_the_editors_lock_she_is_told_why_and_keeps_her
     assert!(told["message"].as_str().is_some_and(|m| m.contains("batch run")), "{told}");
     let actions = invariants::audit_actions(&app.db, key.as_str());
     assert!(actions.contains(&"edit_lock.batch_seized".to_string()), "{actions:?}");
+    let view = carol.get(&format!("/resources/{room}/view")).await.text().await.expect("view");
+    assert!(view.contains(&format!("{from}: Floor repairs")), "staff see the closed days: {view}");
     assert_eq!(no_booking_after_a_closure(&app.db), 2);
 }
 
