@@ -69,6 +69,17 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 4)]
         editors: usize,
     },
+    /// Bookings and resource saves while a maintenance closure runs, per policy, against no batch.
+    Closure {
+        #[arg(long, default_value_t = 50)]
+        resources: usize,
+        #[arg(long, default_value_t = 7)]
+        days: u64,
+        #[arg(long, default_value_t = 4)]
+        customers: usize,
+        #[arg(long, default_value_t = 2)]
+        editors: usize,
+    },
     /// What recording the lock metrics costs a booking, in process: on against off.
     Metrics {
         #[arg(long, default_value_t = 200_000)]
@@ -100,6 +111,16 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
             anyhow::ensure!((1..=64).contains(&editors), "--editors must be between 1 and 64");
             let results = super::bench::batch::run(&config.database_url, products, editors)?;
             print!("{}", super::bench::batch::report(&results, products, editors));
+            Ok(())
+        }
+        LabCommand::Bench { which: BenchCommand::Closure { resources, days, customers, editors } } => {
+            anyhow::ensure!((1..=10_000).contains(&resources), "--resources must be between 1 and 10000");
+            anyhow::ensure!((1..=14).contains(&days), "--days must be between 1 and 14");
+            anyhow::ensure!((1..=64).contains(&customers), "--customers must be between 1 and 64");
+            anyhow::ensure!((1..=64).contains(&editors), "--editors must be between 1 and 64");
+            let results =
+                super::bench::closure::run(&config.database_url, resources, days, customers, editors)?;
+            print!("{}", super::bench::closure::report(&results, resources, days, customers, editors));
             Ok(())
         }
         LabCommand::Bench { which: BenchCommand::Metrics { rounds } } => {

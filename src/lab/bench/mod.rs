@@ -7,10 +7,12 @@
 //! - `coalescing.rs`: one hot day, bookings one at a time against coalesced batches;
 //! - `stuck.rs`: one day's lock held by a stuck session, and what everything else waits;
 //! - `metrics.rs`: what recording the lock metrics costs a booking, on against off;
-//! - `batch.rs`: online product saves beside a price revision, per policy, against none.
+//! - `batch.rs`: online product saves beside a price revision, per policy, against none;
+//! - `closure.rs`: bookings and resource saves beside a maintenance closure, per policy.
 
 pub mod batch;
 pub mod bookings;
+pub mod closure;
 pub mod coalescing;
 pub mod metrics;
 pub mod orders;
