@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::locking::{NamedLockGuard, Namespace};
 
 pub use cached::{CachedSql, cached_sql};
-pub use transaction::transaction;
+pub use transaction::{transaction, transaction_read_committed};
 
 pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
 

@@ -51,6 +51,22 @@ pub fn transaction<T, E: From<Error>>(
     }
 }
 
+/// [`transaction`] at READ COMMITTED, for work a named lock already serialises per key.
+///
+/// Under REPEATABLE READ, a locking read of a row that does not exist locks the *gap* it would
+/// go in, and inserting there needs that gap free of other transactions' gap locks. Two such
+/// transactions for different missing keys that fall in one gap each hold a gap lock and wait to
+/// insert into it: a deadlock, though the keys never meet. At READ COMMITTED a locking read
+/// takes no gap lock; the named lock does that job for the one key that matters.
+pub fn transaction_read_committed<T, E: From<Error>>(
+    conn: &mut MysqlConnection,
+    work: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+) -> Result<T, E> {
+    // Applies to the next transaction only; the connection's default is left as it was.
+    run(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
+    transaction(conn, work)
+}
+
 fn run(conn: &mut MysqlConnection, sql: &'static str) -> QueryResult<()> {
     if PREPARED.load(Ordering::Relaxed) {
         match cached_sql::<()>(sql).execute(conn) {

@@ -101,7 +101,9 @@ fn insert_or_take_over(
     debug_assert_eq!(held.name().scope(), "edit");
     let ttl_micros = micros(ttl);
     let batch = matches!(policy, Policy::BatchWhenFree | Policy::SeizeForBatch);
-    crate::db::transaction(held.conn(), |conn| {
+    // The named lock serialises this key; REPEATABLE READ's gap lock on a missing row would only
+    // make first acquires of neighbouring keys deadlock (`db::transaction_read_committed`).
+    crate::db::transaction_read_committed(held.conn(), |conn| {
         let current = row_for_update(conn, key)?;
         let acquired = match decide(current.as_ref(), owner, policy) {
             Decision::Insert => {

@@ -56,7 +56,9 @@ fn increase_or_insert(
     quantity: Quantity,
 ) -> Result<Received, InventoryError> {
     debug_assert_eq!(held.name().scope(), "stock");
-    crate::db::transaction(held.conn(), |conn| {
+    // The named lock serialises this product; REPEATABLE READ's gap lock on a missing row would
+    // only make first receipts of neighbouring products deadlock (`db::transaction_read_committed`).
+    crate::db::transaction_read_committed(held.conn(), |conn| {
         let current: Option<u32> = stock_levels::table
             .find(product_id)
             .select(stock_levels::on_hand)

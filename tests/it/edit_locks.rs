@@ -122,6 +122,56 @@ async fn thirty_concurrent_first_acquires_leave_exactly_one_owner() {
     invariants::no_named_lock_left_held(&app.db);
 }
 
+/// First acquires of *different* keys at once, as staff open different resources: each is
+/// serialised only with its own key (its named lock). A locking read of a missing row under
+/// REPEATABLE READ locks the gap it would go in, and two such transactions both waiting to insert
+/// into one gap deadlock — which `haita bench closure` met, a deadlock in the first seconds.
+#[test]
+fn first_acquires_of_different_keys_at_once_never_deadlock() {
+    use haita::edit_locks::service::{self as edit_locks, Policy};
+    use haita::edit_locks::{EditLockKey, Owner};
+    let db = crate::common::TestDb::new();
+    let staff = crate::common::create_user(&db, "opener", Role::Staff);
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let threads: Vec<_> = (0..8_i64)
+        .map(|t| {
+            let (pool, barrier) = (db.pool.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let owner = Owner { user_id: staff.id, session: format!("opener-{t}") };
+                barrier.wait();
+                // Keys interleaved across the threads: neighbours in the index, in one gap.
+                (0..40_i64)
+                    .map(|i| {
+                        let key = EditLockKey::resource(1 + i * 8 + t);
+                        let turn = haita::locking::Turn::alone(
+                            pool.names().edit_lock(key.as_str()),
+                            Duration::from_secs(10),
+                        );
+                        edit_locks::acquire(
+                            &pool,
+                            turn,
+                            Duration::from_secs(60),
+                            &key,
+                            &owner,
+                            Policy::FreeOrMine,
+                        )
+                        .map(drop)
+                        .map_err(|e| format!("{key}: {e}"))
+                    })
+                    .filter_map(Result::err)
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let failed: Vec<String> = threads.into_iter().flat_map(|t| t.join().expect("thread")).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 320 acquires failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+}
+
 #[actix_web::test]
 async fn two_users_race_to_open_the_editor_then_the_loser_takes_over_and_the_old_holders_save_is_refused() {
     let app = TestApp::spawn_instances(2, |c| c.edit_lock_ttl = Duration::from_secs(2)).await;

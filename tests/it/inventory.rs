@@ -46,6 +46,50 @@ async fn twenty_concurrent_first_receipts_create_one_row_and_lose_nothing() {
     invariants::no_named_lock_left_held(&app.db);
 }
 
+/// First receipts of *different* products at once: each is serialised only with its own product
+/// (its named lock), and the locking read of a missing stock row must not lock the gap around it,
+/// or two receipts of neighbouring new products deadlock each other (as first edit-lock acquires
+/// did; `db::transaction_read_committed`).
+#[test]
+fn first_receipts_of_different_products_at_once_never_deadlock() {
+    let db = TestDb::new();
+    let staff = crate::common::create_user(&db, "receiver", Role::Staff);
+    let products: Vec<i64> =
+        (0..160).map(|i| crate::common::create_product(&db, &format!("GAP-{i}"), 100, 0)).collect();
+    let all_ready = Arc::new(Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let (pool, all_ready) = (db.pool.clone(), all_ready.clone());
+            // Interleaved across the threads: neighbours in the index, in one gap.
+            let mine: Vec<i64> = products.iter().skip(t).step_by(8).copied().collect();
+            std::thread::spawn(move || {
+                all_ready.wait();
+                mine.into_iter()
+                    .filter_map(|product| {
+                        let turn = haita::locking::Turn::alone(
+                            pool.names().stock(product),
+                            std::time::Duration::from_secs(10),
+                        );
+                        let quantity =
+                            haita::inventory::model::Quantity::parse(5, 100_000).expect("quantity");
+                        haita::inventory::service::receive(&pool, turn, staff.id, product, quantity)
+                            .err()
+                            .map(|e| format!("{product}: {e}"))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let failed: Vec<String> = threads.into_iter().flat_map(|t| t.join().expect("thread")).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 160 receipts failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    invariants::stock_matches_ledger(&db);
+}
+
 /// The same receipts written the naive way — `SELECT … FOR UPDATE`, then INSERT when no row was
 /// found — under REPEATABLE READ, with no named lock. Kept in the suite as the contrast: this is
 /// the gap-lock deadlock (`docs/named-lock-upsert.md`) that `haita:{tag}:stock:{product}` exists for.

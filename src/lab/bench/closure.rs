@@ -126,7 +126,8 @@ pub fn run(
                     report_dir: None,
                 };
                 let began = Instant::now();
-                let summary = batch::run(&pool, &BatchLock::Db, &closure)?;
+                let summary = batch::run(&pool, &BatchLock::Db, &closure)
+                    .map_err(|e| anyhow::anyhow!("the closure ({scenario}): {e}"))?;
                 (Some(began.elapsed()), summary.skipped)
             }
         };
@@ -211,7 +212,7 @@ fn book_until(
         match service::book(pool, turn, ticket, resource, date, None) {
             Ok(_) | Err(BookingError::AlreadyBooked) => {}
             Err(BookingError::Closed { .. }) => closed += 1,
-            Err(e) => return Err(e.into()),
+            Err(e) => anyhow::bail!("a customer's booking: {e}"),
         }
         latencies.push(began.elapsed());
     }
@@ -246,14 +247,14 @@ fn edit_until(
             Ok((_, lock)) => lock,
             // A batch holds it: this editor opens another resource.
             Err(EditLockError::Locked(_)) => continue,
-            Err(e) => return Err(e.into()),
+            Err(e) => anyhow::bail!("an editor's acquire: {e}"),
         };
         std::thread::sleep(TYPING);
         let began = Instant::now();
         match editing::save(&mut *pool.get()?, id, &owner, lock.epoch, &changes, ThenLock::Release) {
             Ok(_) => latencies.push(began.elapsed()),
             Err(ResourceError::EditLock(_)) => refused += 1,
-            Err(e) => return Err(e.into()),
+            Err(e) => anyhow::bail!("an editor's save: {e}"),
         }
     }
     Ok((latencies, refused))
