@@ -196,16 +196,53 @@ impl Closure {
                 return Ok(());
             }
         };
+        // Released on every path, a failed day included: a batch's lock blocks editors and no
+        // admin can force it open.
+        let closed = self.close_days(run, target, &key, &owner, epoch);
+        let mut detail = format!(
+            "by batch run {} ({}) when done with it: {} to {}, {}",
+            run.run_id,
+            Self::NAME,
+            self.from,
+            self.to,
+            self.reason.trim()
+        );
+        if let Some(from) = from {
+            detail.push_str(&format!("; it had taken the lock over from {from}"));
+        }
+        match &closed {
+            Ok(true) => {}
+            Ok(false) => detail.push_str("; nothing was closed"),
+            Err(e) => detail.push_str(&format!("; the run stopped: {e}")),
+        }
+        let released = match service::release(run.conn, &key, &owner, None, &detail) {
+            // Not ours any more (lost above): nothing to release.
+            Ok(_) | Err(EditLockError::Locked(_)) => Ok(()),
+            Err(e) => Err(edit_lock_failure(e)),
+        };
+        closed.and(released)
+    }
+
+    /// Each open day of `target`, under the edit lock the batch took in acquisition `epoch`;
+    /// answers whether any day was closed.
+    fn close_days(
+        &self,
+        run: &mut Running<'_>,
+        target: &Target,
+        key: &EditLockKey,
+        owner: &Owner,
+        epoch: i64,
+    ) -> Result<bool, BatchError> {
         let mut closed_any = false;
         for (i, &day) in target.days.iter().enumerate() {
             // The lock lives a minute at a time: a batch that died lets it go soon.
-            if let Err(e) = service::heartbeat(run.conn, EDIT_LOCK_TTL, &key, &owner, Some(epoch)) {
+            if let Err(e) = service::heartbeat(run.conn, EDIT_LOCK_TTL, key, owner, Some(epoch)) {
                 self.leave(run, target, &target.days[i..], &format!("lost the edit lock: {e}"))?;
                 break;
             }
             let closing =
                 Closing { resource_id: target.id, day, reason: self.reason.trim(), run_id: Some(run.run_id) };
-            match self.close_day(run, &owner, epoch, &closing)? {
+            match self.close_day(run, owner, epoch, &closing)? {
                 Ok(Closed::Closed { bookings }) => {
                     closed_any = true;
                     let ids = bookings.iter().map(|id| format!("#{id}")).collect::<Vec<_>>().join(" ");
@@ -229,25 +266,7 @@ impl Closure {
                 Err(why) => self.line(run, target, day, "skipped", "", &why)?,
             }
         }
-        let mut detail = format!(
-            "by batch run {} ({}) when done with it: {} to {}, {}",
-            run.run_id,
-            Self::NAME,
-            self.from,
-            self.to,
-            self.reason.trim()
-        );
-        if let Some(from) = from {
-            detail.push_str(&format!("; it had taken the lock over from {from}"));
-        }
-        if !closed_any {
-            detail.push_str("; nothing was closed");
-        }
-        match service::release(run.conn, &key, &owner, None, &detail) {
-            // Not ours any more (lost above): nothing to release.
-            Ok(_) | Err(EditLockError::Locked(_)) => Ok(()),
-            Err(e) => Err(edit_lock_failure(e)),
-        }
+        Ok(closed_any)
     }
 
     /// Takes the resource's edit lock as the policy says; a waiting batch keeps renewing its

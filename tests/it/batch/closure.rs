@@ -437,3 +437,34 @@ async fn a_closure_runs_from_the_command_line_and_the_admin_screen_and_customers
         assert!(page.contains("closed: "), "the calendar shows the closed day: {page}");
     }
 }
+
+/// A run that stops midway (a row held past the lock wait timeout) still lets go of the edit lock
+/// it took: a batch's lock blocks every editor, and no admin can force it open.
+#[test]
+fn a_closure_that_stops_midway_releases_the_edit_lock_it_took() {
+    let db = TestDb::new();
+    let config = haita::config::Config { row_lock_wait_secs: 1, ..crate::common::test_config(&db.url) };
+    let pool = haita::db::build_pool(&config).expect("pool");
+    let root = create_user(&db, "root", Role::Admin);
+    let room = create_resource(&db, "Held room", 5);
+    let mut holder = db.raw_connection();
+    holder.batch_execute("START TRANSACTION").expect("begin");
+    diesel::sql_query("SELECT id FROM resources WHERE id = ? FOR UPDATE")
+        .bind::<BigInt, _>(room)
+        .execute(&mut holder)
+        .expect("a long transaction holds the row");
+
+    let stopped =
+        batch_job::run(&pool, &BatchLock::Db, &closure(root.id, &[room], future_day(), 2, Policy::Wait));
+    holder.batch_execute("ROLLBACK").expect("rollback");
+    assert!(stopped.is_err(), "the row stayed locked past the wait: {stopped:?}");
+    assert_eq!(
+        held_by_batch(&db, room),
+        None,
+        "the batch's edit lock is gone: {stopped:?} {:?}",
+        invariants::audit_actions(&db, EditLockKey::resource(room).as_str())
+    );
+    let actions = invariants::audit_actions(&db, EditLockKey::resource(room).as_str());
+    assert_eq!(actions.last().map(String::as_str), Some("edit_lock.released"), "{actions:?}");
+    assert_eq!(closed_days_of(&db, room), 0);
+}
