@@ -22,4 +22,5 @@ mod locking;
 mod metrics;
 mod orders;
 mod outage;
+mod phones;
 mod statements;
