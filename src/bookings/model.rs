@@ -43,13 +43,18 @@ pub const HORIZON_DAYS: i64 = 365;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BookingDate(NaiveDate);
 
+/// The last day bookings are open for, seen from `today`.
+pub fn last_bookable_day(today: NaiveDate) -> NaiveDate {
+    today + chrono::Days::new(HORIZON_DAYS.unsigned_abs())
+}
+
 impl BookingDate {
     pub fn parse(input: &str, today: NaiveDate) -> Result<Self, BookingError> {
         let day = parse_day(input).ok_or_else(|| BookingError::InvalidDate(quoted(input)))?;
         if day < today {
             return Err(BookingError::PastDate(day));
         }
-        if (day - today).num_days() > HORIZON_DAYS {
+        if day > last_bookable_day(today) {
             return Err(BookingError::TooFarAhead(day));
         }
         Ok(Self(day))

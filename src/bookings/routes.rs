@@ -72,6 +72,8 @@ async fn book(
 struct FromQuery {
     from: Option<String>,
     days: Option<u32>,
+    /// `saved=1` after the resource's editor saved it (HTML only): a "saved" message.
+    saved: Option<String>,
 }
 
 impl FromQuery {
@@ -92,8 +94,11 @@ struct ResourcePage {
     resource: Resource,
     days: Vec<DayAvailability>,
     today: NaiveDate,
+    /// The last day bookings are open for: later days are shown, not offered.
+    last_day: NaiveDate,
     previous: NaiveDate,
     next: NaiveDate,
+    saved: bool,
 }
 
 const PAGE_DAYS: u32 = 14;
@@ -115,6 +120,8 @@ async fn resource_page(
         resource,
         days,
         today: service::today(),
+        last_day: super::model::last_bookable_day(service::today()),
+        saved: query.saved.is_some(),
         // Within chrono's range for any accepted `from`; clamped so the links stay accepted too.
         previous: (from - step).max(FIRST_DAY),
         next: (from + step).min(LAST_DAY),
@@ -150,12 +157,14 @@ struct MyBookingsPage {
     ctx: PageContext,
     bookings: Vec<(Reservation, String)>,
     just_booked: Option<i64>,
+    just_cancelled: Option<i64>,
     today: NaiveDate,
 }
 
 #[derive(Deserialize)]
 struct BookedQuery {
     booked: Option<i64>,
+    cancelled: Option<i64>,
 }
 
 async fn my_bookings_page(
@@ -166,7 +175,13 @@ async fn my_bookings_page(
 ) -> actix_web::Result<HttpResponse> {
     let pool = state.pool.clone();
     let bookings = blocking(move || service::my_reservations(&mut *pool.get()?, user.id)).await?;
-    Ok(html(&MyBookingsPage { ctx, bookings, just_booked: query.booked, today: service::today() })?)
+    Ok(html(&MyBookingsPage {
+        ctx,
+        bookings,
+        just_booked: query.booked,
+        just_cancelled: query.cancelled,
+        today: service::today(),
+    })?)
 }
 
 async fn cancel_form(
@@ -177,7 +192,7 @@ async fn cancel_form(
 ) -> actix_web::Result<HttpResponse> {
     let (pool, id) = (state.pool.clone(), path.into_inner());
     blocking(move || service::cancel(&mut *pool.get()?, user.id, id)).await?;
-    Ok(see_other("/bookings"))
+    Ok(see_other(&format!("/bookings?cancelled={id}")))
 }
 
 // ---- JSON -------------------------------------------------------------------------------

@@ -446,7 +446,7 @@ async fn save_form(
     let saved =
         blocking(move || editing::save_form(&mut *pool.get()?, id, &saver, lock_epoch, &submitted)).await?;
     match saved {
-        FormSaved::Saved => Ok(see_other(&format!("/resources/{id}"))),
+        FormSaved::Saved => Ok(see_other(&format!("/resources/{id}?saved=1"))),
         FormSaved::Invalid { resource, lock, errors } => {
             let page = EditPage {
                 ctx,

@@ -308,5 +308,16 @@ async fn booking_and_cancelling_through_the_html_pages() {
     let id = location.trim_start_matches("/bookings?booked=");
     let cancelled = browser.post_form(&format!("/bookings/{id}/cancel"), &[("csrf_token", &token)]).await;
     assert_eq!(cancelled.status(), 303);
+    let location = cancelled.headers()["location"].to_str().expect("location").to_string();
+    assert_eq!(location, format!("/bookings?cancelled={id}"));
+    let mine = browser.get(&location).await.text().await.expect("page");
+    assert!(mine.contains("id=\"cancelled\"") && mine.contains(&day.to_string()), "confirmed: {mine}");
     assert_eq!(invariants::confirmed_on(&app.db, resource, day), 0);
+
+    // The calendar offers only days bookings are open for: none past the horizon.
+    let horizon = haita::bookings::service::today() + chrono::Days::new(365);
+    let late =
+        browser.get(&format!("/resources/{resource}?from={horizon}")).await.text().await.expect("page");
+    assert_eq!(late.matches("aria-label=\"Book ").count(), 1, "only the horizon's own day is offered");
+    assert!(late.contains("not open yet"));
 }

@@ -278,7 +278,9 @@ async fn the_holder_saves_through_the_form_and_the_version_rises_by_one() {
     let description = format!("Bright room\r\nwith piano. {}", "会".repeat(1970));
     let saved = save_form(&carol, resource, "  Studio A ", &description, "3").await;
     assert_eq!(saved.status(), 303);
-    assert_eq!(saved.headers()["location"], format!("/resources/{resource}").as_str());
+    assert_eq!(saved.headers()["location"], format!("/resources/{resource}?saved=1").as_str());
+    let shown = carol.get(&format!("/resources/{resource}?saved=1")).await.text().await.expect("page");
+    assert!(shown.contains("id=\"saved\"") && shown.contains("version 2"), "the save is confirmed: {shown}");
     assert_eq!(invariants::resource_row(&app.db, resource), ("Studio A".to_string(), 3, 2));
     let key = format!("resource:{resource}");
     assert_eq!(invariants::edit_lock_owner(&app.db, &key), None, "saving closes the editor");
