@@ -187,6 +187,7 @@ fn routes(cfg: &mut aweb::ServiceConfig, demo_mode: bool) {
         .route("/metrics", aweb::get().to(metrics_text))
         .route("/api/v1/openapi.json", aweb::get().to(openapi_json))
         .route("/static/style.css", aweb::get().to(stylesheet))
+        .route("/static/local_time.js", aweb::get().to(local_time_script))
         .configure(auth::routes::configure)
         .configure(bookings::routes::configure)
         .configure(resources::routes::configure)
@@ -252,6 +253,14 @@ async fn stylesheet() -> HttpResponse {
         .content_type("text/css; charset=utf-8")
         .insert_header(("Cache-Control", "public, max-age=3600"))
         .body(include_str!("../static/style.css"))
+}
+
+/// Shows the pages' times in the viewer's time zone (`web::utc::Shown`).
+async fn local_time_script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header(("Cache-Control", "public, max-age=3600"))
+        .body(include_str!("../static/local_time.js"))
 }
 
 /// Headers on every answer. The pages load scripts, styles and images from this origin only

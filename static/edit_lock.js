@@ -62,7 +62,15 @@
       .then(function (response) {
         if (response.ok) {
           keepDraft();
-          return response.json().then(function (lock) { lastBeat = lock.heartbeat_at; });
+          return response.json().then(function (lock) {
+            lastBeat = lock.heartbeat_at;
+            // The banner's expiry stays true: the heartbeat has just moved it.
+            var expiry = document.querySelector("#lock-status time");
+            if (expiry && window.haita) {
+              expiry.setAttribute("datetime", lock.expires_at);
+              window.haita.showLocal(expiry);
+            }
+          });
         }
         return response.json().then(function (problem) {
           clearInterval(timer);

@@ -35,6 +35,40 @@ pub mod option {
     }
 }
 
+/// A moment as a page shows it: in UTC in the markup, for a reader without script and on hover,
+/// and in the viewer's own time zone once `/static/local_time.js` has run. Rendered with `|safe`:
+/// it holds only digits and separators, never text from a request.
+pub struct Shown {
+    at: NaiveDateTime,
+    clock_only: bool,
+}
+
+/// Date and time: `2026-11-24 10:42:07 UTC`, then local.
+pub fn shown(at: &NaiveDateTime) -> Shown {
+    Shown { at: *at, clock_only: false }
+}
+
+/// The time of day only: `10:42:07 UTC`, then local.
+pub fn clock(at: &NaiveDateTime) -> Shown {
+    Shown { at: *at, clock_only: true }
+}
+
+impl std::fmt::Display for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, text) = if self.clock_only {
+            ("time", self.at.format("%H:%M:%S"))
+        } else {
+            ("datetime", self.at.format("%Y-%m-%d %H:%M:%S"))
+        };
+        write!(
+            f,
+            r#"<time datetime="{}" data-local="{kind}" title="{} UTC">{text} UTC</time>"#,
+            self.at.and_utc().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            self.at.format("%Y-%m-%d %H:%M:%S"),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::NaiveDate;
@@ -63,5 +97,16 @@ mod tests {
             (read.at, read.gone.map(|at| at.to_string())),
             (at, Some("2026-11-23 15:00:00".to_string()))
         );
+    }
+
+    #[test]
+    fn a_shown_time_is_utc_in_the_markup_and_says_so() {
+        let at = chrono::NaiveDate::from_ymd_opt(2026, 11, 24).and_then(|d| d.and_hms_opt(10, 42, 7));
+        let at = at.unwrap_or_default();
+        assert_eq!(
+            super::clock(&at).to_string(),
+            r#"<time datetime="2026-11-24T10:42:07Z" data-local="time" title="2026-11-24 10:42:07 UTC">10:42:07 UTC</time>"#
+        );
+        assert!(super::shown(&at).to_string().contains(r#"data-local="datetime""#));
     }
 }

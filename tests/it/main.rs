@@ -18,6 +18,7 @@ mod grants;
 mod idempotency;
 mod inventory;
 mod lab_apart;
+mod local_time;
 mod locking;
 mod metrics;
 mod orders;

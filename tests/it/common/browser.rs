@@ -36,6 +36,12 @@ fn free_port() -> u16 {
 
 impl Chromedriver {
     pub fn start() -> Self {
+        Self::start_in_time_zone(None)
+    }
+
+    /// A chromedriver whose browsers live in the time zone `tz` (`TZ`, e.g. `Asia/Tokyo`), or in
+    /// this process's when `None`.
+    pub fn start_in_time_zone(tz: Option<&str>) -> Self {
         let driver = find_on_path(&["chromedriver"]).unwrap_or_else(|| {
             panic!("chromedriver not found on PATH: install Debian's chromium-driver (scripts/dev test does)")
         });
@@ -44,7 +50,11 @@ impl Chromedriver {
                 panic!("Chromium not found on PATH: install Debian's chromium (scripts/dev test does)")
             });
         let port = free_port();
-        let child = Command::new(&driver)
+        let mut command = Command::new(&driver);
+        if let Some(tz) = tz {
+            command.env("TZ", tz);
+        }
+        let child = command
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -180,9 +180,10 @@ async fn carols_typing_survives_an_admin_takeover_as_a_draft_she_restores_and_sa
     carols
         .wait()
         .at_most(Duration::from_secs(20))
-        .for_url(&format!("{base}/resources/{resource}").parse().expect("url"))
+        .for_url(&format!("{base}/resources/{resource}?saved=1").parse().expect("url"))
         .await
         .expect("saved and back on the resource");
+    assert!(text_when_shown(&carols, "#saved").await.contains("Saved"), "the save is confirmed");
 
     let (_, capacity, version) = invariants::resource_row(&app.db, resource);
     assert_eq!((capacity, version), (8, 2), "saved once");
