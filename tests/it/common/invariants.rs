@@ -136,7 +136,8 @@ struct Waiting {
 /// moment a request is known to be blocked behind a transaction the test holds open.
 pub async fn wait_until_a_transaction_waits_for_a_lock(db: &TestDb) {
     let mut conn = db.raw_connection();
-    for _ in 0..300 {
+    // Bounded generously: on a loaded machine a request can take seconds to reach the database.
+    for _ in 0..1000 {
         actix_web::rt::time::sleep(std::time::Duration::from_millis(20)).await;
         let waiting: Waiting = diesel::sql_query(
             "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
@@ -149,7 +150,7 @@ pub async fn wait_until_a_transaction_waits_for_a_lock(db: &TestDb) {
             return;
         }
     }
-    panic!("no transaction came to wait for a lock within 6 s");
+    panic!("no transaction came to wait for a lock within 20 s");
 }
 
 /// Waits (bounded) until the database clock has passed the lock's expiry. Tests give the app a
