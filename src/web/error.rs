@@ -256,15 +256,43 @@ pub fn wants_json(req: &HttpRequest) -> bool {
 #[derive(Template)]
 #[template(path = "error.html")]
 struct ErrorPage<'a> {
+    ctx: super::PageContext,
     status: u16,
-    title: &'a str,
+    heading: &'static str,
     message: &'a str,
+    /// The page the request came from, to go back to (a form's page keeps what was typed when
+    /// the browser goes back in its history; reloading it would not).
     back: Option<&'a str>,
+    /// Set on 401: the login page, returning to where the user was.
+    login: Option<String>,
+    retry_after: Option<String>,
 }
 
-/// `ErrorHandlers` default handler: browser requests get an HTML page (or, for a page that
-/// needs a login, a redirect to the login page); API requests keep their JSON.
-pub fn render_html_errors<B>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
+/// What a person reads as the heading of a refusal, by status: plain words, not the protocol's.
+fn heading(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 422 => "Please check what you sent",
+        401 => "Please log in first",
+        403 => "Your account cannot do this",
+        404 => "Not found",
+        405 => "Not possible here",
+        409 => "That could not be done",
+        412 => "Changed while you were looking",
+        413 => "Too much at once",
+        415 => "Not a form this page understands",
+        423 => "Someone else is working on this",
+        428 => "Something is missing",
+        429 => "Too many attempts",
+        503 => "Busy right now",
+        s if s >= 500 => "Something went wrong on our side",
+        _ => "That could not be done",
+    }
+}
+
+/// `ErrorHandlers` default handler: browser requests get an HTML page in the site's layout
+/// (or, for a page that needs a login, a redirect to the login page); API requests keep their
+/// JSON.
+pub fn render_html_errors<B: 'static>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
     let already_html = res
         .headers()
         .get(header::CONTENT_TYPE)
@@ -283,42 +311,79 @@ pub fn render_html_errors<B>(res: ServiceResponse<B>) -> actix_web::Result<Error
         let redirect = HttpResponse::SeeOther().insert_header((header::LOCATION, location)).finish();
         return Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, redirect).map_into_right_body()));
     }
-
-    let message = problem.as_ref().map_or_else(
-        || match status {
-            StatusCode::NOT_FOUND => "There is nothing at this address.".to_string(),
-            StatusCode::PAYLOAD_TOO_LARGE => "The form you sent is too large.".to_string(),
-            StatusCode::METHOD_NOT_ALLOWED => {
-                "This address does not accept that kind of request.".to_string()
-            }
-            s if s.is_server_error() => Problem::internal().message,
-            s => format!("The request could not be handled ({}).", s.canonical_reason().unwrap_or("error")),
-        },
-        |p| p.message.clone(),
-    );
-    let referer = req.headers().get(header::REFERER).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let page = ErrorPage {
-        status: status.as_u16(),
-        title: status.canonical_reason().unwrap_or("Error"),
-        message: &message,
-        back: referer.as_deref(),
-    };
-    let mut builder = HttpResponse::build(status);
-    if let Some(retry) = old.headers().get(header::RETRY_AFTER) {
-        builder.insert_header((header::RETRY_AFTER, retry.clone()));
-    }
-    let body: BoxBody = match page.render() {
-        Ok(html) => BoxBody::new(html),
-        Err(e) => {
-            log::error!("rendering the error page failed: {e}");
-            BoxBody::new(message)
+    let retry_after = old.headers().get(header::RETRY_AFTER).cloned();
+    Ok(ErrorHandlerResponse::Future(Box::pin(async move {
+        let ctx = page_context(&req, status).await;
+        let message = problem.as_ref().map_or_else(
+            || match status {
+                StatusCode::NOT_FOUND => "There is nothing at this address.".to_string(),
+                StatusCode::PAYLOAD_TOO_LARGE => "The form you sent is too large.".to_string(),
+                StatusCode::METHOD_NOT_ALLOWED => {
+                    "This address does not accept that kind of request.".to_string()
+                }
+                s if s.is_server_error() => Problem::internal().message,
+                _ => "The request could not be handled.".to_string(),
+            },
+            |p| p.message.clone(),
+        );
+        let referer = req
+            .headers()
+            .get(header::REFERER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|r| local_path(&req, r));
+        let login = (status == StatusCode::UNAUTHORIZED)
+            .then(|| format!("/login?next={}", urlencode(referer.as_deref().unwrap_or("/"))));
+        let page = ErrorPage {
+            ctx,
+            status: status.as_u16(),
+            heading: heading(status),
+            message: &message,
+            back: referer.as_deref(),
+            login,
+            retry_after: retry_after.as_ref().and_then(|v| v.to_str().ok()).map(str::to_string),
+        };
+        let mut builder = HttpResponse::build(status);
+        if let Some(retry) = retry_after {
+            builder.insert_header((header::RETRY_AFTER, retry));
         }
-    };
-    let response = builder.content_type("text/html; charset=utf-8").body(body);
-    Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, response).map_into_right_body()))
+        let body: BoxBody = match page.render() {
+            Ok(html) => BoxBody::new(html),
+            Err(e) => {
+                log::error!("rendering the error page failed: {e}");
+                BoxBody::new(message)
+            }
+        };
+        let response = builder.content_type("text/html; charset=utf-8").body(body);
+        Ok(ServiceResponse::new(req, response).map_into_right_body())
+    })))
 }
 
-/// Percent-encodes a path for use as a query value.
+/// The page context of a refused request, for the layout's menu. The user is looked up only
+/// for a client error, and only if the handler did not already: a server error may be the
+/// database failing, and its answer must stay quick.
+async fn page_context(req: &HttpRequest, status: StatusCode) -> super::PageContext {
+    use actix_session::SessionExt;
+    use actix_web::{FromRequest, HttpMessage};
+    let cached = req.extensions().get::<crate::auth::SessionUser>().cloned();
+    let user = match cached {
+        Some(user) => Some(user),
+        None if status.is_client_error() && status != StatusCode::UNAUTHORIZED => {
+            crate::auth::SessionUser::from_request(req, &mut actix_web::dev::Payload::None).await.ok()
+        }
+        None => None,
+    };
+    let csrf_token = crate::auth::csrf::token(&req.get_session()).unwrap_or_default();
+    super::PageContext { user, ..super::PageContext::anonymous(req, csrf_token) }
+}
+
+/// The path of `referer` if it is a page of this site, for a "back" link.
+fn local_path(req: &HttpRequest, referer: &str) -> Option<String> {
+    let host = req.connection_info().host().to_string();
+    let rest = referer.strip_prefix("http://").or_else(|| referer.strip_prefix("https://"))?;
+    let path = rest.strip_prefix(host.as_str())?;
+    path.starts_with('/').then(|| path.to_string())
+}
+
 pub fn urlencode(text: &str) -> String {
     serde_urlencoded::to_string([("", text)]).map(|s| s[1..].to_string()).unwrap_or_default()
 }

@@ -303,7 +303,10 @@ async fn booking_and_cancelling_through_the_html_pages() {
         )
         .await;
     assert_eq!(full.status(), 409);
-    assert!(full.text().await.expect("page").contains("already booked"));
+    let refusal = full.text().await.expect("page");
+    assert!(refusal.contains("already booked"), "{refusal}");
+    // In the site's layout, still logged in, with a human heading: not a dead end.
+    assert!(refusal.contains("Log out") && refusal.contains("That could not be done"), "{refusal}");
 
     let id = location.trim_start_matches("/bookings?booked=");
     let cancelled = browser.post_form(&format!("/bookings/{id}/cancel"), &[("csrf_token", &token)]).await;
@@ -320,4 +323,51 @@ async fn booking_and_cancelling_through_the_html_pages() {
         browser.get(&format!("/resources/{resource}?from={horizon}")).await.text().await.expect("page");
     assert_eq!(late.matches("aria-label=\"Book ").count(), 1, "only the horizon's own day is offered");
     assert!(late.contains("not open yet"));
+}
+
+/// The refusals that remain pages of their own carry the site's layout and a way forward: a
+/// login link when the session has ended, the way back to the page the form was on.
+#[actix_web::test]
+async fn error_pages_keep_the_layout_and_offer_a_way_forward() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Way forward room", 1);
+    let day = future_day();
+    let user = app.user("fay", Role::Customer);
+    let tab = app.client(0);
+    tab.login(&user).await;
+    let page = format!("/resources/{resource}?from={day}");
+    let token = tab.csrf_token(&page).await;
+
+    let missing = tab.get("/no/such/page").await;
+    assert_eq!(missing.status(), 404);
+    let missing = missing.text().await.expect("page");
+    assert!(
+        missing.contains("Not found") && missing.contains("fay"),
+        "the layout knows who is in: {missing}"
+    );
+
+    // Logged out in another tab: the form's booking answers 401 with a login link back here.
+    let other_tab = crate::common::Client { http: tab.http.clone(), base: tab.base.clone() };
+    let logout_token = other_tab.csrf_token("/").await;
+    assert_eq!(other_tab.post_form("/logout", &[("csrf_token", &logout_token)]).await.status(), 303);
+    let refused = tab
+        .http
+        .post(tab.url(&format!("/resources/{resource}/bookings")))
+        .header("referer", tab.url(&page))
+        .form(&[("csrf_token", token.as_str()), ("date", &day.to_string())])
+        .send()
+        .await
+        .expect("POST");
+    let status = refused.status().as_u16();
+    let body = refused.text().await.expect("page");
+    assert_eq!(status, 401, "{body}");
+    if status == 401 {
+        let login = format!("/login?next={}", haita::web::error::urlencode(&page));
+        assert!(
+            body.contains(&login.replace('&', "&#38;")) || body.contains(&login.replace('&', "&amp;")),
+            "{body}"
+        );
+        assert!(body.contains("Please log in first"), "{body}");
+    }
+    assert_eq!(invariants::confirmed_on(&app.db, resource, day), 0);
 }
