@@ -60,6 +60,23 @@ pub enum BookingError {
     Infra(#[from] Infra),
 }
 
+impl BookingError {
+    /// What the booking form answers on the resource page itself, next to the day: the day's
+    /// own answer, or a date the form should not have sent. The rest (an ended session, a busy
+    /// server, an unknown resource) are pages of their own.
+    pub fn is_answered_in_place(&self) -> bool {
+        matches!(
+            self,
+            Self::FullyBooked { .. }
+                | Self::AlreadyBooked
+                | Self::Closed { .. }
+                | Self::PastDate(_)
+                | Self::TooFarAhead(_)
+                | Self::InvalidDate(_)
+        )
+    }
+}
+
 impl Refusal for BookingError {
     /// What the day decided: the same request would be refused the same way a second later.
     fn is_answer(&self) -> bool {

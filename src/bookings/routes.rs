@@ -1,7 +1,7 @@
 //! HTTP for bookings: thin handlers that parse input, run the service off the executor and
 //! render HTML or JSON.
 
-use actix_web::http::header;
+use actix_web::http::{StatusCode, header};
 use actix_web::{HttpResponse, web};
 use askama::Template;
 use chrono::NaiveDate;
@@ -15,7 +15,7 @@ use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::session::Claimed;
 use crate::idempotency::{IdempotencyKey, KeyHeader};
 use crate::resources::Resource;
-use crate::web::error::ErrorBody;
+use crate::web::error::{AsProblem, ErrorBody};
 use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
@@ -99,6 +99,14 @@ struct ResourcePage {
     previous: NaiveDate,
     next: NaiveDate,
     saved: bool,
+    refused: Option<Refused>,
+}
+
+impl ResourcePage {
+    /// Whether `day` is the one a booking was just refused for (its row is marked).
+    fn refused_on(&self, day: &NaiveDate) -> bool {
+        self.refused.as_ref().is_some_and(|r| r.day.as_ref() == Some(day))
+    }
 }
 
 const PAGE_DAYS: u32 = 14;
@@ -109,23 +117,52 @@ async fn resource_page(
     query: web::Query<FromQuery>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let id = path.into_inner();
     let from = query.start()?;
+    let shown = Shown { from, saved: query.saved.is_some(), refused: None };
+    render_resource_page(&state, ctx, path.into_inner(), shown).await
+}
+
+/// What the resource page shows besides the days.
+struct Shown {
+    from: NaiveDate,
+    saved: bool,
+    refused: Option<Refused>,
+}
+
+/// A booking the page's form just sent and the day refused: said next to that day, on the
+/// page the customer was on, with the day's places as they are now.
+pub struct Refused {
+    pub day: Option<NaiveDate>,
+    pub message: String,
+    status: StatusCode,
+}
+
+async fn render_resource_page(
+    state: &AppState,
+    ctx: PageContext,
+    id: i64,
+    shown: Shown,
+) -> actix_web::Result<HttpResponse> {
+    let Shown { from, saved, refused } = shown;
     let (pool, viewer) = (state.pool.clone(), ctx.user.as_ref().map(|u| u.id));
     let (resource, days) =
         blocking(move || service::availability(&mut *pool.get()?, id, from, PAGE_DAYS, viewer)).await?;
     let step = chrono::Days::new(u64::from(PAGE_DAYS));
-    Ok(html(&ResourcePage {
+    let status = refused.as_ref().map_or(StatusCode::OK, |r| r.status);
+    let mut response = html(&ResourcePage {
         ctx,
         resource,
         days,
         today: service::today(),
         last_day: super::model::last_bookable_day(service::today()),
-        saved: query.saved.is_some(),
+        saved,
+        refused,
         // Within chrono's range for any accepted `from`; clamped so the links stay accepted too.
         previous: (from - step).max(FIRST_DAY),
         next: (from + step).min(LAST_DAY),
-    })?)
+    })?;
+    *response.status_mut() = status;
+    Ok(response)
 }
 
 #[derive(Deserialize)]
@@ -135,20 +172,42 @@ struct BookForm {
     idempotency_key: Option<String>,
 }
 
+/// The booking form. A booking the day refuses (taken, full, closed, not a bookable date)
+/// answers in place: the resource page again, the message next to the day, the places as they
+/// are now, with the refusal's status. Anything else (an ended session, a busy server) is a
+/// page of its own.
 async fn book_form(
     claimed: Claimed,
+    ctx: PageContext,
     path: web::Path<i64>,
     CsrfForm(form): CsrfForm<BookForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let resource_id = path.into_inner();
-    let date = BookingDate::parse(&form.date, service::today())?;
-    let key = IdempotencyKey::from_form(form.idempotency_key.as_deref()).map_err(BookingError::from)?;
-    let booked = book(&state, &claimed, resource_id, date, key).await.map_err(|e| match e {
-        BookingError::UnknownResource(id) => BookingError::ResourceNotFound(id),
-        other => other,
-    })?;
-    Ok(see_other(&format!("/bookings?booked={}", booked.id)))
+    let booked = async {
+        let date = BookingDate::parse(&form.date, service::today())?;
+        let key = IdempotencyKey::from_form(form.idempotency_key.as_deref())?;
+        book(&state, &claimed, resource_id, date, key).await
+    };
+    match booked.await {
+        Ok(booked) => Ok(see_other(&format!("/bookings?booked={}", booked.id))),
+        Err(refused) if refused.is_answered_in_place() => {
+            let problem = refused.problem();
+            let day = parse_day(form.date.trim());
+            let from =
+                day.filter(|day| *day >= service::today()).unwrap_or_else(service::today).min(LAST_DAY);
+            let refused = Refused { day, message: problem.message, status: problem.status };
+            render_resource_page(
+                &state,
+                ctx,
+                resource_id,
+                Shown { from, saved: false, refused: Some(refused) },
+            )
+            .await
+        }
+        Err(BookingError::UnknownResource(id)) => Err(BookingError::ResourceNotFound(id).into()),
+        Err(other) => Err(other.into()),
+    }
 }
 
 #[derive(Template)]

@@ -65,6 +65,31 @@ struct ProductsPage {
     products: Vec<ProductWithStock>,
     max_quantity: u32,
     saved: Option<i64>,
+    order: Option<OrderRefused>,
+}
+
+/// An order the page's form just sent and the shop refused: the quantities as typed, and why,
+/// next to the product it is about.
+pub struct OrderRefused {
+    /// `qty_{id}` → what was typed, as the form sent it.
+    pub typed: std::collections::HashMap<String, String>,
+    pub product_id: Option<i64>,
+    pub message: String,
+    pub status: StatusCode,
+}
+
+impl ProductsPage {
+    /// The quantity field's value: what the customer typed when their order was refused, else 0.
+    fn typed(&self, product_id: &i64) -> &str {
+        self.order
+            .as_ref()
+            .and_then(|o| o.typed.get(&format!("qty_{product_id}")))
+            .map_or("0", |typed| typed.trim())
+    }
+
+    fn refused_for(&self, product_id: &i64) -> bool {
+        self.order.as_ref().is_some_and(|o| o.product_id.as_ref() == Some(product_id))
+    }
 }
 
 #[derive(Deserialize)]
@@ -77,13 +102,28 @@ async fn products_page(
     query: web::Query<SavedQuery>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let products = load(&state).await?;
-    Ok(html(&ProductsPage {
+    render_products_page(&state, ctx, query.saved, None).await
+}
+
+/// The catalog with its order form; with `order`, answering a refused order in place (its
+/// status, the stock as it is now, the quantities as typed).
+pub async fn render_products_page(
+    state: &AppState,
+    ctx: PageContext,
+    saved: Option<i64>,
+    order: Option<OrderRefused>,
+) -> actix_web::Result<HttpResponse> {
+    let products = load(state).await?;
+    let status = order.as_ref().map_or(StatusCode::OK, |o| o.status);
+    let mut response = html(&ProductsPage {
         ctx,
         products,
         max_quantity: crate::inventory::model::Quantity::MAX_PER_LINE,
-        saved: query.saved,
-    })?)
+        saved,
+        order,
+    })?;
+    *response.status_mut() = status;
+    Ok(response)
 }
 
 // ---- the edit screen ----------------------------------------------------------------------

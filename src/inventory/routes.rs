@@ -47,6 +47,17 @@ struct ReceiptsPage {
     max_quantity: u32,
 }
 
+impl ReceiptsPage {
+    /// The product just received, by name: "Kyusu (TEA-01)", or its id if it has gone since.
+    fn received_product(&self) -> String {
+        let id = self.received.as_ref().and_then(|r| r.product.as_deref()).unwrap_or("?");
+        self.products
+            .iter()
+            .find(|p| p.product.id.to_string() == id)
+            .map_or_else(|| format!("product {id}"), |p| format!("{} ({})", p.product.name, p.product.sku))
+    }
+}
+
 #[derive(Deserialize)]
 struct ReceivedQuery {
     product: Option<String>,

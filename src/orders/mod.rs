@@ -46,6 +46,22 @@ pub enum OrderError {
     Infra(#[from] Infra),
 }
 
+impl OrderError {
+    /// What the order form answers on the catalog page itself, next to the product: the
+    /// shop's own answer, or quantities the form should not have sent.
+    pub fn is_answered_in_place(&self) -> bool {
+        matches!(
+            self,
+            Self::Empty
+                | Self::TooManyLines(_)
+                | Self::InvalidProductId(_)
+                | Self::Quantity { .. }
+                | Self::UnknownProduct(_)
+                | Self::InsufficientStock { .. }
+        )
+    }
+}
+
 impl Refusal for OrderError {
     /// What the stock and catalog decided when the order ran.
     fn is_answer(&self) -> bool {

@@ -12,8 +12,10 @@ use super::model::Cart;
 use super::service::{self, OrderView, Placed};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
+use crate::catalog::routes::{OrderRefused, render_products_page};
 use crate::idempotency::{self, IdempotencyKey, KeyHeader};
 use crate::locking::retry::RetryPolicy;
+use crate::web::error::AsProblem;
 use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, html, see_other};
 
@@ -67,16 +69,33 @@ fn cart_from_form(fields: &HashMap<String, String>) -> Result<Cart, OrderError> 
     Cart::parse(&lines)
 }
 
+/// The catalog's order form. An order the shop refuses (not enough stock, a quantity out of
+/// range, nothing chosen) answers in place: the catalog again, with the quantities as typed,
+/// the message next to the product, the stock as it is now. Anything else (a busy server, an
+/// ended session) is a page of its own.
 async fn order_form(
     user: SessionUser,
+    ctx: PageContext,
     CsrfForm(fields): CsrfForm<HashMap<String, String>>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let cart = cart_from_form(&fields)?;
-    let key = IdempotencyKey::from_form(fields.get(idempotency::FORM_FIELD).map(String::as_str))
-        .map_err(OrderError::from)?;
-    let placed = place(&state, &user, cart, key).await?;
-    Ok(see_other(&format!("/orders?placed={}", placed.order.id)))
+    let placed = async {
+        let cart = cart_from_form(&fields)?;
+        let key = IdempotencyKey::from_form(fields.get(idempotency::FORM_FIELD).map(String::as_str))?;
+        place(&state, &user, cart, key).await
+    };
+    match placed.await {
+        Ok(placed) => Ok(see_other(&format!("/orders?placed={}", placed.order.id))),
+        Err(refused) if refused.is_answered_in_place() => {
+            let problem = refused.problem();
+            let product_id = problem.details.get("product_id").and_then(serde_json::Value::as_i64);
+            let mut typed = fields;
+            typed.retain(|name, _| name.starts_with("qty_"));
+            let order = OrderRefused { typed, product_id, message: problem.message, status: problem.status };
+            render_products_page(&state, ctx, None, Some(order)).await
+        }
+        Err(other) => Err(other.into()),
+    }
 }
 
 #[derive(Template)]

@@ -8,6 +8,8 @@ use haita::auth::Role;
 use serde_json::Value;
 use tokio::sync::Barrier;
 
+mod browser;
+
 use crate::common::{Client, TestApp, error_code, future_day, invariants};
 
 /// Sends one booking per client, all released by a barrier at the same instant.
@@ -305,8 +307,9 @@ async fn booking_and_cancelling_through_the_html_pages() {
     assert_eq!(full.status(), 409);
     let refusal = full.text().await.expect("page");
     assert!(refusal.contains("already booked"), "{refusal}");
-    // In the site's layout, still logged in, with a human heading: not a dead end.
-    assert!(refusal.contains("Log out") && refusal.contains("That could not be done"), "{refusal}");
+    // Answered in place: the resource page again, still logged in, the message by the day.
+    assert!(refusal.contains("Log out") && refusal.contains("id=\"refused\""), "{refusal}");
+    assert!(refusal.contains("id=\"refused-day\"") && refusal.contains("booked by you"), "{refusal}");
 
     let id = location.trim_start_matches("/bookings?booked=");
     let cancelled = browser.post_form(&format!("/bookings/{id}/cancel"), &[("csrf_token", &token)]).await;

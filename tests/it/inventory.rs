@@ -188,6 +188,7 @@ async fn staff_receive_through_the_html_form_and_customers_may_not() {
     let location = received.headers()["location"].to_str().expect("location").to_string();
     let page = staff.get(&location).await.text().await.expect("page");
     assert!(page.contains("Received 12") && page.contains("12 now on hand") && page.contains("+12"));
+    assert!(page.contains("Received 12 of Product "), "the product by name, not by id: {page}");
     assert_eq!(invariants::on_hand(&app.db, product), 12);
     invariants::stock_matches_ledger(&app.db);
 }
@@ -340,32 +341,39 @@ async fn malformed_orders_and_receipts_get_a_clear_4xx_and_change_nothing() {
         assert_eq!(snapshot(&app), before, "{what}: the database changed");
     }
 
-    // HTML forms: CSRF, bad numbers and the wrong role answer with a page and write nothing.
+    // HTML forms: CSRF, bad numbers and the wrong role answer with a page and write nothing. A
+    // refused order answers on the catalog itself (`order-refused`), the others with a page of
+    // their own (`class="message"`).
     let browser = Client::new(app.address());
     browser.login(&customer).await;
     let token = browser.csrf_token("/products").await;
     let field = format!("qty_{product}");
-    for (what, form, status) in [
-        ("order form without a token", vec![(field.as_str(), "1")], 403),
+    let (own_page, in_place) = ("class=\"message\"", "id=\"order-refused\"");
+    for (what, form, status, marker) in [
+        ("order form without a token", vec![(field.as_str(), "1")], 403, own_page),
         (
             "order form with a word for a quantity",
             vec![("csrf_token", token.as_str()), (field.as_str(), "lots")],
             422,
+            in_place,
         ),
-        ("order form with nothing chosen", vec![("csrf_token", token.as_str()), (field.as_str(), "0")], 422),
+        (
+            "order form with nothing chosen",
+            vec![("csrf_token", token.as_str()), (field.as_str(), "0")],
+            422,
+            in_place,
+        ),
         (
             "receipt form by a customer",
             vec![("csrf_token", token.as_str()), ("product_id", "1"), ("quantity", "1")],
             403,
+            own_page,
         ),
     ] {
         let path = if what.starts_with("receipt") { "/stock/receipts" } else { "/orders" };
         let response = browser.post_form(path, &form).await;
         assert_eq!(response.status().as_u16(), status, "{what}");
-        assert!(
-            response.text().await.expect("page").contains("class=\"message\""),
-            "{what}: no readable page"
-        );
+        assert!(response.text().await.expect("page").contains(marker), "{what}: no readable page");
         assert_eq!(snapshot(&app), before, "{what}: the database changed");
     }
 }

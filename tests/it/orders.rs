@@ -209,9 +209,18 @@ async fn ordering_through_the_html_form() {
     let orders = browser.get(&location).await.text().await.expect("page");
     assert!(orders.contains("placed") && orders.contains("Product TEA") && orders.contains("24.00"));
 
-    let too_many = browser.post_form("/orders", &[("csrf_token", &token), (&tea_field, "5")]).await;
+    let too_many =
+        browser.post_form("/orders", &[("csrf_token", &token), (&tea_field, "5"), (&cup_field, "3")]).await;
     assert_eq!(too_many.status(), 409);
-    assert!(too_many.text().await.expect("page").contains("Only 1 of"));
+    // Answered in place: the catalog again, the quantities as typed, the short product marked.
+    let page = too_many.text().await.expect("page");
+    assert!(page.contains("id=\"order-refused\"") && page.contains("Only 1 of"), "{page}");
+    assert!(page.contains(&format!("name=\"{tea_field}\" min=\"0\" max=\"1000\" value=\"5\"")), "{page}");
+    assert!(page.contains(&format!("name=\"{cup_field}\" min=\"0\" max=\"1000\" value=\"3\"")), "{page}");
+    assert!(page.contains("aria-invalid=\"true\""), "the short product's field is marked: {page}");
+    let empty = browser.post_form("/orders", &[("csrf_token", &token), (&tea_field, "0")]).await;
+    assert_eq!(empty.status(), 422);
+    assert!(empty.text().await.expect("page").contains("Choose at least one product"));
     assert_eq!(invariants::on_hand(&app.db, tea), 1);
     invariants::orders_match_ledger(&app.db);
 }
