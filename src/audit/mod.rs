@@ -128,6 +128,30 @@ pub fn page(conn: &mut MysqlConnection, before: Option<i64>, limit: i64) -> Quer
     Ok(AuditPage { events, older })
 }
 
+/// The newest event about `subject` among `actions` (e.g. what ended someone's edit lock, past
+/// the acquisition that followed it).
+pub fn latest_of(
+    conn: &mut MysqlConnection,
+    subject: &str,
+    actions: &[Action],
+) -> QueryResult<Option<AuditEvent>> {
+    audit_events::table
+        .left_join(users::table)
+        .filter(audit_events::subject.eq(subject))
+        .filter(audit_events::action.eq_any(actions.iter().map(|a| a.as_str())))
+        .select((
+            audit_events::id,
+            audit_events::at,
+            users::username.nullable(),
+            audit_events::action,
+            audit_events::subject,
+            audit_events::detail,
+        ))
+        .order(audit_events::id.desc())
+        .first(conn)
+        .optional()
+}
+
 /// The newest event about `subject` (e.g. to tell a user who released their lock, and why).
 pub fn latest_for(conn: &mut MysqlConnection, subject: &str) -> QueryResult<Option<AuditEvent>> {
     audit_events::table

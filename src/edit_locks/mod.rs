@@ -36,6 +36,10 @@ pub enum EditLockError {
     InvalidKey(String),
     #[error("{} holds edit lock {}", .0.owner_username, .0.key)]
     Locked(Box<LockView>),
+    /// The heartbeat of a page whose lock someone else holds now: who, and `how` this page's
+    /// hold ended (the key's latest ending event in a sentence: an admin's reason, a batch).
+    #[error("{} holds edit lock {} now", .holder.owner_username, .holder.key)]
+    TakenOver { holder: Box<LockView>, how: Option<String> },
     /// Nobody holds it (expired, released, ended by an admin or a batch job); `last` is the
     /// key's latest audit event in a sentence, which says which.
     #[error("edit lock {key} is not held by this session")]
@@ -92,6 +96,19 @@ impl AsProblem for EditLockError {
                 .with("holder", lock.owner_username.clone())
                 .with("expires_at", json(lock.expires_at.and_utc()))
                 .with("lock", json(lock)),
+            Self::TakenOver { holder, how } => Problem::new(
+                S::LOCKED,
+                "edit_locked",
+                format!(
+                    "Your edit lock was taken: {}{}",
+                    describe(holder),
+                    how.as_ref().map(|how| format!(" What happened: {how}.")).unwrap_or_default()
+                ),
+            )
+            .with("holder", holder.owner_username.clone())
+            .with("expires_at", json(holder.expires_at.and_utc()))
+            .with("lock", json(holder))
+            .with("last_event", json(how)),
             Self::NotHeld { key, last } => Problem::new(
                 S::LOCKED,
                 "edit_lock_not_held",

@@ -252,8 +252,27 @@ pub fn heartbeat(
         (Some(mine), Some(opened)) if mine.is_owned_by(owner) && !mine.expired && mine.epoch != opened => {
             Err(EditLockError::Superseded { key: key.clone(), opened, current: mine.epoch })
         }
+        // Someone else holds it now: who, and what ended this page's hold (an admin's reason, a
+        // batch), which the acquisition that followed would hide.
+        (Some(other), _) if !other.is_owned_by(owner) => {
+            Err(EditLockError::TakenOver { holder: Box::new(other), how: how_it_ended(conn, key)? })
+        }
         _ => Err(not_mine(conn, key, owner)?),
     }
+}
+
+/// The events that end someone's hold on a lock.
+const ENDINGS: [Action; 5] = [
+    Action::EditLockReleased,
+    Action::EditLockForceReleased,
+    Action::EditLockBatchSeized,
+    Action::EditLockTakenOver,
+    Action::EditLockExpired,
+];
+
+/// The latest event that ended a hold on `key`, in a sentence: why a page lost its lock.
+fn how_it_ended(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<String>> {
+    Ok(audit::latest_of(conn, key.as_str(), &ENDINGS)?.map(|event| event.sentence()))
 }
 
 /// The audit detail of a release by the lock's owner through the page or the API.
@@ -492,10 +511,7 @@ fn not_mine(
 ) -> Result<EditLockError, EditLockError> {
     Ok(match find(conn, key)? {
         Some(other) if !other.is_owned_by(owner) => EditLockError::Locked(Box::new(other)),
-        _ => EditLockError::NotHeld {
-            key: key.clone(),
-            last: audit::latest_for(conn, key.as_str())?.map(|event| event.sentence()),
-        },
+        _ => EditLockError::NotHeld { key: key.clone(), last: how_it_ended(conn, key)? },
     })
 }
 

@@ -187,8 +187,9 @@ fn values_of(resource: &Resource) -> ResourceInput {
 }
 
 fn heartbeat_ms(state: &AppState) -> u128 {
-    // Three heartbeats per lifetime: one lost request does not lose the lock.
-    (state.config.edit_lock_ttl.as_millis() / 3).max(500)
+    // Three heartbeats per lifetime at least, so one lost request does not lose the lock; and
+    // one every 15 s at most apart, so a page whose lock was taken learns it within 15 s.
+    (state.config.edit_lock_ttl.as_millis() / 3).clamp(500, 15_000)
 }
 
 /// What a browser sees after trying to get the lock, with the user's kept draft.

@@ -273,6 +273,8 @@ async fn the_holder_saves_through_the_form_and_the_version_rises_by_one() {
     assert_eq!(page.status(), 200);
     let page = page.text().await.expect("page");
     assert!(page.contains("You are editing this resource") && page.contains("/static/edit_lock.js"));
+    // A page whose lock is taken learns it within 15 s, whatever the lock's lifetime (5 min here).
+    assert!(page.contains("data-heartbeat-ms=\"15000\""), "{page}");
 
     // 2000 characters of Japanese are 18 KB once form-encoded: still accepted.
     let description = format!("Bright room\r\nwith piano. {}", "会".repeat(1970));

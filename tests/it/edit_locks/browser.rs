@@ -64,6 +64,7 @@ async fn bob_sees_carol_editing_and_takes_the_lock_after_an_admin_force_release(
     // Carol's next heartbeat is refused and her page says so; her save shows her input back.
     let lost = text_when_shown(&carols, "#lock-lost").await;
     assert!(lost.contains("do not hold the edit lock"), "{lost}");
+    assert!(lost.contains("carol left for lunch"), "the admin's reason reaches her: {lost}");
     let name = carols.find(Locator::Css("input[name=name]")).await.expect("name field");
     name.clear().await.expect("clear");
     name.send_keys("Carol's new name").await.expect("type");
@@ -157,6 +158,7 @@ async fn carols_typing_survives_an_admin_takeover_as_a_draft_she_restores_and_sa
     // Her next heartbeat is refused; the page says her input is kept, and it is.
     let lost = text_when_shown(&carols, "#lock-lost").await;
     assert!(lost.contains("kept as your draft"), "{lost}");
+    assert!(lost.contains("Your edit lock was taken") && lost.contains("urgent fix"), "who and why: {lost}");
     assert_eq!(drafted_description(&app, carol.id, resource).as_deref(), Some(typed));
 
     // While the admin holds the lock she can read the record as stored, without the lock.
