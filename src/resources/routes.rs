@@ -60,6 +60,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/resources/{id}/edit/cancel", web::post().to(cancel_form))
         .route("/resources/{id}/view", web::get().to(view_page))
         .route("/resources/{id}/draft/discard", web::post().to(discard_draft_form))
+        .route("/resources/{id}/draft/keep", web::post().to(keep_draft_form))
         .route("/static/edit_lock.js", web::get().to(script))
         .service(
             web::resource("/api/v1/resources/{id}/edit-lock")
@@ -327,12 +328,20 @@ struct ViewPage {
     lock: Option<LockView>,
     /// Days it is closed from today on, and why (`closures`).
     closed: Vec<(chrono::NaiveDate, String)>,
+    /// Arrived from "Keep my changes as my draft".
+    draft_kept: bool,
+}
+
+#[derive(Deserialize)]
+struct ViewQuery {
+    draft: Option<String>,
 }
 
 async fn view_page(
     user: SessionUser,
     ctx: PageContext,
     path: web::Path<i64>,
+    query: web::Query<ViewQuery>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     editor(&user)?;
@@ -344,7 +353,20 @@ async fn view_page(
         Ok::<_, ResourceError>((resource, lock, closed))
     })
     .await?;
-    Ok(html(&ViewPage { ctx, resource, lock, closed })?)
+    Ok(html(&ViewPage { ctx, resource, lock, closed, draft_kept: query.draft.as_deref() == Some("kept") })?)
+}
+
+/// Keep what I typed on the page of a refused save as my draft, whoever holds the lock now;
+/// then the resource as stored, read-only.
+async fn keep_draft_form(
+    user: SessionUser,
+    path: web::Path<i64>,
+    CsrfForm(input): CsrfForm<ResourceInput>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let (owner, id) = (editor(&user)?, resource_id(path)?);
+    keep_draft(&state, owner, id, bounded(input)?, "kept from the page of your refused save").await?;
+    Ok(see_other(&format!("/resources/{id}/view?draft=kept")))
 }
 
 /// Discard my kept draft of this resource and go back to the editor.
@@ -667,25 +689,49 @@ struct DraftRequest {
 }
 
 impl DraftRequest {
-    /// The form's own limits (its `maxlength`s): a draft is half-typed, not unbounded.
     fn into_input(self) -> Result<ResourceInput, ResourceError> {
-        let too_long =
-            |value: &Option<String>, max: usize| value.as_ref().is_some_and(|v| v.chars().count() > max);
-        let mut errors = Vec::new();
-        for (field, value, max) in [
-            ("name", &self.name, 100),
-            ("description", &self.description, DESCRIPTION_MAX),
-            ("capacity", &self.capacity, 20),
-        ] {
-            if too_long(value, max) {
-                errors.push(FieldError { field, message: format!("at most {max} characters") });
-            }
-        }
-        if !errors.is_empty() {
-            return Err(ResourceError::Invalid(errors));
-        }
-        Ok(ResourceInput { name: self.name, description: self.description, capacity: self.capacity })
+        bounded(ResourceInput { name: self.name, description: self.description, capacity: self.capacity })
     }
+}
+
+/// The form's own limits (its `maxlength`s): a draft is half-typed, not unbounded.
+fn bounded(input: ResourceInput) -> Result<ResourceInput, ResourceError> {
+    let too_long =
+        |value: &Option<String>, max: usize| value.as_ref().is_some_and(|v| v.chars().count() > max);
+    let mut errors = Vec::new();
+    for (field, value, max) in [
+        ("name", &input.name, 100),
+        ("description", &input.description, DESCRIPTION_MAX),
+        ("capacity", &input.capacity, 20),
+    ] {
+        if too_long(value, max) {
+            errors.push(FieldError { field, message: format!("at most {max} characters") });
+        }
+    }
+    if errors.is_empty() { Ok(input) } else { Err(ResourceError::Invalid(errors)) }
+}
+
+/// Keeps `input` as `owner`'s draft of resource `id`.
+async fn keep_draft(
+    state: &AppState,
+    owner: Owner,
+    id: i64,
+    input: ResourceInput,
+    why: &'static str,
+) -> Result<(), ResourceError> {
+    let pool = state.pool.clone();
+    blocking(move || {
+        let mut conn = pool.get()?;
+        editing::find(&mut conn, id)?;
+        Ok::<_, ResourceError>(drafts::keep(
+            &mut conn,
+            owner.user_id,
+            &EditLockKey::resource(id),
+            &input,
+            why,
+        )?)
+    })
+    .await
 }
 
 /// My kept draft of this resource (staff): what I typed and did not save, when and why it was kept.
@@ -723,21 +769,9 @@ async fn keep_draft_json(
     body: web::Json<DraftRequest>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
-    let (owner, id, pool) = (editor(&user)?, resource_id(path)?, state.pool.clone());
+    let (owner, id) = (editor(&user)?, resource_id(path)?);
     let input = body.into_inner().into_input()?;
-    blocking(move || {
-        let mut conn = pool.get()?;
-        editing::find(&mut conn, id)?;
-        let why = "kept from the editor while you typed";
-        Ok::<_, ResourceError>(drafts::keep(
-            &mut conn,
-            owner.user_id,
-            &EditLockKey::resource(id),
-            &input,
-            why,
-        )?)
-    })
-    .await?;
+    keep_draft(&state, owner, id, input, "kept from the editor while you typed").await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -59,8 +59,37 @@ async fn a_refused_save_is_kept_as_a_draft_and_offered_back_at_the_next_open() {
     let refused =
         save_form_under(&carols, resource, &epoch, "Board room (new chairs)", "Twelve chairs.", "12").await;
     assert_eq!(refused.status(), 423);
-    assert!(refused.text().await.expect("page").contains("kept as your draft"));
+    let page = refused.text().await.expect("page");
+    assert!(page.contains("kept as your draft"), "{page}");
+    assert!(!page.contains("readonly"), "her input stays hers to change: {page}");
     let kept = json!({"name": "Board room (new chairs)", "description": "Twelve chairs.", "capacity": "12"});
+    assert_eq!(draft_in_db(&app, carol.id, resource), Some(kept.clone()));
+
+    // While someone else holds the lock, she changes her input on that page and keeps it.
+    let token = carols.csrf_token(&format!("/resources/{resource}/view")).await;
+    let changed = [
+        ("csrf_token", token.as_str()),
+        ("name", "Board room (new chairs)"),
+        ("description", "Twelve chairs, one more."),
+        ("capacity", "12"),
+    ];
+    let kept_again = carols.post_form(&format!("/resources/{resource}/draft/keep"), &changed).await;
+    assert_eq!(kept_again.status(), 303);
+    assert_eq!(kept_again.headers()["location"], format!("/resources/{resource}/view?draft=kept").as_str());
+    let shown =
+        carols.get(&format!("/resources/{resource}/view?draft=kept")).await.text().await.expect("view");
+    assert!(shown.contains("id=\"draft-kept\""), "{shown}");
+    let kept = json!({"name": "Board room (new chairs)", "description": "Twelve chairs, one more.", "capacity": "12"});
+    assert_eq!(draft_in_db(&app, carol.id, resource), Some(kept.clone()));
+    // Back to what the rest of this test expects.
+    let kept = json!({"name": "Board room (new chairs)", "description": "Twelve chairs.", "capacity": "12"});
+    let restore = [
+        ("csrf_token", token.as_str()),
+        ("name", "Board room (new chairs)"),
+        ("description", "Twelve chairs."),
+        ("capacity", "12"),
+    ];
+    assert_eq!(carols.post_form(&format!("/resources/{resource}/draft/keep"), &restore).await.status(), 303);
     assert_eq!(draft_in_db(&app, carol.id, resource), Some(kept.clone()));
     let draft: Value =
         carols.get(&format!("/api/v1/resources/{resource}/draft")).await.json().await.expect("json");
