@@ -188,6 +188,9 @@ fn routes(cfg: &mut aweb::ServiceConfig, demo_mode: bool) {
         .route("/api/v1/openapi.json", aweb::get().to(openapi_json))
         .route("/static/style.css", aweb::get().to(stylesheet))
         .route("/static/local_time.js", aweb::get().to(local_time_script))
+        // Browsers ask for it on every site: answered, so it is neither a 404 page nor a session
+        // lookup for one.
+        .route("/favicon.ico", aweb::get().to(|| async { HttpResponse::NoContent().finish() }))
         .configure(auth::routes::configure)
         .configure(bookings::routes::configure)
         .configure(resources::routes::configure)

@@ -128,17 +128,28 @@ pub fn page(conn: &mut MysqlConnection, before: Option<i64>, limit: i64) -> Quer
     Ok(AuditPage { events, older })
 }
 
-/// The newest event about `subject` among `actions` (e.g. what ended someone's edit lock, past
-/// the acquisition that followed it).
+/// The newest event about `subject` among `actions`, by `actor` if given, after the event
+/// `after` if given (e.g. what ended someone's edit lock since they took it, past the
+/// acquisition that followed).
 pub fn latest_of(
     conn: &mut MysqlConnection,
     subject: &str,
     actions: &[Action],
+    actor: Option<i64>,
+    after: Option<i64>,
 ) -> QueryResult<Option<AuditEvent>> {
-    audit_events::table
+    let mut query = audit_events::table
         .left_join(users::table)
         .filter(audit_events::subject.eq(subject))
         .filter(audit_events::action.eq_any(actions.iter().map(|a| a.as_str())))
+        .into_boxed();
+    if let Some(actor) = actor {
+        query = query.filter(audit_events::actor_user_id.eq(actor));
+    }
+    if let Some(after) = after {
+        query = query.filter(audit_events::id.gt(after));
+    }
+    query
         .select((
             audit_events::id,
             audit_events::at,

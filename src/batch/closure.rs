@@ -32,6 +32,7 @@ use diesel::prelude::*;
 use super::{BatchError, Job, Policy, Running, runs};
 use crate::edit_locks::service::{self, Acquired};
 use crate::edit_locks::{EditLockError, EditLockKey, Owner};
+use crate::locking::retry::MayConflict;
 use crate::locking::{LockError, NamedLockGuard, Turn};
 use crate::resources::ResourceError;
 use crate::resources::closures::{self, Closed, Closing, RowLock};
@@ -43,6 +44,9 @@ pub const MAX_DAYS: u64 = 92;
 pub const MAX_WAIT: Duration = Duration::from_secs(600);
 /// How long the batch's edit lock lives unrenewed; it is renewed before each day.
 const EDIT_LOCK_TTL: Duration = Duration::from_secs(60);
+/// The longest one day waits for its booking lock (bookings hold it for milliseconds): well
+/// inside the batch's edit-lock lifetime and a lock file's, which are renewed between days.
+const DAY_LOCK_WAIT: Duration = Duration::from_secs(10);
 /// How often a waiting batch looks again whether the editor has left.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -171,10 +175,12 @@ impl Closure {
         if let Some(missing) = self.resources.iter().find(|id| !found.iter().any(|(f, _)| f == *id)) {
             return Err(BatchError::Invalid(format!("there is no resource with id {missing}")));
         }
-        let closed: Vec<(i64, NaiveDate)> = resource_closures::table
+        let closed: std::collections::HashSet<(i64, NaiveDate)> = resource_closures::table
             .filter(resource_closures::day.between(self.from, self.to))
             .select((resource_closures::resource_id, resource_closures::day))
-            .load(conn)?;
+            .load::<(i64, NaiveDate)>(conn)?
+            .into_iter()
+            .collect();
         Ok(found
             .into_iter()
             .map(|(id, name)| {
@@ -235,6 +241,7 @@ impl Closure {
     ) -> Result<bool, BatchError> {
         let mut closed_any = false;
         for (i, &day) in target.days.iter().enumerate() {
+            run.check_guard()?;
             // The lock lives a minute at a time: a batch that died lets it go soon.
             if let Err(e) = service::heartbeat(run.conn, EDIT_LOCK_TTL, key, owner, Some(epoch)) {
                 self.leave(run, target, &target.days[i..], &format!("lost the edit lock: {e}"))?;
@@ -325,7 +332,9 @@ impl Closure {
     ) -> Result<Result<Closed, String>, BatchError> {
         let (wait, row_lock) = match self.policy {
             Policy::Skip => (Duration::ZERO, RowLock::SkipLocked),
-            Policy::Wait | Policy::Steal => (self.wait.max(Duration::from_secs(1)), RowLock::Wait),
+            Policy::Wait | Policy::Steal => {
+                (self.wait.clamp(Duration::from_secs(1), DAY_LOCK_WAIT), RowLock::Wait)
+            }
         };
         let turn = Turn::alone(run.pool.names().booking(closing.resource_id, closing.day), wait);
         let mut held = match NamedLockGuard::acquire_in_turn(run.pool.get()?, turn) {
@@ -337,8 +346,15 @@ impl Closure {
         };
         match closures::close_day(&mut held, owner, epoch, closing, row_lock) {
             Ok(closed) => Ok(Ok(closed)),
+            // A row held past the lock wait, or a deadlock with an online save: this day waits
+            // for a later run, like any day it could not lock.
+            Err(ResourceError::Infra(e) | ResourceError::EditLock(EditLockError::Infra(e)))
+                if e.lock_conflict().is_some() =>
+            {
+                Ok(Err(format!("the resource stayed locked by an online request: {e}")))
+            }
+            Err(ResourceError::Infra(e) | ResourceError::EditLock(EditLockError::Infra(e))) => Err(e.into()),
             Err(ResourceError::EditLock(e)) => Ok(Err(format!("lost the edit lock: {e}"))),
-            Err(ResourceError::Infra(e)) => Err(e.into()),
             Err(other) => Err(BatchError::Failed(format!("resource {}: {other}", closing.resource_id))),
         }
     }

@@ -2,7 +2,7 @@
 //! render HTML or JSON.
 
 use actix_web::http::{StatusCode, header};
-use actix_web::{HttpResponse, web};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
 use askama::Template;
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
@@ -178,7 +178,7 @@ struct BookForm {
 /// page of its own.
 async fn book_form(
     claimed: Claimed,
-    ctx: PageContext,
+    req: HttpRequest,
     path: web::Path<i64>,
     CsrfForm(form): CsrfForm<BookForm>,
     state: web::Data<AppState>,
@@ -192,6 +192,9 @@ async fn book_form(
     match booked.await {
         Ok(booked) => Ok(see_other(&format!("/bookings?booked={}", booked.id))),
         Err(refused) if refused.is_answered_in_place() => {
+            // The page's context (who is logged in) only now: a booking that goes through costs
+            // no session lookup beyond the one `Claimed` already made.
+            let ctx = PageContext::extract(&req).await?;
             let problem = refused.problem();
             let day = parse_day(form.date.trim());
             let from =

@@ -500,6 +500,14 @@ impl ServerFacts {
                     .into(),
             );
         }
+        if self.binlog_format().is_some_and(|f| f.eq_ignore_ascii_case("STATEMENT")) {
+            return Some(
+                "binlog_format=STATEMENT: statements that use GET_LOCK are unsafe to replicate, and \
+                 InnoDB refuses writes at READ COMMITTED (which first edit-lock acquires and stock \
+                 receipts run at) with a statement-based binary log. Use ROW (MySQL's default) or MIXED."
+                    .into(),
+            );
+        }
         if !self.is_supported_version() {
             return Some(format!(
                 "server {} is too old: haita needs MySQL 8.0+ or MariaDB 10.6+ (several named locks per \
@@ -523,11 +531,6 @@ pub fn check_server(conn: &mut MysqlConnection) -> anyhow::Result<ServerFacts> {
     })?;
     if let Some(reason) = facts.refusal() {
         anyhow::bail!(reason);
-    }
-    if facts.binlog_format().is_some_and(|f| f.eq_ignore_ascii_case("STATEMENT")) {
-        log::warn!(
-            "binlog_format=STATEMENT: statements that use GET_LOCK are unsafe to replicate; use ROW or MIXED"
-        );
     }
     log::info!(
         "database server {} (named locks per session: several; binlog_format={})",
@@ -663,6 +666,7 @@ mod tests {
             (facts("8.0.36", &[("read_only", "ON")]), "read-only"),
             (facts("8.0.11-TiDB-v7.5.1", &[("tidb_version", "Release Version: v7.5.1")]), "TiDB"),
             (facts("5.7.25-TiDB-v8.1.0", &[]), "TiDB"),
+            (facts("10.11.6-MariaDB", &[("binlog_format", "STATEMENT")]), "binlog_format=STATEMENT"),
         ] {
             let refusal = server.refusal();
             assert!(refusal.as_deref().is_some_and(|r| r.contains(why)), "{server:?}: {refusal:?}");

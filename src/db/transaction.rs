@@ -31,6 +31,14 @@ pub fn transaction<T, E: From<Error>>(
     work: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
 ) -> Result<T, E> {
     run(conn, "START TRANSACTION")?;
+    finish(conn, work)
+}
+
+/// Runs `work` in the transaction just started on `conn`, then commits or rolls back.
+fn finish<T, E: From<Error>>(
+    conn: &mut MysqlConnection,
+    work: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+) -> Result<T, E> {
     match work(conn) {
         Ok(value) => match run(conn, "COMMIT") {
             Ok(()) => Ok(value),
@@ -62,9 +70,15 @@ pub fn transaction_read_committed<T, E: From<Error>>(
     conn: &mut MysqlConnection,
     work: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
 ) -> Result<T, E> {
-    // Applies to the next transaction only; the connection's default is left as it was.
+    // Applies to the next transaction only; the connection's default is left as it was. Should
+    // that transaction not start, the setting would carry over to whatever runs next on the
+    // connection: it is closed instead of pooled.
     run(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
-    transaction(conn, work)
+    if let Err(e) = run(conn, "START TRANSACTION") {
+        mark_broken(conn);
+        return Err(e.into());
+    }
+    finish(conn, work)
 }
 
 fn run(conn: &mut MysqlConnection, sql: &'static str) -> QueryResult<()> {

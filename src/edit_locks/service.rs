@@ -255,7 +255,7 @@ pub fn heartbeat(
         // Someone else holds it now: who, and what ended this page's hold (an admin's reason, a
         // batch), which the acquisition that followed would hide.
         (Some(other), _) if !other.is_owned_by(owner) => {
-            Err(EditLockError::TakenOver { holder: Box::new(other), how: how_it_ended(conn, key)? })
+            Err(EditLockError::TakenOver { holder: Box::new(other), how: how_it_ended(conn, key, owner)? })
         }
         _ => Err(not_mine(conn, key, owner)?),
     }
@@ -270,9 +270,15 @@ const ENDINGS: [Action; 5] = [
     Action::EditLockExpired,
 ];
 
-/// The latest event that ended a hold on `key`, in a sentence: why a page lost its lock.
-fn how_it_ended(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<String>> {
-    Ok(audit::latest_of(conn, key.as_str(), &ENDINGS)?.map(|event| event.sentence()))
+/// What ended `owner`'s hold on `key`, in a sentence: the latest ending event since their latest
+/// acquisition of it (an older one would be about somebody else's hold). `None` when nothing
+/// was recorded since: the lock simply expired.
+fn how_it_ended(conn: &mut MysqlConnection, key: &EditLockKey, owner: &Owner) -> QueryResult<Option<String>> {
+    let acquisitions = [Action::EditLockAcquired, Action::EditLockTakenOver];
+    let Some(taken) = audit::latest_of(conn, key.as_str(), &acquisitions, Some(owner.user_id), None)? else {
+        return Ok(None);
+    };
+    Ok(audit::latest_of(conn, key.as_str(), &ENDINGS, None, Some(taken.id))?.map(|event| event.sentence()))
 }
 
 /// The audit detail of a release by the lock's owner through the page or the API.
@@ -511,7 +517,7 @@ fn not_mine(
 ) -> Result<EditLockError, EditLockError> {
     Ok(match find(conn, key)? {
         Some(other) if !other.is_owned_by(owner) => EditLockError::Locked(Box::new(other)),
-        _ => EditLockError::NotHeld { key: key.clone(), last: how_it_ended(conn, key)? },
+        _ => EditLockError::NotHeld { key: key.clone(), last: how_it_ended(conn, key, owner)? },
     })
 }
 

@@ -376,12 +376,14 @@ async fn page_context(req: &HttpRequest, status: StatusCode) -> super::PageConte
     super::PageContext { user, ..super::PageContext::anonymous(req, csrf_token) }
 }
 
-/// The path of `referer` if it is a page of this site, for a "back" link.
+/// The path of `referer` if it is one of this site's pages a person may be sent back to (the
+/// same check as the login's `next`: no `//host`, no `..`, plain characters only), for a "back"
+/// link.
 fn local_path(req: &HttpRequest, referer: &str) -> Option<String> {
     let host = req.connection_info().host().to_string();
     let rest = referer.strip_prefix("http://").or_else(|| referer.strip_prefix("https://"))?;
     let path = rest.strip_prefix(host.as_str())?;
-    path.starts_with('/').then(|| path.to_string())
+    super::is_return_page(path).then(|| path.to_string())
 }
 
 pub fn urlencode(text: &str) -> String {

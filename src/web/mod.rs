@@ -161,7 +161,7 @@ pub fn local_path(next: Option<&str>) -> &str {
     next.filter(|target| is_return_page(target)).unwrap_or("/")
 }
 
-fn is_return_page(target: &str) -> bool {
+pub(crate) fn is_return_page(target: &str) -> bool {
     let plain = |c: char, extra: &str| c.is_ascii_alphanumeric() || "-_.~".contains(c) || extra.contains(c);
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let Some(rest) = path.strip_prefix('/') else { return false };

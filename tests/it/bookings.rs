@@ -328,6 +328,10 @@ async fn booking_and_cancelling_through_the_html_pages() {
     assert!(late.contains("not open yet"));
 }
 
+fn page_path(resource: i64, day: chrono::NaiveDate) -> String {
+    format!("/resources/{resource}?from={day}")
+}
+
 /// The refusals that remain pages of their own carry the site's layout and a way forward: a
 /// login link when the session has ended, the way back to the page the form was on.
 #[actix_web::test]
@@ -340,6 +344,14 @@ async fn error_pages_keep_the_layout_and_offer_a_way_forward() {
     tab.login(&user).await;
     let page = format!("/resources/{resource}?from={day}");
     let token = tab.csrf_token(&page).await;
+
+    // The "back" link only ever leads to a page of this site.
+    let sneaky = tab.http.get(tab.url("/no/such/page")).header("referer", tab.url("//evil.example/x"));
+    let shown = sneaky.send().await.expect("GET").text().await.expect("page");
+    assert!(!shown.contains("evil.example") && !shown.contains("id=\"back\""), "{shown}");
+    let honest = tab.http.get(tab.url("/no/such/page")).header("referer", tab.url(&page_path(resource, day)));
+    let shown = honest.send().await.expect("GET").text().await.expect("page");
+    assert!(shown.contains("id=\"back\""), "{shown}");
 
     let missing = tab.get("/no/such/page").await;
     assert_eq!(missing.status(), 404);

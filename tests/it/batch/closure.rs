@@ -438,12 +438,13 @@ async fn a_closure_runs_from_the_command_line_and_the_admin_screen_and_customers
     }
 }
 
-/// A run that stops midway (a row held past the lock wait timeout) still lets go of the edit lock
-/// it took: a batch's lock blocks every editor, and no admin can force it open.
+/// A row held past the lock wait leaves its day for a later run; a run that stops midway (its
+/// guard's session killed meanwhile) still lets go of the edit lock it took: a batch's lock
+/// blocks every editor, and no admin can force it open.
 #[test]
 fn a_closure_that_stops_midway_releases_the_edit_lock_it_took() {
     let db = TestDb::new();
-    let config = haita::config::Config { row_lock_wait_secs: 1, ..crate::common::test_config(&db.url) };
+    let config = haita::config::Config { row_lock_wait_secs: 2, ..crate::common::test_config(&db.url) };
     let pool = haita::db::build_pool(&config).expect("pool");
     let root = create_user(&db, "root", Role::Admin);
     let room = create_resource(&db, "Held room", 5);
@@ -454,17 +455,42 @@ fn a_closure_that_stops_midway_releases_the_edit_lock_it_took() {
         .execute(&mut holder)
         .expect("a long transaction holds the row");
 
-    let stopped =
-        batch_job::run(&pool, &BatchLock::Db, &closure(root.id, &[room], future_day(), 2, Policy::Wait));
+    let asked = closure(root.id, &[room], future_day(), 2, Policy::Wait);
+    let run = std::thread::spawn(move || batch_job::run(&pool, &BatchLock::Db, &asked));
+    // While its first day waits for the row, an admin kills the run's guard session.
+    let mut admin = db.raw_connection();
+    let guard = db.pool.names().batch("resource-closure");
+    let waiting = (0..300).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        closures_waiting(&mut admin)
+    });
+    assert!(waiting, "the first day waits for the row");
+    let session = haita::locking::sql::holder_of(&mut admin, guard.as_str()).expect("query").expect("held");
+    haita::locking::sql::kill_connection(&mut admin, session).expect("KILL");
+    let stopped = run.join().expect("run thread");
     holder.batch_execute("ROLLBACK").expect("rollback");
-    assert!(stopped.is_err(), "the row stayed locked past the wait: {stopped:?}");
-    assert_eq!(
-        held_by_batch(&db, room),
-        None,
-        "the batch's edit lock is gone: {stopped:?} {:?}",
-        invariants::audit_actions(&db, EditLockKey::resource(room).as_str())
-    );
+
+    assert!(stopped.is_err(), "the run stops once its guard is gone: {stopped:?}");
+    assert_eq!(held_by_batch(&db, room), None, "the batch's edit lock is gone");
     let actions = invariants::audit_actions(&db, EditLockKey::resource(room).as_str());
     assert_eq!(actions.last().map(String::as_str), Some("edit_lock.released"), "{actions:?}");
     assert_eq!(closed_days_of(&db, room), 0);
+}
+
+#[derive(QueryableByName)]
+struct Waiting {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// Whether a transaction of this database waits for a row lock now.
+fn closures_waiting(conn: &mut diesel::MysqlConnection) -> bool {
+    diesel::sql_query(
+        "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
+         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+         WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
+    )
+    .get_result::<Waiting>(conn)
+    .expect("lock waits")
+    .n > 0
 }
