@@ -198,12 +198,16 @@ impl AsProblem for RequestError {
                      even without a body (send {{}} or nothing)."
                 ),
             ),
-            Self::BadPath(detail) => {
-                Problem::new(S::NOT_FOUND, "not_found", format!("No such page: {detail}."))
-            }
-            Self::BadQuery(detail) => {
-                Problem::new(S::BAD_REQUEST, "bad_query", format!("The query string is invalid: {detail}."))
-            }
+            Self::BadPath(detail) => Problem::new(
+                S::NOT_FOUND,
+                "not_found",
+                format!("There is nothing at this address: {}.", plain_words(detail)),
+            ),
+            Self::BadQuery(detail) => Problem::new(
+                S::BAD_REQUEST,
+                "bad_query",
+                format!("The part of the address after “?” does not fit this page: {}.", plain_words(detail)),
+            ),
             Self::NotFound => Problem::new(S::NOT_FOUND, "not_found", "There is nothing at this address."),
             Self::MethodNotAllowed(allowed) => Problem::new(
                 S::METHOD_NOT_ALLOWED,
@@ -215,6 +219,39 @@ impl AsProblem for RequestError {
     }
 }
 http_error!(RequestError);
+
+/// A deserialiser's complaint about a path or query, in words a person reads: no "deserialize
+/// error", no Rust type names.
+fn plain_words(detail: &str) -> String {
+    let detail = detail
+        .trim_start_matches("Path deserialize error: ")
+        .trim_start_matches("Query deserialize error: ")
+        .trim();
+    let quoted = |text: &str| text.replace('`', "\"");
+    if let Some(rest) = detail.strip_prefix("can not parse ") {
+        let given = rest.split(" to a ").next().unwrap_or(rest);
+        return format!("{given} is not a whole number");
+    }
+    if let Some(rest) = detail.strip_prefix("unknown field ") {
+        let (field, known) = rest.split_once(", expected ").unwrap_or((rest, ""));
+        let known = known.trim_start_matches("one of ");
+        return if known.is_empty() {
+            format!("{} is not something this page takes", quoted(field))
+        } else {
+            format!("{} is not something this page takes (it takes {})", quoted(field), quoted(known))
+        };
+    }
+    if let Some(field) = detail.strip_prefix("missing field ") {
+        return format!("{} is missing", quoted(field));
+    }
+    match detail {
+        "invalid digit found in string" => "a whole number was expected".into(),
+        "cannot parse integer from empty string" => "a number is missing".into(),
+        "number too large to fit in target type" => "the number is too large".into(),
+        "number too small to fit in target type" => "the number is too small".into(),
+        other => quoted(other),
+    }
+}
 
 /// The largest JSON or form body any endpoint accepts.
 pub const BODY_LIMIT: usize = 16 * 1024;
@@ -393,5 +430,27 @@ pub fn urlencode(text: &str) -> String {
 impl From<actix_web::error::BlockingError> for RequestError {
     fn from(e: actix_web::error::BlockingError) -> Self {
         Self::Internal(anyhow::anyhow!("blocking task failed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_words;
+
+    #[test]
+    fn parser_complaints_are_put_in_plain_words() {
+        assert_eq!(
+            plain_words("Path deserialize error: can not parse \"abc\" to a i64"),
+            "\"abc\" is not a whole number"
+        );
+        assert_eq!(
+            plain_words("Query deserialize error: invalid digit found in string"),
+            "a whole number was expected"
+        );
+        assert_eq!(
+            plain_words("unknown field `colour`, expected `from` or `days`"),
+            "\"colour\" is not something this page takes (it takes \"from\" or \"days\")"
+        );
+        assert_eq!(plain_words("missing field `date`"), "\"date\" is missing");
     }
 }

@@ -353,6 +353,12 @@ async fn error_pages_keep_the_layout_and_offer_a_way_forward() {
     let shown = honest.send().await.expect("GET").text().await.expect("page");
     assert!(shown.contains("id=\"back\""), "{shown}");
 
+    // No parser wording reaches a person.
+    let not_an_id = tab.get("/resources/abc").await;
+    assert_eq!(not_an_id.status(), 404);
+    let shown = not_an_id.text().await.expect("page");
+    assert!(shown.contains("is not a whole number") && !shown.contains("deserialize"), "{shown}");
+
     let missing = tab.get("/no/such/page").await;
     assert_eq!(missing.status(), 404);
     let missing = missing.text().await.expect("page");
