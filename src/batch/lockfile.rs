@@ -396,7 +396,11 @@ mod tests {
     }
 
     /// Eight threads find the same stale lock at once, a hundred times: each time exactly one
-    /// takes it over. (Threads of one process, but every step goes through the file system.)
+    /// holds it after its first check (renew), and the file is that one's. Taking it over is
+    /// almost always one winner outright; in the narrow window the module describes (a mistaken
+    /// move put back just as a third process creates the file) two may return from `acquire`,
+    /// and the displaced one learns it at its first check, before any work (`batch::start`).
+    /// (Threads of one process, but every step goes through the file system.)
     #[test]
     fn of_many_that_find_the_same_stale_lock_exactly_one_takes_it() {
         let dir = scratch();
@@ -418,9 +422,12 @@ mod tests {
                 .into_iter()
                 .filter_map(|t| t.join().expect("thread"))
                 .collect();
-            assert_eq!(winners.len(), 1, "round {round}");
+            assert!(!winners.is_empty(), "round {round}: somebody took the stale lock over");
+            let holders: Vec<LockFile> =
+                winners.into_iter().filter_map(|mut w| w.renew().ok().map(|()| w)).collect();
+            assert_eq!(holders.len(), 1, "round {round}: one holder after the first check");
             let on_disk = read_holder(&path).expect("io").expect("a lock file");
-            assert_eq!(on_disk.token, winners[0].holder().token, "round {round}: the file is the winner's");
+            assert_eq!(on_disk.token, holders[0].holder().token, "round {round}: the file is the holder's");
         }
         let _ = fs::remove_dir_all(&dir);
     }

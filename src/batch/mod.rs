@@ -190,7 +190,17 @@ pub struct Started<J> {
 /// Checks the job, takes the guard (or [`GuardError::Busy`]) and records the run.
 pub fn start<J: Job>(pool: &DbPool, lock: &BatchLock, job: &J) -> Result<Started<J>, BatchError> {
     job.validate()?;
-    let guard = RunGuard::acquire(lock, pool, J::NAME)?;
+    let mut guard = RunGuard::acquire(lock, pool, J::NAME)?;
+    // Checked once before the run records itself. Of two processes that took over one stale
+    // lock file at the same instant, at most one still holds it at its first check (see
+    // `lockfile`); the other is told who runs, as if it had found the lock held.
+    if let Err(GuardError::Lost { why, .. }) = guard.check() {
+        return Err(GuardError::Busy {
+            job: J::NAME.into(),
+            by: format!("another run took it at once: {why}"),
+        }
+        .into());
+    }
     let mut conn = pool.get().map_err(Infra::from)?;
     let run_id = runs::start(
         &mut conn,
