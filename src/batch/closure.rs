@@ -13,8 +13,9 @@
 //! What the policy changes is what happens when someone holds a resource right now:
 //!
 //! - `wait`: an online editor's lock makes the batch wait — polling, at most `wait` — until they
-//!   save or cancel; the row lock waits for bookings in flight (`FOR UPDATE`, bounded by the
-//!   server's lock wait timeout). A resource still held when the wait runs out is skipped.
+//!   save or cancel; a day waits for its booking lock (at most 10 s) and the row lock for
+//!   bookings in flight (`FOR UPDATE`, bounded by the server's lock wait timeout). A resource
+//!   still held when the wait runs out, or a day still locked, is left for a later run.
 //! - `steal`: the batch takes the edit lock over whoever holds it. The editor learns it on their
 //!   next heartbeat or save, with why (the lock is the batch's, or the audit event of its
 //!   release); their input is kept as their draft. No admin can force-release a batch's lock.
