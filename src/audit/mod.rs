@@ -128,21 +128,21 @@ pub fn page(conn: &mut MysqlConnection, before: Option<i64>, limit: i64) -> Quer
     Ok(AuditPage { events, older })
 }
 
-/// The newest event about `subject` among `actions`, by `actor` if given, after the event
-/// `after` if given (e.g. what ended someone's edit lock since they took it, past the
-/// acquisition that followed).
+/// The newest event about `subject`: among `actions` if given, by `actor` if given, after the
+/// event `after` if given (e.g. who released a user's lock and why; what ended someone's edit
+/// lock since they took it, past the acquisition that followed).
 pub fn latest_of(
     conn: &mut MysqlConnection,
     subject: &str,
-    actions: &[Action],
+    actions: Option<&[Action]>,
     actor: Option<i64>,
     after: Option<i64>,
 ) -> QueryResult<Option<AuditEvent>> {
-    let mut query = audit_events::table
-        .left_join(users::table)
-        .filter(audit_events::subject.eq(subject))
-        .filter(audit_events::action.eq_any(actions.iter().map(|a| a.as_str())))
-        .into_boxed();
+    let mut query =
+        audit_events::table.left_join(users::table).filter(audit_events::subject.eq(subject)).into_boxed();
+    if let Some(actions) = actions {
+        query = query.filter(audit_events::action.eq_any(actions.iter().map(|a| a.as_str())));
+    }
     if let Some(actor) = actor {
         query = query.filter(audit_events::actor_user_id.eq(actor));
     }
@@ -150,24 +150,6 @@ pub fn latest_of(
         query = query.filter(audit_events::id.gt(after));
     }
     query
-        .select((
-            audit_events::id,
-            audit_events::at,
-            users::username.nullable(),
-            audit_events::action,
-            audit_events::subject,
-            audit_events::detail,
-        ))
-        .order(audit_events::id.desc())
-        .first(conn)
-        .optional()
-}
-
-/// The newest event about `subject` (e.g. to tell a user who released their lock, and why).
-pub fn latest_for(conn: &mut MysqlConnection, subject: &str) -> QueryResult<Option<AuditEvent>> {
-    audit_events::table
-        .left_join(users::table)
-        .filter(audit_events::subject.eq(subject))
         .select((
             audit_events::id,
             audit_events::at,

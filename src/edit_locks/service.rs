@@ -275,10 +275,12 @@ const ENDINGS: [Action; 5] = [
 /// was recorded since: the lock simply expired.
 fn how_it_ended(conn: &mut MysqlConnection, key: &EditLockKey, owner: &Owner) -> QueryResult<Option<String>> {
     let acquisitions = [Action::EditLockAcquired, Action::EditLockTakenOver];
-    let Some(taken) = audit::latest_of(conn, key.as_str(), &acquisitions, Some(owner.user_id), None)? else {
+    let Some(taken) = audit::latest_of(conn, key.as_str(), Some(&acquisitions), Some(owner.user_id), None)?
+    else {
         return Ok(None);
     };
-    Ok(audit::latest_of(conn, key.as_str(), &ENDINGS, None, Some(taken.id))?.map(|event| event.sentence()))
+    Ok(audit::latest_of(conn, key.as_str(), Some(&ENDINGS), None, Some(taken.id))?
+        .map(|event| event.sentence()))
 }
 
 /// The audit detail of a release by the lock's owner through the page or the API.

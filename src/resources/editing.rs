@@ -191,7 +191,7 @@ pub fn save_form(
         Err(ResourceError::EditLock(EditLockError::NotHeld { .. } | EditLockError::Superseded { .. })) => {
             drafts::keep(conn, owner.user_id, &key, input, KEPT_WHEN_REFUSED)?;
             let resource = find(conn, resource_id)?;
-            let last_event = audit::latest_for(conn, key.as_str())?;
+            let last_event = audit::latest_of(conn, key.as_str(), None, None, None)?;
             let lock = service::find(conn, &key)?;
             return Ok(FormSaved::Refused { resource, lock, last_event });
         }
