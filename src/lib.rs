@@ -75,14 +75,15 @@ impl Application {
         let (workers, blocking_threads) = (config.workers, config.blocking_threads);
         metrics::set_enabled(config.metrics);
         let state = aweb::Data::new(AppState::new(pool.clone(), config));
-        // One per instance, shared by its workers: at most one demo race at a time.
+        // One per instance, shared by its workers: at most one demo race at a time, and its
+        // progress for everyone watching.
         #[cfg(feature = "lab")]
-        let race_slot = aweb::Data::new(lab::demo::routes::RaceSlot::default());
+        let race_board = aweb::Data::new(lab::demo::RaceBoard::default());
         let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
         let server = HttpServer::new(move || {
             let app = App::new().app_data(state.clone());
             #[cfg(feature = "lab")]
-            let app = app.app_data(race_slot.clone());
+            let app = app.app_data(race_board.clone());
             app.app_data(error::json_config(error::BODY_LIMIT))
                 .app_data(error::path_config())
                 .app_data(error::query_config())

@@ -144,7 +144,18 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
             super::prepare(&pool)?;
             let names: Vec<&str> = strategy.iter().map(String::as_str).collect();
             let spec = super::demo::RaceSpec::parse(&names, clients, attempts, pause_ms)?;
-            let report = super::demo::run_race(&pool, &config, &spec, "cli")?;
+            // The table comes at the end; meanwhile each strategy says when it is through.
+            let said = |progress: super::demo::Progress<'_>| {
+                if let super::demo::Progress::Done { result, .. } = progress {
+                    eprintln!(
+                        "{}: {} attempts, {} double bookings",
+                        result.strategy.name(),
+                        result.attempts,
+                        result.double_bookings
+                    );
+                }
+            };
+            let report = super::demo::run_race(&pool, &config, &spec, "cli", &said)?;
             print!("{}", report.table());
             Ok(())
         }

@@ -134,6 +134,12 @@ async fn demo_accounts_are_listed_on_the_login_page_only_when_seeded_and_in_demo
     );
     assert!(after.contains("href=\"/demo\"") && !elsewhere.contains("href=\"/demo\""), "the demo link");
     assert_eq!(production.get("/demo").await.status(), 404, "no race demo outside DEMO_MODE");
+    let (home, production_home) = (
+        demo.get("/").await.text().await.expect("home"),
+        production.get("/").await.text().await.expect("home"),
+    );
+    assert!(home.contains("Start here") && home.contains("Meeting room 1"), "a first visit's path");
+    assert!(!production_home.contains("Start here"), "a real deployment has no demo rooms");
     let (with_demo, without) = (
         demo.get("/api/v1/openapi.json").await.text().await.expect("document"),
         production.get("/api/v1/openapi.json").await.text().await.expect("document"),
@@ -268,6 +274,7 @@ async fn the_openapi_document_describes_every_json_endpoint() {
     let lab = [
         ("/api/v1/demo/races", "post"),
         ("/api/v1/demo/races/{id}", "get"),
+        ("/api/v1/demo/races/live", "get"),
         ("/api/v1/demo/bookings", "post"),
     ];
     for (path, method) in expected {

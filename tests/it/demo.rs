@@ -10,6 +10,8 @@ use haita::auth::Role;
 use haita::lab::demo::Strategy;
 use serde_json::{Value, json};
 
+mod browser;
+
 use crate::common::{Client, TestApp, error_code, invariants};
 
 async fn logged_in(app: &TestApp, name: &str) -> Client {
@@ -230,7 +232,8 @@ async fn anyone_may_look_but_only_a_logged_in_user_may_race_within_bounds() {
     for s in Strategy::ALL {
         assert!(page.contains(s.name()), "{} explained", s.name());
     }
-    assert!(page.contains("Log in</a> to run a race") && page.contains("No race has run yet"));
+    assert!(page.contains("Watch a race</button>") && page.contains("No race has run yet"));
+    assert!(page.contains("Log in</a> to choose the strategies"));
     let refused = anonymous.post_json("/api/v1/demo/races", &json!({"strategy": "no-lock"})).await;
     assert_eq!(refused.status(), 401);
 
@@ -280,6 +283,20 @@ async fn a_second_race_on_the_same_instance_is_refused_while_one_runs() {
     assert_eq!(again.status(), 201, "the slot is free once the race is over");
 }
 
+/// Waits (bounded) until this instance has no race running, and returns the id of the report
+/// the last one stored.
+async fn race_over(client: &Client) -> i64 {
+    for _ in 0..1200 {
+        let live: Value = client.get("/api/v1/demo/races/live").await.json().await.expect("live");
+        if live["race"].is_null() {
+            assert_eq!(live["finished"]["outcome"], "report", "{live}");
+            return live["finished"]["race_id"].as_i64().expect("race id");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the race did not end within 120 s");
+}
+
 #[actix_web::test]
 async fn the_page_runs_a_race_from_its_form_and_shows_table_chart_and_verdicts() {
     let app = TestApp::spawn_lab().await;
@@ -299,21 +316,172 @@ async fn the_page_runs_a_race_from_its_form_and_shows_table_chart_and_verdicts()
             ],
         )
         .await;
-    assert_eq!(posted.status(), 303);
-    let location = posted.headers()["location"].to_str().expect("location").to_string();
-    assert!(location.starts_with("/demo?race="), "{location}");
+    assert_eq!(posted.status(), 303, "the race runs on; the browser is sent to watch it");
+    assert_eq!(posted.headers()["location"], "/demo#live");
+    let id = race_over(&browser).await;
 
-    let page = browser.get(&location).await.text().await.expect("page");
+    let page = browser.get(&format!("/demo?race={id}")).await.text().await.expect("page");
     assert!(page.contains("<svg") && page.contains("Double bookings"));
     assert!(page.contains("docs/named-lock-check-then-insert.md"), "the verdict names the pitfall");
     let anonymous = app.client(0).get("/demo").await.text().await.expect("page");
-    assert!(anonymous.contains("id=\"results\""), "the latest race is shown to anyone");
+    assert!(anonymous.contains(&format!("Race #{id}")), "the latest race is shown to anyone");
 
     let forged = browser.post_form("/demo/races", &[("csrf_token", "forged"), ("strategy", "no-lock")]).await;
     assert_eq!(forged.status(), 403);
-    let bad = browser.post_form("/demo/races", &[("csrf_token", &token), ("clients", "many")]).await;
+    let bad = browser
+        .post_form("/demo/races", &[("csrf_token", &token), ("strategy", "unique-slot"), ("clients", "many")])
+        .await;
     assert_eq!(bad.status(), 422);
-    assert!(bad.text().await.expect("page").contains("not a whole number"));
+    let page = bad.text().await.expect("page");
+    assert!(page.contains("id=\"refused\"") && page.contains("not a whole number"), "said on the page");
+    assert!(page.contains(r#"name="clients" value="many""#), "the form as typed");
+    assert!(page.contains(r#"value="unique-slot" checked"#) && !page.contains(r#"value="no-lock" checked"#));
+}
+
+/// Reads server-sent events from `response` until `enough` says so (bounded by `secs`); each
+/// event's data is returned as JSON.
+async fn events_until(
+    mut response: reqwest::Response,
+    secs: u64,
+    enough: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut buffer = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no end within {secs} s; events: {events:?}"))
+            .expect("stream")
+            .expect("the stream stays open");
+        buffer.push_str(std::str::from_utf8(&chunk).expect("utf-8"));
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            if let Some(data) = event.strip_prefix("data: ") {
+                let value: Value = serde_json::from_str(data.trim()).expect("event data is JSON");
+                let done = enough(&value);
+                events.push(value);
+                if done {
+                    return events;
+                }
+            }
+        }
+    }
+}
+
+#[actix_web::test]
+async fn a_race_is_streamed_to_every_visitor_while_it_runs_and_holds_the_form() {
+    let app = TestApp::spawn_lab().await;
+    let racer = logged_in(&app, "streamer").await;
+    let visitor = app.client(0);
+    let stream = visitor.get("/demo/races/live").await;
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+
+    // About 40 rounds of a 20 ms pause per strategy: over a second each, long enough to be seen.
+    let token = racer.csrf_token("/demo").await;
+    let form = [
+        ("csrf_token", token.as_str()),
+        ("strategy", "no-lock"),
+        ("strategy", "named-lock"),
+        ("clients", "8"),
+        ("attempts", "320"),
+        ("pause_ms", "20"),
+    ];
+    assert_eq!(racer.post_form("/demo/races", &form).await.status(), 303);
+
+    // Another visitor's page, while it runs: the race shown, the button held.
+    let page = visitor.get("/demo").await.text().await.expect("page");
+    assert!(page.contains("<section id=\"live\">"), "shown, not hidden");
+    assert!(page.contains("Race in progress") && page.contains("by streamer"), "{page}");
+    assert!(page.contains(r#"class="run-race" disabled"#), "nobody can start a second race meanwhile");
+    // A second race from the form is refused on the page, with the form as typed.
+    let second = logged_in(&app, "impatient").await;
+    let token = second.csrf_token("/demo").await;
+    let refused = second
+        .post_form("/demo/races", &[("csrf_token", &token), ("strategy", "serializable"), ("clients", "3")])
+        .await;
+    assert_eq!(refused.status(), 409);
+    assert!(refused.headers().contains_key("retry-after"));
+    let refused = refused.text().await.expect("page");
+    assert!(
+        refused.contains("already running") && refused.contains(r#"name="clients" value="3""#),
+        "{refused}"
+    );
+
+    let events =
+        events_until(stream, 120, |live| live["race"].is_null() && live["finished"]["outcome"] == "report")
+            .await;
+    let during: Vec<&Value> = events.iter().filter(|e| !e["race"].is_null()).collect();
+    let strategies = |e: &Value| e["race"]["strategies"].as_array().expect("strategies").clone();
+    let midway = during.iter().any(|e| {
+        strategies(e)
+            .iter()
+            .any(|s| s["stage"] == "running" && s["attempts"].as_u64().is_some_and(|n| n > 0 && n < 320))
+    });
+    assert!(midway, "progress is shown before a strategy ends: {during:?}");
+    let seen_double = during.iter().any(|e| {
+        let s = &strategies(e)[0];
+        s["stage"] == "running" && s["double_bookings"].as_i64().is_some_and(|n| n > 0)
+    });
+    assert!(seen_double, "no-lock's double bookings show while it runs, counted in the database");
+    // Counts only go up, strategy by strategy.
+    for pair in during.windows(2) {
+        for (before, after) in strategies(pair[0]).iter().zip(strategies(pair[1]).iter()) {
+            assert!(after["attempts"].as_u64() >= before["attempts"].as_u64());
+        }
+    }
+    // The last state of each strategy is what the stored report says, and the database holds.
+    let last = strategies(during.last().expect("a state while running"));
+    let id = events.last().expect("the end")["finished"]["race_id"].as_i64().expect("race id");
+    let report: Value = visitor.get(&format!("/api/v1/demo/races/{id}")).await.json().await.expect("report");
+    for (shown, result) in last.iter().zip(report["results"].as_array().expect("results")) {
+        assert_eq!(shown["stage"], "done");
+        for field in ["attempts", "confirmed", "double_bookings"] {
+            assert_eq!(shown[field], result[field], "{field}: {shown} vs {result}");
+        }
+        assert_eq!(result["double_bookings"].as_i64(), Some(beyond_capacity(&app, id_of(result))));
+    }
+    assert!(report["results"][0]["double_bookings"].as_i64() > Some(0));
+    assert_eq!(report["results"][1]["double_bookings"], 0);
+}
+
+#[actix_web::test]
+async fn a_visitor_without_an_account_may_start_the_standard_race_and_is_rationed() {
+    let app = TestApp::spawn_lab().await;
+    let visitor = app.client(0);
+    let token = visitor.csrf_token("/demo").await;
+    let started = visitor.post_form("/demo/races", &[("csrf_token", &token), ("clients", "256")]).await;
+    assert_eq!(started.status(), 303);
+    let live: Value = visitor.get("/api/v1/demo/races/live").await.json().await.expect("live");
+    assert_eq!(live["race"]["started_by"], "a visitor");
+    assert_eq!(live["race"]["clients"], 32, "a visitor gets the standard race, whatever the form says");
+    let names: Vec<&str> = live["race"]["strategies"]
+        .as_array()
+        .expect("strategies")
+        .iter()
+        .filter_map(|s| s["strategy"].as_str())
+        .collect();
+    assert_eq!(names, Strategy::ALL.map(|s| s.name()));
+    let id = race_over(&visitor).await;
+    let report: Value = visitor.get(&format!("/api/v1/demo/races/{id}")).await.json().await.expect("report");
+    for result in report["results"].as_array().expect("results") {
+        let strategy = Strategy::parse(result["strategy"].as_str().expect("name")).expect("known");
+        if strategy.is_correct() {
+            assert_eq!(result["double_bookings"], 0, "{result}");
+        }
+    }
+    // Visitors share one cooldown: the next visitor's race is refused, said on the page.
+    let next = app.client(0);
+    let token = next.csrf_token("/demo").await;
+    let refused = next.post_form("/demo/races", &[("csrf_token", &token)]).await;
+    assert_eq!(refused.status(), 429);
+    assert!(refused.text().await.expect("page").contains("you may start another in"));
+    assert_eq!(
+        next.post_json("/api/v1/demo/races", &json!({"strategy": "no-lock"})).await.status(),
+        401,
+        "the API still wants an account"
+    );
 }
 
 #[actix_web::test]

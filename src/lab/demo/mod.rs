@@ -17,9 +17,11 @@
 //!
 //! `strategies.rs` holds the eight, one function each; `lanes.rs` the queue and batches for
 //! clients that are threads; `race.rs` runs many clients at once and
-//! counts the damage *in the database*; `routes.rs` serves `/demo` and `/api/v1/demo/…`.
+//! counts the damage *in the database*; `live.rs` shows a running race to everyone watching;
+//! `routes.rs` serves `/demo` and `/api/v1/demo/…`.
 
 mod lanes;
+mod live;
 mod model;
 mod race;
 pub mod routes;
@@ -30,9 +32,10 @@ use actix_web::http::StatusCode;
 // What the rest of the lab (the CLI, `bench bookings`) and the tests may use; the rest is the
 // demo's own.
 pub use lanes::Lanes;
+pub use live::RaceBoard;
 pub use race::{
-    KEEP_RACES, MAX_ATTEMPTS, MAX_CLIENTS, MAX_PAUSE_MS, RaceReport, RaceSpec, StrategyResult,
-    create_resource, run as run_race,
+    KEEP_RACES, MAX_ATTEMPTS, MAX_CLIENTS, MAX_PAUSE_MS, Progress, RaceReport, RaceSpec, StrategyResult,
+    Tally, create_resource, run as run_race,
 };
 pub use strategies::{Answer, Attempt, Queue, Seen, Strategy};
 

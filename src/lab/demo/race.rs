@@ -5,6 +5,9 @@
 //! at a barrier, so all of a round's attempts start together; a client's attempt is one call of
 //! the strategy, timed from its queue (or pool checkout) to its answer.
 //!
+//! While the clients run, a reporter counts the bookings so far in the database every
+//! [`REPORT_EVERY`] and hands them to the race's watcher (the page's live view, `live.rs`).
+//!
 //! While the clients run, a bystander makes a request that needs no lock (a connection from the
 //! race's pool and `SELECT 1`) every few milliseconds and samples how many connections the
 //! clients hold: the contention that leaks out of a strategy into the rest of an app.
@@ -18,7 +21,7 @@
 use std::collections::BTreeSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{NaiveDate, NaiveDateTime};
@@ -50,6 +53,9 @@ pub const TIME_CAP: Duration = Duration::from_secs(10);
 /// GET_LOCK's wait in a race: long enough for a round's queue, short enough that a leaked
 /// lock costs seconds, not minutes.
 const LOCK_WAIT: Duration = Duration::from_secs(1);
+/// How often a running strategy's bookings are counted for its watchers: a few times a second
+/// is live enough to watch, and one small query each time costs the race nothing it would show.
+const REPORT_EVERY: Duration = Duration::from_millis(250);
 /// Every demo resource has one place per day, so any second booking of a day is a double booking.
 pub const CAPACITY: i32 = 1;
 
@@ -359,18 +365,46 @@ impl RaceReport {
     }
 }
 
+/// How far one strategy of a running race has got.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    /// Attempts answered so far.
+    pub attempts: u32,
+    /// Bookings in the database so far.
+    pub confirmed: i64,
+    /// Bookings beyond capacity so far, counted in the database like the final ones.
+    pub double_bookings: i64,
+}
+
+/// What a race tells whoever watches it, from the race's own threads.
+pub enum Progress<'a> {
+    /// Strategy `index` of the spec is running and has got this far.
+    Running { index: usize, tally: Tally },
+    /// Strategy `index` has finished.
+    Done { index: usize, result: &'a StrategyResult },
+}
+
+/// A race's watcher: called a few times a second per strategy, so it must be quick.
+pub type Watch<'a> = &'a (dyn Fn(Progress<'_>) + Sync);
+
 /// Runs every strategy of `spec`, one after the other, and stores the report. Blocks for up to
-/// [`TIME_CAP`] per strategy: call it from `web::block` or a thread.
+/// [`TIME_CAP`] per strategy: call it from `web::block` or a thread. `watch` hears how far each
+/// strategy has got while it runs.
 pub fn run(
     pool: &DbPool,
     config: &Config,
     spec: &RaceSpec,
     started_by: &str,
+    watch: Watch<'_>,
 ) -> Result<RaceReport, DemoError> {
     let started_at = chrono::Utc::now().naive_utc();
     let mut results = Vec::with_capacity(spec.strategies.len());
-    for &strategy in &spec.strategies {
-        results.push(run_strategy(pool, config, spec, strategy)?);
+    for (index, &strategy) in spec.strategies.iter().enumerate() {
+        let result = run_strategy(pool, config, spec, strategy, &|tally| {
+            watch(Progress::Running { index, tally });
+        })?;
+        watch(Progress::Done { index, result: &result });
+        results.push(result);
     }
     let mut report = RaceReport {
         id: 0,
@@ -499,6 +533,8 @@ struct Round<'a> {
     barrier: Barrier,
     stop: AtomicBool,
     deadline: Instant,
+    /// Attempts answered so far, by all clients.
+    answered: AtomicU32,
 }
 
 fn run_strategy(
@@ -506,6 +542,7 @@ fn run_strategy(
     config: &Config,
     spec: &RaceSpec,
     strategy: Strategy,
+    report: &(dyn Fn(Tally) + Sync),
 ) -> Result<StrategyResult, DemoError> {
     let resource_id = create_resource(&mut *pool.get()?, strategy, CAPACITY)?;
     let first_day = far_day();
@@ -529,12 +566,16 @@ fn run_strategy(
         barrier: Barrier::new(spec.clients as usize),
         stop: AtomicBool::new(false),
         deadline: Instant::now() + TIME_CAP,
+        answered: AtomicU32::new(0),
     };
+    report(Tally::default());
     let started = Instant::now();
     let racing = AtomicBool::new(true);
     let (logs, bystander): (Vec<ClientLog>, Bystander) = std::thread::scope(|scope| {
         let (round, racing) = (&round, &racing);
         let bystander = scope.spawn(move || Bystander::watch(round.pool, racing));
+        // On the app's pool, not the race's: the count must not queue behind the clients.
+        scope.spawn(move || report_while_racing(pool, round, racing, report));
         let clients: Vec<_> =
             (0..spec.clients).map(|client| scope.spawn(move || run_client(round, client))).collect();
         let logs = clients.into_iter().map(|c| c.join().unwrap_or_default()).collect();
@@ -632,6 +673,7 @@ fn run_client(round: &Round<'_>, client: u32) -> ClientLog {
         let answer = std::panic::catch_unwind(AssertUnwindSafe(|| round.strategy.book(attempt, &mut seen)))
             .unwrap_or_else(|_| Err(DemoError::Internal(anyhow::anyhow!("the attempt panicked"))));
         log.latencies.push(started.elapsed());
+        round.answered.fetch_add(1, Ordering::Relaxed);
         match answer {
             Ok(Answer::Confirmed) => {}
             Ok(Answer::Full) => log.refused += 1,
@@ -649,6 +691,35 @@ fn run_client(round: &Round<'_>, client: u32) -> ClientLog {
         log.batches += seen.batches;
     }
     log
+}
+
+/// Every [`REPORT_EVERY`] while the race runs: the attempts answered and the bookings counted in
+/// the database so far. A count that fails (the pool is busy) is skipped, not waited for.
+fn report_while_racing(
+    pool: &DbPool,
+    round: &Round<'_>,
+    racing: &AtomicBool,
+    report: &(dyn Fn(Tally) + Sync),
+) {
+    let mut next = Instant::now() + REPORT_EVERY;
+    let mut last = Tally::default();
+    while racing.load(Ordering::Relaxed) {
+        if Instant::now() < next {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        next += REPORT_EVERY;
+        let mut tally = Tally { attempts: round.answered.load(Ordering::Relaxed), ..last };
+        if let Ok(damage) =
+            pool.get().map_err(DemoError::from).and_then(|mut c| count_damage(&mut c, round.resource_id))
+        {
+            (tally.confirmed, tally.double_bookings) = (damage.confirmed, damage.beyond);
+        }
+        if tally != last {
+            report(tally);
+            last = tally;
+        }
+    }
 }
 
 /// A request that needs no lock, made over and over while a race runs, on the race's pool.

@@ -1,29 +1,32 @@
 //! HTTP for the demo: `/demo` (anyone may look, a logged-in user may run), the JSON API, and
 //! `/api/v1/demo/bookings`, one booking by a correct strategy, which `haita bench` measures.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use actix_web::http::header;
+use actix_web::web::Bytes;
 use actix_web::{HttpResponse, web};
 use askama::Template;
 use chrono::NaiveDate;
 use diesel::prelude::*;
 use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
 
 use super::DemoError;
+use super::live::{Live, RaceBoard};
 use super::race::{self, RaceReport, RaceSpec};
 use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::infra::Infra;
 use crate::lab::schema::demo_bookings;
-use crate::web::error::ErrorBody;
+use crate::web::error::{AsProblem, ErrorBody, Problem};
 use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(
-    paths(race_json, race_by_id_json, book_json),
+    paths(race_json, live_json, race_by_id_json, book_json),
     tags((name = "demo", description = "The double-booking race, strategy by strategy"))
 )]
 pub struct Api;
@@ -31,55 +34,39 @@ pub struct Api;
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/demo", web::get().to(demo_page))
         .route("/demo/races", web::post().to(race_form))
+        .route("/demo/races/live", web::get().to(live_events))
+        .route("/static/race_live.js", web::get().to(live_script))
         .route("/demo/code/{strategy}", web::get().to(code_page))
         .route("/api/v1/demo/races", web::post().to(race_json))
+        .route("/api/v1/demo/races/live", web::get().to(live_json))
         .route("/api/v1/demo/races/{id}", web::get().to(race_by_id_json))
         .route("/api/v1/demo/bookings", web::post().to(book_json));
 }
 
-/// One race at a time per instance: a race opens up to `POOL_SIZE` extra connections and
-/// hundreds of threads. Registered once per app in `Application::build`, shared by its workers.
-#[derive(Default)]
-pub struct RaceSlot {
-    running: AtomicBool,
-}
+/// Who a race started from the page without logging in is recorded as (and cooled down as):
+/// in `DEMO_MODE` a first visitor may watch the standard race before making an account.
+const VISITOR: &str = "a visitor";
 
-/// Proof that this request runs the instance's race; frees the slot when dropped, also when the
-/// browser has gone away and the race finished without anyone waiting for it.
-struct RaceTicket(web::Data<RaceSlot>);
-
-impl RaceTicket {
-    fn take(slot: &web::Data<RaceSlot>) -> Result<Self, DemoError> {
-        slot.running
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .map(|_| Self(slot.clone()))
-            .map_err(|_| DemoError::RaceRunning)
-    }
-}
-
-impl Drop for RaceTicket {
-    fn drop(&mut self) {
-        self.0.running.store(false, Ordering::Release);
-    }
-}
-
-async fn run_race(
+/// Starts a race of `spec` for `who` on a blocking thread, once the user's cooldown and the
+/// instance's race slot allow it. Await the handle for the report, or drop it: the race runs to
+/// its end either way and frees the slot when it does.
+async fn start_race(
     state: &AppState,
-    slot: &web::Data<RaceSlot>,
-    user: &SessionUser,
+    board: &web::Data<RaceBoard>,
+    who: String,
     spec: RaceSpec,
-) -> Result<RaceReport, DemoError> {
-    let ticket = RaceTicket::take(slot)?;
-    let (pool, config, who) = (state.pool.clone(), state.config.clone(), user.username.clone());
-    blocking(move || {
-        if let Some(left) = race::cooldown_left(&mut *pool.get()?, &who)? {
-            return Err(DemoError::CoolingDown(left.as_secs().max(1)));
-        }
-        let report = race::run(&pool, &config, &spec, &who);
-        drop(ticket);
+) -> Result<JoinHandle<Result<RaceReport, DemoError>>, DemoError> {
+    let (pool, asked_for) = (state.pool.clone(), who.clone());
+    if let Some(left) = blocking(move || race::cooldown_left(&mut *pool.get()?, &asked_for)).await? {
+        return Err(DemoError::CoolingDown(left.as_secs().max(1)));
+    }
+    let ticket = RaceBoard::take(board, &spec, &who)?;
+    let (pool, config) = (state.pool.clone(), state.config.clone());
+    Ok(actix_web::rt::task::spawn_blocking(move || {
+        let report = race::run(&pool, &config, &spec, &who, &|progress| ticket.progress(progress));
+        ticket.end(&report);
         report
-    })
-    .await
+    }))
 }
 
 // ---- HTML -------------------------------------------------------------------------------
@@ -111,9 +98,52 @@ struct DemoPage {
     report: Option<RaceReport>,
     bars: Vec<Bar>,
     chart_height: u32,
-    defaults: (u32, u32, u32),
+    /// This instance's race in progress, if any, and how the last one ended.
+    live: Live,
+    form: RaceForm,
+    /// Why the form's race was not started, said above the form.
+    refused: Option<String>,
     limits: (u32, u32, u32),
     time_cap_secs: u64,
+}
+
+/// The race form as typed, kept when the race is refused so that nothing is typed twice.
+struct RaceForm {
+    strategies: Vec<String>,
+    clients: String,
+    attempts: String,
+    pause_ms: String,
+}
+
+impl RaceForm {
+    fn defaults() -> Self {
+        Self {
+            strategies: Strategy::ALL.iter().map(|s| s.name().to_string()).collect(),
+            clients: race::DEFAULT_CLIENTS.to_string(),
+            attempts: race::DEFAULT_ATTEMPTS.to_string(),
+            pause_ms: race::DEFAULT_PAUSE_MS.to_string(),
+        }
+    }
+
+    fn typed(fields: &[(String, String)]) -> Self {
+        let field = |name: &str| -> String {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.chars().take(20).collect())
+                .unwrap_or_default()
+        };
+        Self {
+            strategies: fields.iter().filter(|(k, _)| k == "strategy").map(|(_, v)| v.clone()).collect(),
+            clients: field("clients"),
+            attempts: field("attempts"),
+            pause_ms: field("pause_ms"),
+        }
+    }
+
+    fn ticks(&self, name: &str) -> bool {
+        self.strategies.iter().any(|s| s == name)
+    }
 }
 
 const ROW: u32 = 30;
@@ -162,9 +192,22 @@ async fn demo_page(
     ctx: PageContext,
     query: web::Query<RaceQuery>,
     state: web::Data<AppState>,
+    board: web::Data<RaceBoard>,
 ) -> actix_web::Result<HttpResponse> {
-    let (pool, id) = (state.pool.clone(), query.race);
-    let report = blocking(move || race::load(&mut *pool.get()?, id)).await?;
+    render_demo_page(ctx, &state, &board, query.race, RaceForm::defaults(), None).await
+}
+
+/// The page, with the race `race` (or the latest), and a refused race's form and reason.
+async fn render_demo_page(
+    ctx: PageContext,
+    state: &AppState,
+    board: &RaceBoard,
+    race: Option<i64>,
+    form: RaceForm,
+    refused: Option<Problem>,
+) -> actix_web::Result<HttpResponse> {
+    let pool = state.pool.clone();
+    let report = blocking(move || race::load(&mut *pool.get()?, race)).await?;
     let bars = report.as_ref().map(bars).unwrap_or_default();
     let page = DemoPage {
         ctx,
@@ -174,11 +217,20 @@ async fn demo_page(
         chart_height: 40 + ROW * u32::try_from(bars.len()).unwrap_or(0),
         bars,
         report,
-        defaults: (race::DEFAULT_CLIENTS, race::DEFAULT_ATTEMPTS, race::DEFAULT_PAUSE_MS),
+        live: board.now(),
+        form,
+        refused: refused.as_ref().map(|p| p.message.clone()),
         limits: (race::MAX_CLIENTS, race::MAX_ATTEMPTS, race::MAX_PAUSE_MS),
         time_cap_secs: race::TIME_CAP.as_secs(),
     };
-    Ok(html(&page)?)
+    let mut response = html(&page)?;
+    if let Some(problem) = refused {
+        *response.status_mut() = problem.status;
+        if let Some(secs) = problem.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+    }
+    Ok(response)
 }
 
 /// The form sends one `strategy` field per ticked box, so it is read as pairs.
@@ -196,15 +248,70 @@ fn spec_from_form(fields: &[(String, String)]) -> Result<RaceSpec, DemoError> {
     RaceSpec::parse(&names, number("clients")?, number("attempts")?, number("pause_ms")?)
 }
 
+/// Starts a race and sends the browser to watch it (`#live`). A logged-in user races what the
+/// form asks; a visitor (the page offers them one button) the standard race of every strategy.
+/// A race the form may not start (bad numbers, another race running, too soon after the user's
+/// last one) is answered on the page itself, with the form as typed.
 async fn race_form(
-    user: SessionUser,
+    ctx: PageContext,
     CsrfForm(fields): CsrfForm<Vec<(String, String)>>,
     state: web::Data<AppState>,
-    slot: web::Data<RaceSlot>,
+    board: web::Data<RaceBoard>,
 ) -> actix_web::Result<HttpResponse> {
-    let spec = spec_from_form(&fields)?;
-    let report = run_race(&state, &slot, &user, spec).await?;
-    Ok(see_other(&format!("/demo?race={}#results", report.id)))
+    let started = match &ctx.user {
+        Some(user) => match spec_from_form(&fields) {
+            Ok(spec) => start_race(&state, &board, user.username.clone(), spec).await,
+            Err(invalid) => Err(invalid),
+        },
+        None => match RaceSpec::parse(&["all"], None, None, None) {
+            Ok(spec) => start_race(&state, &board, VISITOR.to_string(), spec).await,
+            Err(e) => Err(e),
+        },
+    };
+    match started {
+        Ok(_running) => Ok(see_other("/demo#live")),
+        Err(refused @ (DemoError::Invalid { .. } | DemoError::RaceRunning | DemoError::CoolingDown(_))) => {
+            let form = if ctx.user.is_some() { RaceForm::typed(&fields) } else { RaceForm::defaults() };
+            render_demo_page(ctx, &state, &board, None, form, Some(refused.problem())).await
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// The race in progress as server-sent events: the state now, then every change, for as long as
+/// the page is open (with a comment line every [`STILL_HERE`], so that proxies keep the
+/// connection). Each event's data is a [`Live`], the same JSON as `/api/v1/demo/races/live`.
+async fn live_events(board: web::Data<RaceBoard>) -> HttpResponse {
+    let first = true;
+    let events = futures_util::stream::unfold((board.subscribe(), first), |(mut states, first)| async move {
+        if !first {
+            match tokio::time::timeout(STILL_HERE, states.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return None, // the board is gone: the app is stopping
+                Err(_) => return Some((Ok(Bytes::from_static(b": still here\n\n")), (states, false))),
+            }
+        }
+        let live = states.borrow_and_update().clone();
+        let data = serde_json::to_string(&live).map_err(actix_web::error::ErrorInternalServerError);
+        Some((data.map(|json| Bytes::from(format!("data: {json}\n\n"))), (states, false)))
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        // Compression would hold events back until a block fills.
+        .insert_header((header::CONTENT_ENCODING, "identity"))
+        .streaming(events)
+}
+
+/// How often an idle event stream says it is still there.
+const STILL_HERE: Duration = Duration::from_secs(15);
+
+/// The progress script of the page (`EventSource` on `/demo/races/live`).
+async fn live_script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .body(include_str!("../../../static/race_live.js"))
 }
 
 #[derive(Template)]
@@ -254,17 +361,29 @@ async fn race_json(
     user: SessionUser,
     body: web::Json<RaceRequest>,
     state: web::Data<AppState>,
-    slot: web::Data<RaceSlot>,
+    board: web::Data<RaceBoard>,
 ) -> Result<HttpResponse, DemoError> {
     let names: Vec<&str> = match &body.strategy {
         StrategyChoice::One(name) => vec![name.as_str()],
         StrategyChoice::Many(names) => names.iter().map(String::as_str).collect(),
     };
     let spec = RaceSpec::parse(&names, body.clients, body.attempts, body.pause_ms)?;
-    let report = run_race(&state, &slot, &user, spec).await?;
+    let running = start_race(&state, &board, user.username.clone(), spec).await?;
+    let report = running.await.map_err(|e| anyhow::anyhow!("the race's thread failed: {e}"))??;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/api/v1/demo/races/{}", report.id)))
         .json(report))
+}
+
+/// This instance's race in progress (how far each strategy has got: attempts, bookings and double
+/// bookings so far, counted in the database), and how the last one ended. `/demo/races/live`
+/// streams the same as server-sent events.
+#[utoipa::path(get, path = "/api/v1/demo/races/live", tag = "demo",
+    responses((status = 200, description = "`race`: the race running now or null, with `strategies` (`stage`: \
+                waiting, running or done; `attempts`, `confirmed`, `double_bookings` so far); `finished`: \
+                `{outcome: report, race_id}` or `{outcome: failed, message}` for the last race")))]
+async fn live_json(board: web::Data<RaceBoard>) -> HttpResponse {
+    HttpResponse::Ok().json(board.now())
 }
 
 /// A stored race report.
@@ -285,7 +404,7 @@ async fn race_by_id_json(
 pub const MAX_BOOKINGS_PER_DEMO_RESOURCE: i64 = 500;
 
 /// The demo's operations that need no session (see `openapi::PUBLIC`): anyone may look at a race.
-pub const PUBLIC: &[(&str, &str)] = &[("get", "/api/v1/demo/races/{id}")];
+pub const PUBLIC: &[(&str, &str)] = &[("get", "/api/v1/demo/races/{id}"), ("get", "/api/v1/demo/races/live")];
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[schema(as = DemoBookRequest)]

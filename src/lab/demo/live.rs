@@ -1,0 +1,200 @@
+//! The race in progress, for everyone who has `/demo` open while it runs.
+//!
+//! One race runs at a time per instance: [`RaceBoard::take`] hands out the one [`RaceTicket`].
+//! While the race runs, its reporter (`race.rs`) tells the ticket how far each strategy has got,
+//! and the ticket publishes that on a `tokio::sync::watch` channel. `GET /demo/races/live`
+//! streams each new state to the page as a server-sent event, so every visitor of the page (not
+//! only the one who started the race) sees the counts move, the run button held, and the result
+//! when it is in.
+//!
+//! The state lives in this instance's memory: behind a load balancer, a visitor sees the races of
+//! the instance that answers them. A watcher costs an open response and nothing else: no thread,
+//! no connection, no query.
+
+use actix_web::web;
+use chrono::NaiveDateTime;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::DemoError;
+use super::race::{Progress, RaceReport, RaceSpec, Tally};
+use super::strategies::Strategy;
+
+/// What `/demo` shows of this instance's races right now.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Live {
+    /// Counts up with every change, so a page can tell a newer state from the one it shows.
+    pub seq: u64,
+    /// The race running now, if any.
+    pub race: Option<LiveRace>,
+    /// How the last race this instance ran ended.
+    pub finished: Option<Finished>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveRace {
+    pub started_by: String,
+    #[serde(with = "crate::web::utc")]
+    pub started_at: NaiveDateTime,
+    pub clients: u32,
+    pub attempts: u32,
+    pub pause_ms: u32,
+    pub strategies: Vec<LiveStrategy>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveStrategy {
+    pub strategy: Strategy,
+    pub stage: Stage,
+    #[serde(flatten)]
+    pub tally: Tally,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Waiting,
+    Running,
+    Done,
+}
+
+impl Stage {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Running => "running",
+            Self::Done => "done",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Finished {
+    /// The report is stored: `/demo?race={race_id}`.
+    Report { race_id: i64 },
+    /// The race stopped without a report, and why (in words for the page).
+    Failed { message: String },
+}
+
+/// One per instance, shared by its workers (registered in `Application::build`).
+pub struct RaceBoard {
+    state: watch::Sender<Live>,
+}
+
+impl Default for RaceBoard {
+    fn default() -> Self {
+        Self { state: watch::Sender::new(Live::default()) }
+    }
+}
+
+impl RaceBoard {
+    /// The instance's race slot, for a race of `spec` started by `started_by`; refused while
+    /// another race runs. The check and the claim are one step under the channel's lock.
+    pub fn take(board: &web::Data<Self>, spec: &RaceSpec, started_by: &str) -> Result<RaceTicket, DemoError> {
+        let mut taken = false;
+        board.state.send_if_modified(|live| {
+            if live.race.is_some() {
+                return false;
+            }
+            live.seq += 1;
+            live.race = Some(LiveRace {
+                started_by: started_by.to_string(),
+                started_at: chrono::Utc::now().naive_utc(),
+                clients: spec.clients,
+                attempts: spec.attempts,
+                pause_ms: spec.pause_ms,
+                strategies: spec
+                    .strategies
+                    .iter()
+                    .map(|&strategy| LiveStrategy {
+                        strategy,
+                        stage: Stage::Waiting,
+                        tally: Tally::default(),
+                    })
+                    .collect(),
+            });
+            taken = true;
+            true
+        });
+        if taken {
+            Ok(RaceTicket { board: board.clone(), ended: false })
+        } else {
+            Err(DemoError::RaceRunning)
+        }
+    }
+
+    /// The state now.
+    pub fn now(&self) -> Live {
+        self.state.borrow().clone()
+    }
+
+    /// Every state from now on, starting with this one.
+    pub fn subscribe(&self) -> watch::Receiver<Live> {
+        self.state.subscribe()
+    }
+}
+
+/// Proof that its holder runs the instance's race. Dropping it frees the slot, also when the race
+/// failed or panicked, or the browser that started it has gone away.
+pub struct RaceTicket {
+    board: web::Data<RaceBoard>,
+    ended: bool,
+}
+
+impl RaceTicket {
+    /// The race's [`super::race::Watch`]: publishes each strategy's progress.
+    pub fn progress(&self, progress: Progress<'_>) {
+        self.board.state.send_modify(|live| {
+            live.seq += 1;
+            let Some(race) = live.race.as_mut() else { return };
+            let (index, stage, tally) = match progress {
+                Progress::Running { index, tally } => (index, Stage::Running, tally),
+                Progress::Done { index, result } => (
+                    index,
+                    Stage::Done,
+                    Tally {
+                        attempts: result.attempts,
+                        confirmed: result.confirmed,
+                        double_bookings: result.double_bookings,
+                    },
+                ),
+            };
+            if let Some(entry) = race.strategies.get_mut(index) {
+                (entry.stage, entry.tally) = (stage, tally);
+            }
+        });
+    }
+
+    /// Frees the slot and tells the watchers how the race ended.
+    pub fn end(mut self, outcome: &Result<RaceReport, DemoError>) {
+        self.ended = true;
+        let finished = match outcome {
+            Ok(report) => Finished::Report { race_id: report.id },
+            Err(e) => Finished::Failed { message: stopped(e) },
+        };
+        self.clear(finished);
+    }
+
+    fn clear(&self, finished: Finished) {
+        self.board.state.send_modify(|live| {
+            live.seq += 1;
+            live.race = None;
+            live.finished = Some(finished);
+        });
+    }
+}
+
+impl Drop for RaceTicket {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.clear(Finished::Failed { message: "The race stopped before it finished.".into() });
+        }
+    }
+}
+
+/// Why a race stopped, for the page: the problem's message, which never carries internals.
+fn stopped(e: &DemoError) -> String {
+    use crate::web::error::AsProblem;
+    format!("The race stopped: {}", e.problem().message)
+}
