@@ -164,6 +164,12 @@ impl EditPage {
     fn error(&self, field: &str) -> Option<&str> {
         self.errors.iter().find(|(f, _)| *f == field).map(|(_, why)| why.as_str())
     }
+
+    fn marks(&self, field: &str) -> String {
+        let in_error: Vec<&str> =
+            ["name", "description", "price"].into_iter().filter(|f| self.error(f).is_some()).collect();
+        crate::web::input::field_marks(field, &in_error)
+    }
 }
 
 #[derive(Template)]

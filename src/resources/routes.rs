@@ -139,6 +139,12 @@ impl EditPage {
     fn error_for(&self, field: &str) -> Option<&str> {
         self.errors.iter().find(|e| e.field == field).map(|e| e.message.as_str())
     }
+
+    fn marks(&self, field: &str) -> String {
+        let in_error: Vec<&str> =
+            ["name", "description", "capacity"].into_iter().filter(|f| self.error_for(f).is_some()).collect();
+        crate::web::input::field_marks(field, &in_error)
+    }
 }
 
 /// Shown to everyone who does not hold the lock — and to a holder whose save was refused, with

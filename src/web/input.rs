@@ -82,3 +82,39 @@ mod tests {
         assert!(FIRST_DAY.checked_sub_days(step).is_some());
     }
 }
+
+/// The attributes that mark the form field `field` when it is in error: `aria-invalid`, the
+/// message that describes it (the element `{field}-error`), and `autofocus` on the first field
+/// in error, so that the focus lands where there is something to fix. `in_error` lists the
+/// fields in error in the order the form shows them. Markup for `|safe`: a field name that is
+/// not a plain identifier (never the case: templates pass their own literals) gives nothing.
+pub fn field_marks(field: &str, in_error: &[&str]) -> String {
+    let plain = !field.is_empty() && field.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+    match in_error.iter().position(|f| *f == field) {
+        Some(at) if plain => format!(
+            r#" aria-invalid="true" aria-describedby="{field}-error"{}"#,
+            if at == 0 { " autofocus" } else { "" }
+        ),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod field_marks_tests {
+    use super::field_marks;
+
+    #[test]
+    fn only_fields_in_error_are_marked_and_only_the_first_takes_the_focus() {
+        let in_error = ["description", "capacity"];
+        assert_eq!(field_marks("name", &in_error), "");
+        assert_eq!(
+            field_marks("description", &in_error),
+            r#" aria-invalid="true" aria-describedby="description-error" autofocus"#
+        );
+        assert_eq!(
+            field_marks("capacity", &in_error),
+            r#" aria-invalid="true" aria-describedby="capacity-error""#
+        );
+        assert_eq!(field_marks("x\" onfocus=\"", &["x\" onfocus=\""]), "", "never markup from a name");
+    }
+}

@@ -70,6 +70,8 @@ pub struct PageContext {
     pub csrf_token: String,
     /// The lab is built in and `DEMO_MODE=1`: pages may link to `/demo`.
     pub demo: bool,
+    /// The path asked for, so that the menu can mark the page it is on.
+    pub path: String,
 }
 
 impl PageContext {
@@ -95,7 +97,14 @@ impl PageContext {
 
     /// A page context for a request that has a session but no logged-in user yet.
     pub fn anonymous(req: &HttpRequest, csrf_token: String) -> Self {
-        Self { user: None, csrf_token, demo: demo_served(req) }
+        Self { user: None, csrf_token, demo: demo_served(req), path: req.path().to_string() }
+    }
+
+    /// ` aria-current="page"` for the menu's link to `href` when it is the page shown, so that a
+    /// screen reader says "current page" and the style can mark it. Markup, for `|safe`: only
+    /// the fixed attribute or nothing, never request text.
+    pub fn current(&self, href: &str) -> &'static str {
+        if self.path == href { r#" aria-current="page""# } else { "" }
     }
 }
 
@@ -115,7 +124,7 @@ impl FromRequest for PageContext {
                 Err(other) => return Err(other),
             };
             let csrf_token = csrf::token(&req.get_session())?;
-            Ok(Self { user, csrf_token, demo: demo_served(&req) })
+            Ok(Self { user, csrf_token, demo: demo_served(&req), path: req.path().to_string() })
         })
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests: a real MariaDB/MySQL, a real HTTP server, real clients.
 //! Each test creates its own database (see `common::TestDb`), so they run in parallel.
 
+mod accessibility;
 mod admin;
 mod auth;
 mod bad_input;

@@ -1,16 +1,13 @@
 //! Every page on a phone (390 × 844 CSS pixels, in headless Chromium): nothing scrolls sideways.
 //! Wide tables scroll inside their own box; the page itself is never wider than the screen.
 
-use std::time::Duration;
-
 use fantoccini::Client;
+#[cfg(feature = "lab")]
 use haita::auth::Role;
-use haita::batch::closure::Closure;
-use haita::batch::guard::BatchLock;
-use haita::batch::{self as batch_job, Policy};
 
 use crate::common::TestApp;
 use crate::common::browser::{Chromedriver, log_in};
+use crate::common::pages::every_page;
 
 /// How much wider than the screen the page at `url` is, in CSS pixels (0 when it fits), and
 /// the widest element sticking out, to say what to fix.
@@ -45,62 +42,9 @@ async fn at_phone_width(driver: &mut Chromedriver) -> Client {
 #[actix_web::test]
 async fn no_page_scrolls_sideways_on_a_phone_for_any_role() {
     let app = TestApp::spawn().await;
-    let room = app.resource("Meeting room with a rather long name, second floor, east wing", 3);
-    let product = app.product("KYUSU-TOKONAME-RED-CLAY", 4800, 20);
-    let root = app.user("root", Role::Admin);
-    app.user("carol", Role::Staff);
-    let alice_user = app.user("alice", Role::Customer);
-    let day = crate::common::future_day();
-    // Something in every table: a booking, an order, an edit lock, a batch run, audit events.
-    let alice = app.client(0);
-    alice.login(&alice_user).await;
-    assert_eq!(alice.book(room, day).await.status(), 201);
-    assert_eq!(alice.order(&[(product, 2)]).await.status(), 201);
-    let closing = Closure {
-        from: day + chrono::Days::new(1),
-        to: day + chrono::Days::new(2),
-        reason: "Repainting the walls and replacing the carpet".into(),
-        resources: vec![room],
-        policy: Policy::Wait,
-        by: root.id,
-        wait: Duration::from_secs(5),
-        throttle: Duration::ZERO,
-        report_dir: None,
-    };
-    batch_job::run(&app.db.pool, &BatchLock::Db, &closing).expect("a closure");
-
+    let pages = every_page(&app).await;
     let base = app.address().to_string();
     let mut driver = Chromedriver::start();
-    let mut pages: Vec<(&str, Vec<String>)> = vec![(
-        "anonymous",
-        vec![
-            "/".into(),
-            "/login".into(),
-            "/resources".into(),
-            format!("/resources/{room}"),
-            "/products".into(),
-        ],
-    )];
-    pages.push((
-        "alice",
-        vec![
-            format!("/resources/{room}?from={day}"),
-            "/bookings".into(),
-            "/orders".into(),
-            "/products".into(),
-        ],
-    ));
-    pages.push((
-        "carol",
-        vec![
-            format!("/resources/{room}/edit"),
-            format!("/resources/{room}/view"),
-            format!("/products/{product}/edit"),
-            "/stock/receipts".into(),
-        ],
-    ));
-    pages.push(("root", vec!["/admin/locks".into(), "/admin/audit".into(), "/admin/metrics".into()]));
-
     let mut too_wide = Vec::new();
     for (who, paths) in pages {
         let browser = at_phone_width(&mut driver).await;

@@ -4,6 +4,7 @@
 pub mod browser;
 pub mod invariants;
 pub mod own_server;
+pub mod pages;
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -1,0 +1,275 @@
+//! Accessibility, checked by a tool: axe-core (pinned in `tests/axe`, installed by
+//! `scripts/dev test`, found through `AXE_CORE_JS`) runs in headless Chromium on every page,
+//! logged out and per role, and on the pages that answer a refusal. No serious or critical
+//! violation may remain.
+//!
+//! What axe does not check is checked here on every page: a skip link first, the menu marking
+//! the page it is on (`aria-current`), a focus ring that shows, input borders of at least 3:1
+//! against their background; and on the refusals, the field in error marked `aria-invalid` and
+//! holding the focus.
+
+use std::time::Duration;
+
+use fantoccini::{Client, Locator};
+use haita::auth::Role;
+use serde_json::Value;
+
+use crate::common::TestApp;
+use crate::common::browser::{Chromedriver, log_in};
+use crate::common::pages::every_page;
+
+/// axe-core's source. Missing is a failure that says how to install it, never a skip.
+fn axe_source() -> String {
+    let path = std::env::var("AXE_CORE_JS").unwrap_or_else(|_| {
+        let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+        format!("{target}/axe/node_modules/axe-core/axe.min.js")
+    });
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("axe-core not found at {path} ({e}): scripts/dev test installs it (npm ci in target/axe)")
+    })
+}
+
+/// The serious and critical violations axe finds on the page shown, one line each.
+async fn axe_violations(browser: &Client, axe: &str) -> Vec<String> {
+    browser.execute(axe, vec![]).await.expect("axe loads");
+    let found = browser
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             axe.run(document, { resultTypes: ['violations'] })
+               .then(r => done(r.violations
+                 .filter(v => v.impact === 'serious' || v.impact === 'critical')
+                 .map(v => v.id + ' (' + v.impact + '): ' + v.help + ' at ' +
+                           v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(', '))))
+               .catch(e => done(['axe failed: ' + e]));",
+            vec![],
+        )
+        .await
+        .expect("axe runs");
+    found
+        .as_array()
+        .map(|v| v.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// What axe leaves out, as the list of what is wrong on the page shown.
+async fn own_checks(browser: &Client) -> Vec<String> {
+    let found = browser
+        .execute(
+            r#"
+            const wrong = [];
+            // WCAG relative luminance and contrast.
+            const rgb = c => (c.match(/[\d.]+/g) || []).map(Number);
+            const lum = ([r, g, b]) => [r, g, b].map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+                                                .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+            const contrast = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+            const background = el => {
+              for (; el; el = el.parentElement) {
+                const c = rgb(getComputedStyle(el).backgroundColor);
+                if (c.length === 3 || (c.length === 4 && c[3] > 0)) return c.slice(0, 3);
+              }
+              return [255, 255, 255];
+            };
+            // A skip link comes first and leads to the main content.
+            const first = document.querySelector('body a, body button, body input, body select, body textarea');
+            if (!first || first.getAttribute('href') !== '#main' || !document.getElementById('main'))
+              wrong.push('no skip link to #main first in the page');
+            // The menu marks the page it is on, and only that one.
+            for (const a of document.querySelectorAll('header nav a')) {
+              const here = a.getAttribute('href') === location.pathname;
+              if (here !== (a.getAttribute('aria-current') === 'page'))
+                wrong.push('menu link ' + a.getAttribute('href') + (here ? ' lacks' : ' has a wrong') + ' aria-current');
+            }
+            // Input borders stand out from what is around them (3:1, WCAG 1.4.11).
+            for (const el of document.querySelectorAll('input:not([type=hidden]):not([type=checkbox]):not([type=radio]), select, textarea')) {
+              if (!el.offsetParent) continue;
+              const style = getComputedStyle(el);
+              const ratio = contrast(rgb(style.borderTopColor), background(el.parentElement));
+              if (ratio < 3) wrong.push((el.name || el.tagName) + ' border ' + ratio.toFixed(2) + ':1');
+            }
+            // Focus shows: a ring of 2 px or more on a link, a button and a field.
+            for (const sel of ['main a[href]', 'main button', 'main input:not([type=hidden])']) {
+              const el = [...document.querySelectorAll(sel)].find(e => e.offsetParent);
+              if (!el) continue;
+              el.focus({ focusVisible: true });
+              const style = getComputedStyle(el);
+              const ring = style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) >= 2;
+              if (!ring) wrong.push('no visible focus ring on ' + sel);
+              el.blur();
+            }
+            return wrong;
+            "#,
+            vec![],
+        )
+        .await
+        .expect("checks run");
+    found
+        .as_array()
+        .map(|v| v.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+async fn check_page(browser: &Client, axe: &str, what: &str, problems: &mut Vec<String>) {
+    for line in axe_violations(browser, axe).await.into_iter().chain(own_checks(browser).await) {
+        problems.push(format!("{what}: {line}"));
+    }
+}
+
+/// The focused element is a field (or message) marked as in error.
+async fn focus_is_on_the_error(browser: &Client) -> String {
+    let focused = browser
+        .execute(
+            "const el = document.activeElement;
+             return [el.tagName.toLowerCase(), el.getAttribute('name') || el.id || '', el.getAttribute('aria-invalid') || ''];",
+            vec![],
+        )
+        .await
+        .expect("active element");
+    let part = |i: usize| focused[i].as_str().unwrap_or("").to_string();
+    format!("{} {} {}", part(0), part(1), part(2)).trim().to_string()
+}
+
+async fn submit(browser: &Client, css: &str) {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .expect("click");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[actix_web::test]
+async fn every_page_for_every_role_passes_axe_and_the_checks_axe_leaves_out() {
+    let app = TestApp::spawn().await;
+    let pages = every_page(&app).await;
+    let base = app.address().to_string();
+    let axe = axe_source();
+    let mut driver = Chromedriver::start();
+    let mut problems = Vec::new();
+    for (who, paths) in pages {
+        let browser = driver.browser().await;
+        if who != "anonymous" {
+            log_in(&browser, &base, who).await;
+        }
+        for path in paths {
+            browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
+            check_page(&browser, &axe, &format!("{who} {path}"), &mut problems).await;
+        }
+        browser.close().await.expect("close");
+    }
+    assert!(problems.is_empty(), "accessibility problems:\n{}", problems.join("\n"));
+}
+
+#[actix_web::test]
+async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
+    let app = TestApp::spawn().await;
+    let room = app.resource("One-place room", 1);
+    let product = app.product("KYUSU", 4800, 2);
+    app.user("alice", Role::Customer);
+    let bob = app.user("bob", Role::Customer);
+    app.user("carol", Role::Staff);
+    let day = crate::common::future_day();
+    let base = app.address().to_string();
+    let axe = axe_source();
+    let mut driver = Chromedriver::start();
+    let mut problems = Vec::new();
+
+    // A wrong password: the password field.
+    let browser = driver.browser().await;
+    browser.goto(&format!("{base}/login")).await.expect("login");
+    browser
+        .find(Locator::Css("input[name=username]"))
+        .await
+        .expect("field")
+        .send_keys("alice")
+        .await
+        .expect("type");
+    browser
+        .find(Locator::Css("input[name=password]"))
+        .await
+        .expect("field")
+        .send_keys("wrong")
+        .await
+        .expect("type");
+    submit(&browser, "main form button[type=submit]").await;
+    assert_eq!(focus_is_on_the_error(&browser).await, "input password true", "after a wrong password");
+    check_page(&browser, &axe, "login refused", &mut problems).await;
+
+    // Too many of a product: its quantity field.
+    log_in(&browser, &base, "alice").await;
+    browser.goto(&format!("{base}/products")).await.expect("products");
+    let field = format!("input[name=qty_{product}]");
+    browser.find(Locator::Css(&field)).await.expect("quantity").send_keys("5").await.expect("type");
+    submit(&browser, "main form button[type=submit]").await;
+    assert_eq!(focus_is_on_the_error(&browser).await, format!("input qty_{product} true"), "after too many");
+    check_page(&browser, &axe, "order refused", &mut problems).await;
+
+    // The last place taken by bob meanwhile: the message next to the day.
+    browser.goto(&format!("{base}/resources/{room}?from={day}")).await.expect("resource");
+    let bob_client = app.client(0);
+    bob_client.login(&bob).await;
+    assert_eq!(bob_client.book(room, day).await.status(), 201);
+    let book = format!("button[aria-label=\"Book {}\"]", day.format("%A %Y-%m-%d"));
+    submit(&browser, &book).await;
+    assert_eq!(focus_is_on_the_error(&browser).await, "p refused", "after a lost booking race");
+    check_page(&browser, &axe, "booking refused", &mut problems).await;
+    browser.close().await.expect("close");
+
+    // A resource saved with a bad capacity: the capacity field.
+    let carol = driver.browser().await;
+    log_in(&carol, &base, "carol").await;
+    carol.goto(&format!("{base}/resources/{room}/edit")).await.expect("editor");
+    let capacity = carol.find(Locator::Css("input[name=capacity]")).await.expect("capacity");
+    capacity.clear().await.expect("clear");
+    capacity.send_keys("lots").await.expect("type");
+    submit(&carol, "#save").await;
+    assert_eq!(focus_is_on_the_error(&carol).await, "input capacity true", "after a bad capacity");
+    check_page(&carol, &axe, "resource edit refused", &mut problems).await;
+    // A product saved with a bad price: the price field.
+    carol.goto(&format!("{base}/products/{product}/edit")).await.expect("product editor");
+    let price = carol.find(Locator::Css("input[name=price]")).await.expect("price");
+    price.clear().await.expect("clear");
+    price.send_keys("cheap").await.expect("type");
+    submit(&carol, "main form button[type=submit]").await;
+    assert_eq!(focus_is_on_the_error(&carol).await, "input price true", "after a bad price");
+    check_page(&carol, &axe, "product edit refused", &mut problems).await;
+    carol.close().await.expect("close");
+
+    assert!(problems.is_empty(), "accessibility problems:\n{}", problems.join("\n"));
+}
+
+/// The lab's pages in `DEMO_MODE`: the home page's first-visit path, the login page listing the
+/// demo accounts, the race demo with a race's results (to a visitor and to a user) and a
+/// strategy's code.
+#[cfg(feature = "lab")]
+#[actix_web::test]
+async fn the_demo_pages_pass_axe_too() {
+    let app = TestApp::spawn_lab().await;
+    haita::lab::seed::run(&app.db.pool).expect("demo data");
+    let racer = app.client(0);
+    racer.login(&app.user("dora", Role::Customer)).await;
+    let raced = racer
+        .post_json(
+            "/api/v1/demo/races",
+            &serde_json::json!({"strategy": ["no-lock", "named-lock"], "clients": 8}),
+        )
+        .await;
+    assert_eq!(raced.status(), 201);
+    let base = app.address().to_string();
+    let axe = axe_source();
+    let mut driver = Chromedriver::start();
+    let mut problems = Vec::new();
+    for who in ["anonymous", "dora"] {
+        let browser = driver.browser().await;
+        if who != "anonymous" {
+            log_in(&browser, &base, who).await;
+        }
+        for path in ["/", "/login", "/demo", "/demo/code/named-lock-pool-pitfall"] {
+            browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
+            check_page(&browser, &axe, &format!("{who} {path}"), &mut problems).await;
+        }
+        browser.close().await.expect("close");
+    }
+    assert!(problems.is_empty(), "accessibility problems:\n{}", problems.join("\n"));
+}

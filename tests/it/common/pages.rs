@@ -1,0 +1,80 @@
+//! Every page of the app, as each role meets it, with something in every table: the tour the
+//! phone test and the accessibility test take.
+
+use std::time::Duration;
+
+use haita::auth::Role;
+use haita::batch::closure::Closure;
+use haita::batch::guard::BatchLock;
+use haita::batch::{self as batch_job, Policy};
+
+use super::TestApp;
+
+/// Who looks ("anonymous", or the username to log in as) and the paths they open.
+pub type Tour = Vec<(&'static str, Vec<String>)>;
+
+/// Users (root, carol, alice), a long-named room with a booking and a closed day, a product with
+/// an order, and a batch run with its audit events; then every page each of them may open.
+pub async fn every_page(app: &TestApp) -> Tour {
+    let room = app.resource("Meeting room with a rather long name, second floor, east wing", 3);
+    let product = app.product("KYUSU-TOKONAME-RED-CLAY", 4800, 20);
+    let root = app.user("root", Role::Admin);
+    let carol = app.user("carol", Role::Staff);
+    let alice_user = app.user("alice", Role::Customer);
+    let day = super::future_day();
+    let alice = app.client(0);
+    alice.login(&alice_user).await;
+    assert_eq!(alice.book(room, day).await.status(), 201);
+    assert_eq!(alice.order(&[(product, 2)]).await.status(), 201);
+    let closing = Closure {
+        from: day + chrono::Days::new(1),
+        to: day + chrono::Days::new(2),
+        reason: "Repainting the walls and replacing the carpet".into(),
+        resources: vec![room],
+        policy: Policy::Wait,
+        by: root.id,
+        wait: Duration::from_secs(5),
+        throttle: Duration::ZERO,
+        report_dir: None,
+    };
+    batch_job::run(&app.db.pool, &BatchLock::Db, &closing).expect("a closure");
+    // An edit lock in the admin's list, with its force-release form.
+    let court = app.resource("Tennis court", 2);
+    let editor = app.client(0);
+    editor.login(&carol).await;
+    assert_eq!(editor.open_editor(court).await.status(), 200);
+
+    vec![
+        (
+            "anonymous",
+            vec![
+                "/".into(),
+                "/login".into(),
+                "/resources".into(),
+                format!("/resources/{room}"),
+                "/products".into(),
+                "/no-such-page".into(),
+            ],
+        ),
+        (
+            "alice",
+            vec![
+                format!("/resources/{room}?from={day}"),
+                "/bookings".into(),
+                "/orders".into(),
+                "/products".into(),
+                "/admin/locks".into(), // 403, on the layout
+            ],
+        ),
+        (
+            "carol",
+            vec![
+                format!("/resources/{room}/edit"),
+                format!("/resources/{room}/view"),
+                format!("/products/{product}/edit"),
+                "/stock/receipts".into(),
+            ],
+        ),
+        ("root", vec!["/admin/locks".into(), "/admin/audit".into(), "/admin/metrics".into()]),
+    ]
+}
