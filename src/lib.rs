@@ -16,6 +16,7 @@ pub mod config;
 pub mod db;
 pub mod deadlocks;
 pub mod edit_locks;
+pub mod i18n;
 pub mod idempotency;
 pub mod infra;
 pub mod inventory;
@@ -42,6 +43,9 @@ use askama::Template;
 use crate::config::Config;
 use crate::db::DbPool;
 use crate::web::{AppState, PageContext, error};
+
+// The pages' texts in English and Japanese (`i18n`), compiled in.
+rust_i18n::i18n!("src/i18n", fallback = "en");
 
 /// Whether this build has the lab (demo, benchmarks, demo data): pages link to `/demo` only then.
 pub const LAB: bool = cfg!(feature = "lab");
@@ -193,6 +197,7 @@ fn routes(cfg: &mut aweb::ServiceConfig, demo_mode: bool) {
         // lookup for one.
         .route("/favicon.ico", aweb::get().to(|| async { HttpResponse::NoContent().finish() }))
         .configure(auth::routes::configure)
+        .configure(i18n::configure)
         .configure(bookings::routes::configure)
         .configure(resources::routes::configure)
         .configure(admin::routes::configure)

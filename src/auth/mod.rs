@@ -54,20 +54,14 @@ impl AsProblem for AuthError {
     fn problem(&self) -> Problem {
         use StatusCode as S;
         match self {
-            Self::NotLoggedIn => Problem::new(S::UNAUTHORIZED, "not_logged_in", "Please log in first."),
-            Self::Forbidden { need, .. } => Problem::new(
-                S::FORBIDDEN,
-                "forbidden",
-                format!("This needs the {need} role, which your account does not have."),
-            ),
-            Self::BadCredentials => {
-                Problem::new(S::UNAUTHORIZED, "bad_credentials", "Wrong username or password.")
+            Self::NotLoggedIn => Problem::words(S::UNAUTHORIZED, "not_logged_in", "error.not_logged_in", &[]),
+            Self::Forbidden { need, .. } => {
+                Problem::words(S::FORBIDDEN, "forbidden", "auth.forbidden", &[("role", need.to_string())])
             }
-            Self::CsrfFailed => Problem::new(
-                S::FORBIDDEN,
-                "csrf_failed",
-                "This form has expired or did not come from this site. Reload the page and try again.",
-            ),
+            Self::BadCredentials => {
+                Problem::words(S::UNAUTHORIZED, "bad_credentials", "auth.bad_credentials", &[])
+            }
+            Self::CsrfFailed => Problem::words(S::FORBIDDEN, "csrf_failed", "error.csrf", &[]),
             Self::Invalid { field, message } => {
                 Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", format!("{field}: {message}"))
             }
@@ -78,16 +72,18 @@ impl AsProblem for AuthError {
             ),
             Self::Throttled { retry_after_secs } => Problem {
                 retry_after: Some(*retry_after_secs),
-                ..Problem::new(
+                ..Problem::words(
                     S::TOO_MANY_REQUESTS,
                     "too_many_attempts",
-                    format!("Too many login attempts; please wait {retry_after_secs} s and try again."),
+                    "auth.throttled",
+                    &[("seconds", retry_after_secs.to_string())],
                 )
             },
-            Self::HashingBusy => {
-                Problem::busy("Many people are logging in right now; please try again in a moment.")
-                    .because("hashing")
-            }
+            Self::HashingBusy => Problem {
+                retry_after: Some(1),
+                cause: "hashing",
+                ..Problem::words(S::SERVICE_UNAVAILABLE, "busy", "auth.hashing_busy", &[])
+            },
             Self::CheckFailed(problem) => problem.clone(),
             Self::Infra(e) => e.problem(),
             Self::Session(_) | Self::Hashing(_) => Problem::internal(),

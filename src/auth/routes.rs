@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::csrf::{CsrfForm, TokenOnly};
 use super::{AuthError, Role, SessionUser, service, session};
-use crate::web::error::ErrorBody;
+use crate::web::error::{AsProblem, ErrorBody};
 use crate::web::{AppState, PageContext, html, local_path, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -111,12 +111,13 @@ async fn login_form(
             start_session(&state, &session, user).await?;
             Ok(see_other(&next))
         }
-        Err(AuthError::BadCredentials) => {
+        Err(refused @ AuthError::BadCredentials) => {
+            let ctx = PageContext::anonymous(&req, super::csrf::token(&session)?);
             let page = LoginPage {
-                ctx: PageContext::anonymous(&req, super::csrf::token(&session)?),
+                error: Some(refused.problem().message_in(ctx.lang)),
+                ctx,
                 next,
                 username: form.username,
-                error: Some("Wrong username or password.".into()),
                 demo_users: demo_users(&state).await?,
             };
             let mut response = html(&page)?;

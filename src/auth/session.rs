@@ -308,10 +308,15 @@ pub fn close(conn: &mut MysqlConnection, user: &SessionUser, everywhere: bool) -
 }
 
 /// Starts a fresh cookie for the session `session_id` of `user`: renewed, cleared, with a new
-/// CSRF token, so nothing set before login (by an attacker who planted a cookie, say) survives.
+/// CSRF token, so nothing set before login (by an attacker who planted a cookie, say) survives
+/// but the language the reader picked, one of two values checked when it is read.
 pub fn log_in(session: &Session, user: &User, session_id: String) -> Result<SessionUser, AuthError> {
+    let picked = crate::i18n::Lang::picked(session);
     session.renew();
     session.clear();
+    if let Some(lang) = picked {
+        lang.keep(session).map_err(|e| AuthError::Session(e.to_string()))?;
+    }
     let ticket = Ticket { user_id: user.id, session_id };
     session.insert(TICKET_KEY, &ticket).map_err(|e| AuthError::Session(e.to_string()))?;
     super::csrf::token(session)?;

@@ -91,19 +91,24 @@ impl AsProblem for BookingError {
     fn problem(&self) -> Problem {
         use StatusCode as S;
         let invalid = |code, message: String| Problem::new(S::UNPROCESSABLE_ENTITY, code, message);
+        let said = |code, key, args: &[(&'static str, String)]| {
+            Problem::words(S::UNPROCESSABLE_ENTITY, code, key, args)
+        };
         match self {
-            Self::InvalidDate(given) => invalid(
+            Self::InvalidDate(given) => said(
                 "invalid_date",
-                format!(
-                    "{given:?} is not a date between {FIRST_DAY} and {LAST_DAY}; use YYYY-MM-DD, e.g. 2026-12-24."
-                ),
+                "booking.invalid_date",
+                &[
+                    ("given", format!("{given:?}")),
+                    ("first", FIRST_DAY.to_string()),
+                    ("last", LAST_DAY.to_string()),
+                ],
             ),
-            Self::PastDate(day) => {
-                invalid("past_date", format!("{day} is in the past; pick today or a later day."))
-            }
-            Self::TooFarAhead(day) => invalid(
+            Self::PastDate(day) => said("past_date", "booking.past_date", &[("day", day.to_string())]),
+            Self::TooFarAhead(day) => said(
                 "too_far_ahead",
-                format!("{day} is too far ahead; bookings open {} days in advance.", model::HORIZON_DAYS),
+                "booking.too_far_ahead",
+                &[("day", day.to_string()), ("days", model::HORIZON_DAYS.to_string())],
             ),
             Self::InvalidId(field) => invalid("invalid_id", format!("{field} must be a positive number.")),
             Self::InvalidRange(why) => invalid("invalid_range", why.clone()),
@@ -111,29 +116,29 @@ impl AsProblem for BookingError {
                 invalid("unknown_resource", format!("There is no resource with id {id}."))
             }
             Self::ResourceNotFound(id) => {
-                Problem::new(S::NOT_FOUND, "not_found", format!("There is no resource with id {id}."))
+                Problem::words(S::NOT_FOUND, "not_found", "booking.no_resource", &[("id", id.to_string())])
             }
             Self::ReservationNotFound => {
-                Problem::new(S::NOT_FOUND, "not_found", "You have no reservation with that id.")
+                Problem::words(S::NOT_FOUND, "not_found", "booking.no_reservation", &[])
             }
-            Self::FullyBooked { capacity } => Problem::new(
+            Self::FullyBooked { capacity } => Problem::words(
                 S::CONFLICT,
                 "fully_booked",
-                format!("That day is fully booked (all {capacity} places are taken)."),
+                "booking.fully_booked",
+                &[("capacity", capacity.to_string())],
             ),
-            Self::AlreadyBooked => Problem::new(
-                S::CONFLICT,
-                "already_booked",
-                "You have already booked this resource for that day.",
-            ),
-            Self::Closed { day, reason } => Problem::new(
+            Self::AlreadyBooked => {
+                Problem::words(S::CONFLICT, "already_booked", "booking.already_booked", &[])
+            }
+            Self::Closed { day, reason } => Problem::words(
                 S::CONFLICT,
                 "closed",
-                format!("This resource is closed on {day} ({reason}); please pick another day."),
+                "booking.closed_on",
+                &[("day", day.to_string()), ("reason", reason.clone())],
             )
             .with("reason", reason.clone()),
             Self::AlreadyCancelled => {
-                Problem::new(S::CONFLICT, "already_cancelled", "This reservation is already cancelled.")
+                Problem::words(S::CONFLICT, "already_cancelled", "booking.already_cancelled", &[])
             }
             Self::SessionEnded => crate::auth::AuthError::NotLoggedIn.problem(),
             Self::Idempotency(e) => e.problem(),

@@ -199,7 +199,7 @@ async fn book_form(
             let day = parse_day(form.date.trim());
             let from =
                 day.filter(|day| *day >= service::today()).unwrap_or_else(service::today).min(LAST_DAY);
-            let refused = Refused { day, message: problem.message, status: problem.status };
+            let refused = Refused { day, message: problem.message_in(ctx.lang), status: problem.status };
             render_resource_page(
                 &state,
                 ctx,

@@ -74,9 +74,7 @@ impl AsProblem for OrderError {
         use StatusCode as S;
         let invalid = |code, message: String| Problem::new(S::UNPROCESSABLE_ENTITY, code, message);
         match self {
-            Self::Empty => {
-                invalid("empty_order", "Choose at least one product with a quantity of 1 or more.".into())
-            }
+            Self::Empty => Problem::words(S::UNPROCESSABLE_ENTITY, "empty_order", "order.empty", &[]),
             Self::TooManyLines(max) => {
                 invalid("too_many_lines", format!("An order may contain at most {max} products."))
             }
@@ -89,18 +87,20 @@ impl AsProblem for OrderError {
                 invalid("unknown_product", format!("There is no product with id {id}."))
                     .with("product_id", *id)
             }
-            Self::InsufficientStock { product_id, name, requested, available } => Problem::new(
+            Self::InsufficientStock { product_id, name, requested, available } => Problem::words(
                 S::CONFLICT,
                 "insufficient_stock",
-                match available {
-                    0 => format!("“{name}” is out of stock (you asked for {requested})."),
-                    n => format!("Only {n} of “{name}” left; you asked for {requested}."),
-                },
+                if *available == 0 { "order.out_of_stock" } else { "order.only_left" },
+                &[
+                    ("name", name.clone()),
+                    ("requested", requested.to_string()),
+                    ("available", available.to_string()),
+                ],
             )
             .with("product_id", *product_id)
             .with("available", *available)
             .with("requested", *requested),
-            Self::NotFound(_) => Problem::new(S::NOT_FOUND, "not_found", "You have no order with that id."),
+            Self::NotFound(_) => Problem::words(S::NOT_FOUND, "not_found", "order.not_found", &[]),
             Self::Idempotency(e) => e.problem(),
             Self::Infra(e) => e.problem(),
         }

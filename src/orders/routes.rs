@@ -91,7 +91,12 @@ async fn order_form(
             let product_id = problem.details.get("product_id").and_then(serde_json::Value::as_i64);
             let mut typed = fields;
             typed.retain(|name, _| name.starts_with("qty_"));
-            let order = OrderRefused { typed, product_id, message: problem.message, status: problem.status };
+            let order = OrderRefused {
+                typed,
+                product_id,
+                message: problem.message_in(ctx.lang),
+                status: problem.status,
+            };
             render_products_page(&state, ctx, None, Some(order)).await
         }
         Err(other) => Err(other.into()),

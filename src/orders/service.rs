@@ -26,12 +26,6 @@ pub struct OrderView {
     pub lines: Vec<OrderLineView>,
 }
 
-impl OrderView {
-    pub fn total(&self) -> String {
-        crate::catalog::model::format_cents(self.total_cents)
-    }
-}
-
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OrderLineView {
     pub product_id: i64,
@@ -39,12 +33,6 @@ pub struct OrderLineView {
     pub name: String,
     pub quantity: i32,
     pub unit_price_cents: i64,
-}
-
-impl OrderLineView {
-    pub fn unit_price(&self) -> String {
-        crate::catalog::model::format_cents(self.unit_price_cents)
-    }
 }
 
 /// A placed order and how many attempts its transaction took.

@@ -16,6 +16,8 @@ use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Serialize;
 
+use crate::i18n::Lang;
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Problem {
     #[serde(skip)]
@@ -32,7 +34,14 @@ pub struct Problem {
     /// Machine-readable facts a client can act on (which product ran short, how many are left).
     #[serde(flatten)]
     pub details: serde_json::Map<String, serde_json::Value>,
+    /// The message as a text of `src/i18n/texts.yml` and its values, for a page in the reader's
+    /// language; `message` is its English.
+    #[serde(skip)]
+    pub words: Option<Box<Words>>,
 }
+
+/// A text of `src/i18n/texts.yml` and the values of its `%{name}`s.
+pub type Words = (&'static str, Vec<(&'static str, String)>);
 
 impl Problem {
     pub fn new(status: StatusCode, error: &'static str, message: impl Into<String>) -> Self {
@@ -43,6 +52,26 @@ impl Problem {
             retry_after: None,
             cause: "",
             details: serde_json::Map::new(),
+            words: None,
+        }
+    }
+
+    /// A problem whose message is the text `key` (with `%{name}` filled in from `args`), so that
+    /// a page says it in its reader's language; JSON carries the English.
+    pub fn words(
+        status: StatusCode,
+        error: &'static str,
+        key: &'static str,
+        args: &[(&'static str, String)],
+    ) -> Self {
+        Self { words: Some(Box::new((key, args.to_vec()))), ..Self::new(status, error, Lang::En.t_with(key, args)) }
+    }
+
+    /// The message in `lang`: its text when it has one, else the English.
+    pub fn message_in(&self, lang: Lang) -> String {
+        match self.words.as_deref() {
+            Some((key, args)) => lang.t_with(key, args),
+            None => self.message.clone(),
         }
     }
 
@@ -70,20 +99,12 @@ impl Problem {
         Self {
             retry_after: Some(2),
             cause: "database",
-            ..Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "The database cannot be reached right now; please try again in a few seconds.",
-            )
+            ..Self::words(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "error.unavailable", &[])
         }
     }
 
     pub fn internal() -> Self {
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "Something went wrong on our side. It has been logged; please try again.",
-        )
+        Self::words(StatusCode::INTERNAL_SERVER_ERROR, "internal", "error.internal", &[])
     }
 }
 
@@ -295,7 +316,7 @@ pub fn wants_json(req: &HttpRequest) -> bool {
 struct ErrorPage<'a> {
     ctx: super::PageContext,
     status: u16,
-    heading: &'static str,
+    heading: std::borrow::Cow<'static, str>,
     message: &'a str,
     /// The page the request came from, to go back to (a form's page keeps what was typed when
     /// the browser goes back in its history; reloading it would not).
@@ -306,24 +327,24 @@ struct ErrorPage<'a> {
 }
 
 /// What a person reads as the heading of a refusal, by status: plain words, not the protocol's.
-fn heading(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 | 422 => "Please check what you sent",
-        401 => "Please log in first",
-        403 => "Your account cannot do this",
-        404 => "Not found",
-        405 => "Not possible here",
-        409 => "That could not be done",
-        412 => "Changed while you were looking",
-        413 => "Too much at once",
-        415 => "Not a form this page understands",
-        423 => "Someone else is working on this",
-        428 => "Something is missing",
-        429 => "Too many attempts",
-        503 => "Busy right now",
-        s if s >= 500 => "Something went wrong on our side",
-        _ => "That could not be done",
-    }
+fn heading(status: StatusCode, lang: Lang) -> std::borrow::Cow<'static, str> {
+    lang.t(match status.as_u16() {
+        400 | 422 => "error.400",
+        401 => "error.401",
+        403 => "error.403",
+        404 => "error.404",
+        405 => "error.405",
+        409 => "error.409",
+        412 => "error.412",
+        413 => "error.413",
+        415 => "error.415",
+        423 => "error.423",
+        428 => "error.428",
+        429 => "error.429",
+        503 => "error.503",
+        s if s >= 500 => "error.500",
+        _ => "error.409",
+    })
 }
 
 /// `ErrorHandlers` default handler: browser requests get an HTML page in the site's layout
@@ -351,17 +372,16 @@ pub fn render_html_errors<B: 'static>(res: ServiceResponse<B>) -> actix_web::Res
     let retry_after = old.headers().get(header::RETRY_AFTER).cloned();
     Ok(ErrorHandlerResponse::Future(Box::pin(async move {
         let ctx = page_context(&req, status).await;
+        let lang = ctx.lang;
         let message = problem.as_ref().map_or_else(
             || match status {
-                StatusCode::NOT_FOUND => "There is nothing at this address.".to_string(),
-                StatusCode::PAYLOAD_TOO_LARGE => "The form you sent is too large.".to_string(),
-                StatusCode::METHOD_NOT_ALLOWED => {
-                    "This address does not accept that kind of request.".to_string()
-                }
-                s if s.is_server_error() => Problem::internal().message,
-                _ => "The request could not be handled.".to_string(),
+                StatusCode::NOT_FOUND => lang.t("error.not_found").into_owned(),
+                StatusCode::PAYLOAD_TOO_LARGE => lang.t("error.too_large").into_owned(),
+                StatusCode::METHOD_NOT_ALLOWED => lang.t("error.method").into_owned(),
+                s if s.is_server_error() => Problem::internal().message_in(lang),
+                _ => lang.t("error.other").into_owned(),
             },
-            |p| p.message.clone(),
+            |p| p.message_in(lang),
         );
         let referer = req
             .headers()
@@ -373,7 +393,7 @@ pub fn render_html_errors<B: 'static>(res: ServiceResponse<B>) -> actix_web::Res
         let page = ErrorPage {
             ctx,
             status: status.as_u16(),
-            heading: heading(status),
+            heading: heading(status, lang),
             message: &message,
             back: referer.as_deref(),
             login,

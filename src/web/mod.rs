@@ -16,6 +16,7 @@ use crate::auth::{AuthError, SessionUser, csrf};
 use crate::bookings::coalesce::Coalescer;
 use crate::config::Config;
 use crate::db::DbPool;
+use crate::i18n::Lang;
 use crate::locking::{LockError, LockName, LockQueue, Turn};
 use error::RequestError;
 
@@ -72,6 +73,10 @@ pub struct PageContext {
     pub demo: bool,
     /// The path asked for, so that the menu can mark the page it is on.
     pub path: String,
+    /// The path and query asked for: where the language switch returns to.
+    pub here: String,
+    /// The reader's language (`crate::i18n`).
+    pub lang: Lang,
 }
 
 impl PageContext {
@@ -97,7 +102,29 @@ impl PageContext {
 
     /// A page context for a request that has a session but no logged-in user yet.
     pub fn anonymous(req: &HttpRequest, csrf_token: String) -> Self {
-        Self { user: None, csrf_token, demo: demo_served(req), path: req.path().to_string() }
+        Self {
+            user: None,
+            csrf_token,
+            demo: demo_served(req),
+            path: req.path().to_string(),
+            here: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_string(),
+            lang: Lang::of(req, &req.get_session()),
+        }
+    }
+
+    /// The languages the header's switch offers: all but the page's own.
+    pub fn other_languages(&self) -> Vec<Lang> {
+        Lang::ALL.into_iter().filter(|l| *l != self.lang).collect()
+    }
+
+    /// The logged-in user's role, in the page's language.
+    pub fn role_name(&self) -> std::borrow::Cow<'static, str> {
+        use crate::auth::Role;
+        match self.user.as_ref().map(|u| u.role) {
+            Some(Role::Admin) => self.lang.t("role.admin"),
+            Some(Role::Staff) => self.lang.t("role.staff"),
+            _ => self.lang.t("role.customer"),
+        }
     }
 
     /// ` aria-current="page"` for the menu's link to `href` when it is the page shown, so that a
@@ -124,7 +151,7 @@ impl FromRequest for PageContext {
                 Err(other) => return Err(other),
             };
             let csrf_token = csrf::token(&req.get_session())?;
-            Ok(Self { user, csrf_token, demo: demo_served(&req), path: req.path().to_string() })
+            Ok(Self { user, ..Self::anonymous(&req, csrf_token) })
         })
     }
 }
