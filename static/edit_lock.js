@@ -46,9 +46,8 @@
   function showLost(message) {
     // Keep what was typed first: the person may close the tab on reading this.
     keepDraft().then(function (keptOk) {
-      lost.textContent = message + (keptOk
-        ? " Your input stays on this page and is kept as your draft: it is offered back when you open the editor again."
-        : " Your input stays on this page; if you save, it will be shown back to you.");
+      // The sentences come from the page, in its language.
+      lost.textContent = message + " " + (keptOk ? form.dataset.keptText : form.dataset.unkeptText);
       lostBox.hidden = false;
       status.hidden = true;
     });
@@ -74,7 +73,7 @@
         }
         return response.json().then(function (problem) {
           clearInterval(timer);
-          showLost(problem.message || "You no longer hold the edit lock.");
+          showLost(problem.message || form.dataset.lostText);
         });
       })
       .catch(function () { /* network blip: the next beat may succeed before the lock expires */ });

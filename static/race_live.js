@@ -11,6 +11,11 @@
   var about = document.getElementById("live-about");
   var status = document.getElementById("live-status");
   var buttons = document.querySelectorAll("button.run-race");
+  // The page's words, in its language: `%{name}` filled in here.
+  var words = live.dataset;
+  function say(text, values) {
+    return text.replace(/%\{(\w+)\}/g, function (all, name) { return name in values ? values[name] : all; });
+  }
   var running = !live.hidden;
   var said = {};
 
@@ -29,11 +34,11 @@
       var row = document.createElement("tr");
       if (s.double_bookings > 0) row.className = "bad";
       cell(row, s.strategy, "code");
-      cell(row, s.stage);
+      cell(row, words[s.stage] || s.stage);
       var progress = document.createElement("progress");
       progress.max = race.attempts;
       progress.value = s.attempts;
-      progress.setAttribute("aria-label", s.strategy + ": attempts so far");
+      progress.setAttribute("aria-label", s.strategy + ": " + words.soFar);
       cell(row, " " + s.attempts + " / " + race.attempts).prepend(progress);
       cell(row, String(s.confirmed));
       cell(row, String(s.double_bookings), "strong");
@@ -41,12 +46,12 @@
       // Said once per strategy, not on every count: the status line is read out by screen readers.
       if (s.stage === "done" && !said[s.strategy]) {
         said[s.strategy] = true;
-        status.textContent = s.strategy + " is through: " + s.confirmed + " bookings, " +
-          s.double_bookings + " double.";
+        status.textContent = say(words.through,
+          { strategy: s.strategy, confirmed: s.confirmed, double: s.double_bookings });
       }
     });
-    about.textContent = race.clients + " clients, " + race.attempts + " attempts, " + race.pause_ms +
-      " ms pause · started by " + race.started_by;
+    about.textContent = say(words.about,
+      { clients: race.clients, attempts: race.attempts, pause: race.pause_ms, who: race.started_by });
   }
 
   function hold(held) {
@@ -66,11 +71,11 @@
           if (window.haita && window.haita.showLocal) window.haita.showLocal(t);
         });
         live.hidden = true;
-        status.textContent = "Race #" + id + " is over: its results are below.";
+        status.textContent = say(words.over, { id: id });
         history.replaceState(null, "", "/demo?race=" + id + "#results");
       })
       .catch(function () {
-        status.textContent = "Race #" + id + " is over: reload the page for its results.";
+        status.textContent = say(words.reload, { id: id });
       });
   }
 

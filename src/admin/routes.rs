@@ -10,6 +10,7 @@ use super::{Admin, AdminError, Reason};
 use crate::audit::{self, AuditPage};
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::edit_locks::{EditLockKey, LockView, service as edit_locks};
+use crate::i18n::Lang;
 use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
@@ -130,21 +131,19 @@ struct LocksQuery {
 impl LocksQuery {
     /// The confirmation of the action just done, rebuilt from typed values only (never echoing
     /// free text from the URL).
-    fn done(&self) -> Option<String> {
+    fn done(&self, lang: Lang) -> Option<String> {
         if let Some(key) = self.released.as_deref().and_then(|k| EditLockKey::parse(k).ok()) {
-            return Some(format!("Released the edit lock {key}."));
+            return Some(lang.t_with("admin.done.released", [("key", key.to_string())]));
         }
         if let Some(n) = self.expired {
-            return Some(format!("Released {n} expired edit lock(s)."));
+            return Some(lang.t_with("admin.done.expired", [("n", n.to_string())]));
         }
         if let Some(run) = self.started {
-            return Some(format!("Started batch run #{run}; its progress is below."));
+            return Some(lang.t_with("admin.done.started", [("run", run.to_string())]));
         }
         self.killed.map(|id| match self.freed {
-            Some(false) => {
-                format!("Killed connection {id}; its lock was not yet seen free — reload to check.")
-            }
-            _ => format!("Killed connection {id}; its named lock is free."),
+            Some(false) => lang.t_with("admin.done.killed_not_free", [("id", id.to_string())]),
+            _ => lang.t_with("admin.done.killed", [("id", id.to_string())]),
         })
     }
 }
@@ -166,7 +165,8 @@ async fn locks_page(
         }
         None => None,
     };
-    Ok(html(&LocksPage { ctx, locks, lookup, done: query.done() })?)
+    let done = query.done(ctx.lang);
+    Ok(html(&LocksPage { ctx, locks, lookup, done })?)
 }
 
 #[derive(Deserialize)]

@@ -13,6 +13,7 @@ use diesel::prelude::*;
 use super::CatalogError;
 use super::model::{Product, format_cents};
 use crate::schema::{products, users};
+use crate::web::error::FieldError;
 
 pub const NAME_MAX_CHARS: usize = 200;
 pub const DESCRIPTION_MAX_CHARS: usize = 10_000;
@@ -26,27 +27,39 @@ pub struct ProductChanges {
     pub price_cents: i64,
 }
 
-/// Field name → what is wrong with it, for every invalid field at once.
-pub type FieldErrors = Vec<(&'static str, String)>;
+/// What is wrong with each invalid field, every one at once.
+pub type FieldErrors = Vec<FieldError>;
 
 impl ProductChanges {
     pub fn parse(name: &str, description: &str, price_cents: i64) -> Result<Self, FieldErrors> {
         let mut errors = FieldErrors::new();
         let name = name.trim();
         if name.is_empty() {
-            errors.push(("name", "must not be empty".into()));
+            errors.push(FieldError::said("name", "product.err.name_empty", &[]));
         } else if name.chars().count() > NAME_MAX_CHARS {
-            errors.push(("name", format!("must be at most {NAME_MAX_CHARS} characters")));
+            errors.push(FieldError::said(
+                "name",
+                "product.err.name_long",
+                &[("max", NAME_MAX_CHARS.to_string())],
+            ));
         }
         // Line endings are normalised so a browser's \r\n and an API client's \n compare equal.
         let description = description.replace("\r\n", "\n");
         if description.chars().count() > DESCRIPTION_MAX_CHARS {
-            errors.push(("description", format!("must be at most {DESCRIPTION_MAX_CHARS} characters")));
+            errors.push(FieldError::said(
+                "description",
+                "product.err.description_long",
+                &[("max", DESCRIPTION_MAX_CHARS.to_string())],
+            ));
         }
         if price_cents < 0 {
-            errors.push(("price_cents", "must not be negative".into()));
+            errors.push(FieldError::said("price_cents", "product.err.price_negative", &[]));
         } else if price_cents > PRICE_MAX_CENTS {
-            errors.push(("price_cents", format!("must be at most {PRICE_MAX_CENTS}")));
+            errors.push(FieldError::said(
+                "price_cents",
+                "product.err.price_high",
+                &[("max", PRICE_MAX_CENTS.to_string())],
+            ));
         }
         if errors.is_empty() {
             Ok(Self { name: name.to_string(), description, price_cents })
@@ -57,20 +70,19 @@ impl ProductChanges {
 }
 
 /// `"12.34"`, `"12"`, `"12.5"` → cents. Anything else (negatives, three decimals, words) is an
-/// error message for the price field.
-pub fn parse_price(text: &str) -> Result<i64, String> {
+/// error of the price field.
+pub fn parse_price(text: &str) -> Result<i64, FieldError> {
     let text = text.trim();
     let (units, fraction) = text.split_once('.').unwrap_or((text, ""));
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     if !digits(units) || (!fraction.is_empty() && !digits(fraction)) || fraction.len() > 2 || units.len() > 12
     {
-        return Err(format!(
-            "{:?} is not a price; write it like 12.50",
-            text.chars().take(20).collect::<String>()
-        ));
+        let given = format!("{:?}", text.chars().take(20).collect::<String>());
+        return Err(FieldError::said("price", "product.err.price_shape", &[("given", given)]));
     }
-    let units: i64 = units.parse().map_err(|_| "is too large".to_string())?;
-    let cents: i64 = format!("{fraction:0<2}").parse().map_err(|_| "is not a price".to_string())?;
+    let too_large = |_| FieldError::said("price", "product.err.price_large", &[]);
+    let units: i64 = units.parse().map_err(too_large)?;
+    let cents: i64 = format!("{fraction:0<2}").parse().map_err(too_large)?;
     Ok(units * 100 + cents)
 }
 
@@ -193,9 +205,21 @@ pub fn three_way(base: &[String; 3], mine: &ProductChanges, current: &Product) -
         theirs,
     };
     vec![
-        field("name", "Name", &base[0], mine.name.clone(), current.name.clone()),
-        field("description", "Description", &base[1], mine.description.clone(), current.description.clone()),
-        field("price", "Price", &base[2], format_cents(mine.price_cents), format_cents(current.price_cents)),
+        field("name", "product.name", &base[0], mine.name.clone(), current.name.clone()),
+        field(
+            "description",
+            "product.description",
+            &base[1],
+            mine.description.clone(),
+            current.description.clone(),
+        ),
+        field(
+            "price",
+            "product.price",
+            &base[2],
+            format_cents(mine.price_cents),
+            format_cents(current.price_cents),
+        ),
     ]
 }
 
@@ -231,7 +255,7 @@ mod tests {
     fn every_invalid_field_is_named() {
         let errors =
             ProductChanges::parse("  ", &"x".repeat(DESCRIPTION_MAX_CHARS + 1), -1).expect_err("invalid");
-        let fields: Vec<&str> = errors.iter().map(|(f, _)| *f).collect();
+        let fields: Vec<&str> = errors.iter().map(|e| e.field).collect();
         assert_eq!(fields, vec!["name", "description", "price_cents"]);
         assert!(
             ProductChanges::parse(&"名".repeat(NAME_MAX_CHARS), "", 0).is_ok(),

@@ -56,14 +56,13 @@ impl AsProblem for CatalogError {
             Self::InvalidFields(errors) => Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_fields",
-                errors.iter().map(|(field, why)| format!("{field} {why}")).collect::<Vec<_>>().join("; ")
-                    + ".",
+                errors.iter().map(|e| e.message.as_str()).collect::<Vec<_>>().join(" "),
             )
             .with(
                 "fields",
                 errors
                     .iter()
-                    .map(|(f, why)| ((*f).to_string(), serde_json::Value::from(why.clone())))
+                    .map(|e| (e.field.to_string(), serde_json::Value::from(e.message.clone())))
                     .collect::<serde_json::Map<_, _>>(),
             ),
             Self::PreconditionRequired => Problem::new(

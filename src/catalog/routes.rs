@@ -12,6 +12,7 @@ use super::service::{self, ProductWithStock};
 use super::{CatalogError, etag};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
+use crate::web::error::FieldError;
 use crate::web::error::{BODY_LIMIT, ErrorBody, json_config, respond};
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
@@ -161,8 +162,8 @@ struct EditPage {
 }
 
 impl EditPage {
-    fn error(&self, field: &str) -> Option<&str> {
-        self.errors.iter().find(|(f, _)| *f == field).map(|(_, why)| why.as_str())
+    fn error(&self, field: &str) -> Option<String> {
+        self.errors.iter().find(|e| e.field == field).map(|e| e.message_in(self.ctx.lang))
     }
 
     fn marks(&self, field: &str) -> String {
@@ -185,9 +186,9 @@ impl ConflictPage {
     fn saver(&self) -> String {
         let me = self.ctx.user.as_ref().map(|u| u.id);
         match (&self.current.saved_by, self.current.product.updated_by) {
-            (_, Some(id)) if Some(id) == me => "You (in another tab or window)".to_string(),
+            (_, Some(id)) if Some(id) == me => self.ctx.lang.t("conflict.you").into_owned(),
             (Some(name), _) => name.clone(),
-            (None, _) => "Someone".to_string(),
+            (None, _) => self.ctx.lang.t("conflict.someone").into_owned(),
         }
     }
 }
@@ -272,13 +273,14 @@ fn validate(form: &EditValues) -> Result<ProductChanges, FieldErrors> {
         (Ok(_), Ok(changes)) => Ok(changes),
         (price, parsed) => {
             let mut errors: FieldErrors = parsed.err().unwrap_or_default();
-            errors.retain(|(f, _)| *f != "price_cents" || price.is_ok());
+            errors.retain(|e| e.field != "price_cents" || price.is_ok());
             if let Err(why) = price {
-                errors.push(("price", why));
+                errors.push(why);
             }
+            // The form's field is `price`, the API's `price_cents`.
             Err(errors
                 .into_iter()
-                .map(|(f, why)| (if f == "price_cents" { "price" } else { f }, why))
+                .map(|e| FieldError { field: if e.field == "price_cents" { "price" } else { e.field }, ..e })
                 .collect())
         }
     }

@@ -27,6 +27,7 @@ use actix_web::http::StatusCode;
 
 pub use model::{EditLockKey, EditLockToken, LockView, Owner};
 
+use crate::i18n::Lang;
 use crate::infra::{Infra, infra_error};
 use crate::web::error::{AsProblem, Problem};
 
@@ -59,23 +60,33 @@ pub enum EditLockError {
 /// "Carol (carol) is editing this since 10:42:07 UTC, until 10:47:07 UTC." — the sentence shown
 /// to everyone who is not the holder.
 pub fn describe(lock: &LockView) -> String {
-    let time = |at: chrono::NaiveDateTime| at.format("%Y-%m-%d %H:%M:%S UTC");
-    let who = lock.holder_name();
-    if lock.held_by_batch {
-        format!(
-            "A batch job started by {who} holds this since {}, until {}.",
-            time(lock.acquired_at),
-            time(lock.expires_at)
-        )
+    describe_in(lock, Lang::En)
+}
+
+/// [`describe`] in `lang` (by value or, from a template, by reference).
+pub fn describe_in(lock: &LockView, lang: impl std::borrow::Borrow<Lang>) -> String {
+    let (key, args) = described(lock);
+    lang.borrow().t_with(key, args)
+}
+
+/// Who holds `lock` and until when, as a text and its values.
+fn described(lock: &LockView) -> (&'static str, Vec<(&'static str, String)>) {
+    let time = |at: chrono::NaiveDateTime| at.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    let key = if lock.held_by_batch {
+        "lock.by_batch"
     } else if lock.expired {
-        format!(
-            "{who} was editing this since {}; the lock expired at {} and may be taken over.",
-            time(lock.acquired_at),
-            time(lock.expires_at)
-        )
+        "lock.expired"
     } else {
-        format!("{who} is editing this since {}, until {}.", time(lock.acquired_at), time(lock.expires_at))
-    }
+        "lock.editing"
+    };
+    (
+        key,
+        vec![
+            ("who", lock.holder_name()),
+            ("since", time(lock.acquired_at)),
+            ("until", time(lock.expires_at)),
+        ],
+    )
 }
 
 /// Plain data as a JSON value for [`Problem::with`]; none of ours can fail to serialise.
@@ -92,10 +103,13 @@ impl AsProblem for EditLockError {
                 "invalid_key",
                 format!("{key:?} is not an edit-lock key; keys look like resource:42."),
             ),
-            Self::Locked(lock) => Problem::new(S::LOCKED, "edit_locked", describe(lock))
-                .with("holder", lock.owner_username.clone())
-                .with("expires_at", json(lock.expires_at.and_utc()))
-                .with("lock", json(lock)),
+            Self::Locked(lock) => {
+                let (key, args) = described(lock);
+                Problem::words(S::LOCKED, "edit_locked", key, &args)
+                    .with("holder", lock.owner_username.clone())
+                    .with("expires_at", json(lock.expires_at.and_utc()))
+                    .with("lock", json(lock))
+            }
             Self::TakenOver { holder, how } => Problem::new(
                 S::LOCKED,
                 "edit_locked",

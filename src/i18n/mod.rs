@@ -153,6 +153,22 @@ impl Lang {
     }
 }
 
+/// `text` made safe to put inside markup (`&`, `<`, `>`, `"`, `'`).
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// `POST /language`: the header's switch.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/language", web::post().to(switch));

@@ -181,7 +181,8 @@ pub fn save_form(
         Ok(_) => return Ok(FormSaved::Saved),
         Err(ResourceError::Invalid(errors)) => errors,
         Err(e @ ResourceError::CapacityBelowBookings { .. }) => {
-            vec![FieldError { field: "capacity", message: crate::web::error::AsProblem::problem(&e).message }]
+            let problem = crate::web::error::AsProblem::problem(&e);
+            vec![FieldError { field: "capacity", message: problem.message, words: problem.words }]
         }
         Err(ResourceError::EditLock(EditLockError::Locked(lock))) => {
             drafts::keep(conn, owner.user_id, &key, input, KEPT_WHEN_REFUSED)?;

@@ -76,13 +76,15 @@ impl AsProblem for ResourceError {
                 Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", message.join("; "))
                     .with("fields", serde_json::to_value(errors).unwrap_or_default())
             }
-            Self::CapacityBelowBookings { capacity, day, confirmed } => Problem::new(
+            Self::CapacityBelowBookings { capacity, day, confirmed } => Problem::words(
                 S::UNPROCESSABLE_ENTITY,
                 "capacity_below_bookings",
-                format!(
-                    "Capacity {capacity} is too small: {day} already has {confirmed} confirmed bookings. \
-                     Cancel bookings first or choose at least {confirmed}."
-                ),
+                "field.capacity_below_bookings",
+                &[
+                    ("capacity", capacity.to_string()),
+                    ("day", day.to_string()),
+                    ("confirmed", confirmed.to_string()),
+                ],
             )
             .with("day", day.to_string())
             .with("confirmed", *confirmed),

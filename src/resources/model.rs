@@ -42,12 +42,7 @@ pub struct NewResource<'a> {
     pub capacity: i32,
 }
 
-/// One invalid field of a form or JSON body, with the sentence a person reads.
-#[derive(Clone, Debug, Serialize)]
-pub struct FieldError {
-    pub field: &'static str,
-    pub message: String,
-}
+pub use crate::web::error::FieldError;
 
 pub const NAME_MAX: usize = 100;
 pub const DESCRIPTION_MAX: usize = 2000;
@@ -75,30 +70,35 @@ impl ResourceChanges {
     /// Every problem at once, so the form can mark each field.
     pub fn parse(input: &ResourceInput) -> Result<Self, ResourceError> {
         let mut errors = Vec::new();
-        let mut fail = |field, message: String| errors.push(FieldError { field, message });
+        let mut fail =
+            |field, key, args: &[(&'static str, String)]| errors.push(FieldError::said(field, key, args));
         let name = input.name.as_deref().map(str::trim).map(str::to_string);
         if let Some(name) = &name {
             let chars = name.chars().count();
             if chars == 0 || chars > NAME_MAX {
-                fail("name", format!("give a name of 1 to {NAME_MAX} characters"));
+                fail("name", "field.name_length", &[("max", NAME_MAX.to_string())]);
             }
         }
         let description = input.description.as_deref().map(|d| d.trim().replace("\r\n", "\n"));
         if description.as_ref().is_some_and(|d| d.chars().count() > DESCRIPTION_MAX) {
-            fail("description", format!("at most {DESCRIPTION_MAX} characters"));
+            fail("description", "field.too_long", &[("max", DESCRIPTION_MAX.to_string())]);
         }
         let capacity = match input.capacity.as_deref().map(str::trim) {
             None => None,
             Some(text) => match text.parse::<i32>() {
                 Ok(n) if (1..=CAPACITY_MAX).contains(&n) => Some(n),
                 _ => {
-                    fail("capacity", format!("a whole number from 1 to {CAPACITY_MAX}, not {:?}", cut(text)));
+                    fail(
+                        "capacity",
+                        "field.capacity",
+                        &[("max", CAPACITY_MAX.to_string()), ("given", format!("{:?}", cut(text)))],
+                    );
                     None
                 }
             },
         };
         if input.name.is_none() && input.description.is_none() && input.capacity.is_none() {
-            fail("body", "nothing to change: send name, description or capacity".into());
+            fail("body", "field.nothing_to_change", &[]);
         }
         if errors.is_empty() {
             Ok(Self { name, description, capacity })

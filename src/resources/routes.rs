@@ -136,8 +136,13 @@ struct EditPage {
 }
 
 impl EditPage {
-    fn error_for(&self, field: &str) -> Option<&str> {
-        self.errors.iter().find(|e| e.field == field).map(|e| e.message.as_str())
+    /// A draft's reason, as text inside a sentence of markup.
+    fn escaped(&self, text: &str) -> String {
+        crate::i18n::escape_html(text)
+    }
+
+    fn error_for(&self, field: &str) -> Option<String> {
+        self.errors.iter().find(|e| e.field == field).map(|e| e.message_in(self.ctx.lang))
     }
 
     fn marks(&self, field: &str) -> String {
@@ -167,7 +172,7 @@ struct LockedPage {
 
 impl LockedPage {
     fn describe(&self) -> Option<String> {
-        self.lock.as_ref().map(crate::edit_locks::describe)
+        self.lock.as_ref().map(|lock| crate::edit_locks::describe_in(lock, self.ctx.lang))
     }
 
     /// Offer to take the lock: nobody holds it, or the holder's lock expired (not a batch's).
@@ -241,13 +246,9 @@ fn render_opened(
 ) -> actix_web::Result<HttpResponse> {
     match opened {
         Opened::Editing(resource, lock, draft) => {
-            let notice = input.as_ref().map(|_| {
-                format!(
-                    "Your unsaved input is restored below. Check it against the current values \
-                     (version {}) before saving.",
-                    resource.version
-                )
-            });
+            let notice = input
+                .as_ref()
+                .map(|_| ctx.lang.t_with("edit.restored", [("version", resource.version.to_string())]));
             let input = input.unwrap_or_else(|| values_of(&resource));
             // Offered unless the form shows it already, or it holds nothing the record lacks.
             let draft = draft.filter(|d| d.fields != input && d.fields != values_of(&resource));
@@ -492,18 +493,13 @@ async fn save_form(
         FormSaved::Refused { resource, lock, last_event } => {
             let refused = Some(match &lock {
                 Some(mine) if mine.is_owned_by(&owner) && mine.epoch != lock_epoch => {
-                    "Your changes were NOT saved: the edit lock this page was opened under was ended \
-                     and taken again since (in another tab or window). Reopen the editor to see the \
-                     current state."
-                        .to_string()
+                    ctx.lang.t("locked.refused.superseded").into_owned()
                 }
-                Some(other) if !other.expired => format!(
-                    "Your changes were NOT saved: your edit lock was taken over. {}",
-                    crate::edit_locks::describe(other)
+                Some(other) if !other.expired => ctx.lang.t_with(
+                    "locked.refused.taken_over",
+                    [("holder", crate::edit_locks::describe_in(other, ctx.lang))],
                 ),
-                _ => "Your changes were NOT saved: you no longer hold the edit lock (it expired, or an \
-                      administrator or a batch job ended it: the last lock event below says which)."
-                    .to_string(),
+                _ => ctx.lang.t("locked.refused.not_held").into_owned(),
             });
             // The input is kept as a draft by the refusal itself (`editing::save_form`).
             let page =
@@ -711,7 +707,7 @@ fn bounded(input: ResourceInput) -> Result<ResourceInput, ResourceError> {
         ("capacity", &input.capacity, 20),
     ] {
         if too_long(value, max) {
-            errors.push(FieldError { field, message: format!("at most {max} characters") });
+            errors.push(FieldError::said(field, "field.too_long", &[("max", max.to_string())]));
         }
     }
     if errors.is_empty() { Ok(input) } else { Err(ResourceError::Invalid(errors)) }

@@ -8,7 +8,7 @@
 //! so handlers never decide between the two. A 5xx logs the whole cause chain and tells the
 //! client nothing about it.
 
-use actix_web::body::BoxBody;
+use actix_web::body::{BoxBody, EitherBody};
 use actix_web::dev::ServiceResponse;
 use actix_web::http::{StatusCode, header};
 use actix_web::middleware::ErrorHandlerResponse;
@@ -43,6 +43,31 @@ pub struct Problem {
 /// A text of `src/i18n/texts.yml` and the values of its `%{name}`s.
 pub type Words = (&'static str, Vec<(&'static str, String)>);
 
+/// One invalid field of a form or JSON body, with the sentence a person reads: in English in
+/// JSON, in the reader's language on a page.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    pub field: &'static str,
+    pub message: String,
+    #[serde(skip)]
+    pub words: Option<Box<Words>>,
+}
+
+impl FieldError {
+    /// The field `field` is wrong as the text `key` says (with `args` filled in).
+    pub fn said(field: &'static str, key: &'static str, args: &[(&'static str, String)]) -> Self {
+        Self { field, message: Lang::En.t_with(key, args), words: Some(Box::new((key, args.to_vec()))) }
+    }
+
+    /// The sentence in `lang`.
+    pub fn message_in(&self, lang: Lang) -> String {
+        match self.words.as_deref() {
+            Some((key, args)) => lang.t_with(key, args),
+            None => self.message.clone(),
+        }
+    }
+}
+
 impl Problem {
     pub fn new(status: StatusCode, error: &'static str, message: impl Into<String>) -> Self {
         Self {
@@ -64,7 +89,10 @@ impl Problem {
         key: &'static str,
         args: &[(&'static str, String)],
     ) -> Self {
-        Self { words: Some(Box::new((key, args.to_vec()))), ..Self::new(status, error, Lang::En.t_with(key, args)) }
+        Self {
+            words: Some(Box::new((key, args.to_vec()))),
+            ..Self::new(status, error, Lang::En.t_with(key, args))
+        }
     }
 
     /// The message in `lang`: its text when it has one, else the English.
@@ -347,6 +375,29 @@ fn heading(status: StatusCode, lang: Lang) -> std::borrow::Cow<'static, str> {
     })
 }
 
+/// A JSON error whose message has words ([`Problem::words`]), said in the reader's language
+/// (picked, or asked for with `Accept-Language`); `error` and every other field stay as they are.
+fn in_readers_language<B: 'static>(res: ServiceResponse<B>) -> ServiceResponse<EitherBody<B>> {
+    use actix_session::SessionExt;
+    let lang = Lang::of(res.request(), &res.request().get_session());
+    let translated = res
+        .response()
+        .extensions()
+        .get::<Problem>()
+        .filter(|p| lang != Lang::En && p.words.is_some())
+        .map(|p| Problem { message: p.message_in(lang), ..p.clone() });
+    let Some(problem) = translated else { return res.map_into_left_body() };
+    let Ok(body) = serde_json::to_string(&problem) else { return res.map_into_left_body() };
+    let (req, old) = res.into_parts();
+    let mut answer = HttpResponse::build(old.status());
+    for (name, value) in old.headers() {
+        if name != header::CONTENT_LENGTH {
+            answer.append_header((name.clone(), value.clone()));
+        }
+    }
+    ServiceResponse::new(req, answer.body(body)).map_into_right_body()
+}
+
 /// `ErrorHandlers` default handler: browser requests get an HTML page in the site's layout
 /// (or, for a page that needs a login, a redirect to the login page); API requests keep their
 /// JSON.
@@ -356,8 +407,11 @@ pub fn render_html_errors<B: 'static>(res: ServiceResponse<B>) -> actix_web::Res
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/html"));
-    if wants_json(res.request()) || already_html {
+    if already_html {
         return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+    }
+    if wants_json(res.request()) {
+        return Ok(ErrorHandlerResponse::Response(in_readers_language(res)));
     }
     let status = res.status();
     let problem = res.response().extensions().get::<Problem>().cloned();

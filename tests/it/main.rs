@@ -19,6 +19,7 @@ mod grants;
 mod idempotency;
 mod inventory;
 mod lab_apart;
+mod languages;
 mod local_time;
 mod locking;
 mod metrics;

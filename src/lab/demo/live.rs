@@ -59,11 +59,12 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub fn label(self) -> &'static str {
+    /// The stage's text (`src/i18n/texts.yml`).
+    pub fn key(self) -> &'static str {
         match self {
-            Self::Waiting => "waiting",
-            Self::Running => "running",
-            Self::Done => "done",
+            Self::Waiting => "demo.stage.waiting",
+            Self::Running => "demo.stage.running",
+            Self::Done => "demo.stage.done",
         }
     }
 }

@@ -36,6 +36,7 @@ use super::model::{NewDemoRace, NewDemoResource};
 use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::config::Config;
 use crate::db::{self, DbPool};
+use crate::i18n::Lang;
 use crate::lab::schema::{demo_bookings, demo_races, demo_resources};
 use crate::lab::stats::percentile_ms;
 use crate::locking::Namespace;
@@ -175,110 +176,112 @@ pub struct StrategyResult {
 
 impl StrategyResult {
     fn explain(&self) -> String {
-        let n =
-            |count: i64, one: &str, many: &str| format!("{count} {}", if count == 1 { one } else { many });
+        self.explain_in(Lang::En)
+    }
+
+    /// What happened, in `lang`: the sentence stored as `verdict` is the English one, and a page
+    /// says it again in its reader's language from the same numbers.
+    pub fn explain_in(&self, lang: impl std::borrow::Borrow<Lang>) -> String {
+        let lang = *lang.borrow();
+        // "1 booking", "2 bookings": the count and its noun, in `lang`.
+        let n = |count: i64, one: &str, many: &str| {
+            lang.t_with(if count == 1 { one } else { many }, [("n", count.to_string())])
+        };
+        let bookings = |count: i64| n(count, "count.booking.one", "count.booking.many");
         let busy = if self.busy > 0 {
             format!(
-                " {} gave up on a bounded wait and would have been told 503 busy.",
-                n(self.busy.into(), "attempt", "attempts")
+                " {}",
+                lang.t_with(
+                    "verdict.busy",
+                    [("attempts", n(self.busy.into(), "count.attempt.one", "count.attempt.many"))]
+                )
             )
         } else {
             String::new()
         };
         if self.strategy.is_correct() && self.double_bookings > 0 {
-            return format!(
-                "BUG: {} beyond capacity with a strategy that should prevent it. Please report it.",
-                n(self.double_bookings, "booking", "bookings")
-            );
+            return lang.t_with("verdict.bug", [("bookings", bookings(self.double_bookings))]);
         }
+        let with_busy = |text: String| text + &busy;
         match self.strategy {
-            Strategy::NoLock if self.double_bookings > 0 => format!(
-                "{} beyond capacity on {}: the clients all counted the day as free, paused, and all \
-                 inserted — the check-then-insert race (docs/named-lock-check-then-insert.md). A \
-                 transaction alone is not a lock.",
-                n(self.double_bookings, "booking", "bookings"),
-                n(self.overbooked_days, "day", "days")
+            Strategy::NoLock if self.double_bookings > 0 => lang.t_with(
+                "verdict.no_lock",
+                [
+                    ("bookings", bookings(self.double_bookings)),
+                    ("days", n(self.overbooked_days, "count.day.one", "count.day.many")),
+                ],
             ),
-            Strategy::NoLock => "No double booking this time: the clients did not overlap. The \
-                 check-then-insert race is still there (docs/named-lock-check-then-insert.md): raise \
-                 clients or pause_ms."
-                .to_string(),
+            Strategy::NoLock => lang.t("verdict.no_lock.lucky").into_owned(),
             Strategy::NamedLockPoolPitfall
                 if self.leaked_locks + self.reentered + self.missed_releases == 0
                     && self.double_bookings == 0 =>
             {
-                "This run got lucky: every client locked and released on one session. With more \
-                 clients than pooled connections, the pitfalls of session locks on a pool show \
-                 (docs/named-lock-guard.md)."
-                    .to_string()
+                lang.t("verdict.pitfall.lucky").into_owned()
             }
-            Strategy::NamedLockPoolPitfall => format!(
-                "{} ran on a session that did not hold the lock, leaving {} held by idle pooled \
-                 sessions; {} passed a held lock because the pool handed them the holder's session. \
-                 {} Both pitfalls of session locks on a connection pool (docs/named-lock-guard.md).{}{}",
-                n(self.missed_releases.into(), "RELEASE_LOCK", "RELEASE_LOCKs"),
-                n(self.leaked_locks.into(), "lock", "locks"),
-                n(self.reentered.into(), "request", "requests"),
-                if self.double_bookings > 0 {
-                    format!(
-                        "Two of them met in check-then-insert: {} beyond capacity.",
-                        n(self.double_bookings, "booking", "bookings")
-                    )
+            Strategy::NamedLockPoolPitfall => {
+                let mut text = lang.t_with(
+                    "verdict.pitfall",
+                    [
+                        (
+                            "releases",
+                            n(self.missed_releases.into(), "count.release.one", "count.release.many"),
+                        ),
+                        ("locks", n(self.leaked_locks.into(), "count.lock.one", "count.lock.many")),
+                        ("requests", n(self.reentered.into(), "count.request.one", "count.request.many")),
+                    ],
+                );
+                text.push(' ');
+                text.push_str(&if self.double_bookings > 0 {
+                    lang.t_with("verdict.pitfall.met", [("bookings", bookings(self.double_bookings))])
                 } else {
-                    "They happened to queue on the holder's session this time, so no day was \
-                     overbooked — by luck, not by design."
-                        .to_string()
-                },
-                if self.closed_sessions.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " The leaking sessions ({}) were closed after the run.",
-                        self.closed_sessions.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
-                    )
-                },
-                busy
-            ),
-            Strategy::NamedLock => format!(
-                "No double booking: each day's GET_LOCK let one client at a time through \
-                 check-then-insert, on the connection that ran the transaction, committing before \
-                 releasing — the fix of docs/named-lock-check-then-insert.md, with the lock guard of \
-                 docs/named-lock-guard.md. The others waited in memory for their turn, so the clients \
-                 held at most {} of the pool's {} connections at once and a bystander needing no lock \
-                 waited {:.1} ms (p99) (docs/contention-in-its-lane.md).{busy}",
-                self.pool_peak_in_use, self.pool_size, self.bystander_p99_ms
-            ),
-            Strategy::NamedLockCoalesced => format!(
-                "No double booking, and {} for {}: the client at each day's lock booked the clients \
-                 queued behind it in one transaction, each with the answer it would have had alone \
-                 (docs/contention-in-its-lane.md).{busy}",
-                n(self.batches.into(), "transaction", "transactions"),
-                n(self.attempts.into(), "attempt", "attempts")
-            ),
-            Strategy::NamedLockUnqueued => format!(
-                "No double booking, but every client waiting in GET_LOCK held a pooled connection: \
-                 at the peak {} of the pool's {} connections were taken, and a bystander needing no \
-                 lock at all waited {:.1} ms (p99) for one. With a stuck holder (raise pause_ms), the \
-                 whole app waits: the per-key queue of named-lock prevents it \
-                 (docs/contention-in-its-lane.md).{busy}",
-                self.pool_peak_in_use, self.pool_size, self.bystander_p99_ms
-            ),
-            Strategy::ParentRowLock => format!(
-                "No double booking: SELECT … FOR UPDATE on the resource row queued every booking of \
-                 the resource, whatever its day — the cost of locking a parent row \
-                 (docs/named-lock-check-then-insert.md, \"What it costs\").{busy}"
-            ),
-            Strategy::UniqueSlot => format!(
-                "No double booking and no lock: {} lost slot 0 to the unique key (resource, day, slot), \
-                 re-read, and found the day full. Works only for a fixed number of places.{busy}",
-                n(self.slot_collisions.into(), "insert", "inserts")
-            ),
-            Strategy::Serializable => format!(
-                "No double booking: SERIALIZABLE made the count a shared lock, so concurrent inserts \
-                 deadlocked and InnoDB rolled all but one back; {} retried as whole transactions \
-                 (docs/row-locks-in-order.md).{busy}",
-                n(self.deadlocks_retried.into(), "deadlock was", "deadlocks were")
-            ),
+                    lang.t("verdict.pitfall.by_luck").into_owned()
+                });
+                text.push_str(&lang.t("verdict.pitfall.why"));
+                if !self.closed_sessions.is_empty() {
+                    let ids = self.closed_sessions.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+                    text.push(' ');
+                    text.push_str(&lang.t_with("verdict.pitfall.closed", [("sessions", ids)]));
+                }
+                with_busy(text)
+            }
+            Strategy::NamedLock => with_busy(lang.t_with(
+                "verdict.named_lock",
+                [
+                    ("peak", self.pool_peak_in_use.to_string()),
+                    ("pool", self.pool_size.to_string()),
+                    ("p99", format!("{:.1}", self.bystander_p99_ms)),
+                ],
+            )),
+            Strategy::NamedLockCoalesced => with_busy(lang.t_with(
+                "verdict.coalesced",
+                [
+                    (
+                        "transactions",
+                        n(self.batches.into(), "count.transaction.one", "count.transaction.many"),
+                    ),
+                    ("attempts", n(self.attempts.into(), "count.attempt.one", "count.attempt.many")),
+                ],
+            )),
+            Strategy::NamedLockUnqueued => with_busy(lang.t_with(
+                "verdict.unqueued",
+                [
+                    ("peak", self.pool_peak_in_use.to_string()),
+                    ("pool", self.pool_size.to_string()),
+                    ("p99", format!("{:.1}", self.bystander_p99_ms)),
+                ],
+            )),
+            Strategy::ParentRowLock => with_busy(lang.t("verdict.parent_row_lock").into_owned()),
+            Strategy::UniqueSlot => with_busy(lang.t_with(
+                "verdict.unique_slot",
+                [("inserts", n(self.slot_collisions.into(), "count.insert.one", "count.insert.many"))],
+            )),
+            Strategy::Serializable => with_busy(lang.t_with(
+                "verdict.serializable",
+                [(
+                    "deadlocks",
+                    n(self.deadlocks_retried.into(), "count.deadlock.one", "count.deadlock.many"),
+                )],
+            )),
         }
     }
 }

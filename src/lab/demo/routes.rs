@@ -18,6 +18,7 @@ use super::race::{self, RaceReport, RaceSpec};
 use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
+use crate::i18n::Lang;
 use crate::infra::Infra;
 use crate::lab::schema::demo_bookings;
 use crate::web::error::{AsProblem, ErrorBody, Problem};
@@ -73,7 +74,7 @@ async fn start_race(
 
 struct StrategyInfo {
     name: &'static str,
-    lines: [&'static str; 2],
+    lines: [String; 2],
     correct: bool,
 }
 
@@ -153,7 +154,7 @@ const BOOKINGS_X: u32 = 200;
 const BOOKINGS_WIDTH: f64 = 260.0;
 const LATENCY_WIDTH: f64 = 180.0;
 
-fn bars(report: &RaceReport) -> Vec<Bar> {
+fn bars(report: &RaceReport, lang: Lang) -> Vec<Bar> {
     let most_bookings = report.results.iter().map(|r| r.confirmed).max().unwrap_or(0).max(1) as f64;
     let slowest = report.results.iter().map(|r| r.p99_ms).fold(0.0_f64, f64::max).max(0.001);
     let scale = |value: f64, max: f64, width: f64| (value / max * width).round() as u32;
@@ -171,7 +172,10 @@ fn bars(report: &RaceReport) -> Vec<Bar> {
                 beyond_x: BOOKINGS_X + ok_width,
                 beyond_width: scale(r.double_bookings as f64, most_bookings, BOOKINGS_WIDTH),
                 bookings: if r.double_bookings > 0 {
-                    format!("{} ({} double)", r.confirmed, r.double_bookings)
+                    lang.t_with(
+                        "demo.chart.double",
+                        [("confirmed", r.confirmed.to_string()), ("double", r.double_bookings.to_string())],
+                    )
                 } else {
                     r.confirmed.to_string()
                 },
@@ -208,18 +212,19 @@ async fn render_demo_page(
 ) -> actix_web::Result<HttpResponse> {
     let pool = state.pool.clone();
     let report = blocking(move || race::load(&mut *pool.get()?, race)).await?;
-    let bars = report.as_ref().map(bars).unwrap_or_default();
+    let bars = report.as_ref().map(|r| bars(r, ctx.lang)).unwrap_or_default();
+    let lang = ctx.lang;
     let page = DemoPage {
         ctx,
         strategies: Strategy::ALL
-            .map(|s| StrategyInfo { name: s.name(), lines: s.explanation(), correct: s.is_correct() })
+            .map(|s| StrategyInfo { name: s.name(), lines: s.explanation(lang), correct: s.is_correct() })
             .into(),
         chart_height: 40 + ROW * u32::try_from(bars.len()).unwrap_or(0),
         bars,
         report,
         live: board.now(),
         form,
-        refused: refused.as_ref().map(|p| p.message.clone()),
+        refused: refused.as_ref().map(|p| p.message_in(lang)),
         limits: (race::MAX_CLIENTS, race::MAX_ATTEMPTS, race::MAX_PAUSE_MS),
         time_cap_secs: race::TIME_CAP.as_secs(),
     };
@@ -319,13 +324,14 @@ async fn live_script() -> HttpResponse {
 struct CodePage {
     ctx: PageContext,
     strategy: Strategy,
-    lines: [&'static str; 2],
+    lines: [String; 2],
     source: &'static str,
 }
 
 async fn code_page(ctx: PageContext, path: web::Path<String>) -> actix_web::Result<HttpResponse> {
     let strategy = Strategy::parse(&path).map_err(|_| crate::web::error::RequestError::NotFound)?;
-    Ok(html(&CodePage { ctx, strategy, lines: strategy.explanation(), source: strategy.source() })?)
+    let lines = strategy.explanation(ctx.lang);
+    Ok(html(&CodePage { ctx, strategy, lines, source: strategy.source() })?)
 }
 
 // ---- JSON -------------------------------------------------------------------------------

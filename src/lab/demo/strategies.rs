@@ -26,6 +26,7 @@ use super::DemoError;
 use super::lanes::{Decided, Lanes};
 use super::model::{DemoResource, NewDemoBooking, bookings_on};
 use crate::db::DbPool;
+use crate::i18n::Lang;
 use crate::infra::Infra;
 use crate::lab::schema::{demo_bookings, demo_resources};
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
@@ -98,42 +99,20 @@ impl Strategy {
         }
     }
 
-    /// What it does and what it costs, in two lines, for the demo page.
-    pub fn explanation(self) -> [&'static str; 2] {
-        match self {
-            Self::NoLock => [
-                "Count the day's bookings, and insert if there is room — inside a transaction, but with no lock.",
-                "Wrong: clients milliseconds apart all see the day free and all insert: the check-then-insert race (docs/named-lock-check-then-insert.md).",
-            ],
-            Self::NamedLock => [
-                "The app's booking path: wait in memory for the day's turn (one client per day at the server), then GET_LOCK('haita:…:{resource}:{day}') on one pooled connection, the transaction on that same connection, commit, release.",
-                "Correct; only bookings of the same day wait for each other, and they wait holding no connection (docs/contention-in-its-lane.md).",
-            ],
-            Self::NamedLockCoalesced => [
-                "As named-lock, but the client at the day's lock also books the clients queued behind it for that day: one GET_LOCK, one transaction, one commit for up to 32 bookings, each client getting its own answer in arrival order.",
-                "Correct, and the fastest on a hot day: a flash sale runs at batches per commit, not one booking per commit (docs/contention-in-its-lane.md).",
-            ],
-            Self::NamedLockUnqueued => [
-                "named-lock without the per-key queue: every client takes a pooled connection and waits in GET_LOCK on it.",
-                "Correct, but one hot day's waiters fill the pool, and a request that needs no lock at all waits for a connection: watch the bystander column.",
-            ],
-            Self::NamedLockPoolPitfall => [
-                "GET_LOCK, the transaction and RELEASE_LOCK each on whatever connection the pool hands out next.",
-                "Wrong: releases miss and locks leak; a request given the holder's session passes the lock (docs/named-lock-guard.md).",
-            ],
-            Self::ParentRowLock => [
-                "SELECT … FOR UPDATE on the resource's row, then count and insert in the same transaction.",
-                "Correct, but every date of the resource waits in one queue.",
-            ],
-            Self::UniqueSlot => [
-                "No lock: insert into slot 0…capacity−1 under a unique key (resource, day, slot); on a duplicate, re-read and try the next.",
-                "Correct and lock-free, but only for a fixed number of places per day.",
-            ],
-            Self::Serializable => [
-                "SERIALIZABLE isolation: the count takes shared locks, concurrent inserts deadlock, the losers retry.",
-                "Correct, but most of the work under contention is deadlocks and retries (docs/row-locks-in-order.md).",
-            ],
-        }
+    /// What it does and what it costs, in two lines, for the demo page, in `lang`.
+    pub fn explanation(self, lang: impl std::borrow::Borrow<Lang>) -> [String; 2] {
+        let (does, costs) = match self {
+            Self::NoLock => ("strategy.no_lock.does", "strategy.no_lock.costs"),
+            Self::NamedLock => ("strategy.named_lock.does", "strategy.named_lock.costs"),
+            Self::NamedLockCoalesced => ("strategy.coalesced.does", "strategy.coalesced.costs"),
+            Self::NamedLockUnqueued => ("strategy.unqueued.does", "strategy.unqueued.costs"),
+            Self::NamedLockPoolPitfall => ("strategy.pool_pitfall.does", "strategy.pool_pitfall.costs"),
+            Self::ParentRowLock => ("strategy.parent_row_lock.does", "strategy.parent_row_lock.costs"),
+            Self::UniqueSlot => ("strategy.unique_slot.does", "strategy.unique_slot.costs"),
+            Self::Serializable => ("strategy.serializable.does", "strategy.serializable.costs"),
+        };
+        let lang = *lang.borrow();
+        [lang.t(does).into_owned(), lang.t(costs).into_owned()]
     }
 
     /// The function in this file that implements the strategy (shown by `/demo/code/{name}`).

@@ -1,0 +1,216 @@
+//! English and Japanese: every page renders in both, with no text missing; the language comes
+//! from the header's switch (kept across login) or else from `Accept-Language`; a refusal is said
+//! in the reader's language on a page and in JSON, with the same error code.
+
+use haita::auth::Role;
+use serde_json::Value;
+
+use crate::common::pages::every_page;
+use crate::common::{Client, TestApp, TestUser, future_day};
+
+/// Switches `client`'s language with the header's form, as a person would.
+async fn switch(client: &Client, lang: &str) {
+    let token = client.csrf_token("/").await;
+    let switched =
+        client.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/products")]).await;
+    assert_eq!(switched.status(), 303, "the switch answers with the page it was on");
+    assert_eq!(switched.headers()["location"], "/products");
+}
+
+/// What a missing text looks like on a page: rust-i18n writes the key itself
+/// (`booking.fully_booked`). The sections are those of `src/i18n/texts.yml`. Inside `<code>` are
+/// names that only look alike (the audit's actions: `resource.closed`).
+fn leaked_keys(page: &str) -> Vec<String> {
+    let mut prose = String::new();
+    let mut rest = page;
+    while let Some(at) = rest.find("<code>") {
+        prose.push_str(&rest[..at]);
+        rest = rest[at..].find("</code>").map_or("", |end| &rest[at + end..]);
+    }
+    prose.push_str(rest);
+    const SECTIONS: &[&str] = &[
+        "layout",
+        "nav",
+        "role",
+        "home",
+        "login",
+        "error",
+        "resources",
+        "resource",
+        "booking",
+        "bookings",
+        "products",
+        "product",
+        "orders",
+        "order",
+        "edit",
+        "locked",
+        "lock",
+        "start",
+        "view",
+        "field",
+        "conflict",
+        "receipts",
+        "admin",
+        "auth",
+        "demo",
+        "strategy",
+        "verdict",
+        "count",
+    ];
+    let mut leaked = Vec::new();
+    for word in prose.split(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '_')) {
+        let mut parts = word.split('.');
+        let first = parts.next().unwrap_or("");
+        let rest: Vec<&str> = parts.collect();
+        let keyish = !rest.is_empty()
+            && rest.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+            && !["html", "md", "rs", "css", "js", "csv", "lock", "ico"].contains(rest.last().unwrap_or(&""));
+        if keyish && SECTIONS.contains(&first) {
+            leaked.push(word.to_string());
+        }
+    }
+    leaked
+}
+
+/// A user of the tour, to log in as (logging in needs only the name).
+fn user_of(name: &str) -> TestUser {
+    TestUser { id: 0, username: name.to_string() }
+}
+
+#[actix_web::test]
+async fn every_page_renders_in_both_languages_with_no_text_missing() {
+    let app = TestApp::spawn().await;
+    let pages = every_page(&app).await;
+    let mut problems = Vec::new();
+    for (who, paths) in pages {
+        for lang in ["en", "ja"] {
+            let client = app.client(0);
+            if who != "anonymous" {
+                client.login(&user_of(who)).await;
+            }
+            switch(&client, lang).await;
+            for path in &paths {
+                let page = client.get(path).await.text().await.expect("page");
+                if !page.contains(&format!("<html lang=\"{lang}\">")) {
+                    problems.push(format!("{who} {path} ({lang}): not marked as {lang}"));
+                }
+                let menu = if lang == "ja" { "予約できるもの</a>" } else { "Resources</a>" };
+                if !page.contains(menu) {
+                    problems.push(format!("{who} {path} ({lang}): the menu is not in {lang}"));
+                }
+                for key in leaked_keys(&page) {
+                    problems.push(format!("{who} {path} ({lang}): the text {key} is missing"));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[actix_web::test]
+async fn the_language_follows_the_switch_then_the_browser_and_refusals_are_said_in_it() {
+    let app = TestApp::spawn().await;
+    let room = app.resource("Single room", 1);
+    let taker = app.user("taker", Role::Customer);
+    let hanako = app.user("hanako", Role::Customer);
+    let day = future_day();
+    let first = app.client(0);
+    first.login(&taker).await;
+    assert_eq!(first.book(room, day).await.status(), 201);
+
+    // No pick: the browser's language.
+    let browser = app.client(0);
+    let asked = |accept: &'static str| {
+        let (http, url) = (browser.http.clone(), browser.url("/resources"));
+        async move {
+            http.get(url)
+                .header("accept-language", accept)
+                .send()
+                .await
+                .expect("GET")
+                .text()
+                .await
+                .expect("page")
+        }
+    };
+    assert!(asked("ja-JP,ja;q=0.9,en;q=0.8").await.contains("<html lang=\"ja\">"));
+    assert!(
+        asked("fr-FR,fr;q=0.9").await.contains("<html lang=\"en\">"),
+        "English when haita speaks none of them"
+    );
+    // A pick beats the browser, and survives logging in.
+    switch(&browser, "en").await;
+    assert!(asked("ja").await.contains("<html lang=\"en\">"));
+    switch(&browser, "ja").await;
+    browser.login(&hanako).await;
+    let page = browser.get(&format!("/resources/{room}?from={day}")).await.text().await.expect("page");
+    assert!(page.contains("<html lang=\"ja\">") && page.contains("満員"), "still Japanese after login");
+    assert!(page.contains(&format!("{} (", day.format("%Y-%m-%d"))), "days written the Japanese way");
+
+    // The lost race, said in Japanese on the page and in JSON; the code stays the same.
+    let token = browser.csrf_token(&format!("/resources/{room}")).await;
+    let refused = browser
+        .post_form(
+            &format!("/resources/{room}/bookings"),
+            &[("csrf_token", &token), ("date", &day.to_string())],
+        )
+        .await;
+    assert_eq!(refused.status(), 409);
+    let page = refused.text().await.expect("page");
+    assert!(page.contains("その日は満員です(1 枠すべて埋まっています)。"), "{page}");
+    let json = browser
+        .post_json("/api/v1/reservations", &serde_json::json!({"resource_id": room, "date": day}))
+        .await;
+    assert_eq!(json.status(), 409);
+    let body: Value = json.json().await.expect("body");
+    assert_eq!(body["error"], "fully_booked");
+    assert_eq!(body["message"], "その日は満員です(1 枠すべて埋まっています)。");
+    // An English reader of the API gets English.
+    let body: Value = first
+        .post_json("/api/v1/reservations", &serde_json::json!({"resource_id": room, "date": day}))
+        .await
+        .json()
+        .await
+        .expect("body");
+    assert_eq!(body["error"], "already_booked");
+    assert_eq!(body["message"], "You have already booked this resource for that day.");
+
+    // A language haita does not speak is refused in words.
+    let token = browser.csrf_token("/").await;
+    let bad = browser.post_form("/language", &[("csrf_token", &token), ("lang", "fr")]).await;
+    assert_eq!(bad.status(), 422);
+}
+
+/// The lab's pages in `DEMO_MODE` too: the first-visit path, the demo accounts, the race with its
+/// verdicts (said again from the stored numbers in the reader's language) and a strategy's code.
+#[cfg(feature = "lab")]
+#[actix_web::test]
+async fn the_demo_pages_speak_both_languages_too() {
+    let app = TestApp::spawn_lab().await;
+    haita::lab::seed::run(&app.db.pool).expect("demo data");
+    let racer = app.client(0);
+    racer.login(&app.user("dora", Role::Customer)).await;
+    let body = serde_json::json!({"strategy": "all", "clients": 8, "attempts": 16});
+    assert_eq!(racer.post_json("/api/v1/demo/races", &body).await.status(), 201);
+    let mut problems = Vec::new();
+    for lang in ["en", "ja"] {
+        let client = app.client(0);
+        switch(&client, lang).await;
+        for path in ["/", "/login", "/demo", "/demo/code/named-lock-pool-pitfall"] {
+            let page = client.get(path).await.text().await.expect("page");
+            if !page.contains(&format!("<html lang=\"{lang}\">")) {
+                problems.push(format!("{path} ({lang}): not marked as {lang}"));
+            }
+            for key in leaked_keys(&page) {
+                problems.push(format!("{path} ({lang}): the text {key} is missing"));
+            }
+        }
+    }
+    let ja = app.client(0);
+    switch(&ja, "ja").await;
+    let demo = ja.get("/demo").await.text().await.expect("page");
+    assert!(demo.contains("二重予約なし"), "the verdicts, said again in Japanese");
+    assert!(ja.get("/").await.text().await.expect("home").contains("ふたりと、ひとつの空き"));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
