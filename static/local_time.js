@@ -6,9 +6,11 @@
   "use strict";
   var parts = { hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" };
   var withDate = Object.assign({ year: "numeric", month: "2-digit", day: "2-digit" }, parts);
+  // Written the page's way (its language), in the viewer's own time zone.
+  var locale = document.documentElement.lang || undefined;
   var formats = {
-    time: new Intl.DateTimeFormat(undefined, parts),
-    datetime: new Intl.DateTimeFormat(undefined, withDate),
+    time: new Intl.DateTimeFormat(locale, parts),
+    datetime: new Intl.DateTimeFormat(locale, withDate),
   };
   function showLocal(element) {
     var at = new Date(element.getAttribute("datetime"));

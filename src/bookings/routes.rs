@@ -200,6 +200,7 @@ async fn book_form(
             let from =
                 day.filter(|day| *day >= service::today()).unwrap_or_else(service::today).min(LAST_DAY);
             let refused = Refused { day, message: problem.message_in(ctx.lang), status: problem.status };
+            let ctx = ctx.shown_as(format!("/resources/{resource_id}?from={from}"));
             render_resource_page(
                 &state,
                 ctx,

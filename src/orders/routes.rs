@@ -97,7 +97,7 @@ async fn order_form(
                 message: problem.message_in(ctx.lang),
                 status: problem.status,
             };
-            render_products_page(&state, ctx, None, Some(order)).await
+            render_products_page(&state, ctx.shown_as("/products".into()), None, Some(order)).await
         }
         Err(other) => Err(other.into()),
     }

@@ -112,6 +112,12 @@ impl PageContext {
         }
     }
 
+    /// The context of the page at `path`, shown in answer to a form posted elsewhere (a refused
+    /// order shows the catalog): the menu marks that page, and the language switch returns to it.
+    pub fn shown_as(self, path: String) -> Self {
+        Self { here: path.clone(), path: path.split('?').next().unwrap_or("/").to_string(), ..self }
+    }
+
     /// The languages the header's switch offers: all but the page's own.
     pub fn other_languages(&self) -> Vec<Lang> {
         Lang::ALL.into_iter().filter(|l| *l != self.lang).collect()

@@ -1,6 +1,6 @@
 //! Accessibility, checked by a tool: axe-core (pinned in `tests/axe`, installed by
 //! `scripts/dev test`, found through `AXE_CORE_JS`) runs in headless Chromium on every page,
-//! logged out and per role, and on the pages that answer a refusal. No serious or critical
+//! logged out and per role, in English and in Japanese, and on the pages that answer a refusal. No serious or critical
 //! violation may remain.
 //!
 //! What axe does not check is checked here on every page: a skip link first, the menu marking
@@ -15,7 +15,7 @@ use haita::auth::Role;
 use serde_json::Value;
 
 use crate::common::TestApp;
-use crate::common::browser::{Chromedriver, log_in};
+use crate::common::browser::{Chromedriver, log_in, pick_language};
 use crate::common::pages::every_page;
 
 /// axe-core's source. Missing is a failure that says how to install it, never a skip.
@@ -51,8 +51,10 @@ async fn axe_violations(browser: &Client, axe: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// What axe leaves out, as the list of what is wrong on the page shown.
-async fn own_checks(browser: &Client) -> Vec<String> {
+/// What axe leaves out, as the list of what is wrong on the page shown. `reached_by_get`: the
+/// address is the page's own, so the menu must mark the link to it (a form's answer shown at the
+/// form's address marks the page it shows instead).
+async fn own_checks(browser: &Client, reached_by_get: bool) -> Vec<String> {
     let found = browser
         .execute(
             r#"
@@ -74,10 +76,14 @@ async fn own_checks(browser: &Client) -> Vec<String> {
             if (!first || first.getAttribute('href') !== '#main' || !document.getElementById('main'))
               wrong.push('no skip link to #main first in the page');
             // The menu marks the page it is on, and only that one.
-            for (const a of document.querySelectorAll('header nav a')) {
-              const here = a.getAttribute('href') === location.pathname;
-              if (here !== (a.getAttribute('aria-current') === 'page'))
-                wrong.push('menu link ' + a.getAttribute('href') + (here ? ' lacks' : ' has a wrong') + ' aria-current');
+            const marked = [...document.querySelectorAll('header nav a[aria-current]')];
+            if (marked.length > 1) wrong.push('the menu marks ' + marked.length + ' links as the current page');
+            if (arguments[0]) {
+              for (const a of document.querySelectorAll('header nav a')) {
+                const here = a.getAttribute('href') === location.pathname;
+                if (here !== (a.getAttribute('aria-current') === 'page'))
+                  wrong.push('menu link ' + a.getAttribute('href') + (here ? ' lacks' : ' has a wrong') + ' aria-current');
+              }
             }
             // Input borders stand out from what is around them (3:1, WCAG 1.4.11).
             for (const el of document.querySelectorAll('input:not([type=hidden]):not([type=checkbox]):not([type=radio]), select, textarea')) {
@@ -98,7 +104,7 @@ async fn own_checks(browser: &Client) -> Vec<String> {
             }
             return wrong;
             "#,
-            vec![],
+            vec![Value::Bool(reached_by_get)],
         )
         .await
         .expect("checks run");
@@ -109,7 +115,14 @@ async fn own_checks(browser: &Client) -> Vec<String> {
 }
 
 async fn check_page(browser: &Client, axe: &str, what: &str, problems: &mut Vec<String>) {
-    for line in axe_violations(browser, axe).await.into_iter().chain(own_checks(browser).await) {
+    for line in axe_violations(browser, axe).await.into_iter().chain(own_checks(browser, true).await) {
+        problems.push(format!("{what}: {line}"));
+    }
+}
+
+/// [`check_page`] for a form's answer, shown at the address the form posted to.
+async fn check_answer(browser: &Client, axe: &str, what: &str, problems: &mut Vec<String>) {
+    for line in axe_violations(browser, axe).await.into_iter().chain(own_checks(browser, false).await) {
         problems.push(format!("{what}: {line}"));
     }
 }
@@ -148,15 +161,18 @@ async fn every_page_for_every_role_passes_axe_and_the_checks_axe_leaves_out() {
     let mut driver = Chromedriver::start();
     let mut problems = Vec::new();
     for (who, paths) in pages {
-        let browser = driver.browser().await;
-        if who != "anonymous" {
-            log_in(&browser, &base, who).await;
+        for lang in ["en", "ja"] {
+            let browser = driver.browser().await;
+            if who != "anonymous" {
+                log_in(&browser, &base, who).await;
+            }
+            pick_language(&browser, &base, lang).await;
+            for path in &paths {
+                browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
+                check_page(&browser, &axe, &format!("{who} {path} ({lang})"), &mut problems).await;
+            }
+            browser.close().await.expect("close");
         }
-        for path in paths {
-            browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
-            check_page(&browser, &axe, &format!("{who} {path}"), &mut problems).await;
-        }
-        browser.close().await.expect("close");
     }
     assert!(problems.is_empty(), "accessibility problems:\n{}", problems.join("\n"));
 }
@@ -194,7 +210,7 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
         .expect("type");
     submit(&browser, "main form button[type=submit]").await;
     assert_eq!(focus_is_on_the_error(&browser).await, "input password true", "after a wrong password");
-    check_page(&browser, &axe, "login refused", &mut problems).await;
+    check_answer(&browser, &axe, "login refused", &mut problems).await;
 
     // Too many of a product: its quantity field.
     log_in(&browser, &base, "alice").await;
@@ -203,7 +219,12 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     browser.find(Locator::Css(&field)).await.expect("quantity").send_keys("5").await.expect("type");
     submit(&browser, "main form button[type=submit]").await;
     assert_eq!(focus_is_on_the_error(&browser).await, format!("input qty_{product} true"), "after too many");
-    check_page(&browser, &axe, "order refused", &mut problems).await;
+    check_answer(&browser, &axe, "order refused", &mut problems).await;
+    let marked = browser
+        .execute("return document.querySelector('header nav a[aria-current]').getAttribute('href');", vec![])
+        .await
+        .expect("the marked link");
+    assert_eq!(marked, "/products", "the menu marks the page shown, not the address posted to");
 
     // The last place taken by bob meanwhile: the message next to the day.
     browser.goto(&format!("{base}/resources/{room}?from={day}")).await.expect("resource");
@@ -213,7 +234,7 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     let book = format!("button[aria-label=\"Book {}\"]", day.format("%A %Y-%m-%d"));
     submit(&browser, &book).await;
     assert_eq!(focus_is_on_the_error(&browser).await, "p refused", "after a lost booking race");
-    check_page(&browser, &axe, "booking refused", &mut problems).await;
+    check_answer(&browser, &axe, "booking refused", &mut problems).await;
     browser.close().await.expect("close");
 
     // A resource saved with a bad capacity: the capacity field.
@@ -225,7 +246,7 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     capacity.send_keys("lots").await.expect("type");
     submit(&carol, "#save").await;
     assert_eq!(focus_is_on_the_error(&carol).await, "input capacity true", "after a bad capacity");
-    check_page(&carol, &axe, "resource edit refused", &mut problems).await;
+    check_answer(&carol, &axe, "resource edit refused", &mut problems).await;
     // A product saved with a bad price: the price field.
     carol.goto(&format!("{base}/products/{product}/edit")).await.expect("product editor");
     let price = carol.find(Locator::Css("input[name=price]")).await.expect("price");
@@ -233,7 +254,7 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     price.send_keys("cheap").await.expect("type");
     submit(&carol, "main form button[type=submit]").await;
     assert_eq!(focus_is_on_the_error(&carol).await, "input price true", "after a bad price");
-    check_page(&carol, &axe, "product edit refused", &mut problems).await;
+    check_answer(&carol, &axe, "product edit refused", &mut problems).await;
     carol.close().await.expect("close");
 
     assert!(problems.is_empty(), "accessibility problems:\n{}", problems.join("\n"));
@@ -260,14 +281,15 @@ async fn the_demo_pages_pass_axe_too() {
     let axe = axe_source();
     let mut driver = Chromedriver::start();
     let mut problems = Vec::new();
-    for who in ["anonymous", "dora"] {
+    for (who, lang) in [("anonymous", "en"), ("dora", "en"), ("anonymous", "ja"), ("dora", "ja")] {
         let browser = driver.browser().await;
         if who != "anonymous" {
             log_in(&browser, &base, who).await;
         }
+        pick_language(&browser, &base, lang).await;
         for path in ["/", "/login", "/demo", "/demo/code/named-lock-pool-pitfall"] {
             browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
-            check_page(&browser, &axe, &format!("{who} {path}"), &mut problems).await;
+            check_page(&browser, &axe, &format!("{who} {path} ({lang})"), &mut problems).await;
         }
         browser.close().await.expect("close");
     }

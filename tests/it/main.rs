@@ -26,4 +26,6 @@ mod metrics;
 mod orders;
 mod outage;
 mod phones;
+#[cfg(feature = "lab")]
+mod screenshots;
 mod statements;

@@ -277,6 +277,7 @@ async fn race_form(
         Ok(_running) => Ok(see_other("/demo#live")),
         Err(refused @ (DemoError::Invalid { .. } | DemoError::RaceRunning | DemoError::CoolingDown(_))) => {
             let form = if ctx.user.is_some() { RaceForm::typed(&fields) } else { RaceForm::defaults() };
+            let ctx = ctx.shown_as("/demo".into());
             render_demo_page(ctx, &state, &board, None, form, Some(refused.problem())).await
         }
         Err(other) => Err(other.into()),

@@ -141,6 +141,30 @@ pub async fn log_in(browser: &Client, base: &str, username: &str) {
         .expect("logged in");
 }
 
+/// Picks the page language `code` with the header's switch, as a person would (English is what
+/// Chromium asks for by itself, so "en" needs no click).
+pub async fn pick_language(browser: &Client, base: &str, code: &str) {
+    if code == "en" {
+        return;
+    }
+    browser.goto(&format!("{base}/")).await.expect("home");
+    let button = format!("#language-{code}");
+    browser
+        .find(Locator::Css(&button))
+        .await
+        .unwrap_or_else(|e| panic!("{button}: {e}"))
+        .click()
+        .await
+        .expect("click");
+    let marked = format!("html[lang=\"{code}\"]");
+    browser
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css(&marked))
+        .await
+        .expect("the page in that language");
+}
+
 /// Waits (bounded) until the element matching `css` is displayed, and returns its text. An
 /// element that goes stale between finding and reading it (the page was replaced meanwhile, a
 /// form having been submitted) is looked for again on the page that replaced it.

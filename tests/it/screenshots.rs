@@ -1,0 +1,143 @@
+//! Screenshots of the main pages as people meet them, in English and in Japanese, on a desktop
+//! (1280 × 900) and a phone (390 × 844), in headless Chromium: the home page's first-visit path,
+//! bob's lost booking race, an over-stock order, the race demo, carol's editor with its lock
+//! banner, and the admin's locks. Written to `SCREENSHOTS_DIR` (`target/screenshots` by
+//! default), so every test run leaves them to look at; `scripts/dev screenshots` writes them to
+//! `docs/screenshots/`, where the README shows them.
+
+use std::path::PathBuf;
+
+use chrono::Days;
+use fantoccini::{Client, Locator};
+use haita::auth::Role;
+
+use crate::common::TestApp;
+use crate::common::browser::{Chromedriver, log_in, pick_language, text_when_shown};
+
+/// (name, width, height) of the two screens.
+const SCREENS: [(&str, u32, u32); 2] = [("desktop", 1280, 900), ("phone", 390, 844)];
+
+fn out_dir() -> PathBuf {
+    let dir = std::env::var_os("SCREENSHOTS_DIR").map_or_else(
+        || {
+            let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+            PathBuf::from(target).join("screenshots")
+        },
+        PathBuf::from,
+    );
+    std::fs::create_dir_all(&dir).expect("screenshot directory");
+    dir
+}
+
+/// Saves the page shown as `{name}-{lang}-{screen}.png` and checks it is a PNG of the screen's
+/// width (a page wider than the screen would not be).
+async fn shoot(browser: &Client, name: &str, lang: &str, screen: (&str, u32, u32)) {
+    let png = browser.screenshot().await.expect("screenshot");
+    assert_eq!(&png[1..4], b"PNG", "{name}: a PNG");
+    let width = u32::from_be_bytes([png[16], png[17], png[18], png[19]]);
+    assert_eq!(width, screen.1, "{name} ({lang}, {}): the screen's width", screen.0);
+    let file = out_dir().join(format!("{name}-{lang}-{}.png", screen.0));
+    std::fs::write(&file, png).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+}
+
+/// A new browser on `screen`, logged in as `who` (unless "anonymous"), reading `lang`.
+async fn open(
+    driver: &mut Chromedriver,
+    base: &str,
+    who: &str,
+    lang: &str,
+    screen: (&str, u32, u32),
+) -> Client {
+    let browser = driver.browser().await;
+    browser.set_window_size(screen.1, screen.2).await.expect("window size");
+    if who != "anonymous" {
+        log_in(&browser, base, who).await;
+    }
+    pick_language(&browser, base, lang).await;
+    browser
+}
+
+async fn click(browser: &Client, css: &str) {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .expect("click");
+}
+
+#[actix_web::test]
+async fn the_main_pages_in_both_languages_on_a_desktop_and_a_phone() {
+    let app = TestApp::spawn_lab().await;
+    for (name, role) in
+        [("alice", Role::Customer), ("bob", Role::Customer), ("carol", Role::Staff), ("admin", Role::Admin)]
+    {
+        app.user(name, role);
+    }
+    haita::lab::seed::run(&app.db.pool).expect("demo data");
+    let room = app.resource("Meeting room 2", 1);
+    let teapot: i64 = {
+        use diesel::prelude::*;
+        use haita::schema::products;
+        products::table
+            .filter(products::sku.eq("POT-KYUSU"))
+            .select(products::id)
+            .first(&mut app.db.raw_connection())
+            .expect("the seeded teapot")
+    };
+    let alice_api = app.client(0);
+    alice_api.login(&crate::common::TestUser { id: 0, username: "alice".into() }).await;
+    let race = serde_json::json!({"strategy": "all", "clients": 32, "attempts": 128});
+    assert_eq!(alice_api.post_json("/api/v1/demo/races", &race).await.status(), 201);
+    let base = app.address().to_string();
+    let mut driver = Chromedriver::start();
+    let mut day = crate::common::future_day();
+
+    for lang in ["en", "ja"] {
+        for screen in SCREENS {
+            let visitor = open(&mut driver, &base, "anonymous", lang, screen).await;
+            visitor.goto(&format!("{base}/")).await.expect("home");
+            shoot(&visitor, "home", lang, screen).await;
+            visitor.goto(&format!("{base}/demo#results")).await.expect("demo");
+            shoot(&visitor, "demo", lang, screen).await;
+            visitor.close().await.expect("close");
+
+            // Bob looks at the last place; alice takes it; bob clicks Book and is told.
+            day = day + Days::new(1);
+            let bob = open(&mut driver, &base, "bob", lang, screen).await;
+            bob.goto(&format!("{base}/resources/{room}?from={day}")).await.expect("resource");
+            assert_eq!(alice_api.book(room, day).await.status(), 201);
+            click(&bob, &format!("form:has(input[name=date][value=\"{day}\"]) button")).await;
+            text_when_shown(&bob, "#refused").await;
+            shoot(&bob, "booking-refused", lang, screen).await;
+            bob.close().await.expect("close");
+
+            let alice = open(&mut driver, &base, "alice", lang, screen).await;
+            alice.goto(&format!("{base}/products")).await.expect("products");
+            let field =
+                alice.find(Locator::Css(&format!("input[name=qty_{teapot}]"))).await.expect("a quantity");
+            field.clear().await.expect("clear");
+            field.send_keys("9").await.expect("type");
+            click(&alice, "main form button[type=submit]").await;
+            text_when_shown(&alice, "#order-refused").await;
+            shoot(&alice, "order-refused", lang, screen).await;
+            alice.close().await.expect("close");
+
+            let carol = open(&mut driver, &base, "carol", lang, screen).await;
+            carol.goto(&format!("{base}/resources/{room}/edit")).await.expect("editor");
+            text_when_shown(&carol, "#lock-status").await;
+            shoot(&carol, "editor", lang, screen).await;
+
+            let admin = open(&mut driver, &base, "admin", lang, screen).await;
+            admin.goto(&format!("{base}/admin/locks")).await.expect("locks");
+            text_when_shown(&admin, "#edit-locks").await;
+            shoot(&admin, "admin-locks", lang, screen).await;
+            admin.close().await.expect("close");
+            // Released before the next round's carol, in a browser of her own, opens the editor.
+            click(&carol, "#cancel-form button").await;
+            text_when_shown(&carol, "#edit").await;
+            carol.close().await.expect("close");
+        }
+    }
+}
