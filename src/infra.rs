@@ -72,23 +72,18 @@ impl Infra {
             Self::Lock(e @ (LockError::TimedOut { name, .. } | LockError::Crowded { name })) => {
                 let cause =
                     if matches!(e, LockError::Crowded { .. }) { "lock_waiters" } else { "named_lock" };
-                Problem::busy(match name.scope() {
-                    "book" => "Many people are booking this day right now; please try again in a moment.",
-                    "stock" => {
-                        "Someone else is receiving this product right now; please try again in a moment."
-                    }
-                    "edit" => "Many people are opening this editor right now; please try again in a moment.",
-                    _ => "The server is busy; please try again in a moment.",
+                Problem::busy_in(match name.scope() {
+                    "book" => "busy.book",
+                    "stock" => "busy.stock",
+                    "edit" => "busy.edit",
+                    _ => "busy.server",
                 })
                 .because(cause)
             }
-            Self::Database(e) if e.lock_conflict().is_some() => Problem::busy(
-                "What you asked for is in great demand right now; please try again in a moment.",
-            )
-            .because("row_lock"),
-            Self::Pool(_) => {
-                Problem::busy("The server is busy; please try again in a moment.").because("pool")
+            Self::Database(e) if e.lock_conflict().is_some() => {
+                Problem::busy_in("busy.demand").because("row_lock")
             }
+            Self::Pool(_) => Problem::busy_in("busy.server").because("pool"),
             Self::Database(_) | Self::Blocking(_) | Self::Lock(LockError::Failed { .. }) => {
                 Problem::internal()
             }

@@ -1,5 +1,6 @@
-//! Every relative link in `README.md` and `docs/*.md` points at a file or folder that exists, and
-//! the pages stand on their own (no pointers to material outside this repository).
+//! Every relative link in `README.md`, `docs/*.md` and `docs/ja/*.md` points at a file or folder
+//! that exists, the pages stand on their own (no pointers to material outside this repository),
+//! and every page of `docs/` has its Japanese page.
 //!
 //! Standard library only: it reads files and needs no database and no running app.
 
@@ -10,10 +11,18 @@ use std::path::{Component, Path, PathBuf};
 /// outside this repository, which a reader of a clone cannot follow.
 const FORBIDDEN: &[&str] = &["../shared", "DESIGN.md", "background article", "article 00"];
 
-/// `README.md` and every `docs/*.md`, relative to the repository root.
+/// `README.md`, every `docs/*.md` and every `docs/ja/*.md` (the Japanese pages), relative to the
+/// repository root.
 fn pages(root: &Path) -> Vec<PathBuf> {
     let mut pages = vec![root.join("README.md")];
-    let mut docs: Vec<PathBuf> = fs::read_dir(root.join("docs"))
+    pages.extend(markdown_in(&root.join("docs")));
+    pages.extend(markdown_in(&root.join("docs/ja")));
+    pages
+}
+
+/// The `.md` files of `dir`, sorted.
+fn markdown_in(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = fs::read_dir(dir)
         .map(|entries| {
             entries
                 .filter_map(Result::ok)
@@ -22,9 +31,8 @@ fn pages(root: &Path) -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default();
-    docs.sort();
-    pages.extend(docs);
-    pages
+    found.sort();
+    found
 }
 
 /// A link found in a page: the line it starts on and its target as written.
@@ -214,6 +222,27 @@ fn every_link_in_readme_and_docs_resolves() {
         problems.len(),
         problems.join("\n")
     );
+}
+
+/// Every page of `docs/` has its Japanese page in `docs/ja/` under the same name, linking back
+/// to the English; and no Japanese page is left without its English one.
+#[test]
+fn every_docs_page_is_in_japanese_too() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let names = |dir: &str| -> Vec<String> {
+        markdown_in(&root.join(dir))
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect()
+    };
+    let (english, japanese) = (names("docs"), names("docs/ja"));
+    assert_eq!(english, japanese, "docs/ and docs/ja/ hold the same pages");
+    for name in &japanese {
+        let text = fs::read_to_string(root.join("docs/ja").join(name)).expect("page");
+        assert!(text.contains(&format!("](../{name})")), "docs/ja/{name} links back to the English page");
+        let kana = text.chars().filter(|c| ('\u{3040}'..='\u{30ff}').contains(c)).count();
+        assert!(kana > 200, "docs/ja/{name} is written in Japanese ({kana} kana)");
+    }
 }
 
 #[test]

@@ -98,46 +98,45 @@ impl AsProblem for AdminError {
         match self {
             Self::Auth(e) => e.problem(),
             Self::EditLock(e) => e.problem(),
-            Self::OutOfRange { field, range } => {
-                Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", format!("{field} must be {range}."))
-                    .with("field", *field)
-            }
-            Self::InvalidReason => Problem::new(
+            Self::OutOfRange { field, range } => Problem::words(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_input",
+                "admin.err.range",
+                &[("field", (*field).to_string()), ("range", range.to_string())],
+            )
+            .with("field", *field),
+            Self::InvalidReason => Problem::words(
                 S::UNPROCESSABLE_ENTITY,
                 "invalid_reason",
-                format!("Give a reason of 3 to {REASON_MAX} characters; it goes into the audit log."),
+                "admin.err.reason",
+                &[("max", REASON_MAX.to_string())],
             ),
-            Self::NotOurs { name, prefix } => Problem::new(
+            Self::NotOurs { name, prefix } => Problem::words(
                 S::UNPROCESSABLE_ENTITY,
                 "not_haita_lock",
-                format!(
-                    "{name:?} is not a named lock of this deployment (they start with {prefix:?}); it is not touched."
-                ),
+                "admin.err.not_ours",
+                &[("name", format!("{name:?}")), ("prefix", format!("{prefix:?}"))],
             ),
             Self::NotHeld(name) => {
-                Problem::new(S::NOT_FOUND, "not_found", format!("Nobody holds the named lock {name} now."))
+                Problem::words(S::NOT_FOUND, "not_found", "admin.err.not_held", &[("name", name.to_string())])
             }
-            Self::HolderChanged { name, expected, now } => Problem::new(
+            Self::HolderChanged { name, expected, now } => Problem::words(
                 S::CONFLICT,
                 "holder_changed",
-                format!(
-                    "{name} is now held by connection {now}, not {expected} as shown to you; nothing was killed. \
-                     Reload and check again."
-                ),
+                "admin.err.holder_changed",
+                &[("name", name.to_string()), ("expected", expected.to_string()), ("now", now.to_string())],
             ),
-            Self::OwnConnection(name) => Problem::new(
+            Self::OwnConnection(name) => Problem::words(
                 S::CONFLICT,
                 "own_connection",
-                format!("{name} is held by the connection serving this request; it is not killed."),
+                "admin.err.own_connection",
+                &[("name", name.to_string())],
             ),
-            Self::KillRefused { name, holder } => Problem::new(
+            Self::KillRefused { name, holder } => Problem::words(
                 S::CONFLICT,
                 "kill_refused",
-                format!(
-                    "The database refused to end connection {holder}, which holds {name}: it belongs to another \
-                     account, and the app's account lacks CONNECTION_ADMIN (see docker/mysql-init.sql). \
-                     Nothing was killed; a database administrator can end it."
-                ),
+                "admin.err.kill_refused",
+                &[("name", name.to_string()), ("holder", holder.to_string())],
             ),
             Self::Infra(e) => e.problem(),
         }

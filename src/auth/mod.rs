@@ -65,10 +65,11 @@ impl AsProblem for AuthError {
             Self::Invalid { field, message } => {
                 Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", format!("{field}: {message}"))
             }
-            Self::UsernameTaken(name) => Problem::new(
+            Self::UsernameTaken(name) => Problem::words(
                 S::CONFLICT,
                 "username_taken",
-                format!("The username {name:?} is already taken."),
+                "auth.username_taken",
+                &[("name", format!("{name:?}"))],
             ),
             Self::Throttled { retry_after_secs } => Problem {
                 retry_after: Some(*retry_after_secs),

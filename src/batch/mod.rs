@@ -87,10 +87,11 @@ impl AsProblem for BatchError {
             Self::Invalid(why) => {
                 Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch", why.clone())
             }
-            Self::Guard(GuardError::Busy { job, by }) => Problem::new(
+            Self::Guard(GuardError::Busy { job, by }) => Problem::words(
                 StatusCode::CONFLICT,
                 "batch_running",
-                format!("{job} is already running ({by}); it can be started again when that run ends."),
+                "batch.running",
+                &[("job", job.to_string()), ("by", by.to_string())],
             ),
             Self::Guard(GuardError::Infra(e)) | Self::Infra(e) => e.problem(),
             Self::Guard(GuardError::Lost { .. } | GuardError::File(_))

@@ -113,7 +113,7 @@ impl AsProblem for BookingError {
             Self::InvalidId(field) => invalid("invalid_id", format!("{field} must be a positive number.")),
             Self::InvalidRange(why) => invalid("invalid_range", why.clone()),
             Self::UnknownResource(id) => {
-                invalid("unknown_resource", format!("There is no resource with id {id}."))
+                said("unknown_resource", "booking.no_resource", &[("id", id.to_string())])
             }
             Self::ResourceNotFound(id) => {
                 Problem::words(S::NOT_FOUND, "not_found", "booking.no_resource", &[("id", id.to_string())])

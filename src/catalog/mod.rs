@@ -38,9 +38,12 @@ pub enum CatalogError {
 impl AsProblem for CatalogError {
     fn problem(&self) -> Problem {
         match self {
-            Self::NotFound(id) => {
-                Problem::new(StatusCode::NOT_FOUND, "not_found", format!("There is no product with id {id}."))
-            }
+            Self::NotFound(id) => Problem::words(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "order.no_product",
+                &[("id", id.to_string())],
+            ),
             Self::Stale(current) => Problem::new(
                 StatusCode::PRECONDITION_FAILED,
                 "stale_version",

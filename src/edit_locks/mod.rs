@@ -110,37 +110,39 @@ impl AsProblem for EditLockError {
                     .with("expires_at", json(lock.expires_at.and_utc()))
                     .with("lock", json(lock))
             }
-            Self::TakenOver { holder, how } => Problem::new(
-                S::LOCKED,
-                "edit_locked",
-                format!(
-                    "Your edit lock was taken: {}{}",
-                    describe(holder),
-                    how.as_ref().map(|how| format!(" What happened: {how}.")).unwrap_or_default()
-                ),
-            )
-            .with("holder", holder.owner_username.clone())
-            .with("expires_at", json(holder.expires_at.and_utc()))
-            .with("lock", json(holder))
-            .with("last_event", json(how)),
-            Self::NotHeld { key, last } => Problem::new(
+            Self::TakenOver { holder, how } => {
+                let (key, mut args) = described(holder);
+                // What ended this page's hold is an audit record, said in the words it was recorded in.
+                let taken = match (key, how) {
+                    ("lock.by_batch", None) => "lock.taken.by_batch",
+                    ("lock.by_batch", Some(_)) => "lock.taken.by_batch.how",
+                    ("lock.expired", None) => "lock.taken.expired",
+                    ("lock.expired", Some(_)) => "lock.taken.expired.how",
+                    (_, None) => "lock.taken.editing",
+                    (_, Some(_)) => "lock.taken.editing.how",
+                };
+                args.extend(how.as_ref().map(|how| ("how", how.to_string())));
+                Problem::words(S::LOCKED, "edit_locked", taken, &args)
+                    .with("holder", holder.owner_username.clone())
+                    .with("expires_at", json(holder.expires_at.and_utc()))
+                    .with("lock", json(holder))
+                    .with("last_event", json(how))
+            }
+            Self::NotHeld { key, last } => Problem::words(
                 S::LOCKED,
                 "edit_lock_not_held",
-                format!(
-                    "You do not hold the edit lock {key}: it expired, was released, or was never taken.{} \
-                     Acquire it first.",
-                    last.as_ref().map(|last| format!(" Last lock event: {last}.")).unwrap_or_default()
-                ),
+                if last.is_some() { "lock.not_held.last" } else { "lock.not_held" },
+                &[
+                    ("key", key.to_string()),
+                    ("last", last.as_ref().map(ToString::to_string).unwrap_or_default()),
+                ],
             )
             .with("last_event", json(last)),
-            Self::Superseded { key, opened, current } => Problem::new(
+            Self::Superseded { key, opened, current } => Problem::words(
                 S::LOCKED,
                 "edit_lock_superseded",
-                format!(
-                    "The edit lock {key} was ended and taken again since this editor was opened \
-                     (opened under acquisition {opened}, now {current}). Nothing was saved: reopen the \
-                     editor to see the current state, then make your change again."
-                ),
+                "lock.superseded",
+                &[("key", key.to_string()), ("opened", opened.to_string()), ("current", current.to_string())],
             )
             .with("opened_epoch", *opened)
             .with("epoch", *current),

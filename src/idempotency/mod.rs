@@ -71,16 +71,15 @@ impl AsProblem for IdempotencyError {
                     "{HEADER} must be 1 to {MAX_KEY_LEN} visible ASCII characters (a random UUID is a good key)."
                 ),
             ),
-            Self::Reused => Problem::new(
+            Self::Reused => Problem::words(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency_key_reused",
-                "This idempotency key was already used for a different request; use a new key for a new request.",
+                "idempotency.reused",
+                &[],
             ),
-            Self::Unreadable => Problem::new(
-                StatusCode::CONFLICT,
-                "idempotency_key_used",
-                "This idempotency key was already used, and its answer can no longer be shown; use a new key.",
-            ),
+            Self::Unreadable => {
+                Problem::words(StatusCode::CONFLICT, "idempotency_key_used", "idempotency.unreadable", &[])
+            }
         }
     }
 }

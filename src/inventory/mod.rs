@@ -38,12 +38,17 @@ impl AsProblem for InventoryError {
         match self {
             Self::Quantity(e) => invalid("invalid_quantity", format!("quantity: {e}.")),
             Self::InvalidProductId => invalid("invalid_id", "product_id must be a positive number.".into()),
-            Self::UnknownProduct(id) => {
-                invalid("unknown_product", format!("There is no product with id {id}."))
-            }
-            Self::StockLimit { product_id, .. } => invalid(
+            Self::UnknownProduct(id) => Problem::words(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_product",
+                "order.no_product",
+                &[("id", id.to_string())],
+            ),
+            Self::StockLimit { product_id, .. } => Problem::words(
+                StatusCode::UNPROCESSABLE_ENTITY,
                 "stock_limit",
-                format!("That receipt would put product {product_id} above {} units.", model::MAX_ON_HAND),
+                "receipts.limit",
+                &[("id", product_id.to_string()), ("max", model::MAX_ON_HAND.to_string())],
             ),
             Self::Infra(e) => e.problem(),
         }

@@ -75,18 +75,24 @@ impl AsProblem for OrderError {
         let invalid = |code, message: String| Problem::new(S::UNPROCESSABLE_ENTITY, code, message);
         match self {
             Self::Empty => Problem::words(S::UNPROCESSABLE_ENTITY, "empty_order", "order.empty", &[]),
-            Self::TooManyLines(max) => {
-                invalid("too_many_lines", format!("An order may contain at most {max} products."))
-            }
+            Self::TooManyLines(max) => Problem::words(
+                S::UNPROCESSABLE_ENTITY,
+                "too_many_lines",
+                "order.too_many_lines",
+                &[("max", max.to_string())],
+            ),
             Self::InvalidProductId(id) => invalid("invalid_id", format!("{id} is not a valid product id.")),
             Self::Quantity { product_id, error } => {
                 invalid("invalid_quantity", format!("Quantity of product {product_id} {error}."))
                     .with("product_id", *product_id)
             }
-            Self::UnknownProduct(id) => {
-                invalid("unknown_product", format!("There is no product with id {id}."))
-                    .with("product_id", *id)
-            }
+            Self::UnknownProduct(id) => Problem::words(
+                S::UNPROCESSABLE_ENTITY,
+                "unknown_product",
+                "order.no_product",
+                &[("id", id.to_string())],
+            )
+            .with("product_id", *id),
             Self::InsufficientStock { product_id, name, requested, available } => Problem::words(
                 S::CONFLICT,
                 "insufficient_stock",

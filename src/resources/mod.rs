@@ -54,7 +54,7 @@ impl AsProblem for ResourceError {
             Self::Auth(e) => e.problem(),
             Self::EditLock(e) => e.problem(),
             Self::NotFound(id) => {
-                Problem::new(S::NOT_FOUND, "not_found", format!("There is no resource with id {id}."))
+                Problem::words(S::NOT_FOUND, "not_found", "booking.no_resource", &[("id", id.to_string())])
             }
             Self::EpochRequired => Problem::new(
                 S::PRECONDITION_REQUIRED,
@@ -67,9 +67,7 @@ impl AsProblem for ResourceError {
                 "bad_epoch",
                 format!("The edit-lock epoch {given:?} is not a whole number."),
             ),
-            Self::NoDraft(_) => {
-                Problem::new(S::NOT_FOUND, "not_found", "You have no unsaved draft of this resource.")
-            }
+            Self::NoDraft(_) => Problem::words(S::NOT_FOUND, "not_found", "resource_form.no_draft", &[]),
             Self::Invalid(errors) => {
                 let message =
                     errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>();

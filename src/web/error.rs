@@ -117,6 +117,15 @@ impl Problem {
         }
     }
 
+    /// [`Problem::busy`], said as the text `key`.
+    pub fn busy_in(key: &'static str) -> Self {
+        Self {
+            retry_after: Some(1),
+            cause: "other",
+            ..Self::words(StatusCode::SERVICE_UNAVAILABLE, "busy", key, &[])
+        }
+    }
+
     /// Names what ran out (see [`Problem::cause`]).
     pub fn because(self, cause: &'static str) -> Self {
         Self { cause, ..self }
@@ -234,10 +243,11 @@ impl AsProblem for RequestError {
                 "malformed_body",
                 format!("The request body could not be read: {detail}."),
             ),
-            Self::TooLarge(limit) => Problem::new(
+            Self::TooLarge(limit) => Problem::words(
                 S::PAYLOAD_TOO_LARGE,
                 "too_large",
-                format!("The request body is larger than the {limit} bytes this endpoint accepts."),
+                "request.too_large",
+                &[("limit", limit.to_string())],
             ),
             Self::UnsupportedMediaType(expected) => Problem::new(
                 S::UNSUPPORTED_MEDIA_TYPE,
@@ -247,21 +257,24 @@ impl AsProblem for RequestError {
                      even without a body (send {{}} or nothing)."
                 ),
             ),
-            Self::BadPath(detail) => Problem::new(
+            Self::BadPath(detail) => Problem::words(
                 S::NOT_FOUND,
                 "not_found",
-                format!("There is nothing at this address: {}.", plain_words(detail)),
+                "request.bad_path",
+                &[("detail", plain_words(detail))],
             ),
-            Self::BadQuery(detail) => Problem::new(
+            Self::BadQuery(detail) => Problem::words(
                 S::BAD_REQUEST,
                 "bad_query",
-                format!("The part of the address after “?” does not fit this page: {}.", plain_words(detail)),
+                "request.bad_query",
+                &[("detail", plain_words(detail))],
             ),
-            Self::NotFound => Problem::new(S::NOT_FOUND, "not_found", "There is nothing at this address."),
-            Self::MethodNotAllowed(allowed) => Problem::new(
+            Self::NotFound => Problem::words(S::NOT_FOUND, "not_found", "error.not_found", &[]),
+            Self::MethodNotAllowed(allowed) => Problem::words(
                 S::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
-                format!("This address answers {allowed} only."),
+                "request.method",
+                &[("allowed", allowed.clone())],
             ),
             Self::Internal(_) => Problem::internal(),
         }

@@ -86,9 +86,12 @@ impl AsProblem for DemoError {
     fn problem(&self) -> Problem {
         use StatusCode as S;
         match self {
-            Self::Invalid { field, message } => {
-                Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", format!("{field}: {message}"))
-            }
+            Self::Invalid { field, message } => Problem::words(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_input",
+                "demo.err.invalid",
+                &[("field", (*field).to_string()), ("message", message.clone())],
+            ),
             Self::RaceOnly(s) => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
                 if s.is_correct() { "race_only" } else { "unsafe_strategy" },
@@ -96,22 +99,19 @@ impl AsProblem for DemoError {
             ),
             Self::RaceRunning => Problem {
                 retry_after: Some(5),
-                ..Problem::new(
-                    S::CONFLICT,
-                    "busy",
-                    "A race is already running on this instance; wait for it to finish.",
-                )
+                ..Problem::words(S::CONFLICT, "busy", "demo.err.running", &[])
             },
             Self::CoolingDown(secs) => Problem {
                 retry_after: Some(u32::try_from(*secs).unwrap_or(u32::MAX)),
-                ..Problem::new(
+                ..Problem::words(
                     S::TOO_MANY_REQUESTS,
                     "too_many_races",
-                    format!("You ran a race a moment ago; you may start another in {secs} s."),
+                    "demo.err.cooling",
+                    &[("secs", secs.to_string())],
                 )
             },
             Self::RaceNotFound(id) => {
-                Problem::new(S::NOT_FOUND, "not_found", format!("There is no race with id {id}."))
+                Problem::words(S::NOT_FOUND, "not_found", "demo.err.no_race", &[("id", id.to_string())])
             }
             Self::FullyBooked => {
                 Problem::new(S::CONFLICT, "fully_booked", "That day of the demo resource is fully booked.")
