@@ -15,7 +15,7 @@ use haita::auth::Role;
 use serde_json::Value;
 
 use crate::common::TestApp;
-use crate::common::browser::{Chromedriver, log_in, pick_language};
+use crate::common::browser::{Chromedriver, click, log_in, pick_language};
 use crate::common::pages::every_page;
 
 /// axe-core's source. Missing is a failure that says how to install it, never a skip.
@@ -141,14 +141,9 @@ async fn focus_is_on_the_error(browser: &Client) -> String {
     format!("{} {} {}", part(0), part(1), part(2)).trim().to_string()
 }
 
+/// Clicks a form's button and gives the answer a moment to load.
 async fn submit(browser: &Client, css: &str) {
-    browser
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .click()
-        .await
-        .expect("click");
+    click(browser, css).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 

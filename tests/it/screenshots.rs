@@ -12,7 +12,7 @@ use fantoccini::{Client, Locator};
 use haita::auth::Role;
 
 use crate::common::TestApp;
-use crate::common::browser::{Chromedriver, log_in, pick_language, text_when_shown};
+use crate::common::browser::{Chromedriver, click, log_in, pick_language, text_when_shown};
 
 /// (name, width, height) of the two screens.
 const SCREENS: [(&str, u32, u32); 2] = [("desktop", 1280, 900), ("phone", 390, 844)];
@@ -55,16 +55,6 @@ async fn open(
     }
     pick_language(&browser, base, lang).await;
     browser
-}
-
-async fn click(browser: &Client, css: &str) {
-    browser
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .click()
-        .await
-        .expect("click");
 }
 
 #[actix_web::test]

@@ -2,21 +2,14 @@
 //! last place; alice books it; bob, whose page still shows it free, clicks Book and stays on the
 //! resource page, told why next to the day, with the day's places as they are now.
 
-use fantoccini::{Client, Locator};
+use fantoccini::Client;
 use haita::auth::Role;
 
 use crate::common::TestApp;
-use crate::common::browser::{Chromedriver, log_in, text_when_shown};
+use crate::common::browser::{Chromedriver, click, log_in, text_when_shown};
 
 async fn book(browser: &Client, day: chrono::NaiveDate) {
-    let button = format!("button[aria-label=\"Book {}\"]", day.format("%A %Y-%m-%d"));
-    browser
-        .find(Locator::Css(&button))
-        .await
-        .unwrap_or_else(|e| panic!("{button}: {e}"))
-        .click()
-        .await
-        .expect("click");
+    click(browser, &format!("button[aria-label=\"Book {}\"]", day.format("%A %Y-%m-%d"))).await;
 }
 
 #[actix_web::test]

@@ -141,6 +141,17 @@ pub async fn log_in(browser: &Client, base: &str, username: &str) {
         .expect("logged in");
 }
 
+/// Clicks the element matching `css`, failing with the selector when there is none.
+pub async fn click(browser: &Client, css: &str) {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .expect("click");
+}
+
 /// Picks the page language `code` with the header's switch, as a person would (English is what
 /// Chromium asks for by itself, so "en" needs no click).
 pub async fn pick_language(browser: &Client, base: &str, code: &str) {
@@ -148,14 +159,7 @@ pub async fn pick_language(browser: &Client, base: &str, code: &str) {
         return;
     }
     browser.goto(&format!("{base}/")).await.expect("home");
-    let button = format!("#language-{code}");
-    browser
-        .find(Locator::Css(&button))
-        .await
-        .unwrap_or_else(|e| panic!("{button}: {e}"))
-        .click()
-        .await
-        .expect("click");
+    click(browser, &format!("#language-{code}")).await;
     let marked = format!("html[lang=\"{code}\"]");
     browser
         .wait()

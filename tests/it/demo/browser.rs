@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use fantoccini::{Client, Locator};
+use fantoccini::Client;
 use haita::auth::Role;
 
 use crate::common::TestApp;
-use crate::common::browser::{Chromedriver, log_in, text_when_shown};
+use crate::common::browser::{Chromedriver, click, log_in, text_when_shown};
 
 /// Polls `script` (a JavaScript expression) until it is true, for at most `secs`.
 async fn until(browser: &Client, secs: u64, script: &str) -> bool {
@@ -45,7 +45,7 @@ async fn a_visitor_watches_a_race_move_and_sees_its_result_without_reloading() {
         )
         .await
         .expect("fill the form");
-    alice.find(Locator::Css("button.run-race")).await.expect("button").click().await.expect("click");
+    click(&alice, "button.run-race").await;
     assert!(text_when_shown(&alice, "#live").await.contains("Race in progress"));
 
     // The visitor's page, loaded before the race began, follows it.
