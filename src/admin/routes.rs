@@ -12,6 +12,7 @@ use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::edit_locks::{EditLockKey, LockView, service as edit_locks};
 use crate::i18n::Lang;
 use crate::web::error::ErrorBody;
+use crate::web::error::Said;
 use crate::web::{AppState, PageContext, blocking, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -295,15 +296,15 @@ async fn start_revision_form(
     use crate::batch::price_revision::Revision;
     use crate::batch::{BatchError, Policy};
     let percent = form.percent.trim().parse::<i32>().map_err(|_| {
-        BatchError::Invalid(format!(
-            "The percentage {:?} must be a whole number from -90 to 1000.",
-            form.percent.trim()
+        BatchError::Invalid(Said::new(
+            "batch.err.percent_form",
+            &[("given", format!("{:?}", form.percent.trim()))],
         ))
     })?;
     let throttle_ms = match form.throttle_ms.as_deref().map(str::trim) {
         None | Some("") => 0,
         Some(text) => text.parse::<u64>().ok().filter(|ms| *ms <= 10_000).ok_or_else(|| {
-            BatchError::Invalid(format!("The pause {text:?} must be 0 to 10000 milliseconds."))
+            BatchError::Invalid(Said::new("batch.err.pause", &[("given", format!("{text:?}"))]))
         })?,
     };
     let revision = Revision {
@@ -334,10 +335,10 @@ async fn start_closure_form(
 ) -> actix_web::Result<HttpResponse> {
     use crate::batch::closure::{Closure, MAX_WAIT};
     use crate::batch::{BatchError, Policy};
-    let day = |field: &str, text: &str| {
-        chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d").map_err(|_| {
-            BatchError::Invalid(format!("The {field} date {:?} is not a date like 2026-12-24.", text.trim()))
-        })
+    // `which`: the text saying which date is wrong.
+    let day = |which: &'static str, text: &str| {
+        chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d")
+            .map_err(|_| BatchError::Invalid(Said::new(which, &[("given", format!("{:?}", text.trim()))])))
     };
     let resources = form
         .resources
@@ -346,19 +347,23 @@ async fn start_closure_form(
         .split([',', ' '])
         .filter(|id| !id.is_empty())
         .map(|id| {
-            id.parse::<i64>()
-                .map_err(|_| BatchError::Invalid(format!("The resource id {id:?} is not a number.")))
+            id.parse::<i64>().map_err(|_| {
+                BatchError::Invalid(Said::new("batch.err.resource_id", &[("given", format!("{id:?}"))]))
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let wait_secs = match form.wait_secs.as_deref().map(str::trim) {
         None | Some("") => 60,
         Some(text) => text.parse::<u64>().ok().filter(|s| *s <= MAX_WAIT.as_secs()).ok_or_else(|| {
-            BatchError::Invalid(format!("The wait {text:?} must be 0 to {} seconds.", MAX_WAIT.as_secs()))
+            BatchError::Invalid(Said::new(
+                "batch.err.wait_form",
+                &[("given", format!("{text:?}")), ("max", MAX_WAIT.as_secs().to_string())],
+            ))
         })?,
     };
     let closure = Closure {
-        from: day("first", &form.from)?,
-        to: day("last", &form.to)?,
+        from: day("batch.err.first_date", &form.from)?,
+        to: day("batch.err.last_date", &form.to)?,
         reason: form.reason.trim().to_string(),
         resources,
         policy: Policy::parse(form.policy.trim())?,

@@ -38,6 +38,7 @@ use crate::locking::{LockError, NamedLockGuard, Turn};
 use crate::resources::ResourceError;
 use crate::resources::closures::{self, Closed, Closing, RowLock};
 use crate::schema::{resource_closures, resources};
+use crate::web::error::Said;
 
 /// The longest range one closure takes.
 pub const MAX_DAYS: u64 = 92;
@@ -91,26 +92,27 @@ impl Job for Closure {
     }
 
     fn validate(&self) -> Result<(), BatchError> {
-        let invalid = |why: String| Err(BatchError::Invalid(why));
+        let invalid = |key, args: &[(&'static str, String)]| Err(BatchError::Invalid(Said::new(key, args)));
         let today = crate::bookings::service::today();
+        let (from, to) = (("from", self.from.to_string()), ("to", self.to.to_string()));
         if self.from < today {
-            return invalid(format!("--from {}: a closure starts today ({today}) or later", self.from));
+            return invalid("batch.err.from_past", &[from, ("today", today.to_string())]);
         }
         if self.to < self.from {
-            return invalid(format!("--to {} is before --from {}", self.to, self.from));
+            return invalid("batch.err.to_before", &[from, to]);
         }
         if self.days().count() as u64 > MAX_DAYS {
-            return invalid(format!("{} to {}: close at most {MAX_DAYS} days at once", self.from, self.to));
+            return invalid("batch.err.too_many_days", &[from, to, ("max", MAX_DAYS.to_string())]);
         }
         let reason = self.reason.trim();
         if reason.is_empty() || reason.chars().count() > 200 || reason.chars().any(char::is_control) {
-            return invalid("the reason must be 1 to 200 characters on one line".into());
+            return invalid("batch.err.reason", &[]);
         }
         if self.resources.len() > 1000 || self.resources.iter().any(|id| *id <= 0) {
-            return invalid("resources are up to 1000 positive ids".into());
+            return invalid("batch.err.resources", &[]);
         }
         if self.wait > MAX_WAIT {
-            return invalid(format!("the wait for an editor is at most {} s", MAX_WAIT.as_secs()));
+            return invalid("batch.err.wait", &[("max", MAX_WAIT.as_secs().to_string())]);
         }
         Ok(())
     }
@@ -174,7 +176,10 @@ impl Closure {
         }
         let found: Vec<(i64, String)> = query.load(conn)?;
         if let Some(missing) = self.resources.iter().find(|id| !found.iter().any(|(f, _)| f == *id)) {
-            return Err(BatchError::Invalid(format!("there is no resource with id {missing}")));
+            return Err(BatchError::Invalid(Said::new(
+                "booking.no_resource",
+                &[("id", missing.to_string())],
+            )));
         }
         let closed: std::collections::HashSet<(i64, NaiveDate)> = resource_closures::table
             .filter(resource_closures::day.between(self.from, self.to))

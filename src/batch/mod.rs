@@ -25,6 +25,7 @@ use diesel::MysqlConnection;
 
 use crate::db::{DbPool, PooledConn};
 use crate::infra::{Infra, infra_error};
+use crate::web::error::Said;
 use crate::web::error::{AsProblem, Problem};
 use guard::{BatchLock, GuardError, RunGuard};
 
@@ -45,7 +46,9 @@ impl Policy {
             "wait" => Ok(Self::Wait),
             "steal" => Ok(Self::Steal),
             "skip" => Ok(Self::Skip),
-            other => Err(BatchError::Invalid(format!("unknown policy {other:?}: use wait, steal or skip"))),
+            other => {
+                Err(BatchError::Invalid(Said::new("batch.err.policy", &[("given", format!("{other:?}"))])))
+            }
         }
     }
 
@@ -62,7 +65,7 @@ impl Policy {
 pub enum BatchError {
     /// What the operator asked for cannot run (a bad name, range, percentage or policy).
     #[error("{0}")]
-    Invalid(String),
+    Invalid(Said),
     /// The run met something that should not happen; what it did before is committed.
     #[error("{0}")]
     Failed(String),
@@ -84,9 +87,7 @@ impl BatchError {
 impl AsProblem for BatchError {
     fn problem(&self) -> Problem {
         match self {
-            Self::Invalid(why) => {
-                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch", why.clone())
-            }
+            Self::Invalid(why) => why.problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch"),
             Self::Guard(GuardError::Busy { job, by }) => Problem::words(
                 StatusCode::CONFLICT,
                 "batch_running",
@@ -253,7 +254,7 @@ mod tests {
         assert_eq!(Policy::parse("steal").ok(), Some(Policy::Steal));
         assert_eq!(Policy::parse("skip").ok(), Some(Policy::Skip));
         assert!(
-            matches!(Policy::parse("Wait"), Err(BatchError::Invalid(why)) if why.contains("wait, steal or skip"))
+            matches!(Policy::parse("Wait"), Err(BatchError::Invalid(why)) if why.to_string().contains("wait, steal or skip"))
         );
     }
 

@@ -29,6 +29,7 @@ use super::{BatchError, Job, Policy, Running, runs};
 use crate::catalog::edit::{self, ProductChanges};
 use crate::db::cached_sql;
 use crate::schema::products;
+use crate::web::error::Said;
 
 /// Products per transaction: short enough that an online save waits little behind one.
 pub const CHUNK: usize = 20;
@@ -75,21 +76,19 @@ impl Job for Revision {
     fn validate(&self) -> Result<(), BatchError> {
         let plain = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
         if self.name.is_empty() || self.name.len() > 64 || !self.name.bytes().all(plain) {
-            return Err(BatchError::Invalid(format!(
-                "revision name {:?}: use 1 to 64 of a-z, 0-9, '-', '_', '.'",
-                self.name
+            return Err(BatchError::Invalid(Said::new(
+                "batch.err.revision_name",
+                &[("given", format!("{:?}", self.name))],
             )));
         }
         if !(-90..=1000).contains(&self.percent) {
-            return Err(BatchError::Invalid(format!("--percent {}: use -90 to 1000", self.percent)));
+            return Err(BatchError::Invalid(Said::new(
+                "batch.err.percent",
+                &[("given", self.percent.to_string())],
+            )));
         }
         if self.policy == Policy::Steal {
-            return Err(BatchError::Invalid(
-                "a price revision cannot steal: products are edited optimistically, so online \
-                 editors hold no lock to take over (their stale saves get the conflict screen). \
-                 Use --policy wait or skip."
-                    .into(),
-            ));
+            return Err(BatchError::Invalid(Said::new("batch.err.revision_steal", &[])));
         }
         Ok(())
     }
@@ -241,7 +240,7 @@ mod tests {
         assert!(Revision { name: "Spring Sale".into(), ..revision(5) }.validate().is_err());
         assert!(matches!(
             Revision { policy: Policy::Steal, ..revision(5) }.validate(),
-            Err(BatchError::Invalid(why)) if why.contains("optimistically")
+            Err(BatchError::Invalid(why)) if why.to_string().contains("optimistically")
         ));
         assert!(Revision { policy: Policy::Skip, ..revision(5) }.validate().is_ok());
     }

@@ -36,7 +36,10 @@ impl AsProblem for InventoryError {
     fn problem(&self) -> Problem {
         let invalid = |code, message: String| Problem::new(StatusCode::UNPROCESSABLE_ENTITY, code, message);
         match self {
-            Self::Quantity(e) => invalid("invalid_quantity", format!("quantity: {e}.")),
+            Self::Quantity(e) => {
+                let (key, args) = e.words(model::QuantityOf::Receipt);
+                Problem::words(StatusCode::UNPROCESSABLE_ENTITY, "invalid_quantity", key, &args)
+            }
             Self::InvalidProductId => invalid("invalid_id", "product_id must be a positive number.".into()),
             Self::UnknownProduct(id) => Problem::words(
                 StatusCode::UNPROCESSABLE_ENTITY,

@@ -19,6 +19,32 @@ pub enum QuantityError {
     NotANumber(String),
 }
 
+/// Whose quantity is wrong: the sentence differs.
+#[derive(Clone, Copy, Debug)]
+pub enum QuantityOf {
+    OrderLine,
+    Receipt,
+}
+
+impl QuantityError {
+    /// What is wrong with the quantity of `of`, as a text of `src/i18n/texts.yml` and its values.
+    pub fn words(&self, of: QuantityOf) -> (&'static str, Vec<(&'static str, String)>) {
+        use QuantityOf::{OrderLine, Receipt};
+        match (of, self) {
+            (OrderLine, Self::NotPositive) => ("order.qty.not_positive", vec![]),
+            (OrderLine, Self::TooLarge(max)) => ("order.qty.too_large", vec![("max", max.to_string())]),
+            (OrderLine, Self::NotANumber(given)) => {
+                ("order.qty.not_a_number", vec![("given", format!("{given:?}"))])
+            }
+            (Receipt, Self::NotPositive) => ("receipts.qty.not_positive", vec![]),
+            (Receipt, Self::TooLarge(max)) => ("receipts.qty.too_large", vec![("max", max.to_string())]),
+            (Receipt, Self::NotANumber(given)) => {
+                ("receipts.qty.not_a_number", vec![("given", format!("{given:?}"))])
+            }
+        }
+    }
+}
+
 /// A positive number of units, bounded by what one order line or one receipt may move.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Quantity(u32);

@@ -83,7 +83,9 @@ impl AsProblem for OrderError {
             ),
             Self::InvalidProductId(id) => invalid("invalid_id", format!("{id} is not a valid product id.")),
             Self::Quantity { product_id, error } => {
-                invalid("invalid_quantity", format!("Quantity of product {product_id} {error}."))
+                let (key, mut args) = error.words(crate::inventory::model::QuantityOf::OrderLine);
+                args.push(("product", product_id.to_string()));
+                Problem::words(S::UNPROCESSABLE_ENTITY, "invalid_quantity", key, &args)
                     .with("product_id", *product_id)
             }
             Self::UnknownProduct(id) => Problem::words(

@@ -61,10 +61,37 @@ impl FieldError {
 
     /// The sentence in `lang`.
     pub fn message_in(&self, lang: Lang) -> String {
-        match self.words.as_deref() {
-            Some((key, args)) => lang.t_with(key, args),
-            None => self.message.clone(),
-        }
+        said_in(self.words.as_deref(), &self.message, lang)
+    }
+}
+
+/// Words read both by a person on a page (in their language) and in a terminal or a log (in
+/// English, which is how they display).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Said(pub Words);
+
+impl Said {
+    pub fn new(key: &'static str, args: &[(&'static str, String)]) -> Self {
+        Self((key, args.to_vec()))
+    }
+
+    /// A problem saying these words.
+    pub fn problem(&self, status: StatusCode, error: &'static str) -> Problem {
+        Problem::words(status, error, self.0.0, &self.0.1)
+    }
+}
+
+impl std::fmt::Display for Said {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&Lang::En.t_with(self.0.0, &self.0.1))
+    }
+}
+
+/// `words` said in `lang`, or `english` as it is when there are none.
+fn said_in(words: Option<&Words>, english: &str, lang: Lang) -> String {
+    match words {
+        Some((key, args)) => lang.t_with(key, args),
+        None => english.to_string(),
     }
 }
 
@@ -97,10 +124,7 @@ impl Problem {
 
     /// The message in `lang`: its text when it has one, else the English.
     pub fn message_in(&self, lang: Lang) -> String {
-        match self.words.as_deref() {
-            Some((key, args)) => lang.t_with(key, args),
-            None => self.message.clone(),
-        }
+        said_in(self.words.as_deref(), &self.message, lang)
     }
 
     /// Adds a field to the JSON body next to `error` and `message`.
