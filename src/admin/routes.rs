@@ -104,17 +104,19 @@ impl LocksPage {
         self.locks.batch_runs.iter().any(|r| r.status == "running")
     }
 
-    /// "4 min 12 s": ages and remaining times for a person.
+    /// "4 min 12 s" ("4 分 12 秒"): ages and remaining times for a person, in the page's language.
     /// Takes `i64` or `&i64`: askama passes loop fields by reference.
     fn human(&self, secs: impl std::borrow::Borrow<i64>) -> String {
         let secs = *secs.borrow();
         let sign = if secs < 0 { "−" } else { "" };
         let secs = secs.unsigned_abs();
-        match secs {
-            0..60 => format!("{sign}{secs} s"),
-            60..3600 => format!("{sign}{} min {} s", secs / 60, secs % 60),
-            _ => format!("{sign}{} h {} min", secs / 3600, secs % 3600 / 60),
-        }
+        let (key, args): (&str, Vec<(&str, u64)>) = match secs {
+            0..60 => ("admin.secs", vec![("s", secs)]),
+            60..3600 => ("admin.mins", vec![("m", secs / 60), ("s", secs % 60)]),
+            _ => ("admin.hours", vec![("h", secs / 3600), ("m", secs % 3600 / 60)]),
+        };
+        let args: Vec<(&str, String)> = args.into_iter().map(|(name, n)| (name, n.to_string())).collect();
+        format!("{sign}{}", self.ctx.lang.t_with(key, args))
     }
 }
 
