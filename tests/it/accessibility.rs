@@ -127,8 +127,8 @@ async fn check_answer(browser: &Client, axe: &str, what: &str, problems: &mut Ve
     }
 }
 
-/// The focused element is a field (or message) marked as in error.
-async fn focus_is_on_the_error(browser: &Client) -> String {
+/// The focused element: its tag, its name (or id) and its `aria-invalid`, as "input price true".
+async fn focused(browser: &Client) -> String {
     let focused = browser
         .execute(
             "const el = document.activeElement;
@@ -141,10 +141,19 @@ async fn focus_is_on_the_error(browser: &Client) -> String {
     format!("{} {} {}", part(0), part(1), part(2)).trim().to_string()
 }
 
-/// Clicks a form's button and gives the answer a moment to load.
-async fn submit(browser: &Client, css: &str) {
+/// Clicks a form's button, then waits (bounded) until the answer has put the focus on
+/// `expected` (as [`focused`] describes it), and returns what holds the focus by then.
+async fn submit_then_focus(browser: &Client, css: &str, expected: &str) -> String {
     click(browser, css).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut now = String::new();
+    for _ in 0..200 {
+        now = focused(browser).await;
+        if now == expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    now
 }
 
 #[actix_web::test]
@@ -203,8 +212,8 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
         .send_keys("wrong")
         .await
         .expect("type");
-    submit(&browser, "main form button[type=submit]").await;
-    assert_eq!(focus_is_on_the_error(&browser).await, "input password true", "after a wrong password");
+    let focus = submit_then_focus(&browser, "main form button[type=submit]", "input password true").await;
+    assert_eq!(focus, "input password true", "after a wrong password");
     check_answer(&browser, &axe, "login refused", &mut problems).await;
 
     // Too many of a product: its quantity field.
@@ -212,8 +221,9 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     browser.goto(&format!("{base}/products")).await.expect("products");
     let field = format!("input[name=qty_{product}]");
     browser.find(Locator::Css(&field)).await.expect("quantity").send_keys("5").await.expect("type");
-    submit(&browser, "main form button[type=submit]").await;
-    assert_eq!(focus_is_on_the_error(&browser).await, format!("input qty_{product} true"), "after too many");
+    let expected = format!("input qty_{product} true");
+    let focus = submit_then_focus(&browser, "main form button[type=submit]", &expected).await;
+    assert_eq!(focus, expected, "after too many");
     check_answer(&browser, &axe, "order refused", &mut problems).await;
     let marked = browser
         .execute("return document.querySelector('header nav a[aria-current]').getAttribute('href');", vec![])
@@ -227,8 +237,8 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     bob_client.login(&bob).await;
     assert_eq!(bob_client.book(room, day).await.status(), 201);
     let book = format!("button[aria-label=\"Book {}\"]", day.format("%A %Y-%m-%d"));
-    submit(&browser, &book).await;
-    assert_eq!(focus_is_on_the_error(&browser).await, "p refused", "after a lost booking race");
+    let focus = submit_then_focus(&browser, &book, "p refused").await;
+    assert_eq!(focus, "p refused", "after a lost booking race");
     check_answer(&browser, &axe, "booking refused", &mut problems).await;
     browser.close().await.expect("close");
 
@@ -239,16 +249,16 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     let capacity = carol.find(Locator::Css("input[name=capacity]")).await.expect("capacity");
     capacity.clear().await.expect("clear");
     capacity.send_keys("lots").await.expect("type");
-    submit(&carol, "#save").await;
-    assert_eq!(focus_is_on_the_error(&carol).await, "input capacity true", "after a bad capacity");
+    let focus = submit_then_focus(&carol, "#save", "input capacity true").await;
+    assert_eq!(focus, "input capacity true", "after a bad capacity");
     check_answer(&carol, &axe, "resource edit refused", &mut problems).await;
     // A product saved with a bad price: the price field.
     carol.goto(&format!("{base}/products/{product}/edit")).await.expect("product editor");
     let price = carol.find(Locator::Css("input[name=price]")).await.expect("price");
     price.clear().await.expect("clear");
     price.send_keys("cheap").await.expect("type");
-    submit(&carol, "main form button[type=submit]").await;
-    assert_eq!(focus_is_on_the_error(&carol).await, "input price true", "after a bad price");
+    let focus = submit_then_focus(&carol, "main form button[type=submit]", "input price true").await;
+    assert_eq!(focus, "input price true", "after a bad price");
     check_answer(&carol, &axe, "product edit refused", &mut problems).await;
     carol.close().await.expect("close");
 

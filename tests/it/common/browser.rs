@@ -169,6 +169,25 @@ pub async fn pick_language(browser: &Client, base: &str, code: &str) {
         .expect("the page in that language");
 }
 
+/// Waits (bounded) until the element matching `css` says `needle`, and returns its text: for an
+/// element the page before a click has too (a heading), which must not be read before the answer
+/// has replaced that page.
+pub async fn text_when_it_says(browser: &Client, css: &str, needle: &str) -> String {
+    let mut last = String::new();
+    for _ in 0..200 {
+        if let Ok(element) = browser.find(Locator::Css(css)).await
+            && let Ok(text) = element.text().await
+        {
+            if text.contains(needle) {
+                return text;
+            }
+            last = text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{css} did not say {needle:?} within 20 s; it says {last:?}");
+}
+
 /// Waits (bounded) until the element matching `css` is displayed, and returns its text. An
 /// element that goes stale between finding and reading it (the page was replaced meanwhile, a
 /// form having been submitted) is looked for again on the page that replaced it.
