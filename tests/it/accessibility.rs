@@ -15,7 +15,7 @@ use haita::auth::Role;
 use serde_json::Value;
 
 use crate::common::TestApp;
-use crate::common::browser::{Chromedriver, click, log_in, pick_language};
+use crate::common::browser::{Chromedriver, click, fill_login, log_in, pick_language};
 use crate::common::pages::every_page;
 
 /// axe-core's source. Missing is a failure that says how to install it, never a skip.
@@ -197,21 +197,7 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
 
     // A wrong password: the password field.
     let browser = driver.browser().await;
-    browser.goto(&format!("{base}/login")).await.expect("login");
-    browser
-        .find(Locator::Css("input[name=username]"))
-        .await
-        .expect("field")
-        .send_keys("alice")
-        .await
-        .expect("type");
-    browser
-        .find(Locator::Css("input[name=password]"))
-        .await
-        .expect("field")
-        .send_keys("wrong")
-        .await
-        .expect("type");
+    fill_login(&browser, &base, "alice", "wrong").await;
     let focus = submit_then_focus(&browser, "main form button[type=submit]", "input password true").await;
     assert_eq!(focus, "input password true", "after a wrong password");
     check_answer(&browser, &axe, "login refused", &mut problems).await;

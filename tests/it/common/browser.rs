@@ -109,30 +109,18 @@ impl Drop for Chromedriver {
     }
 }
 
+/// Opens the login page and types `username` and `password` into its form, not sending it.
+pub async fn fill_login(browser: &Client, base: &str, username: &str, password: &str) {
+    browser.goto(&format!("{base}/login")).await.expect("login page");
+    for (field, text) in [("input[name=username]", username), ("input[name=password]", password)] {
+        browser.find(Locator::Css(field)).await.expect("field").send_keys(text).await.expect("type");
+    }
+}
+
 /// Logs in through the login form, as a person would.
 pub async fn log_in(browser: &Client, base: &str, username: &str) {
-    browser.goto(&format!("{base}/login")).await.expect("login page");
-    browser
-        .find(Locator::Css("input[name=username]"))
-        .await
-        .expect("field")
-        .send_keys(username)
-        .await
-        .expect("type");
-    browser
-        .find(Locator::Css("input[name=password]"))
-        .await
-        .expect("field")
-        .send_keys(super::PASSWORD)
-        .await
-        .expect("type");
-    browser
-        .find(Locator::Css("main form button[type=submit]"))
-        .await
-        .expect("button")
-        .click()
-        .await
-        .expect("click");
+    fill_login(browser, base, username, super::PASSWORD).await;
+    click(browser, "main form button[type=submit]").await;
     browser
         .wait()
         .at_most(Duration::from_secs(20))
