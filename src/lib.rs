@@ -83,11 +83,14 @@ impl Application {
         // progress for everyone watching.
         #[cfg(feature = "lab")]
         let race_board = aweb::Data::new(lab::demo::RaceBoard::default());
+        // The Redis server and lock directory of the demo's outside locks (contacted on use).
+        #[cfg(feature = "lab")]
+        let outside = aweb::Data::new(lab::locks::OutsideLocks::from_env()?);
         let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
         let server = HttpServer::new(move || {
             let app = App::new().app_data(state.clone());
             #[cfg(feature = "lab")]
-            let app = app.app_data(race_board.clone());
+            let app = app.app_data(race_board.clone()).app_data(outside.clone());
             app.app_data(error::json_config(error::BODY_LIMIT))
                 .app_data(error::path_config())
                 .app_data(error::query_config())

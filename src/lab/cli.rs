@@ -155,7 +155,8 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
                     );
                 }
             };
-            let report = super::demo::run_race(&pool, &config, &spec, "cli", &said)?;
+            let outside = super::locks::OutsideLocks::from_env()?;
+            let report = super::demo::run_race(&pool, &config, &outside, &spec, "cli", &said)?;
             print!("{}", report.table());
             Ok(())
         }

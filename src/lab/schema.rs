@@ -14,6 +14,16 @@ diesel::table! {
 }
 
 diesel::table! {
+    demo_lock_rows (name) {
+        #[max_length = 191]
+        name -> Varchar,
+        #[max_length = 64]
+        owner -> Varchar,
+        expires_at -> Datetime,
+    }
+}
+
+diesel::table! {
     demo_races (id) {
         id -> Bigint,
         #[max_length = 64]
@@ -30,9 +40,10 @@ diesel::table! {
         strategy -> Varchar,
         capacity -> Integer,
         created_at -> Datetime,
+        fence -> Bigint,
     }
 }
 
 diesel::joinable!(demo_bookings -> demo_resources (demo_resource_id));
 
-diesel::allow_tables_to_appear_in_same_query!(demo_bookings, demo_races, demo_resources,);
+diesel::allow_tables_to_appear_in_same_query!(demo_bookings, demo_lock_rows, demo_races, demo_resources,);

@@ -11,6 +11,7 @@ use haita::lab::demo::Strategy;
 use serde_json::{Value, json};
 
 mod browser;
+mod outside_locks;
 
 use crate::common::{Client, TestApp, error_code, invariants};
 
@@ -105,7 +106,11 @@ async fn every_correct_strategy_books_each_day_at_most_once_over_five_runs() {
             "named-lock-unqueued",
             "parent-row-lock",
             "unique-slot",
-            "serializable"
+            "serializable",
+            "redis-lock",
+            "redis-lock-fenced",
+            "file-lock",
+            "lock-table"
         ]
     );
 
@@ -126,6 +131,39 @@ async fn every_correct_strategy_books_each_day_at_most_once_over_five_runs() {
     }
     invariants::no_named_lock_left_held(&app.db);
     assert_eq!(real_reservations(&app), 0);
+}
+
+/// A lease is exclusive only until its TTL. With each day's first holder paused three times past
+/// a 200 ms lease, Redis lets a second client in and both book the day; with a fencing token
+/// checked by the database, the paused holder's write is refused and no day is booked twice.
+/// Counted in the database, on a real Redis.
+#[actix_web::test]
+async fn a_lease_that_runs_out_lets_a_second_holder_in_and_a_fencing_token_refuses_the_late_write() {
+    let app = TestApp::spawn_lab().await;
+    let client = logged_in(&app, "leases").await;
+    let strategies = ["redis-lock-expiring", "redis-lock-fenced"];
+    let report =
+        race(&client, json!({"strategy": strategies, "clients": 16, "attempts": 48, "pause_ms": 5})).await;
+    let [expiring, fenced] = &report["results"].as_array().expect("results")[..] else { panic!("{report}") };
+    let days = 3;
+    let number = |r: &Value, field: &str| r[field].as_i64().unwrap_or_else(|| panic!("{field}: {r}"));
+
+    assert_eq!(number(expiring, "paused"), days, "one paused holder per day: {expiring}");
+    let beyond = beyond_capacity(&app, id_of(expiring));
+    assert!(beyond > 0, "the paused holder wrote after its lease went to another client: {expiring}");
+    assert_eq!(number(expiring, "double_bookings"), beyond, "{expiring}");
+    assert!(number(expiring, "leases_lost") >= days, "each paused holder found its lease gone: {expiring}");
+    assert!(expiring["verdict"].as_str().is_some_and(|v| v.contains("docs/other-locks.md")), "{expiring}");
+
+    assert_eq!(number(fenced, "paused"), days, "the same pauses: {fenced}");
+    assert_eq!(beyond_capacity(&app, id_of(fenced)), 0, "{fenced}");
+    assert_eq!(booked(&app, id_of(fenced)), days, "every day booked once: {fenced}");
+    // Each paused holder's write is refused; on a loaded machine a holder slower than its lease
+    // between grant and fence may be refused too.
+    assert!(number(fenced, "fenced_off") >= days, "each paused holder's write was refused: {fenced}");
+    assert_eq!(number(fenced, "errors"), 0, "{fenced}");
+    let fence = count(&app, "SELECT fence AS n FROM demo_resources WHERE id = ?", id_of(fenced));
+    assert!(fence > days, "the fence holds the highest token shown ({fence}): {fenced}");
 }
 
 /// The two rows about contention. Without the per-key queue, a hot day's waiters hold every
@@ -490,7 +528,15 @@ async fn one_booking_endpoint_serves_the_correct_strategies_and_refuses_the_race
     let app = TestApp::spawn_lab().await;
     let client = logged_in(&app, "bencher").await;
     let day = "2300-01-01";
-    for strategy in ["named-lock", "parent-row-lock", "unique-slot", "serializable"] {
+    for strategy in [
+        "named-lock",
+        "parent-row-lock",
+        "unique-slot",
+        "serializable",
+        "redis-lock",
+        "file-lock",
+        "lock-table",
+    ] {
         let resource = haita::lab::demo::create_resource(
             &mut app.db.conn(),
             Strategy::parse(strategy).expect("known"),
@@ -509,6 +555,8 @@ async fn one_booking_endpoint_serves_the_correct_strategies_and_refuses_the_race
         (json!({"strategy": "named-lock-pool-pitfall", "resource_id": 1, "date": day}), "unsafe_strategy"),
         (json!({"strategy": "named-lock-unqueued", "resource_id": 1, "date": day}), "race_only"),
         (json!({"strategy": "named-lock-coalesced", "resource_id": 1, "date": day}), "race_only"),
+        (json!({"strategy": "redis-lock-expiring", "resource_id": 1, "date": day}), "unsafe_strategy"),
+        (json!({"strategy": "redis-lock-fenced", "resource_id": 1, "date": day}), "race_only"),
         (json!({"strategy": "named-lock", "resource_id": 999_999, "date": day}), "unknown_resource"),
         (json!({"strategy": "named-lock", "resource_id": 0, "date": day}), "invalid_input"),
         (json!({"strategy": "named-lock", "resource_id": 1, "date": "tomorrow"}), "invalid_input"),

@@ -37,6 +37,7 @@ use crate::bookings::{BookingError, service as bookings};
 use crate::config::Config;
 use crate::db::{self, DbPool, ScratchDatabase};
 use crate::lab::demo::{Answer, Attempt, Queue, Seen, Strategy, create_resource};
+use crate::lab::locks::OutsideLocks;
 use crate::lab::stats::percentile_ms;
 use crate::locking::Turn;
 use crate::resources::model::NewResource;
@@ -404,6 +405,8 @@ struct Prepared {
     config: Config,
     app_pool: DbPool,
     raw_pool: DbPool,
+    /// The raw path's Redis and lock directory (the app has its own, from the same variables).
+    outside: OutsideLocks,
     /// One logged-in session per user: the raw path books with their tickets, which the
     /// booking checks as it does over HTTP.
     users: Vec<Ticket>,
@@ -423,7 +426,8 @@ impl Prepared {
         crate::lab::prepare(&app_pool)?;
         let raw_pool = db::build_pool(&bench_config)?;
         let users = create_users(&app_pool, users)?;
-        Ok(Self { config: bench_config, app_pool, raw_pool, users, scratch })
+        let outside = OutsideLocks::in_dir(super::server::lock_dir())?;
+        Ok(Self { config: bench_config, app_pool, raw_pool, outside, users, scratch })
     }
 }
 
@@ -504,8 +508,14 @@ async fn measure_cell(
         if plan.raw {
             let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
             let (cpu, server) = (CpuClock::start(app_server), ServerWork::start(&bench.app_pool)?);
-            let mut raw =
-                measure_raw(&bench.raw_pool, &bench.config, &target, &bench.users[..n], plan.window);
+            let mut raw = measure_raw(
+                &bench.raw_pool,
+                &bench.config,
+                &bench.outside,
+                &target,
+                &bench.users[..n],
+                plan.window,
+            );
             raw.cpu_us = cpu.per_answer(app_server, &raw).0;
             server.per_answer(&bench.app_pool, &mut raw)?;
             raws.push(raw);
@@ -588,6 +598,7 @@ fn classify_booking(result: &Result<impl Sized, BookingError>) -> Outcome {
 fn measure_raw(
     pool: &DbPool,
     config: &Config,
+    outside: &OutsideLocks,
     target: &Target,
     users: &[Ticket],
     window: Duration,
@@ -631,6 +642,7 @@ fn measure_raw(
                                 lock_wait: config.lock_wait,
                                 // `named-lock` books real reservations above; the others take no named lock.
                                 queue: Queue::Taken(None),
+                                outside,
                             };
                             let result = target.strategy.book(attempt, &mut Seen::default());
                             let outcome = match &result {
@@ -901,8 +913,8 @@ mod tests {
             driver: "builtin".into(),
         };
         let plan = options("all", "hot", &[1, 16]).plan().expect("valid");
-        assert_eq!(plan.strategies.len(), 4, "all means the correct ones that book alone");
-        assert_eq!(plan.cells().count(), 8);
+        assert_eq!(plan.strategies.len(), 7, "all means the correct ones that book alone");
+        assert_eq!(plan.cells().count(), 14);
         assert_eq!(plan.most_clients(), 16);
         let error = |o: BookingsBench| o.plan().err().map(|e| e.to_string()).unwrap_or_default();
         assert!(error(options("no-lock", "hot", &[1])).contains("only runs inside a race"));

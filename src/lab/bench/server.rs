@@ -31,6 +31,7 @@ impl ServerProcess {
             .env("DATABASE_URL", &config.database_url)
             .env("BIND", format!("127.0.0.1:{port}"))
             .env("DEMO_MODE", "1")
+            .env("DEMO_LOCK_DIR", lock_dir())
             .env("SESSION_KEY", session_key)
             .env("POOL_SIZE", config.pool_size.to_string())
             .env("POOL_TIMEOUT_SECS", config.pool_timeout.as_secs().to_string())
@@ -86,7 +87,15 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The `file-lock` strategy's files, one per day booked: nobody can be using them now.
+        let _ = std::fs::remove_dir_all(lock_dir());
     }
+}
+
+/// The lock files of this bench (its server's and its raw path's), deleted when the server
+/// stops.
+pub fn lock_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("haita-bench-locks-{}", std::process::id()))
 }
 
 /// A port nobody listens on right now (the server binds it a moment later).

@@ -40,6 +40,8 @@ pub use race::{
 pub use strategies::{Answer, Attempt, Queue, Seen, Strategy};
 
 use crate::infra::{Infra, infra_error};
+use crate::lab::locks::redis::LeaseError;
+use crate::lab::locks::table::LockRowError;
 use crate::web::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +66,11 @@ pub enum DemoError {
     /// the deadlock retries ran out. The client would be told "busy, try again".
     #[error("busy: {0}")]
     Busy(String),
+    /// The database refused a write: its fencing token was older than one already shown.
+    #[error("the database refused the write of fencing token {0}: a newer lease holder exists")]
+    FencedOff(i64),
+    #[error(transparent)]
+    Lease(#[from] crate::lab::locks::redis::LeaseError),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
     #[error(transparent)]
@@ -76,6 +83,7 @@ impl DemoError {
     pub fn is_busy(&self) -> bool {
         match self {
             Self::Busy(_) => true,
+            Self::Lease(e) => matches!(e, LeaseError::TimedOut { .. }),
             Self::Infra(e) => e.is_busy(),
             _ => false,
         }
@@ -129,10 +137,34 @@ impl AsProblem for DemoError {
                 "unknown_resource",
                 format!("There is no demo resource with id {id}."),
             ),
-            Self::Busy(_) => Problem::busy("The demo resource is busy; please try again in a moment."),
+            Self::Busy(_) | Self::Lease(LeaseError::TimedOut { .. }) => {
+                Problem::busy("The demo resource is busy; please try again in a moment.")
+            }
+            Self::FencedOff(_) => Problem::new(
+                S::CONFLICT,
+                "lease_lost",
+                "Your lock on that day expired before your booking was written, and the booking was refused.",
+            ),
+            Self::Lease(LeaseError::Redis(_)) => Problem {
+                retry_after: Some(5),
+                ..Problem::new(
+                    S::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "The demo's Redis server did not answer; please try again in a moment.",
+                )
+            },
             Self::Infra(e) => e.problem(),
             Self::Internal(_) => Problem::internal(),
         }
     }
 }
 infra_error!(DemoError);
+
+impl From<LockRowError> for DemoError {
+    fn from(e: LockRowError) -> Self {
+        match e {
+            LockRowError::TimedOut { .. } => Self::Busy(e.to_string()),
+            LockRowError::Infra(e) => Self::Infra(e),
+        }
+    }
+}

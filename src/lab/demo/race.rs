@@ -33,10 +33,11 @@ use serde::{Deserialize, Serialize};
 use super::DemoError;
 use super::lanes::Lanes;
 use super::model::{NewDemoRace, NewDemoResource};
-use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
+use super::strategies::{self, Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::config::Config;
 use crate::db::{self, DbPool};
 use crate::i18n::Lang;
+use crate::lab::locks::{OutsideLocks, file};
 use crate::lab::schema::{demo_bookings, demo_races, demo_resources};
 use crate::lab::stats::percentile_ms;
 use crate::locking::Namespace;
@@ -169,6 +170,15 @@ pub struct StrategyResult {
     /// milliseconds while the race runs): what a product list would have waited.
     #[serde(default)]
     pub bystander_p99_ms: f64,
+    /// Holders paused past their lease on purpose (`redis-lock-expiring`, `redis-lock-fenced`).
+    #[serde(default)]
+    pub paused: u32,
+    /// Releases that found the lease or lock row expired and no longer theirs.
+    #[serde(default)]
+    pub leases_lost: u32,
+    /// Writes the database refused for an outdated fencing token (`redis-lock-fenced`).
+    #[serde(default)]
+    pub fenced_off: u32,
     pub first_error: Option<String>,
     /// What happened, in a sentence or two naming the pitfall and the page of `docs/` on it.
     pub verdict: String,
@@ -203,6 +213,13 @@ impl StrategyResult {
             return lang.t_with("verdict.bug", [("bookings", bookings(self.double_bookings))]);
         }
         let with_busy = |text: String| text + &busy;
+        let releases = n(self.leases_lost.into(), "count.lease_release.one", "count.lease_release.many");
+        let lost = if self.leases_lost > 0 {
+            lang.t_with("verdict.lease_lost", [("releases", releases.clone())])
+        } else {
+            String::new()
+        };
+        let paused = n(self.paused.into(), "count.holder.one", "count.holder.many");
         match self.strategy {
             Strategy::NoLock if self.double_bookings > 0 => lang.t_with(
                 "verdict.no_lock",
@@ -282,6 +299,45 @@ impl StrategyResult {
                     n(self.deadlocks_retried.into(), "count.deadlock.one", "count.deadlock.many"),
                 )],
             )),
+            Strategy::RedisLock => with_busy(
+                lang.t_with("verdict.redis_lock", [("ttl", strategies::LEASE_TTL.as_secs().to_string())])
+                    + &lost,
+            ),
+            Strategy::RedisLockExpiring if self.double_bookings > 0 => with_busy(lang.t_with(
+                "verdict.redis_expiring",
+                [
+                    ("holders", paused),
+                    ("paused", strategies::PAUSED_FOR.as_millis().to_string()),
+                    ("ttl", strategies::SHORT_LEASE.as_millis().to_string()),
+                    ("bookings", bookings(self.double_bookings)),
+                    ("releases", releases),
+                ],
+            )),
+            Strategy::RedisLockExpiring => {
+                with_busy(lang.t("verdict.redis_expiring.lucky").into_owned() + &lost)
+            }
+            Strategy::RedisLockFenced => with_busy(
+                lang.t_with(
+                    "verdict.redis_fenced",
+                    [
+                        ("holders", paused),
+                        ("paused", strategies::PAUSED_FOR.as_millis().to_string()),
+                        ("ttl", strategies::SHORT_LEASE.as_millis().to_string()),
+                        ("writes", n(self.fenced_off.into(), "count.write.one", "count.write.many")),
+                    ],
+                ) + &lost,
+            ),
+            Strategy::FileLock => with_busy(lang.t("verdict.file_lock").into_owned()),
+            Strategy::LockTable => with_busy(
+                lang.t_with(
+                    "verdict.lock_table",
+                    [
+                        ("peak", self.pool_peak_in_use.to_string()),
+                        ("pool", self.pool_size.to_string()),
+                        ("p99", format!("{:.1}", self.bystander_p99_ms)),
+                    ],
+                ) + &lost,
+            ),
         }
     }
 }
@@ -320,7 +376,7 @@ impl RaceReport {
         );
         let _ = writeln!(
             out,
-            "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>10} {:>12}",
+            "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>10} {:>12} {:>10} {:>6}",
             "strategy",
             "attempts",
             "confirmed",
@@ -334,12 +390,14 @@ impl RaceReport {
             "p99 ms",
             "elapsed",
             "pool peak",
-            "bystander ms"
+            "bystander ms",
+            "lease lost",
+            "fenced"
         );
         for r in &self.results {
             let _ = writeln!(
                 out,
-                "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8.1} {:>8.1} {:>6}ms {:>10} {:>12.1}{}",
+                "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8.1} {:>8.1} {:>6}ms {:>10} {:>12.1} {:>10} {:>6}{}",
                 r.strategy.name(),
                 r.attempts,
                 r.confirmed,
@@ -354,6 +412,8 @@ impl RaceReport {
                 r.elapsed_ms,
                 format!("{}/{}", r.pool_peak_in_use, r.pool_size),
                 r.bystander_p99_ms,
+                r.leases_lost,
+                r.fenced_off,
                 if r.capped { " (time cap)" } else { "" }
             );
         }
@@ -396,6 +456,7 @@ pub type Watch<'a> = &'a (dyn Fn(Progress<'_>) + Sync);
 pub fn run(
     pool: &DbPool,
     config: &Config,
+    outside: &OutsideLocks,
     spec: &RaceSpec,
     started_by: &str,
     watch: Watch<'_>,
@@ -403,7 +464,7 @@ pub fn run(
     let started_at = chrono::Utc::now().naive_utc();
     let mut results = Vec::with_capacity(spec.strategies.len());
     for (index, &strategy) in spec.strategies.iter().enumerate() {
-        let result = run_strategy(pool, config, spec, strategy, &|tally| {
+        let result = run_strategy(pool, config, outside, spec, strategy, &|tally| {
             watch(Progress::Running { index, tally });
         })?;
         watch(Progress::Done { index, result: &result });
@@ -524,12 +585,16 @@ struct ClientLog {
     /// Rounds this client started.
     rounds: u32,
     batches: u32,
+    paused: u32,
+    leases_lost: u32,
+    fenced_off: u32,
 }
 
 struct Round<'a> {
     strategy: Strategy,
     pool: &'a DbPool,
     lanes: &'a Lanes,
+    outside: &'a OutsideLocks,
     resource_id: i64,
     first_day: NaiveDate,
     spec: &'a RaceSpec,
@@ -543,6 +608,7 @@ struct Round<'a> {
 fn run_strategy(
     pool: &DbPool,
     config: &Config,
+    outside: &OutsideLocks,
     spec: &RaceSpec,
     strategy: Strategy,
     report: &(dyn Fn(Tally) + Sync),
@@ -563,6 +629,7 @@ fn run_strategy(
         strategy,
         pool: &race_pool,
         lanes: &lanes,
+        outside,
         resource_id,
         first_day,
         spec,
@@ -602,6 +669,9 @@ fn run_strategy(
         total.rounds = total.rounds.max(log.rounds);
         total.first_error = total.first_error.or(log.first_error);
         total.batches += log.batches;
+        total.paused += log.paused;
+        total.leases_lost += log.leases_lost;
+        total.fenced_off += log.fenced_off;
     }
     total.latencies.sort_unstable();
 
@@ -611,6 +681,13 @@ fn run_strategy(
     let leaks = close_leaked_sessions(&mut conn, pool.names(), resource_id, days_raced, &sessions)?;
     drop(race_pool); // closes every other session of this run
     let damage = count_damage(&mut conn, resource_id)?;
+    if strategy == Strategy::FileLock {
+        // Every attempt has finished: nobody can be holding or opening these files now.
+        for day in first_day.iter_days().take(total.rounds as usize) {
+            let name = lock_name(pool.names(), resource_id, day);
+            let _ = std::fs::remove_file(file::path_of(&outside.dir, name.as_str()));
+        }
+    }
 
     let attempts = u32::try_from(total.latencies.len()).unwrap_or(u32::MAX);
     let mut result = StrategyResult {
@@ -637,6 +714,9 @@ fn run_strategy(
         pool_size: race_pool_size,
         pool_peak_in_use: bystander.peak_in_use,
         bystander_p99_ms: bystander.p99_ms(),
+        paused: total.paused,
+        leases_lost: total.leases_lost,
+        fenced_off: total.fenced_off,
         first_error: total.first_error,
         verdict: String::new(),
     };
@@ -669,6 +749,7 @@ fn run_client(round: &Round<'_>, client: u32) -> ClientLog {
             pause: Duration::from_millis(u64::from(spec.pause_ms)),
             lock_wait: LOCK_WAIT,
             queue: Queue::Lanes(round.lanes),
+            outside: round.outside,
         };
         let mut seen = Seen::default();
         let started = Instant::now();
@@ -680,6 +761,8 @@ fn run_client(round: &Round<'_>, client: u32) -> ClientLog {
         match answer {
             Ok(Answer::Confirmed) => {}
             Ok(Answer::Full) => log.refused += 1,
+            // Counted as `fenced_off` (from `seen`): refused by design, neither busy nor a bug.
+            Err(DemoError::FencedOff(_)) => {}
             Err(e) if e.is_busy() => log.busy += 1,
             Err(e) => {
                 log.errors += 1;
@@ -692,6 +775,9 @@ fn run_client(round: &Round<'_>, client: u32) -> ClientLog {
         log.missed_releases += u32::from(seen.missed_release);
         log.sessions.extend(seen.sessions);
         log.batches += seen.batches;
+        log.paused += u32::from(seen.paused);
+        log.leases_lost += u32::from(seen.lease_lost);
+        log.fenced_off += u32::from(seen.fenced_off);
     }
     log
 }

@@ -22,6 +22,7 @@ use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::i18n::Lang;
 use crate::infra::Infra;
+use crate::lab::locks::OutsideLocks;
 use crate::lab::schema::demo_bookings;
 use crate::web::error::{AsProblem, ErrorBody, Problem};
 use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
@@ -56,6 +57,7 @@ const VISITOR: &str = "a visitor";
 async fn start_race(
     state: &AppState,
     board: &web::Data<RaceBoard>,
+    outside: &web::Data<OutsideLocks>,
     who: String,
     spec: RaceSpec,
 ) -> Result<JoinHandle<Result<RaceReport, DemoError>>, DemoError> {
@@ -64,9 +66,9 @@ async fn start_race(
         return Err(DemoError::CoolingDown(left.as_secs().max(1)));
     }
     let ticket = RaceBoard::take(board, &spec, &who)?;
-    let (pool, config) = (state.pool.clone(), state.config.clone());
+    let (pool, config, outside) = (state.pool.clone(), state.config.clone(), outside.clone());
     Ok(actix_web::rt::task::spawn_blocking(move || {
-        let report = race::run(&pool, &config, &spec, &who, &|progress| ticket.progress(progress));
+        let report = race::run(&pool, &config, &outside, &spec, &who, &|progress| ticket.progress(progress));
         ticket.end(&report);
         report
     }))
@@ -264,14 +266,15 @@ async fn race_form(
     CsrfForm(fields): CsrfForm<Vec<(String, String)>>,
     state: web::Data<AppState>,
     board: web::Data<RaceBoard>,
+    outside: web::Data<OutsideLocks>,
 ) -> actix_web::Result<HttpResponse> {
     let started = match &ctx.user {
         Some(user) => match spec_from_form(&fields) {
-            Ok(spec) => start_race(&state, &board, user.username.clone(), spec).await,
+            Ok(spec) => start_race(&state, &board, &outside, user.username.clone(), spec).await,
             Err(invalid) => Err(invalid),
         },
         None => match RaceSpec::parse(&["all"], None, None, None) {
-            Ok(spec) => start_race(&state, &board, VISITOR.to_string(), spec).await,
+            Ok(spec) => start_race(&state, &board, &outside, VISITOR.to_string(), spec).await,
             Err(e) => Err(e),
         },
     };
@@ -371,13 +374,14 @@ async fn race_json(
     body: web::Json<RaceRequest>,
     state: web::Data<AppState>,
     board: web::Data<RaceBoard>,
+    outside: web::Data<OutsideLocks>,
 ) -> Result<HttpResponse, DemoError> {
     let names: Vec<&str> = match &body.strategy {
         StrategyChoice::One(name) => vec![name.as_str()],
         StrategyChoice::Many(names) => names.iter().map(String::as_str).collect(),
     };
     let spec = RaceSpec::parse(&names, body.clients, body.attempts, body.pause_ms)?;
-    let running = start_race(&state, &board, user.username.clone(), spec).await?;
+    let running = start_race(&state, &board, &outside, user.username.clone(), spec).await?;
     let report = running.await.map_err(|e| anyhow::anyhow!("the race's thread failed: {e}"))??;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/api/v1/demo/races/{}", report.id)))
@@ -444,6 +448,7 @@ async fn book_json(
     user: SessionUser,
     body: web::Json<BookRequest>,
     state: web::Data<AppState>,
+    outside: web::Data<OutsideLocks>,
 ) -> Result<HttpResponse, DemoError> {
     let strategy = Strategy::parse(&body.strategy)?;
     if strategy.race_only().is_some() {
@@ -461,9 +466,12 @@ async fn book_json(
     })?;
     let (pool, lock_wait, resource_id) = (state.pool.clone(), state.config.lock_wait, body.resource_id);
     let client = i32::try_from(user.id).unwrap_or(i32::MAX);
-    // The day's turn is awaited here, in memory, before a blocking thread or a connection is taken.
+    // The day's turn is awaited here, in memory, before a blocking thread or a connection is
+    // taken: at most one request per day of this instance then goes on to ask for the lock.
     let turn = match strategy {
-        Strategy::NamedLock => Some(state.turn(lock_name(pool.names(), resource_id, day)).await?),
+        Strategy::NamedLock | Strategy::RedisLock | Strategy::FileLock | Strategy::LockTable => {
+            Some(state.turn(lock_name(pool.names(), resource_id, day)).await?)
+        }
         _ => None,
     };
     let answer = blocking(move || {
@@ -478,8 +486,17 @@ async fn book_json(
             return Err(DemoError::DemoResourceFull(resource_id));
         }
         let queue = Queue::Taken(turn);
-        let attempt =
-            Attempt { pool: &pool, resource_id, day, client, pause: Duration::ZERO, lock_wait, queue };
+        let outside = &outside;
+        let attempt = Attempt {
+            pool: &pool,
+            resource_id,
+            day,
+            client,
+            pause: Duration::ZERO,
+            lock_wait,
+            queue,
+            outside,
+        };
         strategy.book(attempt, &mut Seen::default())
     })
     .await?;

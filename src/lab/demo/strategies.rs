@@ -1,4 +1,4 @@
-//! Eight ways to book one place of a demo resource on one day, one function each, side by side.
+//! Thirteen ways to book one place of a demo resource on one day, one function each, side by side.
 //!
 //! Every function makes one booking attempt: it answers [`Answer::Confirmed`] after inserting a
 //! row into `demo_bookings`, [`Answer::Full`] when the day has no place left, or an error. All of
@@ -6,11 +6,15 @@
 //! is wide enough to see on a small machine; a correct strategy must stay correct however long
 //! that pause is.
 //!
-//! Two are wrong on purpose and run only inside a race (`race.rs`), on a pool of their own:
-//! [`Strategy::NoLock`] and [`Strategy::NamedLockPoolPitfall`]. Two more run only there because
-//! they are about many clients at once: [`Strategy::NamedLockUnqueued`] (what the per-key queue
-//! prevents: waiters filling the pool) and [`Strategy::NamedLockCoalesced`] (clients of one day
-//! sharing a batch).
+//! Three are wrong on purpose and run only inside a race (`race.rs`), on a pool of their own:
+//! [`Strategy::NoLock`], [`Strategy::NamedLockPoolPitfall`] and [`Strategy::RedisLockExpiring`].
+//! Three more run only there because they are about many clients at once:
+//! [`Strategy::NamedLockUnqueued`] (what the per-key queue prevents: waiters filling the pool),
+//! [`Strategy::NamedLockCoalesced`] (clients of one day sharing a batch) and
+//! [`Strategy::RedisLockFenced`] (a holder paused on purpose, and refused).
+//!
+//! Five take a lock kept outside the database's lock functions (`crate::lab::locks`): a Redis
+//! lease three ways, a file lock and a lock table.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -28,6 +32,9 @@ use super::model::{DemoResource, NewDemoBooking, bookings_on};
 use crate::db::DbPool;
 use crate::i18n::Lang;
 use crate::infra::Infra;
+use crate::lab::locks::OutsideLocks;
+use crate::lab::locks::file::FileLock;
+use crate::lab::locks::table::LockRow;
 use crate::lab::schema::{demo_bookings, demo_resources};
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
 use crate::locking::{LockName, NamedLockGuard, Namespace, Turn};
@@ -43,10 +50,15 @@ pub enum Strategy {
     ParentRowLock,
     UniqueSlot,
     Serializable,
+    RedisLock,
+    RedisLockExpiring,
+    RedisLockFenced,
+    FileLock,
+    LockTable,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 8] = [
+    pub const ALL: [Strategy; 13] = [
         Strategy::NoLock,
         Strategy::NamedLock,
         Strategy::NamedLockCoalesced,
@@ -55,6 +67,11 @@ impl Strategy {
         Strategy::ParentRowLock,
         Strategy::UniqueSlot,
         Strategy::Serializable,
+        Strategy::RedisLock,
+        Strategy::RedisLockExpiring,
+        Strategy::RedisLockFenced,
+        Strategy::FileLock,
+        Strategy::LockTable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +84,11 @@ impl Strategy {
             Self::ParentRowLock => "parent-row-lock",
             Self::UniqueSlot => "unique-slot",
             Self::Serializable => "serializable",
+            Self::RedisLock => "redis-lock",
+            Self::RedisLockExpiring => "redis-lock-expiring",
+            Self::RedisLockFenced => "redis-lock-fenced",
+            Self::FileLock => "file-lock",
+            Self::LockTable => "lock-table",
         }
     }
 
@@ -83,7 +105,7 @@ impl Strategy {
 
     /// Whether the strategy never books a day beyond its capacity.
     pub fn is_correct(self) -> bool {
-        !matches!(self, Self::NoLock | Self::NamedLockPoolPitfall)
+        !matches!(self, Self::NoLock | Self::NamedLockPoolPitfall | Self::RedisLockExpiring)
     }
 
     /// Why the strategy runs only inside a race (its clients on a pool and in lanes of their
@@ -95,7 +117,15 @@ impl Strategy {
             }
             Self::NamedLockUnqueued => Some("its waiters would take the app's pooled connections"),
             Self::NamedLockCoalesced => Some("it batches the clients of a race that book the same day"),
-            Self::NamedLock | Self::ParentRowLock | Self::UniqueSlot | Self::Serializable => None,
+            Self::RedisLockExpiring => Some("it is deliberately unsafe: a holder pauses past its lease"),
+            Self::RedisLockFenced => Some("a holder pauses past its lease on purpose, to be refused"),
+            Self::NamedLock
+            | Self::ParentRowLock
+            | Self::UniqueSlot
+            | Self::Serializable
+            | Self::RedisLock
+            | Self::FileLock
+            | Self::LockTable => None,
         }
     }
 
@@ -110,6 +140,11 @@ impl Strategy {
             Self::ParentRowLock => ("strategy.parent_row_lock.does", "strategy.parent_row_lock.costs"),
             Self::UniqueSlot => ("strategy.unique_slot.does", "strategy.unique_slot.costs"),
             Self::Serializable => ("strategy.serializable.does", "strategy.serializable.costs"),
+            Self::RedisLock => ("strategy.redis_lock.does", "strategy.redis_lock.costs"),
+            Self::RedisLockExpiring => ("strategy.redis_expiring.does", "strategy.redis_expiring.costs"),
+            Self::RedisLockFenced => ("strategy.redis_fenced.does", "strategy.redis_fenced.costs"),
+            Self::FileLock => ("strategy.file_lock.does", "strategy.file_lock.costs"),
+            Self::LockTable => ("strategy.lock_table.does", "strategy.lock_table.costs"),
         };
         let lang = *lang.borrow();
         [lang.t(does).into_owned(), lang.t(costs).into_owned()]
@@ -126,6 +161,11 @@ impl Strategy {
             Self::ParentRowLock => "parent_row_lock",
             Self::UniqueSlot => "unique_slot",
             Self::Serializable => "serializable",
+            Self::RedisLock => "redis_lock",
+            Self::RedisLockExpiring => "redis_lock_expiring",
+            Self::RedisLockFenced => "redis_lock_fenced",
+            Self::FileLock => "file_lock",
+            Self::LockTable => "lock_table",
         }
     }
 
@@ -151,6 +191,11 @@ impl Strategy {
             Self::ParentRowLock => parent_row_lock(&attempt, seen),
             Self::UniqueSlot => unique_slot(&attempt, seen),
             Self::Serializable => serializable(&attempt, seen),
+            Self::RedisLock => redis_lock(&attempt, seen),
+            Self::RedisLockExpiring => redis_lock_expiring(&attempt, seen),
+            Self::RedisLockFenced => redis_lock_fenced(&attempt, seen),
+            Self::FileLock => file_lock(&attempt),
+            Self::LockTable => lock_table(&attempt, seen),
         }
     }
 }
@@ -172,6 +217,8 @@ pub struct Attempt<'a> {
     /// How long the attempt may wait for its lock, in the queue and in GET_LOCK together.
     pub lock_wait: Duration,
     pub queue: Queue<'a>,
+    /// The Redis server and the lock directory of the strategies that lock outside the database.
+    pub outside: &'a OutsideLocks,
 }
 
 /// What stands in front of the named lock, as the app's per-key queue does.
@@ -218,12 +265,25 @@ pub struct Seen {
     pub sessions: Vec<i64>,
     /// Batches of its day this client booked, its own and others' (`named-lock-coalesced`).
     pub batches: u32,
+    /// This client was the day's holder paused past its lease (`redis-lock-expiring`, `-fenced`).
+    pub paused: bool,
+    /// Its lease or lock row had expired when it released it: another client may have been
+    /// inside with it.
+    pub lease_lost: bool,
+    /// The database refused its write: its fencing token was older than one already shown.
+    pub fenced_off: bool,
 }
 
 /// The named lock of one demo resource and day: the same shape as `Namespace::booking`, in a
 /// scope of its own so a demo run never waits for a real booking.
 pub fn lock_name(names: &Namespace, resource_id: i64, day: NaiveDate) -> LockName {
     names.name("demo", &format!("{resource_id}:{}", day.format("%Y-%m-%d")))
+}
+
+/// The counter the fencing tokens of one demo resource's leases come from: one per resource, so
+/// its number only grows across the resource's days, as its `fence` column does.
+pub fn fence_counter(names: &Namespace, resource_id: i64) -> LockName {
+    names.name("demo", &format!("{resource_id}:fence"))
 }
 
 fn capacity_of(conn: &mut MysqlConnection, resource_id: i64) -> Result<i32, DemoError> {
@@ -237,16 +297,26 @@ fn capacity_of(conn: &mut MysqlConnection, resource_id: i64) -> Result<i32, Demo
 /// The check-then-insert every strategy but `unique-slot` runs. Correct only when something
 /// outside it stops two clients from running it for the same day at once.
 fn check_then_insert(conn: &mut MysqlConnection, a: &Attempt<'_>) -> Result<Answer, DemoError> {
-    let capacity = capacity_of(conn, a.resource_id)?;
-    let confirmed: i64 = bookings_on(a.resource_id, a.day).count().get_result(conn)?;
-    if confirmed >= i64::from(capacity) {
+    if !has_room(conn, a)? {
         return Ok(Answer::Full);
     }
     std::thread::sleep(a.pause); // the race window: another client's count may run right now
+    insert_booking(conn, a)?;
+    Ok(Answer::Confirmed)
+}
+
+/// Whether the day has a place left, as far as `conn` can see.
+fn has_room(conn: &mut MysqlConnection, a: &Attempt<'_>) -> Result<bool, DemoError> {
+    let capacity = capacity_of(conn, a.resource_id)?;
+    let confirmed: i64 = bookings_on(a.resource_id, a.day).count().get_result(conn)?;
+    Ok(confirmed < i64::from(capacity))
+}
+
+fn insert_booking(conn: &mut MysqlConnection, a: &Attempt<'_>) -> Result<(), DemoError> {
     diesel::insert_into(demo_bookings::table)
         .values(NewDemoBooking { demo_resource_id: a.resource_id, day: a.day, client: a.client, slot: None })
         .execute(conn)?;
-    Ok(Answer::Confirmed)
+    Ok(())
 }
 
 /// WRONG. A transaction is not a lock: under REPEATABLE READ each client counts its own
@@ -479,6 +549,143 @@ fn serializable(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
     });
     seen.retries += tried.attempts - 1;
     tried.result
+}
+
+/// The lease of `redis-lock` and the row of `lock-table`: far longer than an attempt takes (the
+/// race's pause is a second at most), so it runs out only under a holder that died.
+pub const LEASE_TTL: Duration = Duration::from_secs(10);
+/// The lease of the two strategies that show one running out.
+pub const SHORT_LEASE: Duration = Duration::from_millis(200);
+/// How long the day's first holder pauses in those two: three times its lease.
+pub const PAUSED_FOR: Duration = Duration::from_millis(600);
+
+/// Correct while every holder finishes within its lease: `SET key token NX PX 10000` in Redis,
+/// asked again every few milliseconds while another client holds it, holding no connection
+/// meanwhile. Check, insert and commit on a connection taken once the lease is granted; then
+/// release, which deletes the key only if it still carries our token (a script run inside
+/// Redis). The lease is exclusive for its TTL and not a moment longer: see `redis-lock-expiring`.
+fn redis_lock(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    let name = lock_name(a.pool.names(), a.resource_id, a.day);
+    let lease = a.outside.redis.acquire(name.as_str(), LEASE_TTL, a.lock_wait)?;
+    let answer = a.pool.get()?.transaction(|conn| check_then_insert(conn, a))?;
+    seen.lease_lost = !lease.release()?; // committed above; only now may the next client look
+    Ok(answer)
+}
+
+/// WRONG, as every lease is once its holder pauses past it. The lease of `redis-lock`, for
+/// 200 ms, and the first holder of each day to find it free pauses 600 ms before its insert, as
+/// a GC pause, a swapped-out VM or a slow disk would. Redis lets the next client in after 200 ms;
+/// it finds the day free (the paused holder has written nothing yet) and books it. Then the
+/// paused holder wakes, still "holding the lock" as far as it knows, and books the day again.
+/// Its release finds the key gone: too late to undo anything.
+fn redis_lock_expiring(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    let name = lock_name(a.pool.names(), a.resource_id, a.day);
+    let lease = a.outside.redis.acquire(name.as_str(), SHORT_LEASE, a.lock_wait)?;
+    let answer = a.pool.get()?.transaction(|conn| {
+        if !has_room(conn, a)? {
+            return Ok(Answer::Full);
+        }
+        seen.paused = pause_if_first(a, &name)?;
+        insert_booking(conn, a)?;
+        Ok::<_, DemoError>(Answer::Confirmed)
+    })?;
+    seen.lease_lost = !lease.release()?;
+    Ok(answer)
+}
+
+/// Correct, with the same 200 ms lease and the same pause, because the database has the last
+/// word: the lease comes with a fencing token, the next number of the resource's counter, handed
+/// out by the script that grants the lease, so a later grant always has a higher one.
+///
+/// 1. Right after the grant, before reading anything, the holder raises the resource's `fence`
+///    to its token. Finding a higher one means a newer holder exists: stop.
+/// 2. Check the day (and pause, if first).
+/// 3. Write in a transaction that locks the resource's row and finds its own token still on
+///    it. A newer holder has raised the fence meanwhile? Then nothing is written.
+///
+/// A newer holder raises the fence before it reads, and the raise waits for a write in progress
+/// to commit: every write that got in is seen by every later holder's check.
+fn redis_lock_fenced(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    let name = lock_name(a.pool.names(), a.resource_id, a.day);
+    let counter = fence_counter(a.pool.names(), a.resource_id);
+    let lease = a.outside.redis.acquire_fenced(name.as_str(), counter.as_str(), SHORT_LEASE, a.lock_wait)?;
+    let token =
+        lease.fencing_token().ok_or_else(|| anyhow::anyhow!("a fenced lease came without a token"))?;
+    let mut conn = a.pool.get()?;
+    let fenced = fenced_check_then_insert(&mut conn, a, &name, token, seen);
+    seen.lease_lost = !lease.release()?;
+    match fenced? {
+        Some(answer) => Ok(answer),
+        None => {
+            seen.fenced_off = true;
+            Err(DemoError::FencedOff(token))
+        }
+    }
+}
+
+/// Steps 1–3 of `redis-lock-fenced`. `None`: the fence showed a newer token, nothing written.
+fn fenced_check_then_insert(
+    conn: &mut MysqlConnection,
+    a: &Attempt<'_>,
+    name: &LockName,
+    token: i64,
+    seen: &mut Seen,
+) -> Result<Option<Answer>, DemoError> {
+    let resource = demo_resources::table.find(a.resource_id);
+    let raised = diesel::update(resource.filter(demo_resources::fence.lt(token)))
+        .set(demo_resources::fence.eq(token))
+        .execute(conn)?;
+    if raised == 0 {
+        return Ok(None);
+    }
+    if !has_room(conn, a)? {
+        return Ok(Some(Answer::Full));
+    }
+    seen.paused = pause_if_first(a, name)?;
+    conn.transaction(|conn| {
+        let fence: i64 = resource.select(demo_resources::fence).for_update().first(conn)?;
+        if fence != token {
+            return Ok(None);
+        }
+        insert_booking(conn, a)?;
+        Ok(Some(Answer::Confirmed))
+    })
+}
+
+/// Sleeps the attempt's pause, or [`PAUSED_FOR`] if this is the first holder of the day to get
+/// here (the two lease-expiry strategies); says which.
+fn pause_if_first(a: &Attempt<'_>, name: &LockName) -> Result<bool, DemoError> {
+    let first = a.outside.redis.first_to_claim(&format!("{name}:paused"), Duration::from_secs(60))?;
+    std::thread::sleep(if first { PAUSED_FOR } else { a.pause });
+    Ok(first)
+}
+
+/// Correct on one host: `flock` on a file per day in the lock directory, asked for again every
+/// few milliseconds while another client holds it. The kernel keeps the lock while the file is
+/// open and frees it when the holder closes it or its process dies, so it cannot run out under a
+/// paused holder. Other hosts do not see it (over NFS, not reliably).
+fn file_lock(a: &Attempt<'_>) -> Result<Answer, DemoError> {
+    let name = lock_name(a.pool.names(), a.resource_id, a.day);
+    let Some(held) = FileLock::acquire(&a.outside.dir, name.as_str(), a.lock_wait)
+        .map_err(|e| anyhow::anyhow!("the lock file of {name}: {e}"))?
+    else {
+        return Err(DemoError::Busy(format!("the lock file of {name} stayed locked")));
+    };
+    let answer = a.pool.get()?.transaction(|conn| check_then_insert(conn, a))?;
+    drop(held); // committed above
+    Ok(answer)
+}
+
+/// Correct while every holder finishes before its row expires: the lock is a row of
+/// `demo_lock_rows` (name, owner token, expiry). Delete it if expired, insert ours; the primary
+/// key lets one insert win, and the others ask again every few milliseconds. The release
+/// deletes the row only if it still carries our token.
+fn lock_table(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    let name = lock_name(a.pool.names(), a.resource_id, a.day);
+    let row = LockRow::acquire(a.pool, name.as_str(), LEASE_TTL, a.lock_wait)?;
+    let answer = a.pool.get()?.transaction(|conn| check_then_insert(conn, a))?;
+    seen.lease_lost = !row.release()?; // committed above
+    Ok(answer)
 }
 
 #[cfg(test)]
