@@ -14,8 +14,11 @@
 //!   and starve requests that need no lock (the race's bystander measures it).
 //! - `parent-row-lock`, `unique-slot` and `serializable` are the other correct answers, each with
 //!   its cost.
+//! - `redis-lock`, `file-lock` and `lock-table` lock outside the database's lock functions
+//!   (`crate::lab::locks`); `redis-lock-expiring` shows a lease running out under a paused holder,
+//!   and `redis-lock-fenced` the fencing token that makes the database refuse its late write.
 //!
-//! `strategies.rs` holds the eight, one function each; `lanes.rs` the queue and batches for
+//! `strategies.rs` holds the thirteen, one function each; `lanes.rs` the queue and batches for
 //! clients that are threads; `race.rs` runs many clients at once and
 //! counts the damage *in the database*; `live.rs` shows a running race to everyone watching;
 //! `routes.rs` serves `/demo` and `/api/v1/demo/…`.
