@@ -444,7 +444,8 @@ async fn a_closure_runs_from_the_command_line_and_the_admin_screen_and_customers
 #[test]
 fn a_closure_that_stops_midway_releases_the_edit_lock_it_took() {
     let db = TestDb::new();
-    let config = haita::config::Config { row_lock_wait_secs: 2, ..crate::common::test_config(&db.url) };
+    // Long enough a wait for the poll below to see it on a loaded machine; the kill ends it early.
+    let config = haita::config::Config { row_lock_wait_secs: 5, ..crate::common::test_config(&db.url) };
     let pool = haita::db::build_pool(&config).expect("pool");
     let root = create_user(&db, "root", Role::Admin);
     let room = create_resource(&db, "Held room", 5);
@@ -460,7 +461,7 @@ fn a_closure_that_stops_midway_releases_the_edit_lock_it_took() {
     // While its first day waits for the row, an admin kills the run's guard session.
     let mut admin = db.raw_connection();
     let guard = db.pool.names().batch("resource-closure");
-    let waiting = (0..300).any(|_| {
+    let waiting = (0..1500).any(|_| {
         std::thread::sleep(Duration::from_millis(20));
         closures_waiting(&mut admin)
     });
