@@ -458,14 +458,18 @@ fn a_closure_that_stops_midway_releases_the_edit_lock_it_took() {
 
     let asked = closure(root.id, &[room], future_day(), 2, Policy::Wait);
     let run = std::thread::spawn(move || batch_job::run(&pool, &BatchLock::Db, &asked));
-    // While its first day waits for the row, an admin kills the run's guard session.
+    // While it runs, an admin kills the run's guard session.
     let mut admin = db.raw_connection();
     let guard = db.pool.names().batch("resource-closure");
-    let waiting = (0..1500).any(|_| {
+    // Midway: the run holds the resource's edit lock, or already waits for the row after it.
+    let midway = (0..1500).any(|_| {
         std::thread::sleep(Duration::from_millis(20));
-        closures_waiting(&mut admin)
+        held_by_batch(&db, room) == Some(true) || closures_waiting(&mut admin)
     });
-    assert!(waiting, "the first day waits for the row");
+    if !midway {
+        holder.batch_execute("ROLLBACK").expect("rollback");
+        panic!("the run never got midway: {:?}", run.join().expect("run thread"));
+    }
     let session = haita::locking::sql::holder_of(&mut admin, guard.as_str()).expect("query").expect("held");
     haita::locking::sql::kill_connection(&mut admin, session).expect("KILL");
     let stopped = run.join().expect("run thread");
