@@ -101,7 +101,10 @@ async fn a_waiting_revision_waits_for_an_online_save_in_flight_and_loses_no_upda
         .execute(&mut online)
         .expect("the online save locks its row");
 
-    let pool = db.pool.clone();
+    // A row wait far longer than the poll below may take to see it: on a loaded machine a fresh-
+    // clone run once timed out the default 5 s wait before the poll had seen it.
+    let config = haita::config::Config { row_lock_wait_secs: 30, ..crate::common::test_config(&db.url) };
+    let pool = haita::db::build_pool(&config).expect("pool");
     let batch = std::thread::spawn(move || {
         batch_job::run(&pool, &BatchLock::Db, &revision("spring", 10, Policy::Wait)).expect("run")
     });
