@@ -1,9 +1,12 @@
-// @generated automatically by Diesel CLI.
+// @generated automatically by Diesel CLI, then edited so that one schema serves MySQL/MariaDB and
+// PostgreSQL: `Datetime` columns are declared `Timestamp` and `Unsigned<Integer>` ones `Integer`
+// (diesel reads a MySQL DATETIME as `Timestamp`; PostgreSQL has neither DATETIME nor unsigned
+// types). Redo these two edits after `diesel print-schema`.
 
 diesel::table! {
     audit_events (id) {
         id -> Bigint,
-        at -> Datetime,
+        at -> Timestamp,
         actor_user_id -> Nullable<Bigint>,
         #[max_length = 40]
         action -> Varchar,
@@ -27,7 +30,7 @@ diesel::table! {
         guard -> Varchar,
         #[max_length = 100]
         host -> Varchar,
-        pid -> Unsigned<Integer>,
+        pid -> Integer,
         #[max_length = 10]
         status -> Varchar,
         total -> Integer,
@@ -37,8 +40,8 @@ diesel::table! {
         report -> Nullable<Varchar>,
         #[max_length = 500]
         error -> Nullable<Varchar>,
-        started_at -> Datetime,
-        finished_at -> Nullable<Datetime>,
+        started_at -> Timestamp,
+        finished_at -> Nullable<Timestamp>,
     }
 }
 
@@ -52,7 +55,7 @@ diesel::table! {
         seen_by -> Varchar,
         #[max_length = 255]
         outcome -> Nullable<Varchar>,
-        recorded_at -> Datetime,
+        recorded_at -> Timestamp,
     }
 }
 
@@ -64,7 +67,7 @@ diesel::table! {
         fields -> Text,
         #[max_length = 300]
         why -> Varchar,
-        saved_at -> Datetime,
+        saved_at -> Timestamp,
     }
 }
 
@@ -84,9 +87,9 @@ diesel::table! {
         #[max_length = 64]
         owner_session -> Varchar,
         epoch -> Bigint,
-        acquired_at -> Datetime,
-        heartbeat_at -> Datetime,
-        expires_at -> Datetime,
+        acquired_at -> Timestamp,
+        heartbeat_at -> Timestamp,
+        expires_at -> Timestamp,
         held_by_batch -> Bool,
     }
 }
@@ -99,8 +102,8 @@ diesel::table! {
         #[max_length = 32]
         fingerprint -> Binary,
         outcome -> Nullable<Text>,
-        created_at -> Datetime,
-        expires_at -> Datetime,
+        created_at -> Timestamp,
+        expires_at -> Timestamp,
     }
 }
 
@@ -117,7 +120,7 @@ diesel::table! {
     orders (id) {
         id -> Bigint,
         user_id -> Bigint,
-        created_at -> Datetime,
+        created_at -> Timestamp,
         total_cents -> Bigint,
     }
 }
@@ -132,7 +135,7 @@ diesel::table! {
         old_price_cents -> Nullable<Bigint>,
         new_price_cents -> Nullable<Bigint>,
         run_id -> Bigint,
-        at -> Datetime,
+        at -> Timestamp,
     }
 }
 
@@ -146,7 +149,7 @@ diesel::table! {
         description -> Text,
         price_cents -> Bigint,
         version -> Integer,
-        updated_at -> Datetime,
+        updated_at -> Timestamp,
         updated_by -> Nullable<Bigint>,
     }
 }
@@ -159,8 +162,8 @@ diesel::table! {
         day -> Date,
         #[max_length = 16]
         status -> Varchar,
-        created_at -> Datetime,
-        cancelled_at -> Nullable<Datetime>,
+        created_at -> Timestamp,
+        cancelled_at -> Nullable<Timestamp>,
     }
 }
 
@@ -173,7 +176,7 @@ diesel::table! {
         bookings_at_close -> Integer,
         run_id -> Nullable<Bigint>,
         closed_by -> Bigint,
-        closed_at -> Datetime,
+        closed_at -> Timestamp,
     }
 }
 
@@ -185,14 +188,14 @@ diesel::table! {
         description -> Text,
         capacity -> Integer,
         version -> Integer,
-        updated_at -> Datetime,
+        updated_at -> Timestamp,
     }
 }
 
 diesel::table! {
     stock_levels (product_id) {
         product_id -> Bigint,
-        on_hand -> Unsigned<Integer>,
+        on_hand -> Integer,
     }
 }
 
@@ -205,7 +208,7 @@ diesel::table! {
         reason -> Varchar,
         order_id -> Nullable<Bigint>,
         actor_user_id -> Nullable<Bigint>,
-        at -> Datetime,
+        at -> Timestamp,
     }
 }
 
@@ -221,7 +224,7 @@ diesel::table! {
         #[max_length = 16]
         role -> Varchar,
         is_demo -> Bool,
-        created_at -> Datetime,
+        created_at -> Timestamp,
     }
 }
 
@@ -249,8 +252,8 @@ diesel::table! {
         #[max_length = 43]
         id -> Char,
         user_id -> Bigint,
-        created_at -> Datetime,
-        expires_at -> Datetime,
+        created_at -> Timestamp,
+        expires_at -> Timestamp,
     }
 }
 

@@ -21,7 +21,7 @@ use actix_session::{Session, SessionExt};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, dev::Payload};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Datetime, Text};
+use diesel::sql_types::{BigInt, Text, Timestamp};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
@@ -257,7 +257,7 @@ pub fn current(conn: &mut MysqlConnection, tickets: &[Ticket]) -> QueryResult<Ve
         return Ok(vec![None; tickets.len()]);
     };
     let live: Vec<SessionUser> = cached_sql::<(BigInt, Text, Text, Text, Text)>(sql)
-        .bind::<Datetime, _>(now())
+        .bind::<Timestamp, _>(now())
         .bind_each::<Text, _>(ids)
         .load(conn)?;
     // A ticket names its user too: a session id presented with another user's id is no session.

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Datetime, Nullable, Text};
+use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
 
 use super::{BatchError, Job, Policy, Running, runs};
 use crate::catalog::edit::{self, ProductChanges};
@@ -202,7 +202,7 @@ fn revise(
             .bind::<Nullable<BigInt>, _>(line.old)
             .bind::<Nullable<BigInt>, _>(line.new)
             .bind::<BigInt, _>(run_id)
-            .bind::<Datetime, _>(crate::db::now_micros())
+            .bind::<Timestamp, _>(crate::db::now_micros())
             .execute(conn)?;
         lines.push(line);
     }

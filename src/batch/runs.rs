@@ -4,7 +4,7 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Datetime, Integer, Text, Unsigned};
+use diesel::sql_types::{BigInt, Integer, Text, Timestamp};
 use serde::Serialize;
 
 use crate::db::cached_sql;
@@ -18,7 +18,7 @@ pub struct Run {
     pub params: String,
     pub guard: String,
     pub host: String,
-    pub pid: u32,
+    pub pid: i32,
     /// running, done, failed, abandoned (died without saying so).
     pub status: String,
     pub total: i32,
@@ -47,7 +47,7 @@ pub fn start(conn: &mut MysqlConnection, run: &Start) -> QueryResult<i64> {
     cached_sql::<()>(
         "UPDATE batch_runs SET status = 'abandoned', finished_at = ? WHERE job = ? AND status = 'running'",
     )
-    .bind::<Datetime, _>(crate::db::now_micros())
+    .bind::<Timestamp, _>(crate::db::now_micros())
     .bind::<Text, _>(run.job)
     .execute(conn)?;
     cached_sql::<()>(
@@ -59,8 +59,8 @@ pub fn start(conn: &mut MysqlConnection, run: &Start) -> QueryResult<i64> {
     .bind::<Text, _>(run.params)
     .bind::<Text, _>(run.guard)
     .bind::<Text, _>(super::lockfile::host_name())
-    .bind::<Unsigned<Integer>, _>(std::process::id())
-    .bind::<Datetime, _>(crate::db::now_micros())
+    .bind::<Integer, _>(i32::try_from(std::process::id()).unwrap_or(i32::MAX))
+    .bind::<Timestamp, _>(crate::db::now_micros())
     .execute(conn)?;
     crate::db::last_insert_id(conn)
 }
@@ -94,7 +94,7 @@ pub fn finish(
         .bind::<Text, _>(if error.is_some() { "failed" } else { "done" })
         .bind::<diesel::sql_types::Nullable<Text>, _>(report.map(cut))
         .bind::<diesel::sql_types::Nullable<Text>, _>(error.map(cut))
-        .bind::<Datetime, _>(crate::db::now_micros())
+        .bind::<Timestamp, _>(crate::db::now_micros())
         .bind::<BigInt, _>(id)
         .execute(conn)?;
     Ok(())

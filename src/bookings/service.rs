@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use chrono::NaiveDate;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Date, Datetime, Integer, Nullable, Text};
+use diesel::sql_types::{BigInt, Date, Integer, Nullable, Text, Timestamp};
 use serde::Serialize;
 
 use super::BookingError;
@@ -129,7 +129,7 @@ fn read_day(
         .bind::<Date, _>(date.day())
         .bind::<BigInt, _>(users[0])
         .bind::<Date, _>(date.day())
-        .bind::<Datetime, _>(session::live_after())
+        .bind::<Timestamp, _>(session::live_after())
         .bind_each::<Text, _>(padded)
         .bind::<BigInt, _>(resource_id)
         .get_result(conn)
@@ -173,7 +173,7 @@ fn insert(
         .bind::<BigInt, _>(resource_id)
         .bind::<BigInt, _>(user_id)
         .bind::<Date, _>(date.day())
-        .bind::<Datetime, _>(created_at)
+        .bind::<Timestamp, _>(created_at)
         .execute(conn)?;
     Ok(Reservation {
         id: crate::db::last_insert_id(conn)?,

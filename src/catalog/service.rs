@@ -2,6 +2,7 @@ use diesel::prelude::*;
 use serde::Serialize;
 
 use super::model::Product;
+use crate::inventory::model::on_hand_from_sql;
 use crate::schema::{products, stock_levels};
 
 /// A product with its stock; `on_hand` is 0 for a product that has never been received.
@@ -14,13 +15,13 @@ pub struct ProductWithStock {
 
 /// Every product with its stock level: a plain snapshot read, no locks.
 pub fn list_with_stock(conn: &mut MysqlConnection) -> QueryResult<Vec<ProductWithStock>> {
-    let rows: Vec<(Product, Option<u32>)> = products::table
+    let rows: Vec<(Product, Option<i32>)> = products::table
         .left_join(stock_levels::table)
         .order(products::id)
         .select((Product::as_select(), stock_levels::on_hand.nullable()))
         .load(conn)?;
     Ok(rows
         .into_iter()
-        .map(|(product, on_hand)| ProductWithStock { product, on_hand: on_hand.unwrap_or(0) })
+        .map(|(product, on_hand)| ProductWithStock { product, on_hand: on_hand.map_or(0, on_hand_from_sql) })
         .collect())
 }

@@ -13,7 +13,7 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Datetime, Nullable, Text};
+use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
 use serde::Serialize;
 
 use crate::db::cached_sql;
@@ -177,7 +177,7 @@ pub fn capture(conn: &mut MysqlConnection, url: &str, path: &str) -> Option<i64>
         .bind::<Text, _>(section)
         .bind::<Text, _>(section)
         .bind::<Text, _>(path)
-        .bind::<Datetime, _>(chrono::Utc::now().naive_utc())
+        .bind::<Timestamp, _>(chrono::Utc::now().naive_utc())
         .execute(conn)?;
         let id: Option<i64> =
             cached_sql::<BigInt>("SELECT id FROM deadlock_reports WHERE fingerprint = SHA2(?, 256)")
@@ -214,7 +214,7 @@ struct Row {
     seen_by: String,
     #[diesel(sql_type = Nullable<Text>)]
     outcome: Option<String>,
-    #[diesel(sql_type = Datetime)]
+    #[diesel(sql_type = Timestamp)]
     recorded_at: NaiveDateTime,
 }
 

@@ -18,7 +18,7 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Datetime, Text};
+use diesel::sql_types::{BigInt, Text, Timestamp};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -56,7 +56,7 @@ pub fn keep(
     .bind::<Text, _>(key.as_str())
     .bind::<Text, _>(fields)
     .bind::<Text, _>(why)
-    .bind::<Datetime, _>(crate::db::now_micros())
+    .bind::<Timestamp, _>(crate::db::now_micros())
     .execute(conn)?;
     Ok(())
 }
@@ -68,7 +68,7 @@ pub fn find<T: DeserializeOwned>(
     user_id: i64,
     key: &EditLockKey,
 ) -> QueryResult<Option<Draft<T>>> {
-    let row: Option<(String, NaiveDateTime, String)> = cached_sql::<(Text, Datetime, Text)>(
+    let row: Option<(String, NaiveDateTime, String)> = cached_sql::<(Text, Timestamp, Text)>(
         "SELECT fields, saved_at, why FROM edit_drafts WHERE user_id = ? AND lock_key = ?",
     )
     .bind::<BigInt, _>(user_id)

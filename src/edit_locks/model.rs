@@ -2,7 +2,7 @@ use std::fmt;
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Datetime, Text};
+use diesel::sql_types::{BigInt, Bool, Text, Timestamp};
 use serde::Serialize;
 
 use super::EditLockError;
@@ -80,13 +80,13 @@ pub struct LockView {
     /// (taken over, or ended and retaken, even by the same user in another tab).
     #[diesel(sql_type = BigInt)]
     pub epoch: i64,
-    #[diesel(sql_type = Datetime)]
+    #[diesel(sql_type = Timestamp)]
     #[serde(with = "crate::web::utc")]
     pub acquired_at: NaiveDateTime,
-    #[diesel(sql_type = Datetime)]
+    #[diesel(sql_type = Timestamp)]
     #[serde(with = "crate::web::utc")]
     pub heartbeat_at: NaiveDateTime,
-    #[diesel(sql_type = Datetime)]
+    #[diesel(sql_type = Timestamp)]
     #[serde(with = "crate::web::utc")]
     pub expires_at: NaiveDateTime,
     #[diesel(sql_type = Bool)]

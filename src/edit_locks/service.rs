@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Datetime, Nullable, Text, Untyped};
+use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamp, Untyped};
 
 use super::model::{LOCK_VIEW, LockView};
 use super::{EditLockError, EditLockKey, EditLockToken, Owner};
@@ -310,8 +310,8 @@ pub fn release(
         .bind::<Text, _>(key.as_str())
         .bind::<BigInt, _>(owner.user_id)
         .bind::<Text, _>(&owner.session)
-        .bind::<Nullable<Datetime>, _>(if_heartbeat)
-        .bind::<Nullable<Datetime>, _>(if_heartbeat)
+        .bind::<Nullable<Timestamp>, _>(if_heartbeat)
+        .bind::<Nullable<Timestamp>, _>(if_heartbeat)
         .execute(conn)?;
         if deleted == 1 {
             audit::record(conn, Some(owner.user_id), Action::EditLockReleased, key.as_str(), detail)?;

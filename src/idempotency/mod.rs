@@ -31,7 +31,7 @@ use actix_web::{FromRequest, HttpRequest};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DbError};
-use diesel::sql_types::{BigInt, Binary, Datetime, Nullable, Text};
+use diesel::sql_types::{BigInt, Binary, Nullable, Text, Timestamp};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -210,8 +210,8 @@ impl Once {
             .bind::<BigInt, _>(self.user_id)
             .bind::<Text, _>(&self.key)
             .bind::<Binary, _>(&self.fingerprint)
-            .bind::<Datetime, _>(now)
-            .bind::<Datetime, _>(now + TTL)
+            .bind::<Timestamp, _>(now)
+            .bind::<Timestamp, _>(now + TTL)
             .execute(conn);
         match inserted {
             Ok(_) => return Ok(None),
@@ -221,15 +221,15 @@ impl Once {
         // Used before, by a transaction that has committed (had it rolled back, the insert
         // would have succeeded). A failed statement does not end a MySQL transaction.
         let (fingerprint, outcome, expires_at): (Vec<u8>, Option<String>, NaiveDateTime) =
-            cached_sql::<(Binary, Nullable<Text>, Datetime)>(READ)
+            cached_sql::<(Binary, Nullable<Text>, Timestamp)>(READ)
                 .bind::<BigInt, _>(self.user_id)
                 .bind::<Text, _>(&self.key)
                 .get_result(conn)?;
         if expires_at <= now {
             cached_sql::<()>(RECLAIM)
                 .bind::<Binary, _>(&self.fingerprint)
-                .bind::<Datetime, _>(now)
-                .bind::<Datetime, _>(now + TTL)
+                .bind::<Timestamp, _>(now)
+                .bind::<Timestamp, _>(now + TTL)
                 .bind::<BigInt, _>(self.user_id)
                 .bind::<Text, _>(&self.key)
                 .execute(conn)?;
@@ -254,7 +254,7 @@ pub fn purge_expired(conn: &mut MysqlConnection) -> QueryResult<usize> {
     let now = crate::db::now_micros();
     let mut purged = 0;
     loop {
-        let batch = cached_sql::<()>(PURGE).bind::<Datetime, _>(now).execute(conn)?;
+        let batch = cached_sql::<()>(PURGE).bind::<Timestamp, _>(now).execute(conn)?;
         purged += batch;
         if batch < 1000 {
             return Ok(purged);

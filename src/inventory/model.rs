@@ -9,6 +9,18 @@ use crate::schema::stock_movements;
 /// refused with a message instead of failing in the database.
 pub const MAX_ON_HAND: u32 = 1_000_000_000;
 
+/// A stock level as read from `stock_levels.on_hand`. The schema declares the column a signed
+/// `INTEGER`, the one type both engines share (PostgreSQL has no unsigned integers); the column
+/// itself refuses negatives (`UNSIGNED` on MySQL, a `CHECK` on PostgreSQL), so none arrives.
+pub fn on_hand_from_sql(on_hand: i32) -> u32 {
+    u32::try_from(on_hand).unwrap_or(0)
+}
+
+/// A stock level to write: never above [`MAX_ON_HAND`], which fits an `INTEGER`.
+pub fn on_hand_to_sql(on_hand: u32) -> i32 {
+    i32::try_from(on_hand.min(MAX_ON_HAND)).unwrap_or(i32::MAX)
+}
+
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     #[error("must be at least 1")]

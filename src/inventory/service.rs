@@ -1,11 +1,13 @@
 //! Receiving stock under the product's named lock.
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Unsigned};
+use diesel::sql_types::{BigInt, Integer};
 use serde::Serialize;
 
 use super::InventoryError;
-use super::model::{MAX_ON_HAND, MovementReason, NewStockMovement, Quantity};
+use super::model::{
+    MAX_ON_HAND, MovementReason, NewStockMovement, Quantity, on_hand_from_sql, on_hand_to_sql,
+};
 use crate::catalog::model::Product;
 use crate::db::{DbPool, cached_sql};
 use crate::locking::{NamedLockGuard, Turn};
@@ -64,7 +66,8 @@ fn increase_or_insert(
             .select(stock_levels::on_hand)
             .for_update()
             .first(conn)
-            .optional()?;
+            .optional()?
+            .map(on_hand_from_sql);
         let on_hand = match current {
             Some(now) => {
                 let after = now
@@ -72,7 +75,7 @@ fn increase_or_insert(
                     .filter(|after| *after <= MAX_ON_HAND)
                     .ok_or(InventoryError::StockLimit { product_id, quantity: quantity.get() })?;
                 cached_sql::<()>("UPDATE stock_levels SET on_hand = ? WHERE product_id = ?")
-                    .bind::<Unsigned<Integer>, _>(after)
+                    .bind::<Integer, _>(on_hand_to_sql(after))
                     .bind::<BigInt, _>(product_id)
                     .execute(conn)?;
                 after
@@ -80,7 +83,7 @@ fn increase_or_insert(
             None => {
                 cached_sql::<()>("INSERT INTO stock_levels (product_id, on_hand) VALUES (?, ?)")
                     .bind::<BigInt, _>(product_id)
-                    .bind::<Unsigned<Integer>, _>(quantity.get())
+                    .bind::<Integer, _>(quantity.signed())
                     .execute(conn)?;
                 quantity.get()
             }

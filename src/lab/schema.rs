@@ -1,6 +1,7 @@
 // @generated automatically by Diesel CLI, on a database the lab has prepared:
 // `diesel print-schema --only-tables '^demo_' > src/lab/schema.rs`. The product's tables are in
-// `crate::schema`; these exist only where `crate::lab::prepare` has run.
+// `crate::schema`; these exist only where `crate::lab::prepare` has run. As there, `Datetime`
+// is edited to `Timestamp` so that the schema serves both engines.
 
 diesel::table! {
     demo_bookings (id) {
@@ -9,7 +10,7 @@ diesel::table! {
         day -> Date,
         client -> Integer,
         slot -> Nullable<Integer>,
-        created_at -> Datetime,
+        created_at -> Timestamp,
     }
 }
 
@@ -19,7 +20,7 @@ diesel::table! {
         name -> Varchar,
         #[max_length = 64]
         owner -> Varchar,
-        expires_at -> Datetime,
+        expires_at -> Timestamp,
     }
 }
 
@@ -29,7 +30,7 @@ diesel::table! {
         #[max_length = 64]
         started_by -> Varchar,
         report -> Mediumtext,
-        created_at -> Datetime,
+        created_at -> Timestamp,
     }
 }
 
@@ -39,7 +40,7 @@ diesel::table! {
         #[max_length = 32]
         strategy -> Varchar,
         capacity -> Integer,
-        created_at -> Datetime,
+        created_at -> Timestamp,
         fence -> Bigint,
     }
 }

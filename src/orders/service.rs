@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Datetime, Integer, Text, Unsigned};
+use diesel::sql_types::{BigInt, Integer, Text, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::OrderError;
@@ -12,7 +12,7 @@ use super::model::{Cart, Order};
 use crate::db::cached::ListStatements;
 use crate::db::{DbPool, cached_sql};
 use crate::idempotency::{self, Once};
-use crate::inventory::model::{MovementReason, NewStockMovement};
+use crate::inventory::model::{MovementReason, NewStockMovement, on_hand_from_sql};
 use crate::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
 use crate::metrics::{self, Family};
 use crate::schema::{order_lines, orders, products, stock_levels};
@@ -114,9 +114,9 @@ fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Res
             .find(line.product_id)
             .select(stock_levels::on_hand)
             .for_update()
-            .first::<u32>(conn)
+            .first::<i32>(conn)
             .optional()?
-            .unwrap_or(0);
+            .map_or(0, on_hand_from_sql);
         if available < line.quantity.get() {
             return Err(OrderError::InsufficientStock {
                 product_id: line.product_id,
@@ -135,7 +135,7 @@ fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Res
     let mut lines = Vec::with_capacity(cart.lines().len());
     for line in cart.lines() {
         cached_sql::<()>(TAKE)
-            .bind::<Unsigned<Integer>, _>(line.quantity.get())
+            .bind::<Integer, _>(line.quantity.signed())
             .bind::<BigInt, _>(line.product_id)
             .execute(conn)?;
         let (product_id, sku, name, unit_price_cents) = product(line.product_id)?.clone();
@@ -152,7 +152,7 @@ fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Res
     cached_sql::<()>(INSERT_ORDER)
         .bind::<BigInt, _>(user_id)
         .bind::<BigInt, _>(total_cents)
-        .bind::<Datetime, _>(created_at)
+        .bind::<Timestamp, _>(created_at)
         .execute(conn)?;
     let order_id: i64 = crate::db::last_insert_id(conn)?;
     for line in &lines {

@@ -10,7 +10,7 @@
 
 use chrono::NaiveDate;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Date, Datetime, Integer, Nullable, Text};
+use diesel::sql_types::{BigInt, Date, Integer, Nullable, Text, Timestamp};
 
 use super::ResourceError;
 use crate::audit::{self, Action};
@@ -102,7 +102,7 @@ pub fn close_day(
         .bind::<Integer, _>(i32::try_from(bookings.len()).unwrap_or(i32::MAX))
         .bind::<Nullable<BigInt>, _>(run_id)
         .bind::<BigInt, _>(token.owner().user_id)
-        .bind::<Datetime, _>(crate::db::now_micros())
+        .bind::<Timestamp, _>(crate::db::now_micros())
         .execute(conn)?;
         cached_sql::<()>("UPDATE resources SET version = version + 1 WHERE id = ?")
             .bind::<BigInt, _>(resource_id)

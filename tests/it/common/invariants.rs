@@ -231,8 +231,8 @@ pub fn on_hand(db: &TestDb, product_id: i64) -> u32 {
     s::stock_levels
         .find(product_id)
         .select(s::on_hand)
-        .first::<u32>(&mut db.raw_connection())
+        .first::<i32>(&mut db.raw_connection())
         .optional()
         .expect("on_hand")
-        .unwrap_or(0)
+        .map_or(0, |n| u32::try_from(n).expect("on_hand is never negative"))
 }
