@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use super::AdminError;
 use crate::audit::{self, Action};
+use crate::db::DbConn;
 use crate::locking::Namespace;
 use crate::locking::names::MAX_LEN;
 use crate::locking::sql::{holder_of, kill_connection, own_connection_id};
@@ -102,7 +103,7 @@ struct Version {
 /// Every named lock of this deployment held right now. Named locks are server-wide, not per
 /// database; the namespace's prefix (`haita:{tag}:`) is what keeps other deployments' locks off
 /// this list. The prefix is hex and colons only, so it needs no LIKE escaping.
-pub fn list(conn: &mut MysqlConnection, names: &Namespace) -> QueryResult<Listing> {
+pub fn list(conn: &mut DbConn, names: &Namespace) -> QueryResult<Listing> {
     let Version { version } = diesel::sql_query("SELECT VERSION() AS version").get_result(conn)?;
     let mariadb = version.to_ascii_lowercase().contains("mariadb");
     let (source, sql, enable) = if mariadb {
@@ -127,7 +128,7 @@ pub fn list(conn: &mut MysqlConnection, names: &Namespace) -> QueryResult<Listin
 /// Who holds `name`, asked with `IS_USED_LOCK` (works on every server, no plugin needed).
 /// The name is echoed through `CAST(? AS CHAR)`: a bare `?` column has no type when the statement
 /// is prepared, and the MySQL client library reports it as NULL-typed, which diesel cannot read.
-pub fn lookup(conn: &mut MysqlConnection, name: &OurLockName) -> QueryResult<Option<NamedLock>> {
+pub fn lookup(conn: &mut DbConn, name: &OurLockName) -> QueryResult<Option<NamedLock>> {
     diesel::sql_query(
         "SELECT CAST(? AS CHAR(64)) AS name, CAST(h.id AS SIGNED) AS connection_id, \
            CAST(p.TIME AS SIGNED) AS state_secs, \
@@ -155,7 +156,7 @@ pub struct Killed {
 /// given) and not our own. The window between that check and the kill is one round trip; a
 /// server offers nothing atomic to narrow it further.
 pub fn force_release(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     name: &OurLockName,
     expected: Option<i64>,
     admin_user_id: i64,

@@ -10,6 +10,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use serde::Serialize;
 
+use crate::db::DbConn;
 use crate::schema::{audit_events, users};
 
 /// The closed set of things the log records; `as_str` is what the `action` column holds.
@@ -45,7 +46,7 @@ impl Action {
 /// Appends one event. Runs in the caller's transaction (see the module docs). Over-long text is
 /// cut rather than refused: losing the end of a sentence is better than losing the event.
 pub fn record(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     actor_user_id: Option<i64>,
     action: Action,
     subject: &str,
@@ -100,7 +101,7 @@ pub const MAX_PAGE: i64 = 200;
 
 /// Keyset paging on the primary key (`id < before`): every page costs the same however deep the
 /// admin scrolls, and new events arriving meanwhile do not shift the pages already seen.
-pub fn page(conn: &mut MysqlConnection, before: Option<i64>, limit: i64) -> QueryResult<AuditPage> {
+pub fn page(conn: &mut DbConn, before: Option<i64>, limit: i64) -> QueryResult<AuditPage> {
     let limit = limit.clamp(1, MAX_PAGE);
     let mut query = audit_events::table
         .left_join(users::table)
@@ -132,7 +133,7 @@ pub fn page(conn: &mut MysqlConnection, before: Option<i64>, limit: i64) -> Quer
 /// event `after` if given (e.g. who released a user's lock and why; what ended someone's edit
 /// lock since they took it, past the acquisition that followed).
 pub fn latest_of(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     subject: &str,
     actions: Option<&[Action]>,
     actor: Option<i64>,

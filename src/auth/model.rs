@@ -29,7 +29,7 @@ impl Role {
 }
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable)]
-#[diesel(table_name = users, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = users, check_for_backend(crate::db::MultiBackend))]
 pub struct User {
     pub id: i64,
     pub username: String,
@@ -41,13 +41,13 @@ pub struct User {
 }
 
 impl User {
-    pub fn by_username(name: &str) -> users::BoxedQuery<'_, diesel::mysql::Mysql> {
+    pub fn by_username(name: &str) -> users::BoxedQuery<'_, crate::db::MultiBackend> {
         users::table.filter(users::username.eq(name)).into_boxed()
     }
 }
 
 #[derive(Debug, Insertable)]
-#[diesel(table_name = users, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = users, check_for_backend(crate::db::MultiBackend))]
 pub struct NewUser<'a> {
     pub username: &'a str,
     pub display_name: &'a str,

@@ -6,13 +6,14 @@ use diesel::result::{DatabaseErrorKind, Error as DbError};
 
 use super::model::NewUser;
 use super::{AuthError, Role, User, password};
+use crate::db::DbConn;
 use crate::schema::users;
 
 pub const MIN_PASSWORD_LEN: usize = 8;
 
 /// The user who would log in as `username`, with their password hash: one short read, so the
 /// connection goes back to the pool before the slow part, [`verify`].
-pub fn find_for_login(conn: &mut MysqlConnection, username: &str) -> Result<Option<User>, AuthError> {
+pub fn find_for_login(conn: &mut DbConn, username: &str) -> Result<Option<User>, AuthError> {
     Ok(User::by_username(username.trim()).select(User::as_select()).first(conn).optional()?)
 }
 
@@ -38,7 +39,7 @@ pub struct UserSpec<'a> {
     pub is_demo: bool,
 }
 
-pub fn create_user(conn: &mut MysqlConnection, spec: &UserSpec<'_>) -> Result<User, AuthError> {
+pub fn create_user(conn: &mut DbConn, spec: &UserSpec<'_>) -> Result<User, AuthError> {
     let username = spec.username.trim();
     if username.is_empty()
         || username.len() > 64
@@ -79,7 +80,7 @@ pub fn create_user(conn: &mut MysqlConnection, spec: &UserSpec<'_>) -> Result<Us
 }
 
 /// The demo accounts, for the login page's hint. Empty unless `seed` created them.
-pub fn demo_users(conn: &mut MysqlConnection) -> Result<Vec<(String, Role)>, AuthError> {
+pub fn demo_users(conn: &mut DbConn) -> Result<Vec<(String, Role)>, AuthError> {
     Ok(users::table
         .filter(users::is_demo.eq(true))
         .order(users::id)

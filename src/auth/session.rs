@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 
 use super::{AuthError, Role, User};
 use crate::db::cached::ListStatements;
-use crate::db::{DbPool, cached_sql};
+use crate::db::{DbConn, DbPool, cached_sql};
 use crate::infra::Infra;
 use crate::schema::user_sessions;
 use crate::web::AppState;
@@ -251,7 +251,7 @@ static LIVE_SESSIONS: LazyLock<ListStatements> = LazyLock::new(|| {
 });
 
 /// The user of each ticket's live session, in the tickets' order; `None` where it has ended.
-pub fn current(conn: &mut MysqlConnection, tickets: &[Ticket]) -> QueryResult<Vec<Option<SessionUser>>> {
+pub fn current(conn: &mut DbConn, tickets: &[Ticket]) -> QueryResult<Vec<Option<SessionUser>>> {
     let ids: Vec<&str> = tickets.iter().map(|t| t.session_id.as_str()).collect();
     let Some((sql, ids)) = LIVE_SESSIONS.padded(&ids) else {
         return Ok(vec![None; tickets.len()]);
@@ -277,7 +277,7 @@ fn now() -> NaiveDateTime {
 
 /// Opens a session row for the user `user_id` (blocking: call it off the executor) and returns
 /// its id. Expired rows of the same user are cleared on the way.
-pub fn open(conn: &mut MysqlConnection, user_id: i64) -> QueryResult<String> {
+pub fn open(conn: &mut DbConn, user_id: i64) -> QueryResult<String> {
     let session_id = super::csrf::random_token();
     let at = now();
     crate::db::transaction(conn, |conn| {
@@ -298,7 +298,7 @@ pub fn open(conn: &mut MysqlConnection, user_id: i64) -> QueryResult<String> {
 }
 
 /// Ends one session (logging out), or every session of its user (`everywhere`).
-pub fn close(conn: &mut MysqlConnection, user: &SessionUser, everywhere: bool) -> QueryResult<usize> {
+pub fn close(conn: &mut DbConn, user: &SessionUser, everywhere: bool) -> QueryResult<usize> {
     let mine = user_sessions::table.filter(user_sessions::user_id.eq(user.id));
     if everywhere {
         diesel::delete(mine).execute(conn)

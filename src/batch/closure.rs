@@ -31,6 +31,7 @@ use chrono::NaiveDate;
 use diesel::prelude::*;
 
 use super::{BatchError, Job, Policy, Running, runs};
+use crate::db::DbConn;
 use crate::edit_locks::service::{self, Acquired};
 use crate::edit_locks::{EditLockError, EditLockKey, Owner};
 use crate::locking::retry::MayConflict;
@@ -168,7 +169,7 @@ enum EditLock {
 impl Closure {
     /// The resources asked for (ascending id, the order every writer takes them in) with their
     /// days still open.
-    fn targets(&self, conn: &mut MysqlConnection) -> Result<Vec<Target>, BatchError> {
+    fn targets(&self, conn: &mut DbConn) -> Result<Vec<Target>, BatchError> {
         let mut query =
             resources::table.select((resources::id, resources::name)).order(resources::id).into_boxed();
         if !self.resources.is_empty() {

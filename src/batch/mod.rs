@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use actix_web::http::StatusCode;
 
-use diesel::MysqlConnection;
+use crate::db::DbConn;
 
 use crate::db::{DbPool, PooledConn};
 use crate::infra::{Infra, infra_error};
@@ -128,7 +128,7 @@ pub struct Running<'a> {
     pub pool: &'a DbPool,
     pub run_id: i64,
     /// The run's own connection (its bookkeeping; a job may work on it too).
-    pub conn: &'a mut MysqlConnection,
+    pub conn: &'a mut DbConn,
     guard: &'a mut RunGuard,
     report: &'a mut Report,
 }

@@ -19,6 +19,7 @@
 //! A revision has a name, and each product is revised at most once per name
 //! (`price_revision_items`): running it again continues, it never compounds.
 
+use crate::db::conn::on_engine;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
 
 use super::{BatchError, Job, Policy, Running, runs};
 use crate::catalog::edit::{self, ProductChanges};
-use crate::db::cached_sql;
+use crate::db::{DbConn, cached_sql};
 use crate::schema::products;
 use crate::web::error::Said;
 
@@ -142,7 +143,7 @@ const RECORD: &str = "INSERT INTO price_revision_items \
 
 /// One chunk, in the caller's transaction: lock (or skip) the rows, revise, record.
 fn revise(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     run_id: i64,
     revision: &Revision,
     chunk: &[i64],
@@ -157,8 +158,8 @@ fn revise(
         products::version,
     ));
     let rows: Vec<Row> = match revision.policy {
-        Policy::Skip => rows.for_update().skip_locked().load(conn)?,
-        Policy::Wait | Policy::Steal => rows.for_update().load(conn)?,
+        Policy::Skip => on_engine!(conn, |c| rows.for_update().skip_locked().load(c))?,
+        Policy::Wait | Policy::Steal => on_engine!(conn, |c| rows.for_update().load(c))?,
     };
     let mut lines = Vec::with_capacity(chunk.len());
     for &id in chunk {

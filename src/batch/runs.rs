@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Text, Timestamp};
 use serde::Serialize;
 
-use crate::db::cached_sql;
+use crate::db::{DbConn, cached_sql};
 
 /// A run as the admin screen shows it.
 #[derive(Clone, Debug, Queryable, Serialize, utoipa::ToSchema)]
@@ -43,7 +43,7 @@ pub struct Start<'a> {
 /// Records a run as it starts, under its job's guard. Runs of the job still marked running died
 /// without saying so (`kill -9`, a lost machine): none can be running now, since we hold the
 /// guard, so they are marked abandoned.
-pub fn start(conn: &mut MysqlConnection, run: &Start) -> QueryResult<i64> {
+pub fn start(conn: &mut DbConn, run: &Start) -> QueryResult<i64> {
     cached_sql::<()>(
         "UPDATE batch_runs SET status = 'abandoned', finished_at = ? WHERE job = ? AND status = 'running'",
     )
@@ -65,7 +65,7 @@ pub fn start(conn: &mut MysqlConnection, run: &Start) -> QueryResult<i64> {
     crate::db::last_insert_id(conn)
 }
 
-pub fn set_total(conn: &mut MysqlConnection, id: i64, total: usize) -> QueryResult<()> {
+pub fn set_total(conn: &mut DbConn, id: i64, total: usize) -> QueryResult<()> {
     cached_sql::<()>("UPDATE batch_runs SET total = ? WHERE id = ?")
         .bind::<Integer, _>(i32::try_from(total).unwrap_or(i32::MAX))
         .bind::<BigInt, _>(id)
@@ -74,7 +74,7 @@ pub fn set_total(conn: &mut MysqlConnection, id: i64, total: usize) -> QueryResu
 }
 
 /// Adds a chunk's counts; called inside the chunk's transaction, so they commit with it.
-pub fn progress(conn: &mut MysqlConnection, id: i64, done: usize, skipped: usize) -> QueryResult<()> {
+pub fn progress(conn: &mut DbConn, id: i64, done: usize, skipped: usize) -> QueryResult<()> {
     cached_sql::<()>("UPDATE batch_runs SET done = done + ?, skipped = skipped + ? WHERE id = ?")
         .bind::<Integer, _>(i32::try_from(done).unwrap_or(i32::MAX))
         .bind::<Integer, _>(i32::try_from(skipped).unwrap_or(i32::MAX))
@@ -83,12 +83,7 @@ pub fn progress(conn: &mut MysqlConnection, id: i64, done: usize, skipped: usize
     Ok(())
 }
 
-pub fn finish(
-    conn: &mut MysqlConnection,
-    id: i64,
-    report: Option<&str>,
-    error: Option<&str>,
-) -> QueryResult<()> {
+pub fn finish(conn: &mut DbConn, id: i64, report: Option<&str>, error: Option<&str>) -> QueryResult<()> {
     let cut = |text: &str| text.chars().take(500).collect::<String>();
     cached_sql::<()>("UPDATE batch_runs SET status = ?, report = ?, error = ?, finished_at = ? WHERE id = ?")
         .bind::<Text, _>(if error.is_some() { "failed" } else { "done" })
@@ -101,7 +96,7 @@ pub fn finish(
 }
 
 /// The latest runs, newest first.
-pub fn recent(conn: &mut MysqlConnection, limit: i64) -> QueryResult<Vec<Run>> {
+pub fn recent(conn: &mut DbConn, limit: i64) -> QueryResult<Vec<Run>> {
     use crate::schema::batch_runs::dsl as b;
     b::batch_runs
         .order(b::id.desc())

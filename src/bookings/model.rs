@@ -15,7 +15,7 @@ text_enum! {
 }
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, Deserialize, utoipa::ToSchema)]
-#[diesel(table_name = reservations, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = reservations, check_for_backend(crate::db::MultiBackend))]
 pub struct Reservation {
     pub id: i64,
     pub resource_id: i64,
@@ -30,7 +30,7 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    pub fn by_id(id: i64) -> reservations::BoxedQuery<'static, diesel::mysql::Mysql> {
+    pub fn by_id(id: i64) -> reservations::BoxedQuery<'static, crate::db::MultiBackend> {
         reservations::table.filter(reservations::id.eq(id)).into_boxed()
     }
 }

@@ -12,7 +12,7 @@ use super::BookingError;
 use super::model::{BookingDate, Reservation, ReservationStatus};
 use crate::auth::session::{self, Ticket};
 use crate::db::cached::ListStatements;
-use crate::db::{DbPool, cached_sql};
+use crate::db::{DbConn, DbPool, cached_sql};
 use crate::idempotency::{self, Once};
 use crate::locking::retry::{LockConflict, MayConflict};
 use crate::locking::{NamedLockGuard, Turn};
@@ -110,7 +110,7 @@ static READ_BOOKED: LazyLock<ListStatements> = LazyLock::new(|| {
 /// does not exist. One statement for a single request (the common case); a batch adds one for
 /// its other users, and one more only when some of its sessions have ended.
 fn read_day(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     resource_id: i64,
     date: BookingDate,
     tickets: &[Ticket],
@@ -162,12 +162,7 @@ const INSERT: &str = "INSERT INTO reservations (resource_id, user_id, day, statu
 /// Inserts one confirmed booking and returns it as stored, without reading it back: only the
 /// id comes from the server. `created_at` is set here rather than by the column's default for
 /// that reason (to the microsecond, what DATETIME(6) keeps).
-fn insert(
-    conn: &mut MysqlConnection,
-    user_id: i64,
-    resource_id: i64,
-    date: BookingDate,
-) -> QueryResult<Reservation> {
+fn insert(conn: &mut DbConn, user_id: i64, resource_id: i64, date: BookingDate) -> QueryResult<Reservation> {
     let created_at = crate::db::now_micros();
     cached_sql::<()>(INSERT)
         .bind::<BigInt, _>(resource_id)
@@ -342,11 +337,7 @@ fn insert_batch_if_free(
 
 /// Cancels the user's own confirmed reservation. Freeing a place needs no lock: it can only
 /// make the capacity check of a concurrent booking more conservative, never wrong.
-pub fn cancel(
-    conn: &mut MysqlConnection,
-    user_id: i64,
-    reservation_id: i64,
-) -> Result<Reservation, BookingError> {
+pub fn cancel(conn: &mut DbConn, user_id: i64, reservation_id: i64) -> Result<Reservation, BookingError> {
     crate::db::transaction(conn, |conn| {
         let mine = Reservation::by_id(reservation_id).filter(reservations::user_id.eq(user_id));
         let changed = diesel::update(
@@ -373,10 +364,7 @@ pub fn cancel(
 }
 
 /// A user's reservations, newest day first, with the resource's name.
-pub fn my_reservations(
-    conn: &mut MysqlConnection,
-    user_id: i64,
-) -> Result<Vec<(Reservation, String)>, BookingError> {
+pub fn my_reservations(conn: &mut DbConn, user_id: i64) -> Result<Vec<(Reservation, String)>, BookingError> {
     Ok(reservations::table
         .inner_join(resources::table)
         .filter(reservations::user_id.eq(user_id))
@@ -403,7 +391,7 @@ pub const MAX_AVAILABILITY_DAYS: u32 = 62;
 /// Per-day counts for `days` days from `from`. A snapshot: a place shown free may be taken by
 /// the time the user books it, which the booking itself then answers with 409.
 pub fn availability(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     resource_id: i64,
     from: NaiveDate,
     days: u32,

@@ -12,6 +12,7 @@ use diesel::prelude::*;
 
 use super::CatalogError;
 use super::model::{Product, format_cents};
+use crate::db::DbConn;
 use crate::schema::{products, users};
 use crate::web::error::FieldError;
 
@@ -93,7 +94,7 @@ pub fn parse_price(text: &str) -> Result<i64, FieldError> {
 /// the batch price revision (`crate::batch::price_revision`) all come through it, so none can skip
 /// the version check or forget the bump.
 pub fn save(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     id: i64,
     read_version: i32,
     changes: &ProductChanges,
@@ -106,7 +107,7 @@ pub fn save(
 /// through here (an online save, a batch job), so none can overwrite a version it did not read.
 /// `actor_user_id` is `None` for a batch job.
 pub fn apply(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     id: i64,
     read_version: i32,
     changes: &ProductChanges,
@@ -137,7 +138,7 @@ pub struct Current {
     pub saved_by: Option<String>,
 }
 
-pub fn find(conn: &mut MysqlConnection, id: i64) -> Result<Current, CatalogError> {
+pub fn find(conn: &mut DbConn, id: i64) -> Result<Current, CatalogError> {
     let (product, saved_by) = products::table
         .left_join(users::table.on(products::updated_by.eq(users::id.nullable())))
         .filter(products::id.eq(id))

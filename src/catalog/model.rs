@@ -5,7 +5,7 @@ use serde::Serialize;
 use crate::schema::products;
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, utoipa::ToSchema)]
-#[diesel(table_name = products, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = products, check_for_backend(crate::db::MultiBackend))]
 pub struct Product {
     pub id: i64,
     pub sku: String,
@@ -19,7 +19,7 @@ pub struct Product {
 }
 
 impl Product {
-    pub fn by_id(id: i64) -> products::BoxedQuery<'static, diesel::mysql::Mysql> {
+    pub fn by_id(id: i64) -> products::BoxedQuery<'static, crate::db::MultiBackend> {
         products::table.filter(products::id.eq(id)).into_boxed()
     }
 
@@ -29,7 +29,7 @@ impl Product {
 }
 
 #[derive(Debug, Insertable)]
-#[diesel(table_name = products, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = products, check_for_backend(crate::db::MultiBackend))]
 pub struct NewProduct<'a> {
     pub sku: &'a str,
     pub name: &'a str,

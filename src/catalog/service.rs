@@ -2,6 +2,7 @@ use diesel::prelude::*;
 use serde::Serialize;
 
 use super::model::Product;
+use crate::db::DbConn;
 use crate::inventory::model::on_hand_from_sql;
 use crate::schema::{products, stock_levels};
 
@@ -14,7 +15,7 @@ pub struct ProductWithStock {
 }
 
 /// Every product with its stock level: a plain snapshot read, no locks.
-pub fn list_with_stock(conn: &mut MysqlConnection) -> QueryResult<Vec<ProductWithStock>> {
+pub fn list_with_stock(conn: &mut DbConn) -> QueryResult<Vec<ProductWithStock>> {
     let rows: Vec<(Product, Option<i32>)> = products::table
         .left_join(stock_levels::table)
         .order(products::id)

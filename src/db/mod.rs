@@ -5,6 +5,7 @@
 //! through `web::block`, including `pool.get()`, whose wait is bounded by `POOL_TIMEOUT_SECS`.
 
 pub mod cached;
+pub mod conn;
 pub mod transaction;
 
 use std::sync::Arc;
@@ -14,19 +15,18 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::event::AcquireEvent;
-use diesel::r2d2::{
-    ConnectionManager, CustomizeConnection, HandleError, HandleEvent, Pool, PooledConnection,
-};
+use diesel::r2d2::{CustomizeConnection, HandleError, HandleEvent, Pool, PooledConnection};
 use diesel::sql_types::Text;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use crate::config::Config;
 use crate::locking::{NamedLockGuard, Namespace};
 
-pub use cached::{CachedSql, cached_sql};
+pub use cached::{CachedSql, Sql, cached_sql};
+pub use conn::{DbConn, Engine, MultiBackend};
 pub use transaction::{transaction, transaction_read_committed};
 
-pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
+pub type PooledConn = PooledConnection<conn::Manager>;
 
 /// The r2d2 pool, and what it has seen of the server's health.
 ///
@@ -46,7 +46,7 @@ pub type PooledConn = PooledConnection<ConnectionManager<MysqlConnection>>;
 /// weed out the other dead connections before anyone uses them.
 #[derive(Clone)]
 pub struct DbPool {
-    pool: Pool<ConnectionManager<MysqlConnection>>,
+    pool: Pool<conn::Manager>,
     health: Arc<Health>,
     names: Namespace,
     timeout: Duration,
@@ -251,8 +251,8 @@ struct SessionSettings {
     health: Arc<Health>,
 }
 
-impl CustomizeConnection<MysqlConnection, diesel::r2d2::Error> for SessionSettings {
-    fn on_acquire(&self, conn: &mut MysqlConnection) -> Result<(), diesel::r2d2::Error> {
+impl CustomizeConnection<DbConn, diesel::r2d2::Error> for SessionSettings {
+    fn on_acquire(&self, conn: &mut DbConn) -> Result<(), diesel::r2d2::Error> {
         // Strict mode turns silent truncation into errors; UTC keeps DATETIME values unambiguous.
         conn.batch_execute(&format!(
             "SET SESSION innodb_lock_wait_timeout = {}, \
@@ -288,7 +288,7 @@ pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
         }))
         .error_handler(Box::new(MarkDown(Arc::clone(&health))))
         .event_handler(Box::new(MarkUp(Arc::clone(&health))))
-        .build(ConnectionManager::new(&config.database_url))?;
+        .build(conn::Manager::new(&config.database_url))?;
     Ok(DbPool {
         pool,
         health,
@@ -322,8 +322,8 @@ pub fn split_database_url(url: &str) -> anyhow::Result<(String, String)> {
 /// manual `CREATE DATABASE`.
 pub fn ensure_database_exists(url: &str) -> anyhow::Result<()> {
     let (server, name) = split_database_url(url)?;
-    let mut conn = MysqlConnection::establish(&server)
-        .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", redact(&server)))?;
+    let mut conn =
+        DbConn::open(&server).map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", redact(&server)))?;
     conn.batch_execute(&format!(
         "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
     ))?;
@@ -358,7 +358,7 @@ impl ScratchDatabase {
 impl Drop for ScratchDatabase {
     /// Best effort: a server that is gone by now cannot be told anything.
     fn drop(&mut self) {
-        if let Ok(mut conn) = MysqlConnection::establish(&self.server_url) {
+        if let Ok(mut conn) = DbConn::open(&self.server_url) {
             let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
         }
     }
@@ -389,7 +389,7 @@ extern "SQL" {
 
 /// The AUTO_INCREMENT id of the row this session inserted last: MySQL has no `RETURNING`, and
 /// the value is per session, so it must be read on the connection that inserted.
-pub fn last_insert_id(conn: &mut MysqlConnection) -> QueryResult<i64> {
+pub fn last_insert_id(conn: &mut DbConn) -> QueryResult<i64> {
     diesel::select(last_insert_id_sql()).get_result(conn)
 }
 
@@ -424,7 +424,7 @@ struct Variable {
 
 impl ServerFacts {
     /// Asks the server; any error is an error (the check fails closed).
-    pub fn read(conn: &mut MysqlConnection) -> QueryResult<Self> {
+    pub fn read(conn: &mut DbConn) -> QueryResult<Self> {
         let version = diesel::select(diesel::dsl::sql::<Text>("VERSION()")).get_result(conn)?;
         let names = FACT_VARIABLES.map(|n| format!("'{n}'")).join(", ");
         let rows: Vec<Variable> =
@@ -525,7 +525,12 @@ fn is_on(value: &str) -> bool {
 
 /// Refuses servers on which named locks cannot be trusted, and warns about risky settings
 /// (`docs/server-facts.md`). Fails closed: a server that cannot be asked is refused too.
-pub fn check_server(conn: &mut MysqlConnection) -> anyhow::Result<ServerFacts> {
+pub fn check_server(conn: &mut DbConn) -> anyhow::Result<ServerFacts> {
+    // The connection type speaks PostgreSQL already; the locking code does not yet.
+    anyhow::ensure!(
+        conn.engine() == Engine::Mysql,
+        "DATABASE_URL names a PostgreSQL server: haita runs on MySQL 8.0+ and MariaDB 10.6+ only, for now"
+    );
     let facts = ServerFacts::read(conn).map_err(|e| {
         anyhow::anyhow!("cannot read the server's version and settings ({e}); refusing to start")
     })?;
@@ -589,16 +594,25 @@ macro_rules! text_enum {
             }
         }
 
-        impl diesel::serialize::ToSql<diesel::sql_types::Text, diesel::mysql::Mysql> for $name {
-            fn to_sql<'b>(&'b self, out: &mut diesel::serialize::Output<'b, '_, diesel::mysql::Mysql>)
-                -> diesel::serialize::Result {
-                <str as diesel::serialize::ToSql<diesel::sql_types::Text, diesel::mysql::Mysql>>::to_sql(self.as_str(), out)
+        // For every backend that has text, diesel's and the one both engines share: inserting
+        // through the query builder binds the value with the engine's own backend.
+        impl<DB> diesel::serialize::ToSql<diesel::sql_types::Text, DB> for $name
+        where
+            DB: diesel::backend::Backend,
+            str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+        {
+            fn to_sql<'b>(&'b self, out: &mut diesel::serialize::Output<'b, '_, DB>) -> diesel::serialize::Result {
+                <str as diesel::serialize::ToSql<diesel::sql_types::Text, DB>>::to_sql(self.as_str(), out)
             }
         }
 
-        impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::mysql::Mysql> for $name {
-            fn from_sql(bytes: diesel::mysql::MysqlValue<'_>) -> diesel::deserialize::Result<Self> {
-                let text = <String as diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::mysql::Mysql>>::from_sql(bytes)?;
+        impl<DB> diesel::deserialize::FromSql<diesel::sql_types::Text, DB> for $name
+        where
+            DB: diesel::backend::Backend,
+            String: diesel::deserialize::FromSql<diesel::sql_types::Text, DB>,
+        {
+            fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
+                let text = <String as diesel::deserialize::FromSql<diesel::sql_types::Text, DB>>::from_sql(bytes)?;
                 text.parse().map_err(Into::into)
             }
         }

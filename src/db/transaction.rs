@@ -12,11 +12,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
+use diesel::connection::{SimpleConnection, TransactionManager};
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error};
 
 use super::cached_sql;
+use crate::db::DbConn;
 
 /// Whether this server prepares the transaction statements (until one is refused).
 static PREPARED: AtomicBool = AtomicBool::new(true);
@@ -27,8 +28,8 @@ static PREPARED: AtomicBool = AtomicBool::new(true);
 ///
 /// Not for nesting: inside `work`, do not open another transaction (diesel's included).
 pub fn transaction<T, E: From<Error>>(
-    conn: &mut MysqlConnection,
-    work: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+    conn: &mut DbConn,
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
 ) -> Result<T, E> {
     run(conn, "START TRANSACTION")?;
     finish(conn, work)
@@ -36,8 +37,8 @@ pub fn transaction<T, E: From<Error>>(
 
 /// Runs `work` in the transaction just started on `conn`, then commits or rolls back.
 fn finish<T, E: From<Error>>(
-    conn: &mut MysqlConnection,
-    work: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+    conn: &mut DbConn,
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
 ) -> Result<T, E> {
     match work(conn) {
         Ok(value) => match run(conn, "COMMIT") {
@@ -67,8 +68,8 @@ fn finish<T, E: From<Error>>(
 /// insert into it: a deadlock, though the keys never meet. At READ COMMITTED a locking read
 /// takes no gap lock; the named lock does that job for the one key that matters.
 pub fn transaction_read_committed<T, E: From<Error>>(
-    conn: &mut MysqlConnection,
-    work: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+    conn: &mut DbConn,
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
 ) -> Result<T, E> {
     // Applies to the next transaction only; the connection's default is left as it was. Should
     // that transaction not start, the setting would carry over to whatever runs next on the
@@ -81,7 +82,7 @@ pub fn transaction_read_committed<T, E: From<Error>>(
     finish(conn, work)
 }
 
-fn run(conn: &mut MysqlConnection, sql: &'static str) -> QueryResult<()> {
+fn run(conn: &mut DbConn, sql: &'static str) -> QueryResult<()> {
     if PREPARED.load(Ordering::Relaxed) {
         match cached_sql::<()>(sql).execute(conn) {
             Ok(_) => return Ok(()),
@@ -104,8 +105,8 @@ fn not_preparable(error: &Error) -> bool {
 /// Marks a connection broken, so r2d2 closes it when it is dropped instead of pooling it again:
 /// diesel's r2d2 manager reports a connection as broken when its transaction manager is in
 /// error, which is exactly the state `set_in_error` records.
-pub fn mark_broken(conn: &mut MysqlConnection) {
-    AnsiTransactionManager::transaction_manager_status_mut(conn).set_in_error();
+pub fn mark_broken(conn: &mut DbConn) {
+    <DbConn as TransactionManager<DbConn>>::transaction_manager_status_mut(conn).set_in_error();
 }
 
 #[cfg(test)]

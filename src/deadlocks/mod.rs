@@ -16,7 +16,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
 use serde::Serialize;
 
-use crate::db::cached_sql;
+use crate::db::{DbConn, cached_sql};
 
 /// One deadlock as InnoDB described it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -153,7 +153,7 @@ fn innodb_status(url: &str) -> Result<String, mysql::Error> {
 /// `url` is the database's (`DbPool::url`). Returns the report's id, for [`settle`]. Evidence is
 /// a by-product: failing to gather it (no `PROCESS` privilege, say) is logged and never fails
 /// the request.
-pub fn capture(conn: &mut MysqlConnection, url: &str, path: &str) -> Option<i64> {
+pub fn capture(conn: &mut DbConn, url: &str, path: &str) -> Option<i64> {
     let status = match innodb_status(url) {
         Ok(status) => status,
         Err(e) => {
@@ -193,7 +193,7 @@ pub fn capture(conn: &mut MysqlConnection, url: &str, path: &str) -> Option<i64>
 }
 
 /// Adds what the retry did to the report `id` (only its first outcome: the event is one).
-pub fn settle(conn: &mut MysqlConnection, id: i64, outcome: &str) {
+pub fn settle(conn: &mut DbConn, id: i64, outcome: &str) {
     let settled =
         cached_sql::<()>("UPDATE deadlock_reports SET outcome = ? WHERE id = ? AND outcome IS NULL")
             .bind::<Text, _>(outcome)
@@ -234,7 +234,7 @@ pub struct Report {
 }
 
 /// The latest `limit` reports, newest first.
-pub fn recent(conn: &mut MysqlConnection, limit: i64) -> QueryResult<Vec<Report>> {
+pub fn recent(conn: &mut DbConn, limit: i64) -> QueryResult<Vec<Report>> {
     let rows: Vec<Row> = diesel::sql_query(
         "SELECT id, section, seen_by, outcome, recorded_at FROM deadlock_reports ORDER BY id DESC LIMIT ?",
     )

@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::EditLockKey;
-use crate::db::cached_sql;
+use crate::db::{DbConn, cached_sql};
 
 /// A kept draft: the fields as typed, when and why it was kept.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -39,7 +39,7 @@ const WHY_MAX: usize = 300;
 
 /// Keeps `fields` as `user_id`'s draft of `key`, replacing an older one.
 pub fn keep(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     user_id: i64,
     key: &EditLockKey,
     fields: &impl Serialize,
@@ -64,7 +64,7 @@ pub fn keep(
 /// `user_id`'s draft of `key`, if one is kept. A draft whose fields no longer read as `T` (the
 /// form changed shape since) is as good as none.
 pub fn find<T: DeserializeOwned>(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     user_id: i64,
     key: &EditLockKey,
 ) -> QueryResult<Option<Draft<T>>> {
@@ -84,7 +84,7 @@ pub fn find<T: DeserializeOwned>(
 }
 
 /// Drops `user_id`'s draft of `key` (saved, cancelled, or discarded by its author).
-pub fn discard(conn: &mut MysqlConnection, user_id: i64, key: &EditLockKey) -> QueryResult<()> {
+pub fn discard(conn: &mut DbConn, user_id: i64, key: &EditLockKey) -> QueryResult<()> {
     cached_sql::<()>("DELETE FROM edit_drafts WHERE user_id = ? AND lock_key = ?")
         .bind::<BigInt, _>(user_id)
         .bind::<Text, _>(key.as_str())

@@ -11,7 +11,7 @@ use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamp, Untyped};
 use super::model::{LOCK_VIEW, LockView};
 use super::{EditLockError, EditLockKey, EditLockToken, Owner};
 use crate::audit::{self, Action};
-use crate::db::{DbPool, cached_sql};
+use crate::db::{DbConn, DbPool, cached_sql};
 use crate::locking::{NamedLockGuard, Turn};
 
 /// What an acquirer may do about a lock someone else holds.
@@ -143,7 +143,7 @@ fn insert_or_take_over(
 }
 
 fn insert(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     key: &EditLockKey,
     owner: &Owner,
     ttl_micros: i64,
@@ -167,7 +167,7 @@ fn insert(
 /// Counts one more acquisition of `key`: its epoch, which [`insert`] and [`hand_over`] give the
 /// lock. Called under the key's named lock (and the upsert's row lock holds until commit), so no
 /// two acquisitions get the same number; the counter outlives the lock rows, which are deleted.
-fn next_epoch(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<usize> {
+fn next_epoch(conn: &mut DbConn, key: &EditLockKey) -> QueryResult<usize> {
     cached_sql::<()>(
         "INSERT INTO edit_lock_epochs (lock_key, last_epoch) VALUES (?, 1) \
          ON DUPLICATE KEY UPDATE last_epoch = last_epoch + 1",
@@ -178,7 +178,7 @@ fn next_epoch(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<usiz
 
 /// Gives the existing row to `owner`, as if newly acquired.
 fn hand_over(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     key: &EditLockKey,
     owner: &Owner,
     ttl_micros: i64,
@@ -239,7 +239,7 @@ fn audit_entry(acquired: &Acquired, lock: &LockView, batch: bool) -> (Action, St
 /// again (and may find someone else did). With `epoch`, only the acquisition the caller's page
 /// was opened under: a later one of the same owner is refused, and left as it was.
 pub fn heartbeat(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     ttl: Duration,
     key: &EditLockKey,
     owner: &Owner,
@@ -273,7 +273,7 @@ const ENDINGS: [Action; 5] = [
 /// What ended `owner`'s hold on `key`, in a sentence: the latest ending event since their latest
 /// acquisition of it (an older one would be about somebody else's hold). `None` when nothing
 /// was recorded since: the lock simply expired.
-fn how_it_ended(conn: &mut MysqlConnection, key: &EditLockKey, owner: &Owner) -> QueryResult<Option<String>> {
+fn how_it_ended(conn: &mut DbConn, key: &EditLockKey, owner: &Owner) -> QueryResult<Option<String>> {
     let acquisitions = [Action::EditLockAcquired, Action::EditLockTakenOver];
     let Some(taken) = audit::latest_of(conn, key.as_str(), Some(&acquisitions), Some(owner.user_id), None)?
     else {
@@ -296,7 +296,7 @@ pub const BY_ITS_OWNER: &str = "by its owner";
 /// the acquire wins, it renews the lock (a new `heartbeat_at`) and the late release must not
 /// end the lock the new page now relies on.
 pub fn release(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     key: &EditLockKey,
     owner: &Owner,
     if_heartbeat: Option<NaiveDateTime>,
@@ -329,7 +329,7 @@ pub fn release(
 /// token that proves it (see [`EditLockToken`]). The same owner in a later acquisition is
 /// refused ([`EditLockError::Superseded`]): whatever that editor showed may have changed since.
 pub fn claim(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     key: &EditLockKey,
     owner: &Owner,
     epoch: i64,
@@ -347,7 +347,7 @@ pub fn claim(
 
 /// Inside the caller's transaction: ends the lock the token proves we hold (a save that also
 /// closes the editor). Consumes the token: after this there is nothing left to prove.
-pub fn release_claimed(conn: &mut MysqlConnection, token: EditLockToken) -> Result<(), EditLockError> {
+pub fn release_claimed(conn: &mut DbConn, token: EditLockToken) -> Result<(), EditLockError> {
     cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ?")
         .bind::<Text, _>(token.key.as_str())
         .execute(conn)?;
@@ -364,7 +364,7 @@ pub fn release_claimed(conn: &mut MysqlConnection, token: EditLockToken) -> Resu
 /// An admin ends someone's lock (locks whose owner vanished must be
 /// releasable). Refused for batch-held locks: the batch relies on them until it finishes.
 pub fn force_release(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     key: &EditLockKey,
     admin_user_id: i64,
     reason: &str,
@@ -403,10 +403,7 @@ struct Key {
 
 /// The admin's "release all expired": removes every expired lock that no batch holds, each with
 /// an audit event, and answers which.
-pub fn release_expired(
-    conn: &mut MysqlConnection,
-    admin_user_id: i64,
-) -> Result<Vec<LockView>, EditLockError> {
+pub fn release_expired(conn: &mut DbConn, admin_user_id: i64) -> Result<Vec<LockView>, EditLockError> {
     crate::db::transaction(conn, |conn| {
         // Locked in key order, like every multi-row lock here, so two admins cannot deadlock.
         let keys: Vec<Key> = cached_sql::<Untyped>(
@@ -442,13 +439,13 @@ static FIND: LazyLock<String> = LazyLock::new(|| format!("{LOCK_VIEW} WHERE l.lo
 static LIST: LazyLock<String> = LazyLock::new(|| format!("{LOCK_VIEW} ORDER BY l.acquired_at, l.lock_key"));
 
 /// Who holds `key`, if anyone (expired locks included; see [`LockView::expired`]).
-pub fn find(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<LockView>> {
-    cached_sql::<Untyped>(&FIND).bind::<Text, _>(key.as_str()).get_result(conn).optional()
+pub fn find(conn: &mut DbConn, key: &EditLockKey) -> QueryResult<Option<LockView>> {
+    cached_sql::<Untyped>(FIND.as_str()).bind::<Text, _>(key.as_str()).get_result(conn).optional()
 }
 
 /// Every edit lock, oldest first (the admin screen).
-pub fn list(conn: &mut MysqlConnection) -> QueryResult<Vec<LockView>> {
-    cached_sql::<Untyped>(&LIST).load(conn)
+pub fn list(conn: &mut DbConn) -> QueryResult<Vec<LockView>> {
+    cached_sql::<Untyped>(LIST.as_str()).load(conn)
 }
 
 /// The edit-lock row as a locking read: only `edit_locks` is read, so only its row is locked
@@ -475,7 +472,7 @@ impl Holder {
     }
 }
 
-fn row_for_update(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<Option<Holder>> {
+fn row_for_update(conn: &mut DbConn, key: &EditLockKey) -> QueryResult<Option<Holder>> {
     cached_sql::<Untyped>(
         "SELECT owner_user_id, owner_session, epoch, held_by_batch, expires_at <= NOW(6) AS expired \
          FROM edit_locks WHERE lock_key = ? FOR UPDATE",
@@ -488,7 +485,7 @@ fn row_for_update(conn: &mut MysqlConnection, key: &EditLockKey) -> QueryResult<
 /// Moves `owner`'s expiry to `ttl` from now; `only_unexpired` refuses to revive an expired lock,
 /// `epoch` (when given) any acquisition but that one.
 fn extend(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     key: &EditLockKey,
     owner: &Owner,
     ttl_micros: i64,
@@ -512,11 +509,7 @@ fn extend(
 }
 
 /// Why `owner` does not hold `key`: someone else does (423 with who), or nobody does.
-fn not_mine(
-    conn: &mut MysqlConnection,
-    key: &EditLockKey,
-    owner: &Owner,
-) -> Result<EditLockError, EditLockError> {
+fn not_mine(conn: &mut DbConn, key: &EditLockKey, owner: &Owner) -> Result<EditLockError, EditLockError> {
     Ok(match find(conn, key)? {
         Some(other) if !other.is_owned_by(owner) => EditLockError::Locked(Box::new(other)),
         _ => EditLockError::NotHeld { key: key.clone(), last: how_it_ended(conn, key, owner)? },

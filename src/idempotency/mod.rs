@@ -36,7 +36,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
-use crate::db::cached_sql;
+use crate::db::{DbConn, cached_sql};
 use crate::web::error::{AsProblem, Problem, http_error};
 
 /// How long an answer is kept for replay, and a key stays bound to its request.
@@ -171,9 +171,9 @@ const ANSWER: &str = "UPDATE idempotency_keys SET outcome = ? WHERE user_id = ? 
 /// reused for another request); the inner result is the answer, to be returned *after* the
 /// commit. Refusals are committed on purpose: the stored answer is the only thing they write.
 pub fn once<T, E>(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     key: Option<&Once>,
-    work: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
 ) -> Result<Result<T, E>, E>
 where
     T: Serialize + DeserializeOwned,
@@ -203,7 +203,7 @@ impl Once {
     /// Claims the key for this transaction, or returns the answer stored under it.
     fn claim<T: DeserializeOwned, E: DeserializeOwned + From<IdempotencyError> + From<DbError>>(
         &self,
-        conn: &mut MysqlConnection,
+        conn: &mut DbConn,
     ) -> Result<Option<Result<T, E>>, E> {
         let now = crate::db::now_micros();
         let inserted = cached_sql::<()>(CLAIM)
@@ -249,7 +249,7 @@ impl Once {
 
 /// Deletes expired keys, a bounded batch per statement so no purge holds many row locks.
 /// Run every few minutes by the server ([`crate::Application::run_until_stopped`]).
-pub fn purge_expired(conn: &mut MysqlConnection) -> QueryResult<usize> {
+pub fn purge_expired(conn: &mut DbConn) -> QueryResult<usize> {
     const PURGE: &str = "DELETE FROM idempotency_keys WHERE expires_at <= ? LIMIT 1000";
     let now = crate::db::now_micros();
     let mut purged = 0;

@@ -2,7 +2,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use serde::Serialize;
 
-use crate::db::text_enum;
+use crate::db::{DbConn, text_enum};
 use crate::schema::stock_movements;
 
 /// The most a stock level may hold; far below `INT UNSIGNED`'s limit, so an addition can be
@@ -104,7 +104,7 @@ text_enum! {
 }
 
 #[derive(Clone, Debug, Queryable, Selectable, Serialize)]
-#[diesel(table_name = stock_movements, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = stock_movements, check_for_backend(crate::db::MultiBackend))]
 pub struct StockMovement {
     pub id: i64,
     pub product_id: i64,
@@ -128,7 +128,7 @@ pub struct NewStockMovement {
 
 impl NewStockMovement {
     /// Writes the movement to the ledger (a cached statement: it is on every order and receipt).
-    pub fn insert(&self, conn: &mut MysqlConnection) -> QueryResult<()> {
+    pub fn insert(&self, conn: &mut DbConn) -> QueryResult<()> {
         use diesel::sql_types::{BigInt, Integer, Nullable, Text};
         crate::db::cached_sql::<()>(
             "INSERT INTO stock_movements (product_id, delta, reason, order_id, actor_user_id) \

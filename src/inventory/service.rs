@@ -1,5 +1,6 @@
 //! Receiving stock under the product's named lock.
 
+use crate::db::conn::on_engine;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer};
 use serde::Serialize;
@@ -9,7 +10,7 @@ use super::model::{
     MAX_ON_HAND, MovementReason, NewStockMovement, Quantity, on_hand_from_sql, on_hand_to_sql,
 };
 use crate::catalog::model::Product;
-use crate::db::{DbPool, cached_sql};
+use crate::db::{DbConn, DbPool, cached_sql};
 use crate::locking::{NamedLockGuard, Turn};
 use crate::schema::{products, stock_levels, stock_movements, users};
 
@@ -61,13 +62,9 @@ fn increase_or_insert(
     // The named lock serialises this product; REPEATABLE READ's gap lock on a missing row would
     // only make first receipts of neighbouring products deadlock (`db::transaction_read_committed`).
     crate::db::transaction_read_committed(held.conn(), |conn| {
-        let current: Option<u32> = stock_levels::table
-            .find(product_id)
-            .select(stock_levels::on_hand)
-            .for_update()
-            .first(conn)
-            .optional()?
-            .map(on_hand_from_sql);
+        let row = stock_levels::table.find(product_id).select(stock_levels::on_hand);
+        let current: Option<u32> =
+            on_engine!(conn, |c| row.for_update().first(c)).optional()?.map(on_hand_from_sql);
         let on_hand = match current {
             Some(now) => {
                 let after = now
@@ -120,7 +117,7 @@ pub struct MovementLine {
 }
 
 /// The newest ledger rows, all products.
-pub fn recent_movements(conn: &mut MysqlConnection, limit: i64) -> Result<Vec<MovementLine>, InventoryError> {
+pub fn recent_movements(conn: &mut DbConn, limit: i64) -> Result<Vec<MovementLine>, InventoryError> {
     Ok(stock_movements::table
         .inner_join(products::table)
         .left_join(users::table.on(users::id.nullable().eq(stock_movements::actor_user_id)))

@@ -26,7 +26,7 @@ use diesel::prelude::*;
 use super::LockName;
 use super::queue::Turn;
 use super::sql::{get_lock, release_all_locks, release_lock};
-use crate::db::{DbPool, PooledConn};
+use crate::db::{DbConn, DbPool, PooledConn};
 use crate::infra::Infra;
 use crate::metrics::{self, Family};
 
@@ -97,7 +97,7 @@ impl NamedLockGuard {
     }
 
     /// The connection that holds the lock. Everything done "under the lock" must run here.
-    pub fn conn(&mut self) -> &mut MysqlConnection {
+    pub fn conn(&mut self) -> &mut DbConn {
         &mut self.conn
     }
 

@@ -9,6 +9,7 @@
 //! of these results (MariaDB answers `IS_USED_LOCK` as an unsigned BIGINT), and NULL is a real
 //! answer of each ("the server could not take it", "nobody holds it").
 
+use crate::db::DbConn;
 use diesel::prelude::*;
 use diesel::sql_types::{Integer, Text};
 
@@ -31,18 +32,18 @@ extern "SQL" {
 }
 
 /// The session (connection id) holding `name`, if any. Works on every server, no plugin needed.
-pub fn holder_of(conn: &mut MysqlConnection, name: &str) -> QueryResult<Option<i64>> {
+pub fn holder_of(conn: &mut DbConn, name: &str) -> QueryResult<Option<i64>> {
     diesel::select(is_used_lock(name)).get_result(conn)
 }
 
 /// This connection's server-side id, as `IS_USED_LOCK` and the process list report it.
-pub fn own_connection_id(conn: &mut MysqlConnection) -> QueryResult<i64> {
+pub fn own_connection_id(conn: &mut DbConn) -> QueryResult<i64> {
     diesel::select(connection_id()).get_result(conn)
 }
 
 /// Ends the server session `id`, which frees every named lock it holds. The server does the
 /// freeing asynchronously, after `KILL` has returned.
-pub fn kill_connection(conn: &mut MysqlConnection, id: i64) -> QueryResult<()> {
+pub fn kill_connection(conn: &mut DbConn, id: i64) -> QueryResult<()> {
     use diesel::connection::SimpleConnection;
     // KILL takes no placeholders; `id` is an integer, never text a person typed.
     conn.batch_execute(&format!("KILL CONNECTION {id}"))

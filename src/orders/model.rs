@@ -7,7 +7,7 @@ use crate::inventory::model::{Quantity, QuantityError};
 use crate::schema::orders;
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize)]
-#[diesel(table_name = orders, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = orders, check_for_backend(crate::db::MultiBackend))]
 pub struct Order {
     pub id: i64,
     pub user_id: i64,

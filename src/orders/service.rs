@@ -1,5 +1,6 @@
 //! Placing an order: lock, check, decrement, record — in one transaction, retried as a whole.
 
+use crate::db::conn::on_engine;
 use std::sync::LazyLock;
 use std::time::Instant;
 
@@ -10,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::OrderError;
 use super::model::{Cart, Order};
 use crate::db::cached::ListStatements;
-use crate::db::{DbPool, cached_sql};
+use crate::db::{DbConn, DbPool, cached_sql};
 use crate::idempotency::{self, Once};
 use crate::inventory::model::{MovementReason, NewStockMovement, on_hand_from_sql};
 use crate::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
@@ -96,7 +97,7 @@ const INSERT_LINE: &str =
 
 /// One attempt; the caller owns the transaction. Returns the order as written, without reading
 /// it back: only its id comes from the server (`created_at` is set here for that reason).
-fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Result<OrderView, OrderError> {
+fn take_from_stock(conn: &mut DbConn, user_id: i64, cart: &Cart) -> Result<OrderView, OrderError> {
     // Names and prices: a plain read. The price is the one seen by this transaction.
     let (sql, ids) = CATALOG.padded(&cart.product_ids()).ok_or(OrderError::Empty)?;
     let catalog: Vec<(i64, String, String, i64)> =
@@ -110,13 +111,9 @@ fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Res
     let locking = Instant::now();
     let locked = cart.lines().iter().try_for_each(|line| {
         let (_, _, name, _) = product(line.product_id)?;
-        let available = stock_levels::table
-            .find(line.product_id)
-            .select(stock_levels::on_hand)
-            .for_update()
-            .first::<i32>(conn)
-            .optional()?
-            .map_or(0, on_hand_from_sql);
+        let row = stock_levels::table.find(line.product_id).select(stock_levels::on_hand);
+        let available =
+            on_engine!(conn, |c| row.for_update().first::<i32>(c)).optional()?.map_or(0, on_hand_from_sql);
         if available < line.quantity.get() {
             return Err(OrderError::InsufficientStock {
                 product_id: line.product_id,
@@ -175,7 +172,7 @@ fn take_from_stock(conn: &mut MysqlConnection, user_id: i64, cart: &Cart) -> Res
 }
 
 /// One of the user's orders.
-pub fn find_order(conn: &mut MysqlConnection, user_id: i64, order_id: i64) -> Result<OrderView, OrderError> {
+pub fn find_order(conn: &mut DbConn, user_id: i64, order_id: i64) -> Result<OrderView, OrderError> {
     let order = orders::table
         .filter(orders::id.eq(order_id))
         .filter(orders::user_id.eq(user_id))
@@ -187,7 +184,7 @@ pub fn find_order(conn: &mut MysqlConnection, user_id: i64, order_id: i64) -> Re
 }
 
 /// The user's newest orders.
-pub fn my_orders(conn: &mut MysqlConnection, user_id: i64) -> Result<Vec<OrderView>, OrderError> {
+pub fn my_orders(conn: &mut DbConn, user_id: i64) -> Result<Vec<OrderView>, OrderError> {
     let mine = orders::table
         .filter(orders::user_id.eq(user_id))
         .order(orders::id.desc())
@@ -197,7 +194,7 @@ pub fn my_orders(conn: &mut MysqlConnection, user_id: i64) -> Result<Vec<OrderVi
     Ok(with_lines(conn, mine)?)
 }
 
-fn with_lines(conn: &mut MysqlConnection, orders: Vec<Order>) -> QueryResult<Vec<OrderView>> {
+fn with_lines(conn: &mut DbConn, orders: Vec<Order>) -> QueryResult<Vec<OrderView>> {
     let ids: Vec<i64> = orders.iter().map(|o| o.id).collect();
     let lines: Vec<(i64, i64, String, String, i32, i64)> = order_lines::table
         .inner_join(products::table)

@@ -14,7 +14,7 @@ use diesel::sql_types::{BigInt, Date, Integer, Nullable, Text, Timestamp};
 
 use super::ResourceError;
 use crate::audit::{self, Action};
-use crate::db::cached_sql;
+use crate::db::{DbConn, cached_sql};
 use crate::edit_locks::service;
 use crate::edit_locks::{EditLockKey, Owner};
 use crate::locking::NamedLockGuard;
@@ -129,7 +129,7 @@ pub fn close_day(
 
 /// A resource's closed days from `from` on, with why (the editor and the read-only view).
 pub fn upcoming(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     resource_id: i64,
     from: NaiveDate,
 ) -> QueryResult<Vec<(NaiveDate, String)>> {

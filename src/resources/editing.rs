@@ -10,7 +10,7 @@ use diesel::sql_types::{BigInt, Date, Integer};
 use super::model::{ResourceChanges, ResourceInput};
 use super::{FieldError, Resource, ResourceError};
 use crate::audit::{self, Action, AuditEvent};
-use crate::db::DbPool;
+use crate::db::{DbConn, DbPool};
 use crate::edit_locks::drafts;
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, EditLockToken, LockView, Owner};
@@ -34,15 +34,12 @@ pub fn open(
     Ok((resource, acquired, lock))
 }
 
-pub fn find(conn: &mut MysqlConnection, id: i64) -> Result<Resource, ResourceError> {
+pub fn find(conn: &mut DbConn, id: i64) -> Result<Resource, ResourceError> {
     Resource::find(conn, id)?.ok_or(ResourceError::NotFound(id))
 }
 
 /// The resource as stored and its edit lock, if any: what the editor and the read-only view show.
-pub fn find_with_lock(
-    conn: &mut MysqlConnection,
-    id: i64,
-) -> Result<(Resource, Option<LockView>), ResourceError> {
+pub fn find_with_lock(conn: &mut DbConn, id: i64) -> Result<(Resource, Option<LockView>), ResourceError> {
     let resource = find(conn, id)?;
     let lock = service::find(conn, &EditLockKey::resource(id))?;
     Ok((resource, lock))
@@ -62,7 +59,7 @@ pub enum ThenLock {
 /// ([`service::claim`]), so a takeover or force release either committed before (and the save
 /// is refused) or waits until the save has committed.
 pub fn save(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     resource_id: i64,
     owner: &Owner,
     epoch: i64,
@@ -98,7 +95,7 @@ struct Current {
 
 /// The update itself; `token` proves the caller holds the lock in this transaction.
 fn update(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     token: &EditLockToken,
     resource_id: i64,
     changes: &ResourceChanges,
@@ -168,7 +165,7 @@ pub enum FormSaved {
 /// why not. Input errors are reported only to a saver who still holds the lock; anyone else
 /// first needs to know that the lock is gone.
 pub fn save_form(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     resource_id: i64,
     owner: &Owner,
     epoch: i64,

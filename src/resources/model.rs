@@ -5,10 +5,11 @@ use diesel::prelude::*;
 use serde::Serialize;
 
 use super::ResourceError;
+use crate::db::DbConn;
 use crate::schema::resources;
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, utoipa::ToSchema)]
-#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = resources, check_for_backend(crate::db::MultiBackend))]
 pub struct Resource {
     pub id: i64,
     pub name: String,
@@ -20,22 +21,22 @@ pub struct Resource {
 }
 
 impl Resource {
-    pub fn by_id(id: i64) -> resources::BoxedQuery<'static, diesel::mysql::Mysql> {
+    pub fn by_id(id: i64) -> resources::BoxedQuery<'static, crate::db::MultiBackend> {
         resources::table.filter(resources::id.eq(id)).into_boxed()
     }
 
     /// The resource, or `None`; each caller says what a missing one means to it (404, 422).
-    pub fn find(conn: &mut MysqlConnection, id: i64) -> QueryResult<Option<Self>> {
+    pub fn find(conn: &mut DbConn, id: i64) -> QueryResult<Option<Self>> {
         Self::by_id(id).select(Self::as_select()).first(conn).optional()
     }
 
-    pub fn list(conn: &mut MysqlConnection) -> QueryResult<Vec<Self>> {
+    pub fn list(conn: &mut DbConn) -> QueryResult<Vec<Self>> {
         resources::table.order(resources::id).select(Self::as_select()).load(conn)
     }
 }
 
 #[derive(Debug, Insertable)]
-#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = resources, check_for_backend(crate::db::MultiBackend))]
 pub struct NewResource<'a> {
     pub name: &'a str,
     pub description: &'a str,
@@ -51,7 +52,7 @@ pub const CAPACITY_MAX: i32 = 10_000;
 /// Validated changes to a resource; `None` leaves a field as it is (JSON `PATCH`). Built only by
 /// [`ResourceChanges::parse`], so the service never sees an empty name or a capacity of 0.
 #[derive(Clone, Debug, Default, AsChangeset)]
-#[diesel(table_name = resources, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = resources, check_for_backend(crate::db::MultiBackend))]
 pub struct ResourceChanges {
     name: Option<String>,
     description: Option<String>,

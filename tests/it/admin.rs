@@ -6,6 +6,7 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use haita::auth::Role;
+use haita::db::DbConn;
 use haita::edit_locks::service::{self, Policy};
 use haita::edit_locks::{EditLockKey, Owner};
 use haita::locking::Turn;
@@ -34,7 +35,7 @@ struct Answer {
     value: Option<i64>,
 }
 
-fn ask(conn: &mut MysqlConnection, sql: &str, name: &str) -> Option<i64> {
+fn ask(conn: &mut DbConn, sql: &str, name: &str) -> Option<i64> {
     diesel::sql_query(sql).bind::<Text, _>(name).get_result::<Answer>(conn).expect(sql).value
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use haita::auth::Role;
+use haita::db::DbConn;
 use tokio::sync::Barrier;
 
 use crate::common::{Client, TestApp, error_code, future_day, invariants};
@@ -16,7 +17,7 @@ struct Answer {
     value: Option<i64>,
 }
 
-fn ask(conn: &mut MysqlConnection, sql: &str, name: &str) -> Option<i64> {
+fn ask(conn: &mut DbConn, sql: &str, name: &str) -> Option<i64> {
     diesel::sql_query(sql).bind::<Text, _>(name).get_result::<Answer>(conn).expect("query").value
 }
 

@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use haita::auth::Role;
 use haita::auth::service::{UserSpec, create_user};
-use haita::db::ScratchDatabase;
+use haita::db::{DbConn, ScratchDatabase};
 use rand::Rng;
 use reqwest::Url;
 use serde_json::json;
@@ -38,7 +38,7 @@ struct Accounts(Vec<String>, String);
 
 impl Drop for Accounts {
     fn drop(&mut self) {
-        if let Ok(mut root) = MysqlConnection::establish(&self.1) {
+        if let Ok(mut root) = DbConn::open(&self.1) {
             for account in &self.0 {
                 let _ = root.batch_execute(&format!("DROP USER IF EXISTS {account}"));
             }
@@ -58,7 +58,7 @@ fn url_as(url: &str, user: &str, password: &str, database: &str) -> String {
 async fn the_app_needs_no_more_than_the_grants_of_the_init_script() {
     let base = base_database_url();
     let scratch = ScratchDatabase::create(&base, "haita_g_").expect("empty database");
-    let mut root = MysqlConnection::establish(&scratch.url).expect("root connection");
+    let mut root = DbConn::open(&scratch.url).expect("root connection");
     let mariadb = diesel::select(diesel::dsl::sql::<diesel::sql_types::Bool>("VERSION() LIKE '%MariaDB%'"))
         .get_result::<bool>(&mut root)
         .expect("version");
@@ -113,7 +113,7 @@ async fn the_app_needs_no_more_than_the_grants_of_the_init_script() {
 
     // A session of another account holds one of this deployment's named locks.
     let holder_url = url_as(&scratch.url, &holder_user, "holder-password", "");
-    let mut holder = MysqlConnection::establish(&holder_url).expect("holder connection");
+    let mut holder = DbConn::open(&holder_url).expect("holder connection");
     let took: Option<i64> = diesel::select(diesel::dsl::sql::<diesel::sql_types::Nullable<BigInt>>(
         &format!("CAST(GET_LOCK('{}', 0) AS SIGNED)", name.as_str()),
     ))

@@ -5,8 +5,9 @@ use std::sync::{Arc, Barrier};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DbError};
-use diesel::sql_types::{BigInt, Integer, Unsigned};
+use diesel::sql_types::{BigInt, Integer};
 use haita::auth::Role;
+use haita::db::DbConn;
 use serde_json::{Value, json};
 
 use crate::common::{Client, TestApp, TestDb, invariants};
@@ -105,14 +106,14 @@ fn the_naive_select_for_update_then_insert_deadlocks_without_the_named_lock() {
         .map(|i| {
             let (url, all_have_read) = (db.url.clone(), all_have_read.clone());
             std::thread::spawn(move || -> Result<(), DbError> {
-                let mut conn = MysqlConnection::establish(&url).expect("connect");
+                let mut conn = DbConn::open(&url).expect("connect");
                 conn.batch_execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")?;
                 conn.transaction(|conn| {
                     #[derive(QueryableByName)]
                     struct Row {
-                        #[diesel(sql_type = Unsigned<Integer>)]
+                        #[diesel(sql_type = Integer)]
                         #[expect(dead_code, reason = "only whether a row exists matters")]
-                        on_hand: u32,
+                        on_hand: i32,
                     }
                     let found: Option<Row> =
                         diesel::sql_query("SELECT on_hand FROM stock_levels WHERE product_id = ? FOR UPDATE")

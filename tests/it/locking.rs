@@ -5,7 +5,7 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use haita::config::Config;
-use haita::db::{self, DbPool};
+use haita::db::{self, DbConn, DbPool};
 use haita::locking::{LockError, LockName, NamedLockGuard};
 use rand::Rng;
 
@@ -26,7 +26,7 @@ struct Answer {
     value: Option<i64>,
 }
 
-fn ask(conn: &mut MysqlConnection, sql: &str, name: &LockName) -> Option<i64> {
+fn ask(conn: &mut DbConn, sql: &str, name: &LockName) -> Option<i64> {
     diesel::sql_query(sql).bind::<Text, _>(name.as_str()).get_result::<Answer>(conn).expect(sql).value
 }
 
@@ -35,7 +35,7 @@ fn is_free(db: &TestDb, name: &LockName) -> bool {
     ask(&mut db.raw_connection(), "SELECT IS_FREE_LOCK(?) AS value", name) == Some(1)
 }
 
-fn connection_id(conn: &mut MysqlConnection) -> i64 {
+fn connection_id(conn: &mut DbConn) -> i64 {
     diesel::select(diesel::dsl::sql::<BigInt>("CONNECTION_ID()")).get_result(conn).expect("CONNECTION_ID")
 }
 
@@ -216,6 +216,7 @@ mod retry {
     use diesel::connection::SimpleConnection;
     use diesel::prelude::*;
     use diesel::sql_types::BigInt;
+    use haita::db::DbConn;
     use haita::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
 
     use crate::common::{TestDb, create_resource, test_config};
@@ -235,14 +236,14 @@ mod retry {
         id: i64,
     }
 
-    fn lock_row(conn: &mut MysqlConnection, id: i64) -> QueryResult<()> {
+    fn lock_row(conn: &mut DbConn, id: i64) -> QueryResult<()> {
         diesel::sql_query("SELECT id FROM resources WHERE id = ? FOR UPDATE")
             .bind::<BigInt, _>(id)
             .load::<Row>(conn)?;
         Ok(())
     }
 
-    fn touch_row(conn: &mut MysqlConnection, id: i64) -> QueryResult<()> {
+    fn touch_row(conn: &mut DbConn, id: i64) -> QueryResult<()> {
         diesel::sql_query("UPDATE resources SET version = version + 1 WHERE id = ?")
             .bind::<BigInt, _>(id)
             .execute(conn)?;
@@ -261,7 +262,7 @@ mod retry {
         let heavy = std::thread::spawn({
             let (url, both_hold_one) = (db.url.clone(), both_hold_one.clone());
             move || {
-                let mut conn = MysqlConnection::establish(&url).expect("connect");
+                let mut conn = DbConn::open(&url).expect("connect");
                 conn.transaction(|conn| {
                     touch_row(conn, a)?;
                     touch_row(conn, c)?;

@@ -7,6 +7,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use haita::auth::Role;
+use haita::db::DbConn;
 use serde_json::Value;
 use tokio::sync::Barrier;
 
@@ -290,7 +291,7 @@ async fn a_deadlock_an_order_loses_is_kept_for_the_admin_next_to_its_retry() {
                SELECT n FROM s",
         )
         .expect("ballast");
-    let lock = |conn: &mut MysqlConnection, product: i64| {
+    let lock = |conn: &mut DbConn, product: i64| {
         diesel::sql_query("SELECT product_id FROM stock_levels WHERE product_id = ? FOR UPDATE")
             .bind::<BigInt, _>(product)
             .execute(conn)

@@ -247,3 +247,32 @@ fn an_edit_lock_prepares_nothing_in_steady_state() {
     // audit event, COMMIT.
     counted.assert_cached(5 * 16);
 }
+
+/// `cached_sql` binds each value to its placeholder, in order, and a count that does not match
+/// the placeholders is an error before anything is sent.
+#[test]
+fn cached_sql_binds_each_value_to_its_placeholder_and_refuses_a_mismatch() {
+    use diesel::sql_types::BigInt;
+    let db = TestDb::new();
+    let mut conn = db.raw_connection();
+    let matched: i64 =
+        cached_sql::<BigInt>("SELECT CASE WHEN ? = 'x' AND 1 IN (?, ?) AND ? = 3 THEN ? ELSE 0 END")
+            .bind::<Text, _>("x")
+            .bind_each::<BigInt, _>([1i64, 2])
+            .bind::<BigInt, _>(3i64)
+            .bind::<BigInt, _>(7i64)
+            .get_result(&mut conn)
+            .expect("bound in order");
+    assert_eq!(matched, 7);
+    let too_few = cached_sql::<BigInt>("SELECT ? + ?").bind::<BigInt, _>(1i64).get_result::<i64>(&mut conn);
+    let too_many =
+        cached_sql::<BigInt>("SELECT ?").bind_each::<BigInt, _>([1i64, 2]).get_result::<i64>(&mut conn);
+    for refused in [too_few, too_many] {
+        assert!(
+            matches!(&refused, Err(diesel::result::Error::QueryBuilderError(e)) if e.to_string().contains("cached_sql")),
+            "{refused:?}"
+        );
+    }
+    let exact = cached_sql::<BigInt>("SELECT ? + 1").bind::<BigInt, _>(1i64).get_result::<i64>(&mut conn);
+    assert_eq!(exact.expect("one value, one placeholder"), 2);
+}

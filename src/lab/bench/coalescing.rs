@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
-use diesel::prelude::*;
 
 use super::ServerCounters;
 use crate::auth::session::Ticket;
@@ -22,7 +21,7 @@ use crate::bookings::coalesce::Coalescer;
 use crate::bookings::model::{BookingDate, Reservation};
 use crate::bookings::service;
 use crate::config::Config;
-use crate::db::{self, DbPool, ScratchDatabase};
+use crate::db::{self, DbConn, DbPool, ScratchDatabase};
 use crate::locking::{LockQueue, Turn};
 
 /// Users created up front: each booking needs one without a booking that day.
@@ -86,7 +85,7 @@ pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> 
 
 /// `users` users (ids 1…`users`, no password, each with a session: see [`ticket`]) and a
 /// resource with room for all of them on any day.
-pub(super) fn prepare(conn: &mut MysqlConnection, users: i64) -> anyhow::Result<i64> {
+pub(super) fn prepare(conn: &mut DbConn, users: i64) -> anyhow::Result<i64> {
     // The recursion limit of a CTE is `cte_max_recursion_depth` on MySQL and
     // `max_recursive_iterations` on MariaDB.
     conn.batch_execute(&format!("SET SESSION cte_max_recursion_depth = {users}"))

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Text, Unsigned};
+use diesel::sql_types::{BigInt, Integer, Text};
 use rand::Rng;
 
 use crate::config::Config;
-use crate::db::{self, DbPool, ScratchDatabase};
+use crate::db::{self, DbConn, DbPool, ScratchDatabase};
 use crate::lab::stats::percentile_ms;
 use crate::locking::retry::RetryPolicy;
 use crate::orders::model::Cart;
@@ -77,14 +77,14 @@ struct Status {
 }
 
 /// The server's count of prepared statements since start (MySQL and MariaDB alike).
-fn statements_prepared(conn: &mut MysqlConnection) -> anyhow::Result<u64> {
+fn statements_prepared(conn: &mut DbConn) -> anyhow::Result<u64> {
     let status: Status = diesel::sql_query("SHOW GLOBAL STATUS LIKE 'Com_stmt_prepare'").get_result(conn)?;
     Ok(status.value.parse()?)
 }
 
 /// A buyer, one hot product and 64 spread products, all with plenty of stock (and the ledger
 /// rows that stock implies).
-fn prepare(conn: &mut MysqlConnection) -> anyhow::Result<(i64, i64, Vec<i64>)> {
+fn prepare(conn: &mut DbConn) -> anyhow::Result<(i64, i64, Vec<i64>)> {
     conn.batch_execute(
         "INSERT INTO users (username, display_name, password_hash, role) VALUES ('bench', 'bench', '-', 'customer')",
     )?;
@@ -100,7 +100,7 @@ fn prepare(conn: &mut MysqlConnection) -> anyhow::Result<(i64, i64, Vec<i64>)> {
         let id: i64 = crate::db::last_insert_id(conn)?;
         diesel::sql_query("INSERT INTO stock_levels (product_id, on_hand) VALUES (?, ?)")
             .bind::<BigInt, _>(id)
-            .bind::<Unsigned<Integer>, _>(STOCK)
+            .bind::<Integer, _>(i32::try_from(STOCK)?)
             .execute(conn)?;
         diesel::sql_query(
             "INSERT INTO stock_movements (product_id, delta, reason) VALUES (?, ?, 'adjustment')",
@@ -183,8 +183,8 @@ struct Priced {
 
 #[derive(QueryableByName)]
 struct OnHand {
-    #[diesel(sql_type = Unsigned<Integer>)]
-    on_hand: u32,
+    #[diesel(sql_type = Integer)]
+    on_hand: i32,
 }
 
 /// The statements `place_order` sends for a one-line cart, written by hand: read the price, lock

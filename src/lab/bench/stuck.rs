@@ -24,7 +24,7 @@ use super::coalescing::{Booker, Path, prepare};
 use crate::bookings::model::BookingDate;
 use crate::bookings::{BookingError, service};
 use crate::config::Config;
-use crate::db::{self, DbPool, ScratchDatabase};
+use crate::db::{self, DbConn, DbPool, ScratchDatabase};
 use crate::lab::stats::percentile_ms;
 use crate::locking::sql::get_lock;
 
@@ -85,7 +85,7 @@ pub fn run(config: &Config, clients: usize, hold_secs: u64) -> anyhow::Result<()
 
 /// Takes `name` on a session of its own and keeps it for `hold`; returns once it is held.
 fn stuck_holder(url: &str, name: &str, hold: Duration) -> anyhow::Result<std::thread::JoinHandle<()>> {
-    let mut conn = MysqlConnection::establish(url)?;
+    let mut conn = DbConn::open(url)?;
     let got: Option<i64> = diesel::select(get_lock(name, 0)).get_result(&mut conn)?;
     anyhow::ensure!(got == Some(1), "the stuck holder could not take {name}");
     Ok(std::thread::spawn(move || {

@@ -4,7 +4,7 @@ use diesel::prelude::*;
 use crate::lab::schema::{demo_bookings, demo_races, demo_resources};
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable)]
-#[diesel(table_name = demo_resources, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = demo_resources, check_for_backend(crate::db::MultiBackend))]
 pub struct DemoResource {
     pub id: i64,
     pub strategy: String,
@@ -12,20 +12,20 @@ pub struct DemoResource {
 }
 
 impl DemoResource {
-    pub fn by_id(id: i64) -> demo_resources::BoxedQuery<'static, diesel::mysql::Mysql> {
+    pub fn by_id(id: i64) -> demo_resources::BoxedQuery<'static, crate::db::MultiBackend> {
         demo_resources::table.filter(demo_resources::id.eq(id)).into_boxed()
     }
 }
 
 #[derive(Debug, Insertable)]
-#[diesel(table_name = demo_resources, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = demo_resources, check_for_backend(crate::db::MultiBackend))]
 pub struct NewDemoResource<'a> {
     pub strategy: &'a str,
     pub capacity: i32,
 }
 
 #[derive(Debug, Insertable)]
-#[diesel(table_name = demo_bookings, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = demo_bookings, check_for_backend(crate::db::MultiBackend))]
 pub struct NewDemoBooking {
     pub demo_resource_id: i64,
     pub day: NaiveDate,
@@ -37,7 +37,7 @@ pub struct NewDemoBooking {
 pub fn bookings_on(
     resource_id: i64,
     day: NaiveDate,
-) -> demo_bookings::BoxedQuery<'static, diesel::mysql::Mysql> {
+) -> demo_bookings::BoxedQuery<'static, crate::db::MultiBackend> {
     demo_bookings::table
         .filter(demo_bookings::demo_resource_id.eq(resource_id))
         .filter(demo_bookings::day.eq(day))
@@ -45,7 +45,7 @@ pub fn bookings_on(
 }
 
 #[derive(Debug, Insertable)]
-#[diesel(table_name = demo_races, check_for_backend(diesel::mysql::Mysql))]
+#[diesel(table_name = demo_races, check_for_backend(crate::db::MultiBackend))]
 pub struct NewDemoRace<'a> {
     pub started_by: &'a str,
     pub report: &'a str,

@@ -35,7 +35,7 @@ use super::lanes::Lanes;
 use super::model::{NewDemoRace, NewDemoResource};
 use super::strategies::{self, Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::config::Config;
-use crate::db::{self, DbPool};
+use crate::db::{self, DbConn, DbPool};
 use crate::i18n::Lang;
 use crate::lab::locks::{OutsideLocks, file};
 use crate::lab::schema::{demo_bookings, demo_races, demo_resources};
@@ -494,7 +494,7 @@ pub fn run(
 }
 
 /// How long `started_by` must still wait before another race, if at all.
-pub fn cooldown_left(conn: &mut MysqlConnection, started_by: &str) -> Result<Option<Duration>, DemoError> {
+pub fn cooldown_left(conn: &mut DbConn, started_by: &str) -> Result<Option<Duration>, DemoError> {
     let last: Option<NaiveDateTime> = demo_races::table
         .filter(demo_races::started_by.eq(started_by))
         .order(demo_races::id.desc())
@@ -508,7 +508,7 @@ pub fn cooldown_left(conn: &mut MysqlConnection, started_by: &str) -> Result<Opt
 /// Deletes the races older than the newest [`KEEP_RACES`], with the demo resources and bookings
 /// they made. A race runs for minutes at most, so resources younger than ten minutes are left
 /// alone: another instance's race may still be using them.
-fn forget_old_races(conn: &mut MysqlConnection) -> Result<(), DemoError> {
+fn forget_old_races(conn: &mut DbConn) -> Result<(), DemoError> {
     let oldest_kept: Option<(i64, String)> = demo_races::table
         .order(demo_races::id.desc())
         .offset(KEEP_RACES - 1)
@@ -538,7 +538,7 @@ fn forget_old_races(conn: &mut MysqlConnection) -> Result<(), DemoError> {
 }
 
 /// The race `id`, or the latest one when `id` is `None`; `None` when there is none yet.
-pub fn load(conn: &mut MysqlConnection, id: Option<i64>) -> Result<Option<RaceReport>, DemoError> {
+pub fn load(conn: &mut DbConn, id: Option<i64>) -> Result<Option<RaceReport>, DemoError> {
     let query = demo_races::table.select((demo_races::id, demo_races::report)).into_boxed();
     let row: Option<(i64, String)> = match id {
         Some(id) => Some(
@@ -556,11 +556,7 @@ pub fn load(conn: &mut MysqlConnection, id: Option<i64>) -> Result<Option<RaceRe
 
 /// A fresh demo resource: a parent row for `parent-row-lock`, and a key no earlier run used.
 /// `bench bookings` books such throwaway resources too.
-pub fn create_resource(
-    conn: &mut MysqlConnection,
-    strategy: Strategy,
-    capacity: i32,
-) -> Result<i64, DemoError> {
+pub fn create_resource(conn: &mut DbConn, strategy: Strategy, capacity: i32) -> Result<i64, DemoError> {
     conn.transaction(|conn| {
         diesel::insert_into(demo_resources::table)
             .values(NewDemoResource { strategy: strategy.name(), capacity })
@@ -873,7 +869,7 @@ struct Leaks {
 /// Finds the days whose lock is still held by one of `ours` and closes exactly those sessions —
 /// never a session this run did not open. Closing a session frees every lock it holds.
 fn close_leaked_sessions(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     names: &Namespace,
     resource_id: i64,
     days: impl Iterator<Item = NaiveDate>,
@@ -922,7 +918,7 @@ struct DamageRow {
 }
 
 /// Counted in the database: bookings, bookings beyond capacity, and days over capacity.
-fn count_damage(conn: &mut MysqlConnection, resource_id: i64) -> Result<Damage, DemoError> {
+fn count_damage(conn: &mut DbConn, resource_id: i64) -> Result<Damage, DemoError> {
     let row: DamageRow = diesel::sql_query(
         "SELECT CAST(COALESCE(SUM(n), 0) AS SIGNED) AS confirmed, \
                 CAST(COALESCE(SUM(GREATEST(n - capacity, 0)), 0) AS SIGNED) AS beyond, \

@@ -16,6 +16,7 @@
 //! Five take a lock kept outside the database's lock functions (`crate::lab::locks`): a Redis
 //! lease three ways, a file lock and a lock table.
 
+use crate::db::conn::on_engine;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use super::DemoError;
 use super::lanes::{Decided, Lanes};
 use super::model::{DemoResource, NewDemoBooking, bookings_on};
-use crate::db::DbPool;
+use crate::db::{DbConn, DbPool};
 use crate::i18n::Lang;
 use crate::infra::Infra;
 use crate::lab::locks::OutsideLocks;
@@ -286,7 +287,7 @@ pub fn fence_counter(names: &Namespace, resource_id: i64) -> LockName {
     names.name("demo", &format!("{resource_id}:fence"))
 }
 
-fn capacity_of(conn: &mut MysqlConnection, resource_id: i64) -> Result<i32, DemoError> {
+fn capacity_of(conn: &mut DbConn, resource_id: i64) -> Result<i32, DemoError> {
     DemoResource::by_id(resource_id)
         .select(demo_resources::capacity)
         .first(conn)
@@ -296,7 +297,7 @@ fn capacity_of(conn: &mut MysqlConnection, resource_id: i64) -> Result<i32, Demo
 
 /// The check-then-insert every strategy but `unique-slot` runs. Correct only when something
 /// outside it stops two clients from running it for the same day at once.
-fn check_then_insert(conn: &mut MysqlConnection, a: &Attempt<'_>) -> Result<Answer, DemoError> {
+fn check_then_insert(conn: &mut DbConn, a: &Attempt<'_>) -> Result<Answer, DemoError> {
     if !has_room(conn, a)? {
         return Ok(Answer::Full);
     }
@@ -306,13 +307,13 @@ fn check_then_insert(conn: &mut MysqlConnection, a: &Attempt<'_>) -> Result<Answ
 }
 
 /// Whether the day has a place left, as far as `conn` can see.
-fn has_room(conn: &mut MysqlConnection, a: &Attempt<'_>) -> Result<bool, DemoError> {
+fn has_room(conn: &mut DbConn, a: &Attempt<'_>) -> Result<bool, DemoError> {
     let capacity = capacity_of(conn, a.resource_id)?;
     let confirmed: i64 = bookings_on(a.resource_id, a.day).count().get_result(conn)?;
     Ok(confirmed < i64::from(capacity))
 }
 
-fn insert_booking(conn: &mut MysqlConnection, a: &Attempt<'_>) -> Result<(), DemoError> {
+fn insert_booking(conn: &mut DbConn, a: &Attempt<'_>) -> Result<(), DemoError> {
     diesel::insert_into(demo_bookings::table)
         .values(NewDemoBooking { demo_resource_id: a.resource_id, day: a.day, client: a.client, slot: None })
         .execute(conn)?;
@@ -368,7 +369,7 @@ fn named_lock_coalesced(mut a: Attempt<'_>, seen: &mut Seen) -> Result<Answer, D
                 })
                 .collect();
             if !rows.is_empty() {
-                diesel::insert_into(demo_bookings::table).values(&rows).execute(conn)?;
+                on_engine!(conn, |c| diesel::insert_into(demo_bookings::table).values(&rows).execute(c))?;
             }
             let answer = |i| if i < free { Answer::Confirmed } else { Answer::Full };
             Ok::<_, DemoError>((0..clients.len()).map(answer).collect())
@@ -468,7 +469,7 @@ fn between_statements() {
     std::thread::sleep(Duration::from_millis(1));
 }
 
-fn connection_id(conn: &mut MysqlConnection) -> Result<i64, DemoError> {
+fn connection_id(conn: &mut DbConn) -> Result<i64, DemoError> {
     Ok(diesel::select(diesel::dsl::sql::<BigInt>("CAST(CONNECTION_ID() AS SIGNED)")).get_result(conn)?)
 }
 
@@ -479,11 +480,8 @@ fn parent_row_lock(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError
     let mut conn = a.pool.get()?;
     let tried = retry_on_lock_conflict(&RetryPolicy::default(), || {
         conn.transaction(|conn| {
-            demo_resources::table
-                .find(a.resource_id)
-                .select(demo_resources::id)
-                .for_update()
-                .first::<i64>(conn)
+            let parent = demo_resources::table.find(a.resource_id).select(demo_resources::id);
+            on_engine!(conn, |c| parent.for_update().first::<i64>(c))
                 .optional()?
                 .ok_or(DemoError::UnknownDemoResource(a.resource_id))?;
             check_then_insert(conn, a)
@@ -625,7 +623,7 @@ fn redis_lock_fenced(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoErr
 
 /// Steps 1–3 of `redis-lock-fenced`. `None`: the fence showed a newer token, nothing written.
 fn fenced_check_then_insert(
-    conn: &mut MysqlConnection,
+    conn: &mut DbConn,
     a: &Attempt<'_>,
     name: &LockName,
     token: i64,
@@ -643,7 +641,7 @@ fn fenced_check_then_insert(
     }
     seen.paused = pause_if_first(a, name)?;
     conn.transaction(|conn| {
-        let fence: i64 = resource.select(demo_resources::fence).for_update().first(conn)?;
+        let fence: i64 = on_engine!(conn, |c| resource.select(demo_resources::fence).for_update().first(c))?;
         if fence != token {
             return Ok(None);
         }

@@ -489,7 +489,7 @@ struct Waiting {
 }
 
 /// Whether a transaction of this database waits for a row lock now.
-fn closures_waiting(conn: &mut diesel::MysqlConnection) -> bool {
+fn closures_waiting(conn: &mut haita::db::DbConn) -> bool {
     diesel::sql_query(
         "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
          JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \

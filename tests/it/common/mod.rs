@@ -13,7 +13,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use haita::auth::Role;
 use haita::config::Config;
-use haita::db::{self, DbPool, ScratchDatabase};
+use haita::db::{self, DbConn, DbPool, ScratchDatabase};
 use rand::Rng;
 use serde_json::Value;
 
@@ -50,13 +50,13 @@ impl TestDb {
     }
 
     /// A connection outside any pool: a second, independent session.
-    pub fn raw_connection(&self) -> MysqlConnection {
-        MysqlConnection::establish(&self.url).expect("raw connection")
+    pub fn raw_connection(&self) -> DbConn {
+        DbConn::open(&self.url).expect("raw connection")
     }
 
     /// Another session (say a stuck batch job) that holds the named lock `name` until it is
     /// dropped.
-    pub fn session_holding(&self, name: &haita::locking::LockName) -> MysqlConnection {
+    pub fn session_holding(&self, name: &haita::locking::LockName) -> DbConn {
         #[derive(QueryableByName)]
         struct Got {
             #[diesel(sql_type = diesel::sql_types::Integer)]
@@ -74,7 +74,7 @@ impl TestDb {
 
 /// Lets tests list which sessions hold named locks (MariaDB's METADATA_LOCK_INFO plugin; MySQL 8
 /// has performance_schema.metadata_locks built in).
-fn install_lock_introspection(server_url: &str, conn: &mut MysqlConnection) {
+fn install_lock_introspection(server_url: &str, conn: &mut DbConn) {
     static DONE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut done = DONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if !done.iter().any(|s| s == server_url) {
