@@ -110,6 +110,15 @@ const MARKERS: &[&str] = &[
     "connection was killed",
     "shutdown in progress",
     "connection refused",
+    // PostgreSQL (libpq and the server): a backend that died or was terminated, a server
+    // shutting down or still starting.
+    "server closed the connection unexpectedly",
+    "terminating connection",
+    "no connection to the server",
+    "could not connect to server",
+    "the database system is shutting down",
+    "the database system is starting up",
+    "could not receive data from server",
 ];
 
 pub fn lost_connection(error: &DbError) -> bool {

@@ -47,6 +47,7 @@ pub type PooledConn = PooledConnection<conn::Manager>;
 #[derive(Clone)]
 pub struct DbPool {
     pool: Pool<conn::Manager>,
+    engine: Engine,
     health: Arc<Health>,
     names: Namespace,
     timeout: Duration,
@@ -124,6 +125,11 @@ impl DbPool {
     /// The database URL the pool connects with (credentials included: never show it).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The engine the pool's server runs.
+    pub fn engine(&self) -> Engine {
+        self.engine
     }
 
     /// The lock names of this database's deployment (named locks are server-wide).
@@ -240,7 +246,26 @@ impl HandleEvent for MarkUp {
     }
 }
 
-pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+/// A set of migrations, written once per engine with the same versions (`migrations/mysql/`,
+/// `migrations/postgres/`): each engine's DDL in its own words, one history.
+pub struct Migrations {
+    pub mysql: EmbeddedMigrations,
+    pub postgres: EmbeddedMigrations,
+}
+
+impl Migrations {
+    pub fn on(self, engine: Engine) -> EmbeddedMigrations {
+        match engine {
+            Engine::Mysql => self.mysql,
+            Engine::Postgres => self.postgres,
+        }
+    }
+}
+
+pub const MIGRATIONS: Migrations = Migrations {
+    mysql: embed_migrations!("migrations/mysql"),
+    postgres: embed_migrations!("migrations/postgres"),
+};
 
 /// Session settings applied to every pooled connection when it is opened. r2d2 has no hook for
 /// a connection going *back* to the pool, which is why named locks must be released by a guard
@@ -253,14 +278,26 @@ struct SessionSettings {
 
 impl CustomizeConnection<DbConn, diesel::r2d2::Error> for SessionSettings {
     fn on_acquire(&self, conn: &mut DbConn) -> Result<(), diesel::r2d2::Error> {
-        // Strict mode turns silent truncation into errors; UTC keeps DATETIME values unambiguous.
-        conn.batch_execute(&format!(
-            "SET SESSION innodb_lock_wait_timeout = {}, \
-             SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO', \
-             time_zone = '+00:00'",
-            self.row_lock_wait_secs
-        ))
-        .map_err(diesel::r2d2::Error::QueryError)?;
+        let settings = match conn.engine() {
+            // Strict mode turns silent truncation into errors; UTC keeps DATETIME values
+            // unambiguous.
+            Engine::Mysql => format!(
+                "SET SESSION innodb_lock_wait_timeout = {}, \
+                 SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO', \
+                 time_zone = '+00:00'",
+                self.row_lock_wait_secs
+            ),
+            // `lock_timeout` bounds every lock wait (rows and advisory locks alike), as
+            // `innodb_lock_wait_timeout` bounds row waits; a named lock's own wait overrides
+            // it for its one statement. READ COMMITTED is PostgreSQL's default, said here
+            // because the locking reads rely on it: they see the latest committed row.
+            Engine::Postgres => format!(
+                "SET lock_timeout = '{}s'; SET TimeZone = 'UTC'; \
+                 SET default_transaction_isolation = 'read committed'",
+                self.row_lock_wait_secs
+            ),
+        };
+        conn.batch_execute(&settings).map_err(diesel::r2d2::Error::QueryError)?;
         conn.set_instrumentation(Liveness {
             last_answer: Instant::now(),
             lost: false,
@@ -270,7 +307,8 @@ impl CustomizeConnection<DbConn, diesel::r2d2::Error> for SessionSettings {
     }
 }
 
-pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
+pub fn build_pool(config: &Config) -> anyhow::Result<DbPool> {
+    let engine = Engine::of_url(&config.database_url).map_err(anyhow::Error::msg)?;
     let health = Arc::new(Health::new());
     let pool = Pool::builder()
         .max_size(config.pool_size)
@@ -291,6 +329,7 @@ pub fn build_pool(config: &Config) -> Result<DbPool, diesel::r2d2::PoolError> {
         .build(conn::Manager::new(&config.database_url))?;
     Ok(DbPool {
         pool,
+        engine,
         health,
         names: Namespace::for_url(&config.database_url),
         timeout: config.pool_timeout,
@@ -319,14 +358,33 @@ pub fn split_database_url(url: &str) -> anyhow::Result<(String, String)> {
 }
 
 /// Creates the database named in `url` if it does not exist yet, so the run command needs no
-/// manual `CREATE DATABASE`.
+/// manual `CREATE DATABASE`. The name is letters, digits and underscores ([`split_database_url`]),
+/// so it is safe to write into the statement.
 pub fn ensure_database_exists(url: &str) -> anyhow::Result<()> {
     let (server, name) = split_database_url(url)?;
     let mut conn =
         DbConn::open(&server).map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", redact(&server)))?;
-    conn.batch_execute(&format!(
-        "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
-    ))?;
+    match conn.engine() {
+        Engine::Mysql => conn.batch_execute(&format!(
+            "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+        ))?,
+        // PostgreSQL has no CREATE DATABASE IF NOT EXISTS. Another instance may create it between
+        // the look and the creation: its database is as good as ours.
+        Engine::Postgres => {
+            let found =
+                cached_sql::<diesel::sql_types::BigInt>("SELECT COUNT(*) FROM pg_database WHERE datname = ?")
+                    .bind::<Text, _>(&name)
+                    .get_result::<i64>(&mut conn)?;
+            if found == 0 {
+                match conn
+                    .batch_execute(&format!("CREATE DATABASE \"{name}\" ENCODING 'UTF8' TEMPLATE template0"))
+                {
+                    Err(e) if e.to_string().contains("already exists") => {}
+                    created => created?,
+                }
+            }
+        }
+    }
     Ok(())
 }
 
@@ -359,7 +417,13 @@ impl Drop for ScratchDatabase {
     /// Best effort: a server that is gone by now cannot be told anything.
     fn drop(&mut self) {
         if let Ok(mut conn) = DbConn::open(&self.server_url) {
-            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
+            let _ = match conn.engine() {
+                Engine::Mysql => conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{}`", self.name)),
+                // Sessions left behind (a pool still closing) would otherwise block the drop.
+                Engine::Postgres => {
+                    conn.batch_execute(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name))
+                }
+            };
         }
     }
 }
@@ -372,25 +436,21 @@ pub fn run_migrations(pool: &DbPool) -> anyhow::Result<Vec<String>> {
 
 /// Runs the pending migrations of one embedded set under the migration lock. Several sets may
 /// share a database (the lab has its own): diesel skips the versions a set does not contain.
-pub fn run_embedded_migrations(pool: &DbPool, migrations: EmbeddedMigrations) -> anyhow::Result<Vec<String>> {
+pub fn run_embedded_migrations(pool: &DbPool, migrations: Migrations) -> anyhow::Result<Vec<String>> {
     let mut lock = NamedLockGuard::acquire(pool.get()?, pool.names().migrations(), Duration::from_secs(120))?;
     let applied = lock
         .conn()
-        .run_pending_migrations(migrations)
+        .run_pending_migrations(migrations.on(pool.engine()))
         .map_err(|e| anyhow::anyhow!("migration failed: {e}"))?;
     Ok(applied.iter().map(ToString::to_string).collect())
 }
 
-#[diesel::declare_sql_function]
-extern "SQL" {
-    #[sql_name = "LAST_INSERT_ID"]
-    fn last_insert_id_sql() -> diesel::sql_types::BigInt;
-}
-
-/// The AUTO_INCREMENT id of the row this session inserted last: MySQL has no `RETURNING`, and
-/// the value is per session, so it must be read on the connection that inserted.
+/// The generated id of the row this session inserted last: MySQL has no `RETURNING`, and the
+/// value is per session, so it must be read on the connection that inserted. PostgreSQL's
+/// `lastval()` is the same thing for identity columns (no trigger of ours draws on a sequence).
 pub fn last_insert_id(conn: &mut DbConn) -> QueryResult<i64> {
-    diesel::select(last_insert_id_sql()).get_result(conn)
+    const LAST_ID: Sql = Sql::per_engine("SELECT LAST_INSERT_ID()", "SELECT lastval()");
+    cached_sql::<diesel::sql_types::BigInt>(LAST_ID).get_result(conn)
 }
 
 /// Now, to the microsecond: what a `DATETIME(6)` keeps. Rows that are returned without being
@@ -519,6 +579,62 @@ impl ServerFacts {
     }
 }
 
+/// What haita needs of a PostgreSQL server, read once at start.
+#[derive(QueryableByName)]
+struct PostgresFacts {
+    #[diesel(sql_type = Text)]
+    version: String,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    version_num: i32,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    in_recovery: bool,
+    #[diesel(sql_type = Text)]
+    lc_messages: String,
+}
+
+impl PostgresFacts {
+    /// Why haita cannot run on this server, if it cannot.
+    fn refusal(&self) -> Option<String> {
+        if self.version_num < 150_000 {
+            return Some(format!("server {} is too old: haita needs PostgreSQL 15+", self.version));
+        }
+        if self.in_recovery {
+            return Some(
+                "this server is a standby (pg_is_in_recovery): advisory locks and row locks must run on \
+                 the primary"
+                    .into(),
+            );
+        }
+        // diesel reports a lock timeout (55P03) and a deadlock (40P01) with the server's message
+        // only, not its SQLSTATE, so the messages must be the untranslated ones.
+        let english = ["", "C", "POSIX"].contains(&self.lc_messages.as_str())
+            || self.lc_messages.starts_with("C.")
+            || self.lc_messages.starts_with("en");
+        if !english {
+            return Some(format!(
+                "lc_messages is {:?}: haita tells lock timeouts and deadlocks apart by the server's \
+                 English messages. Run ALTER ROLE <haita's role> SET lc_messages = 'C' (as a superuser).",
+                self.lc_messages
+            ));
+        }
+        None
+    }
+}
+
+fn check_postgres(conn: &mut DbConn) -> anyhow::Result<ServerFacts> {
+    let facts: PostgresFacts = cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT version() AS version, CAST(current_setting('server_version_num') AS INTEGER) AS version_num, \
+         pg_is_in_recovery() AS in_recovery, current_setting('lc_messages') AS lc_messages",
+    )
+    .get_result(conn)
+    .map_err(|e| anyhow::anyhow!("cannot read the server's version and settings ({e}); refusing to start"))?;
+    if let Some(reason) = facts.refusal() {
+        anyhow::bail!(reason);
+    }
+    log::info!("database server {} (named locks: advisory locks, 64-bit keys)", facts.version);
+    Ok(ServerFacts { version: facts.version, variables: std::collections::BTreeMap::new() })
+}
+
 fn is_on(value: &str) -> bool {
     value.eq_ignore_ascii_case("ON") || value == "1"
 }
@@ -526,11 +642,9 @@ fn is_on(value: &str) -> bool {
 /// Refuses servers on which named locks cannot be trusted, and warns about risky settings
 /// (`docs/server-facts.md`). Fails closed: a server that cannot be asked is refused too.
 pub fn check_server(conn: &mut DbConn) -> anyhow::Result<ServerFacts> {
-    // The connection type speaks PostgreSQL already; the locking code does not yet.
-    anyhow::ensure!(
-        conn.engine() == Engine::Mysql,
-        "DATABASE_URL names a PostgreSQL server: haita runs on MySQL 8.0+ and MariaDB 10.6+ only, for now"
-    );
+    if conn.engine() == Engine::Postgres {
+        return check_postgres(conn);
+    }
     let facts = ServerFacts::read(conn).map_err(|e| {
         anyhow::anyhow!("cannot read the server's version and settings ({e}); refusing to start")
     })?;

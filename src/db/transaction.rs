@@ -71,6 +71,11 @@ pub fn transaction_read_committed<T, E: From<Error>>(
     conn: &mut DbConn,
     work: impl FnOnce(&mut DbConn) -> Result<T, E>,
 ) -> Result<T, E> {
+    // PostgreSQL's sessions run at READ COMMITTED already (`db::SessionSettings`), and a
+    // locking read there takes no gap locks at any level.
+    if conn.engine() == super::Engine::Postgres {
+        return transaction(conn, work);
+    }
     // Applies to the next transaction only; the connection's default is left as it was. Should
     // that transaction not start, the setting would carry over to whatever runs next on the
     // connection: it is closed instead of pooled.

@@ -20,7 +20,7 @@ pub mod schema;
 pub mod seed;
 pub mod stats;
 
-use diesel_migrations::{EmbeddedMigrations, embed_migrations};
+use diesel_migrations::embed_migrations;
 
 use crate::config::Config;
 use crate::db::{self, DbPool};
@@ -38,7 +38,10 @@ pub fn require_demo_mode(config: &Config, what: &str) -> anyhow::Result<()> {
 /// The demo's tables. Their versions (`2026-11-23-0003xx`) are the ones they had when they were
 /// product migrations, so a database that applied them then finds nothing pending now; the
 /// product's migrations ignore these versions and these ignore the product's.
-pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("src/lab/migrations");
+pub const MIGRATIONS: db::Migrations = db::Migrations {
+    mysql: embed_migrations!("src/lab/migrations/mysql"),
+    postgres: embed_migrations!("src/lab/migrations/postgres"),
+};
 
 /// Applies the lab's pending migrations, under the same named lock as the product's (see
 /// [`db::run_migrations`]). Call it after the product's migrations, on the database the demo or

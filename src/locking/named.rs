@@ -18,6 +18,11 @@
 //!
 //! Commit before release: run the transaction to completion on [`NamedLockGuard::conn`] while the
 //! guard is alive. Releasing first would let the next holder read the state before our commit.
+//!
+//! On PostgreSQL the same guard holds a session-level advisory lock (`pg_advisory_lock`), keyed
+//! by the first 64 bits of the name's SHA-256 ([`LockName::advisory_key`]). It has the same two
+//! hazards (it belongs to the session, and a session may take it twice), so the same guard
+//! answers them; the wait is bounded by `lock_timeout`, set for that one statement.
 
 use std::time::{Duration, Instant};
 
@@ -26,7 +31,7 @@ use diesel::prelude::*;
 use super::LockName;
 use super::queue::Turn;
 use super::sql::{get_lock, release_all_locks, release_lock};
-use crate::db::{DbConn, DbPool, PooledConn};
+use crate::db::{DbConn, DbPool, Engine, PooledConn, cached_sql};
 use crate::infra::Infra;
 use crate::metrics::{self, Family};
 
@@ -113,7 +118,11 @@ fn take(conn: &mut PooledConn, turn: &Turn) -> Result<(), LockError> {
     let mut result = ask(conn, name, Duration::ZERO);
     if matches!(result, Err(LockError::TimedOut { .. })) {
         let wait = turn.remaining();
-        result = if whole_seconds(wait) == 0 {
+        let too_short = match conn.engine() {
+            Engine::Mysql => whole_seconds(wait) == 0,
+            Engine::Postgres => wait.as_millis() == 0,
+        };
+        result = if too_short {
             Err(LockError::TimedOut { name: name.clone(), waited: wait })
         } else {
             match turn.try_wait_slot() {
@@ -140,8 +149,11 @@ fn whole_seconds(wait: Duration) -> i32 {
     i32::try_from((wait.as_millis() + 500) / 1000).unwrap_or(i32::MAX)
 }
 
-/// One `GET_LOCK(name, wait)`.
+/// One `GET_LOCK(name, wait)`, or its PostgreSQL counterpart.
 fn ask(conn: &mut PooledConn, name: &LockName, wait: Duration) -> Result<(), LockError> {
+    if conn.engine() == Engine::Postgres {
+        return ask_advisory(conn, name, wait);
+    }
     let wait_secs = whole_seconds(wait);
     match diesel::select(get_lock(name.as_str(), wait_secs)).get_result::<Option<i64>>(&mut **conn) {
         Ok(Some(1)) => Ok(()),
@@ -161,8 +173,69 @@ fn ask(conn: &mut PooledConn, name: &LockName, wait: Duration) -> Result<(), Loc
     }
 }
 
+/// `pg_try_advisory_lock` when not waiting; else `pg_advisory_lock` with `lock_timeout` set to
+/// the wait for its transaction only (`set_config(…, true)`), so the session's own bound on row
+/// waits is back as soon as the statement is done. A session-level advisory lock outlives the
+/// transaction it was taken in.
+fn ask_advisory(conn: &mut PooledConn, name: &LockName, wait: Duration) -> Result<(), LockError> {
+    let key = name.advisory_key();
+    let asked: Result<bool, diesel::result::Error> = if wait.is_zero() {
+        cached_sql::<diesel::sql_types::Bool>("SELECT pg_try_advisory_lock(?)")
+            .bind::<diesel::sql_types::BigInt, _>(key)
+            .get_result(&mut **conn)
+    } else {
+        crate::db::transaction(conn, |conn| {
+            cached_sql::<()>("SELECT set_config('lock_timeout', ?, true)")
+                .bind::<diesel::sql_types::Text, _>(format!("{}ms", wait.as_millis()))
+                .execute(conn)?;
+            cached_sql::<()>("SELECT pg_advisory_lock(?)")
+                .bind::<diesel::sql_types::BigInt, _>(key)
+                .execute(conn)?;
+            Ok(true)
+        })
+        .or_else(|e| if crate::locking::retry::is_lock_timeout(&e) { Ok(false) } else { Err(e) })
+    };
+    match asked {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
+        Err(e) => {
+            close_instead_of_returning(conn);
+            Err(LockError::Failed { name: name.clone(), detail: e.to_string(), source: Some(e) })
+        }
+    }
+}
+
+/// `pg_advisory_unlock` must answer true, and the session must hold no advisory lock after it
+/// (the checks `RELEASE_LOCK` and `RELEASE_ALL_LOCKS` make on MySQL). The count is read after
+/// the unlock: the CTE runs first, then the row's target list.
+fn release_advisory(conn: &mut PooledConn, name: &LockName) -> Result<(), String> {
+    let released = cached_sql::<(diesel::sql_types::Bool, diesel::sql_types::BigInt)>(
+        "WITH released AS MATERIALIZED (SELECT pg_advisory_unlock(?) AS ok) \
+         SELECT ok, (SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) \
+         FROM released",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(name.advisory_key())
+    .get_result::<(bool, i64)>(&mut **conn);
+    match released {
+        Ok((true, 0)) => Ok(()),
+        Ok((released, leftover)) => {
+            Err(format!("pg_advisory_unlock returned {released}, {leftover} advisory locks still held"))
+        }
+        Err(e) => Err(format!("release failed: {e}")),
+    }
+}
+
 impl Drop for NamedLockGuard {
     fn drop(&mut self) {
+        if self.conn.engine() == Engine::Postgres {
+            let released = release_advisory(&mut self.conn, &self.name);
+            metrics::held(Family::Named, self.name.scope(), self.granted.elapsed());
+            if let Err(problem) = released {
+                log::error!("named lock {}: {problem}; closing its connection", self.name);
+                close_instead_of_returning(&mut self.conn);
+            }
+            return;
+        }
         // RELEASE_LOCK must answer 1: 0 (held by another session) and NULL (not held at all)
         // both mean our bookkeeping is wrong. RELEASE_ALL_LOCKS then must find nothing: anything
         // it finds is a lock the work took on our connection (a second GET_LOCK of the same name

@@ -124,6 +124,23 @@ impl LockName {
     pub fn scope(&self) -> &str {
         self.0.split(':').nth(2).unwrap_or("")
     }
+
+    /// The key of this name's PostgreSQL advisory lock: the first 64 bits of the SHA-256 of the
+    /// whole name. PostgreSQL locks numbers, not names; `hashtext()` would give 32 bits, and
+    /// with a few ten thousand live names (one per resource and day) two of them would share a
+    /// key, so one booking would wait for another it has nothing to do with. At 64 bits that
+    /// takes billions.
+    pub fn advisory_key(&self) -> i64 {
+        advisory_key(&self.0)
+    }
+}
+
+/// [`LockName::advisory_key`] of a name given as text (the admin's lookup).
+pub fn advisory_key(name: &str) -> i64 {
+    let digest = Sha256::digest(name.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
 }
 
 impl fmt::Display for LockName {
@@ -138,6 +155,22 @@ mod tests {
 
     fn ns() -> Namespace {
         Namespace::for_database("haita")
+    }
+
+    #[test]
+    fn advisory_keys_are_the_first_64_bits_of_the_names_sha_256() {
+        let name = ns().migrations();
+        let digest = Sha256::digest(name.as_str().as_bytes());
+        let expected = i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+        assert_eq!(name.advisory_key(), expected);
+        let day = NaiveDate::from_ymd_opt(2026, 12, 24).expect("valid date");
+        let neighbours =
+            [ns().booking(42, day), ns().booking(43, day), ns().booking(42, day.succ_opt().expect("day"))];
+        for (i, a) in neighbours.iter().enumerate() {
+            for b in &neighbours[i + 1..] {
+                assert_ne!(a.advisory_key(), b.advisory_key(), "{a} and {b}");
+            }
+        }
     }
 
     #[test]

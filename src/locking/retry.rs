@@ -31,19 +31,31 @@ pub trait MayConflict {
 }
 
 impl MayConflict for DbError {
-    /// diesel maps 1213 to `SerializationFailure` and 1205 to `Unknown`, so the timeout is
-    /// recognised by the server's message (the same text on MySQL and MariaDB).
+    /// diesel maps MySQL's 1213 and PostgreSQL's 40001 (a serialization failure: retry the
+    /// whole transaction, as for a deadlock) to `SerializationFailure`; MySQL's 1205 and
+    /// PostgreSQL's 40P01 and 55P03 arrive as `Unknown`, told apart by the server's message (the
+    /// same text on MySQL and MariaDB; PostgreSQL's in English, which `db::check_server` makes
+    /// sure of).
     fn lock_conflict(&self) -> Option<LockConflict> {
         match self {
             DbError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => {
                 Some(LockConflict::Deadlock)
             }
-            DbError::DatabaseError(_, info) if info.message().starts_with("Lock wait timeout exceeded") => {
-                Some(LockConflict::LockWaitTimeout)
+            DbError::DatabaseError(_, info) if info.message().starts_with("deadlock detected") => {
+                Some(LockConflict::Deadlock)
             }
+            _ if is_lock_timeout(self) => Some(LockConflict::LockWaitTimeout),
             _ => None,
         }
     }
+}
+
+/// A lock wait that ran out: MySQL's 1205 (`innodb_lock_wait_timeout`), PostgreSQL's 55P03
+/// (`lock_timeout`, rows and advisory locks alike).
+pub fn is_lock_timeout(error: &DbError) -> bool {
+    matches!(error, DbError::DatabaseError(_, info)
+        if info.message().starts_with("Lock wait timeout exceeded")
+            || info.message().starts_with("canceling statement due to lock timeout"))
 }
 
 #[derive(Clone, Debug)]

@@ -9,9 +9,10 @@
 //! of these results (MariaDB answers `IS_USED_LOCK` as an unsigned BIGINT), and NULL is a real
 //! answer of each ("the server could not take it", "nobody holds it").
 
-use crate::db::DbConn;
 use diesel::prelude::*;
-use diesel::sql_types::{Integer, Text};
+use diesel::sql_types::{BigInt, Bool, Integer, Text};
+
+use crate::db::{DbConn, Engine, cached_sql};
 
 #[diesel::declare_sql_function]
 extern "SQL" {
@@ -31,20 +32,49 @@ extern "SQL" {
     fn connection_id() -> BigInt;
 }
 
-/// The session (connection id) holding `name`, if any. Works on every server, no plugin needed.
+/// The session (connection id; on PostgreSQL the backend's pid) holding `name`, if any. Works on
+/// every server, no plugin needed. On PostgreSQL the name's advisory key is looked up in
+/// `pg_locks`, where a 64-bit key shows as two 32-bit halves (`objsubid` 1 marks the form).
 pub fn holder_of(conn: &mut DbConn, name: &str) -> QueryResult<Option<i64>> {
-    diesel::select(is_used_lock(name)).get_result(conn)
+    match conn.engine() {
+        Engine::Mysql => diesel::select(is_used_lock(name)).get_result(conn),
+        Engine::Postgres => cached_sql::<BigInt>(
+            "SELECT CAST(pid AS BIGINT) FROM pg_locks \
+             WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+               AND ((CAST(classid AS BIGINT) << 32) | CAST(objid AS BIGINT)) = ?",
+        )
+        .bind::<BigInt, _>(super::names::advisory_key(name))
+        .get_result(conn)
+        .optional(),
+    }
 }
 
-/// This connection's server-side id, as `IS_USED_LOCK` and the process list report it.
+/// This connection's server-side id, as `IS_USED_LOCK` and the process list report it (on
+/// PostgreSQL, the backend's pid).
 pub fn own_connection_id(conn: &mut DbConn) -> QueryResult<i64> {
-    diesel::select(connection_id()).get_result(conn)
+    match conn.engine() {
+        Engine::Mysql => diesel::select(connection_id()).get_result(conn),
+        Engine::Postgres => cached_sql::<BigInt>("SELECT CAST(pg_backend_pid() AS BIGINT)").get_result(conn),
+    }
 }
 
 /// Ends the server session `id`, which frees every named lock it holds. The server does the
-/// freeing asynchronously, after `KILL` has returned.
+/// freeing asynchronously, after `KILL` (`pg_terminate_backend`) has returned.
 pub fn kill_connection(conn: &mut DbConn, id: i64) -> QueryResult<()> {
     use diesel::connection::SimpleConnection;
-    // KILL takes no placeholders; `id` is an integer, never text a person typed.
-    conn.batch_execute(&format!("KILL CONNECTION {id}"))
+    match conn.engine() {
+        // KILL takes no placeholders; `id` is an integer, never text a person typed.
+        Engine::Mysql => conn.batch_execute(&format!("KILL CONNECTION {id}")),
+        Engine::Postgres => {
+            let ended = cached_sql::<Bool>("SELECT pg_terminate_backend(CAST(? AS INTEGER))")
+                .bind::<BigInt, _>(id)
+                .get_result::<bool>(conn)?;
+            if ended {
+                Ok(())
+            } else {
+                Err(diesel::result::Error::QueryBuilderError(format!("no session {id} to end").into()))
+            }
+        }
+    }
 }

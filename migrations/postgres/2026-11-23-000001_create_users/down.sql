@@ -1,0 +1,2 @@
+DROP TABLE users;
+DROP COLLATION haita_ci;

@@ -1,0 +1,2 @@
+DROP TABLE price_revision_items;
+DROP TABLE batch_runs;

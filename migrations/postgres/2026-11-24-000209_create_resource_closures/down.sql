@@ -1,0 +1,1 @@
+DROP TABLE resource_closures;

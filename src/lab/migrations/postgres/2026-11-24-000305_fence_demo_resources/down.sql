@@ -1,0 +1,1 @@
+ALTER TABLE demo_resources DROP COLUMN fence;
