@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::AdminError;
 use crate::audit::{self, Action};
-use crate::db::DbConn;
+use crate::db::{DbConn, Engine, cached_sql};
 use crate::locking::Namespace;
 use crate::locking::names::MAX_LEN;
 use crate::locking::sql::{holder_of, kill_connection, own_connection_id};
@@ -104,6 +104,9 @@ struct Version {
 /// database; the namespace's prefix (`haita:{tag}:`) is what keeps other deployments' locks off
 /// this list. The prefix is hex and colons only, so it needs no LIKE escaping.
 pub fn list(conn: &mut DbConn, names: &Namespace) -> QueryResult<Listing> {
+    if conn.engine() == Engine::Postgres {
+        return list_advisory(conn, names);
+    }
     let Version { version } = diesel::sql_query("SELECT VERSION() AS version").get_result(conn)?;
     let mariadb = version.to_ascii_lowercase().contains("mariadb");
     let (source, sql, enable) = if mariadb {
@@ -125,10 +128,52 @@ pub fn list(conn: &mut DbConn, names: &Namespace) -> QueryResult<Listing> {
     })
 }
 
+/// PostgreSQL's advisory locks of this database, from `pg_locks` and `pg_stat_activity`. A key is
+/// a hash: the name it came from cannot be read back, so each lock is listed by its key, and
+/// the admin looks a name up (its key is computed) to free it.
+fn list_advisory(conn: &mut DbConn, names: &Namespace) -> QueryResult<Listing> {
+    let locks = cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT 'advisory key ' || ((CAST(l.classid AS BIGINT) << 32) | CAST(l.objid AS BIGINT)) AS name, \
+           CAST(l.pid AS BIGINT) AS connection_id, \
+           CAST(EXTRACT(EPOCH FROM now() - a.state_change) AS BIGINT) AS state_secs, \
+           CAST(a.usename AS TEXT) AS db_user, host(a.client_addr) AS host, CAST(a.datname AS TEXT) AS db, \
+           a.state AS command \
+         FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         ORDER BY state_secs DESC, name",
+    )
+    .load(conn)?;
+    Ok(Listing {
+        prefix: names.prefix().to_string(),
+        source: "pg_locks",
+        note: Some(
+            "PostgreSQL names an advisory lock by a 64-bit key (the first 8 bytes of the name's SHA-256), \
+             so locks are listed by key. Look a lock up by name to see or free it."
+                .into(),
+        ),
+        locks,
+    })
+}
+
 /// Who holds `name`, asked with `IS_USED_LOCK` (works on every server, no plugin needed).
 /// The name is echoed through `CAST(? AS CHAR)`: a bare `?` column has no type when the statement
 /// is prepared, and the MySQL client library reports it as NULL-typed, which diesel cannot read.
 pub fn lookup(conn: &mut DbConn, name: &OurLockName) -> QueryResult<Option<NamedLock>> {
+    if conn.engine() == Engine::Postgres {
+        let Some(pid) = holder_of(conn, name.as_str())? else { return Ok(None) };
+        return cached_sql::<diesel::sql_types::Untyped>(
+            "SELECT CAST(? AS TEXT) AS name, CAST(a.pid AS BIGINT) AS connection_id, \
+               CAST(EXTRACT(EPOCH FROM now() - a.state_change) AS BIGINT) AS state_secs, \
+               CAST(a.usename AS TEXT) AS db_user, host(a.client_addr) AS host, CAST(a.datname AS TEXT) AS db, \
+               a.state AS command \
+             FROM pg_stat_activity a WHERE a.pid = CAST(? AS INTEGER)",
+        )
+        .bind::<Text, _>(name.as_str())
+        .bind::<BigInt, _>(pid)
+        .get_result(conn)
+        .optional();
+    }
     diesel::sql_query(
         "SELECT CAST(? AS CHAR(64)) AS name, CAST(h.id AS SIGNED) AS connection_id, \
            CAST(p.TIME AS SIGNED) AS state_secs, \

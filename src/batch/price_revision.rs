@@ -19,7 +19,6 @@
 //! A revision has a name, and each product is revised at most once per name
 //! (`price_revision_items`): running it again continues, it never compounds.
 
-use crate::db::conn::on_engine;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -28,7 +27,8 @@ use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
 
 use super::{BatchError, Job, Policy, Running, runs};
 use crate::catalog::edit::{self, ProductChanges};
-use crate::db::{DbConn, cached_sql};
+use crate::db::conn::on_engine;
+use crate::db::{DbConn, Sql, cached_sql};
 use crate::schema::products;
 use crate::web::error::Said;
 
@@ -136,10 +136,17 @@ fn work(run: &mut Running<'_>, revision: &Revision) -> Result<usize, BatchError>
     Ok(targets.len())
 }
 
-const RECORD: &str = "INSERT INTO price_revision_items \
+const RECORD: Sql = Sql::per_engine(
+    "INSERT INTO price_revision_items \
      (revision, product_id, status, old_price_cents, new_price_cents, run_id, at) VALUES (?, ?, ?, ?, ?, ?, ?) \
      ON DUPLICATE KEY UPDATE status = VALUES(status), old_price_cents = VALUES(old_price_cents), \
-     new_price_cents = VALUES(new_price_cents), run_id = VALUES(run_id), at = VALUES(at)";
+     new_price_cents = VALUES(new_price_cents), run_id = VALUES(run_id), at = VALUES(at)",
+    "INSERT INTO price_revision_items \
+     (revision, product_id, status, old_price_cents, new_price_cents, run_id, at) VALUES (?, ?, ?, ?, ?, ?, ?) \
+     ON CONFLICT (revision, product_id) DO UPDATE SET status = EXCLUDED.status, \
+     old_price_cents = EXCLUDED.old_price_cents, new_price_cents = EXCLUDED.new_price_cents, \
+     run_id = EXCLUDED.run_id, at = EXCLUDED.at",
+);
 
 /// One chunk, in the caller's transaction: lock (or skip) the rows, revise, record.
 fn revise(

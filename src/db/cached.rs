@@ -172,25 +172,34 @@ impl<ST, B, Conn> RunQueryDsl<Conn> for CachedSql<ST, B> {}
 /// to the next size by repeating its last value (which changes nothing in an `IN` list), so a
 /// connection caches one statement per size instead of one per length. Keep it in a `static`.
 pub struct ListStatements {
-    texts: Vec<(usize, String)>,
+    /// For each size: MySQL's text and PostgreSQL's.
+    texts: Vec<(usize, String, String)>,
 }
 
 impl ListStatements {
     /// `sizes` ascending; the last is the longest list the statement takes.
     pub fn new(template: &str, sizes: &[usize]) -> Self {
-        let texts =
-            sizes.iter().map(|&n| (n, template.replace("{list}", &vec!["?"; n].join(", ")))).collect();
+        Self::per_engine(template, template, sizes)
+    }
+
+    /// A statement whose dialects differ: MySQL's template and PostgreSQL's.
+    pub fn per_engine(mysql: &str, postgres: &str, sizes: &[usize]) -> Self {
+        let list = |n: usize| vec!["?"; n].join(", ");
+        let texts = sizes
+            .iter()
+            .map(|&n| (n, mysql.replace("{list}", &list(n)), postgres.replace("{list}", &list(n))))
+            .collect();
         Self { texts }
     }
 
     /// The text for `values` and the values padded to its length; `None` for an empty list or
     /// one longer than the largest size.
-    pub fn padded<T: Clone>(&'static self, values: &[T]) -> Option<(&'static str, Vec<T>)> {
+    pub fn padded<T: Clone>(&'static self, values: &[T]) -> Option<(Sql, Vec<T>)> {
         let last = values.last()?;
-        let (size, text) = self.texts.iter().find(|(size, _)| *size >= values.len())?;
+        let (size, mysql, postgres) = self.texts.iter().find(|(size, ..)| *size >= values.len())?;
         let mut padded = values.to_vec();
         padded.resize(*size, last.clone());
-        Some((text.as_str(), padded))
+        Some((Sql::per_engine(mysql, postgres), padded))
     }
 }
 
@@ -211,10 +220,10 @@ mod tests {
     fn lists_are_padded_to_the_next_fixed_size_with_their_last_value() {
         static IN_LIST: std::sync::LazyLock<ListStatements> =
             std::sync::LazyLock::new(|| ListStatements::new("SELECT a FROM t WHERE a IN ({list})", &[1, 4]));
-        assert_eq!(IN_LIST.padded(&[7]), Some(("SELECT a FROM t WHERE a IN (?)", vec![7])));
+        assert_eq!(IN_LIST.padded(&[7]), Some(("SELECT a FROM t WHERE a IN (?)".into(), vec![7])));
         assert_eq!(
             IN_LIST.padded(&[7, 8]),
-            Some(("SELECT a FROM t WHERE a IN (?, ?, ?, ?)", vec![7, 8, 8, 8]))
+            Some(("SELECT a FROM t WHERE a IN (?, ?, ?, ?)".into(), vec![7, 8, 8, 8]))
         );
         assert_eq!(IN_LIST.padded(&[1, 2, 3, 4, 5]), None, "longer than the largest size");
         assert_eq!(IN_LIST.padded::<i32>(&[]), None, "IN () is not SQL");

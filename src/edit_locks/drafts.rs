@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::EditLockKey;
-use crate::db::{DbConn, cached_sql};
+use crate::db::{DbConn, Sql, cached_sql};
 
 /// A kept draft: the fields as typed, when and why it was kept.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -48,10 +48,13 @@ pub fn keep(
     let fields =
         serde_json::to_string(fields).map_err(|e| diesel::result::Error::SerializationError(e.into()))?;
     let why: String = why.chars().take(WHY_MAX).collect();
-    cached_sql::<()>(
+    cached_sql::<()>(Sql::per_engine(
         "INSERT INTO edit_drafts (user_id, lock_key, fields, why, saved_at) VALUES (?, ?, ?, ?, ?) \
          ON DUPLICATE KEY UPDATE fields = VALUES(fields), why = VALUES(why), saved_at = VALUES(saved_at)",
-    )
+        "INSERT INTO edit_drafts (user_id, lock_key, fields, why, saved_at) VALUES (?, ?, ?, ?, ?) \
+         ON CONFLICT (user_id, lock_key) \
+         DO UPDATE SET fields = EXCLUDED.fields, why = EXCLUDED.why, saved_at = EXCLUDED.saved_at",
+    ))
     .bind::<BigInt, _>(user_id)
     .bind::<Text, _>(key.as_str())
     .bind::<Text, _>(fields)

@@ -11,7 +11,7 @@ use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamp, Untyped};
 use super::model::{LOCK_VIEW, LockView};
 use super::{EditLockError, EditLockKey, EditLockToken, Owner};
 use crate::audit::{self, Action};
-use crate::db::{DbConn, DbPool, cached_sql};
+use crate::db::{DbConn, DbPool, Sql, cached_sql};
 use crate::locking::{NamedLockGuard, Turn};
 
 /// What an acquirer may do about a lock someone else holds.
@@ -149,12 +149,16 @@ fn insert(
     ttl_micros: i64,
     batch: bool,
 ) -> QueryResult<usize> {
-    cached_sql::<()>(
+    cached_sql::<()>(Sql::per_engine(
         "INSERT INTO edit_locks \
            (lock_key, owner_user_id, owner_session, epoch, acquired_at, heartbeat_at, expires_at, held_by_batch) \
          VALUES (?, ?, ?, (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = ?), \
            NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)",
-    )
+        "INSERT INTO edit_locks \
+           (lock_key, owner_user_id, owner_session, epoch, acquired_at, heartbeat_at, expires_at, held_by_batch) \
+         VALUES (?, ?, ?, (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = ?), \
+           LOCALTIMESTAMP, LOCALTIMESTAMP, LOCALTIMESTAMP + ? * INTERVAL '1 microsecond', ?)",
+    ))
     .bind::<Text, _>(key.as_str())
     .bind::<BigInt, _>(owner.user_id)
     .bind::<Text, _>(&owner.session)
@@ -168,10 +172,12 @@ fn insert(
 /// lock. Called under the key's named lock (and the upsert's row lock holds until commit), so no
 /// two acquisitions get the same number; the counter outlives the lock rows, which are deleted.
 fn next_epoch(conn: &mut DbConn, key: &EditLockKey) -> QueryResult<usize> {
-    cached_sql::<()>(
+    cached_sql::<()>(Sql::per_engine(
         "INSERT INTO edit_lock_epochs (lock_key, last_epoch) VALUES (?, 1) \
          ON DUPLICATE KEY UPDATE last_epoch = last_epoch + 1",
-    )
+        "INSERT INTO edit_lock_epochs (lock_key, last_epoch) VALUES (?, 1) \
+         ON CONFLICT (lock_key) DO UPDATE SET last_epoch = edit_lock_epochs.last_epoch + 1",
+    ))
     .bind::<Text, _>(key.as_str())
     .execute(conn)
 }
@@ -184,13 +190,18 @@ fn hand_over(
     ttl_micros: i64,
     batch: bool,
 ) -> QueryResult<usize> {
-    cached_sql::<()>(
+    cached_sql::<()>(Sql::per_engine(
         "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, \
            epoch = (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = edit_locks.lock_key), \
            acquired_at = NOW(6), heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, \
            held_by_batch = ? \
          WHERE lock_key = ?",
-    )
+        "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, \
+           epoch = (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = edit_locks.lock_key), \
+           acquired_at = LOCALTIMESTAMP, heartbeat_at = LOCALTIMESTAMP, \
+           expires_at = LOCALTIMESTAMP + ? * INTERVAL '1 microsecond', held_by_batch = ? \
+         WHERE lock_key = ?",
+    ))
     .bind::<BigInt, _>(owner.user_id)
     .bind::<Text, _>(&owner.session)
     .bind::<BigInt, _>(ttl_micros)
@@ -406,18 +417,23 @@ struct Key {
 pub fn release_expired(conn: &mut DbConn, admin_user_id: i64) -> Result<Vec<LockView>, EditLockError> {
     crate::db::transaction(conn, |conn| {
         // Locked in key order, like every multi-row lock here, so two admins cannot deadlock.
-        let keys: Vec<Key> = cached_sql::<Untyped>(
+        let keys: Vec<Key> = cached_sql::<Untyped>(Sql::per_engine(
             "SELECT lock_key FROM edit_locks WHERE expires_at <= NOW(6) AND NOT held_by_batch \
              ORDER BY lock_key FOR UPDATE",
-        )
+            "SELECT lock_key FROM edit_locks WHERE expires_at <= LOCALTIMESTAMP AND NOT held_by_batch \
+             ORDER BY lock_key FOR UPDATE",
+        ))
         .load(conn)?;
         let mut released = Vec::with_capacity(keys.len());
         for Key { lock_key } in keys {
             let key = EditLockKey::parse(&lock_key)?;
             let Some(lock) = find(conn, &key)? else { continue };
-            cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= NOW(6)")
-                .bind::<Text, _>(&lock_key)
-                .execute(conn)?;
+            cached_sql::<()>(Sql::per_engine(
+                "DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= NOW(6)",
+                "DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= LOCALTIMESTAMP",
+            ))
+            .bind::<Text, _>(&lock_key)
+            .execute(conn)?;
             audit::record(
                 conn,
                 Some(admin_user_id),
@@ -435,17 +451,24 @@ pub fn release_expired(conn: &mut DbConn, admin_user_id: i64) -> Result<Vec<Lock
     })
 }
 
-static FIND: LazyLock<String> = LazyLock::new(|| format!("{LOCK_VIEW} WHERE l.lock_key = ?"));
-static LIST: LazyLock<String> = LazyLock::new(|| format!("{LOCK_VIEW} ORDER BY l.acquired_at, l.lock_key"));
+/// [`LOCK_VIEW`] with a tail, in each engine's words.
+fn lock_view(tail: &str) -> (String, String) {
+    (format!("{} {tail}", LOCK_VIEW.0), format!("{} {tail}", LOCK_VIEW.1))
+}
+static FIND: LazyLock<(String, String)> = LazyLock::new(|| lock_view("WHERE l.lock_key = ?"));
+static LIST: LazyLock<(String, String)> = LazyLock::new(|| lock_view("ORDER BY l.acquired_at, l.lock_key"));
 
 /// Who holds `key`, if anyone (expired locks included; see [`LockView::expired`]).
 pub fn find(conn: &mut DbConn, key: &EditLockKey) -> QueryResult<Option<LockView>> {
-    cached_sql::<Untyped>(FIND.as_str()).bind::<Text, _>(key.as_str()).get_result(conn).optional()
+    cached_sql::<Untyped>(Sql::per_engine(&FIND.0, &FIND.1))
+        .bind::<Text, _>(key.as_str())
+        .get_result(conn)
+        .optional()
 }
 
 /// Every edit lock, oldest first (the admin screen).
 pub fn list(conn: &mut DbConn) -> QueryResult<Vec<LockView>> {
-    cached_sql::<Untyped>(LIST.as_str()).load(conn)
+    cached_sql::<Untyped>(Sql::per_engine(&LIST.0, &LIST.1)).load(conn)
 }
 
 /// The edit-lock row as a locking read: only `edit_locks` is read, so only its row is locked
@@ -473,10 +496,12 @@ impl Holder {
 }
 
 fn row_for_update(conn: &mut DbConn, key: &EditLockKey) -> QueryResult<Option<Holder>> {
-    cached_sql::<Untyped>(
+    cached_sql::<Untyped>(Sql::per_engine(
         "SELECT owner_user_id, owner_session, epoch, held_by_batch, expires_at <= NOW(6) AS expired \
          FROM edit_locks WHERE lock_key = ? FOR UPDATE",
-    )
+        "SELECT owner_user_id, owner_session, epoch, held_by_batch, expires_at <= LOCALTIMESTAMP AS expired \
+         FROM edit_locks WHERE lock_key = ? FOR UPDATE",
+    ))
     .bind::<Text, _>(key.as_str())
     .get_result(conn)
     .optional()
@@ -492,11 +517,15 @@ fn extend(
     only_unexpired: bool,
     epoch: Option<i64>,
 ) -> QueryResult<bool> {
-    let changed = cached_sql::<()>(
+    let changed = cached_sql::<()>(Sql::per_engine(
         "UPDATE edit_locks SET heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND \
          WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
            AND (? = FALSE OR expires_at > NOW(6)) AND (? IS NULL OR epoch = ?)",
-    )
+        "UPDATE edit_locks SET heartbeat_at = LOCALTIMESTAMP, \
+           expires_at = LOCALTIMESTAMP + ? * INTERVAL '1 microsecond' \
+         WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
+           AND (? = FALSE OR expires_at > LOCALTIMESTAMP) AND (? IS NULL OR epoch = ?)",
+    ))
     .bind::<BigInt, _>(ttl_micros)
     .bind::<Text, _>(key.as_str())
     .bind::<BigInt, _>(owner.user_id)

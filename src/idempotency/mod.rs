@@ -36,7 +36,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
-use crate::db::{DbConn, cached_sql};
+use crate::db::{DbConn, Sql, cached_sql};
 use crate::web::error::{AsProblem, Problem, http_error};
 
 /// How long an answer is kept for replay, and a key stays bound to its request.
@@ -149,15 +149,26 @@ pub trait Refusal {
     fn is_answer(&self) -> bool;
 }
 
-const CLAIM: &str = "INSERT INTO idempotency_keys (user_id, idempotency_key, fingerprint, created_at, expires_at) \
-     VALUES (?, ?, ?, ?, ?)";
+/// On MySQL a duplicate key fails the statement and the transaction carries on. On PostgreSQL a
+/// failed statement aborts the whole transaction, so the duplicate is not an error there: the
+/// insert does nothing, and says so by changing no row.
+const CLAIM: Sql = Sql::per_engine(
+    "INSERT INTO idempotency_keys (user_id, idempotency_key, fingerprint, created_at, expires_at) \
+     VALUES (?, ?, ?, ?, ?)",
+    "INSERT INTO idempotency_keys (user_id, idempotency_key, fingerprint, created_at, expires_at) \
+     VALUES (?, ?, ?, ?, ?) ON CONFLICT (user_id, idempotency_key) DO NOTHING",
+);
 /// A locking read, so it sees the latest committed answer whatever this transaction's snapshot.
 /// Shared, not exclusive: the failed insert already left a shared lock on the row in every
 /// request that met the duplicate, and two of them upgrading to exclusive would deadlock each
 /// other. (Only reclaiming an expired key writes; two requests doing that at once may deadlock,
 /// and one is then retried or answered 503.)
-const READ: &str = "SELECT fingerprint, outcome, expires_at FROM idempotency_keys \
-     WHERE user_id = ? AND idempotency_key = ? LOCK IN SHARE MODE";
+const READ: Sql = Sql::per_engine(
+    "SELECT fingerprint, outcome, expires_at FROM idempotency_keys \
+     WHERE user_id = ? AND idempotency_key = ? LOCK IN SHARE MODE",
+    "SELECT fingerprint, outcome, expires_at FROM idempotency_keys \
+     WHERE user_id = ? AND idempotency_key = ? FOR SHARE",
+);
 const RECLAIM: &str = "UPDATE idempotency_keys SET fingerprint = ?, outcome = NULL, created_at = ?, expires_at = ? \
      WHERE user_id = ? AND idempotency_key = ?";
 const ANSWER: &str = "UPDATE idempotency_keys SET outcome = ? WHERE user_id = ? AND idempotency_key = ?";
@@ -214,12 +225,12 @@ impl Once {
             .bind::<Timestamp, _>(now + TTL)
             .execute(conn);
         match inserted {
-            Ok(_) => return Ok(None),
-            Err(DbError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {}
+            Ok(1) => return Ok(None),
+            Ok(_) | Err(DbError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {}
             Err(other) => return Err(other.into()),
         }
         // Used before, by a transaction that has committed (had it rolled back, the insert
-        // would have succeeded). A failed statement does not end a MySQL transaction.
+        // would have succeeded).
         let (fingerprint, outcome, expires_at): (Vec<u8>, Option<String>, NaiveDateTime) =
             cached_sql::<(Binary, Nullable<Text>, Timestamp)>(READ)
                 .bind::<BigInt, _>(self.user_id)
@@ -250,7 +261,12 @@ impl Once {
 /// Deletes expired keys, a bounded batch per statement so no purge holds many row locks.
 /// Run every few minutes by the server ([`crate::Application::run_until_stopped`]).
 pub fn purge_expired(conn: &mut DbConn) -> QueryResult<usize> {
-    const PURGE: &str = "DELETE FROM idempotency_keys WHERE expires_at <= ? LIMIT 1000";
+    // PostgreSQL's DELETE takes no LIMIT: the batch is chosen by a subquery on the rows' ids.
+    const PURGE: Sql = Sql::per_engine(
+        "DELETE FROM idempotency_keys WHERE expires_at <= ? LIMIT 1000",
+        "DELETE FROM idempotency_keys WHERE ctid IN \
+           (SELECT ctid FROM idempotency_keys WHERE expires_at <= ? LIMIT 1000)",
+    );
     let now = crate::db::now_micros();
     let mut purged = 0;
     loop {

@@ -1,6 +1,5 @@
 //! Receiving stock under the product's named lock.
 
-use crate::db::conn::on_engine;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer};
 use serde::Serialize;
@@ -10,6 +9,7 @@ use super::model::{
     MAX_ON_HAND, MovementReason, NewStockMovement, Quantity, on_hand_from_sql, on_hand_to_sql,
 };
 use crate::catalog::model::Product;
+use crate::db::conn::on_engine;
 use crate::db::{DbConn, DbPool, cached_sql};
 use crate::locking::{NamedLockGuard, Turn};
 use crate::schema::{products, stock_levels, stock_movements, users};

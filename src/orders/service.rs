@@ -1,6 +1,5 @@
 //! Placing an order: lock, check, decrement, record — in one transaction, retried as a whole.
 
-use crate::db::conn::on_engine;
 use std::sync::LazyLock;
 use std::time::Instant;
 
@@ -11,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::OrderError;
 use super::model::{Cart, Order};
 use crate::db::cached::ListStatements;
+use crate::db::conn::on_engine;
 use crate::db::{DbConn, DbPool, cached_sql};
 use crate::idempotency::{self, Once};
 use crate::inventory::model::{MovementReason, NewStockMovement, on_hand_from_sql};

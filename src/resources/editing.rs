@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use chrono::NaiveDate;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Date, Integer};
+use diesel::sql_types::{BigInt, Date, Integer, Untyped};
 
 use super::model::{ResourceChanges, ResourceInput};
 use super::{FieldError, Resource, ResourceError};
 use crate::audit::{self, Action, AuditEvent};
-use crate::db::{DbConn, DbPool};
+use crate::db::{DbConn, DbPool, Sql, cached_sql};
 use crate::edit_locks::drafts;
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, EditLockToken, LockView, Owner};
@@ -105,20 +105,25 @@ fn update(
     // a shared lock under its day's named lock (bookings::service), so this waits for bookings in
     // flight to commit and later bookings wait for us: none can be counted against the old
     // capacity while we lower it.
-    let current: Current = diesel::sql_query("SELECT version FROM resources WHERE id = ? FOR UPDATE")
+    let current: Current = cached_sql::<Untyped>("SELECT version FROM resources WHERE id = ? FOR UPDATE")
         .bind::<BigInt, _>(resource_id)
         .get_result(conn)
         .optional()?
         .ok_or(ResourceError::NotFound(resource_id))?;
     if let Some(capacity) = changes.capacity {
-        // Past days keep their history; only today and later must still fit. A locking read, so
-        // it sees every booking committed before our lock on the resource row, whatever the
-        // snapshot of this transaction.
-        let busiest: Option<BusiestDay> = diesel::sql_query(
+        // Past days keep their history; only today and later must still fit. On MySQL a locking
+        // read, so it sees every booking committed before our lock on the resource row, whatever
+        // the snapshot of this transaction. PostgreSQL refuses a locking clause beside GROUP BY
+        // and needs none: at READ COMMITTED each statement reads a snapshot taken when it starts,
+        // after our lock was granted.
+        let busiest: Option<BusiestDay> = cached_sql::<Untyped>(Sql::per_engine(
             "SELECT day, COUNT(*) AS confirmed FROM reservations \
              WHERE resource_id = ? AND status = 'confirmed' AND day >= ? \
              GROUP BY day HAVING COUNT(*) > ? ORDER BY confirmed DESC, day LIMIT 1 LOCK IN SHARE MODE",
-        )
+            "SELECT day, COUNT(*) AS confirmed FROM reservations \
+             WHERE resource_id = ? AND status = 'confirmed' AND day >= ? \
+             GROUP BY day HAVING COUNT(*) > ? ORDER BY confirmed DESC, day LIMIT 1",
+        ))
         .bind::<BigInt, _>(resource_id)
         .bind::<Date, _>(crate::bookings::service::today())
         .bind::<Integer, _>(capacity)

@@ -16,7 +16,6 @@
 //! Five take a lock kept outside the database's lock functions (`crate::lab::locks`): a Redis
 //! lease three ways, a file lock and a lock table.
 
-use crate::db::conn::on_engine;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -30,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::DemoError;
 use super::lanes::{Decided, Lanes};
 use super::model::{DemoResource, NewDemoBooking, bookings_on};
+use crate::db::conn::on_engine;
 use crate::db::{DbConn, DbPool};
 use crate::i18n::Lang;
 use crate::infra::Infra;
