@@ -10,7 +10,7 @@ use tokio::sync::Barrier;
 
 mod browser;
 
-use crate::common::{Client, TestApp, error_code, future_day, invariants};
+use crate::common::{Client, TestApp, TestDb, error_code, future_day, invariants};
 
 /// Sends one booking per client, all released by a barrier at the same instant.
 async fn book_all_at_once(
@@ -34,7 +34,17 @@ async fn book_all_at_once(
 
 #[actix_web::test]
 async fn sixty_four_clients_on_two_instances_never_overbook_a_day() {
-    let app = TestApp::spawn_instances(2, |_| {}).await;
+    sixty_four_clients_book_one_day(TestDb::new()).await;
+}
+
+#[actix_web::test]
+async fn sixty_four_clients_on_two_instances_never_overbook_a_day_on_postgres() {
+    sixty_four_clients_book_one_day(TestDb::postgres()).await;
+}
+
+/// 64 clients on two instances book one day of a resource of capacity 3, all at once.
+async fn sixty_four_clients_book_one_day(db: TestDb) {
+    let app = TestApp::spawn_on(db, 2, |_| {}).await;
     let resource = app.resource("Lab bench", 3);
     let day = future_day();
     let users: Vec<_> = (0..64).map(|i| app.user(&format!("u{i:02}"), Role::Customer)).collect();

@@ -11,7 +11,7 @@ use haita::db::DbConn;
 use serde_json::Value;
 use tokio::sync::Barrier;
 
-use crate::common::{Client, TestApp, error_code, invariants};
+use crate::common::{Client, TestApp, TestDb, error_code, invariants};
 
 struct Answer {
     status: u16,
@@ -53,7 +53,16 @@ fn orders_count(app: &TestApp) -> i64 {
 
 #[actix_web::test]
 async fn fifty_orders_for_ten_units_sell_exactly_ten() {
-    let app = TestApp::spawn_instances(2, |_| {}).await;
+    fifty_orders_for_ten_units(TestDb::new()).await;
+}
+
+#[actix_web::test]
+async fn fifty_orders_for_ten_units_sell_exactly_ten_on_postgres() {
+    fifty_orders_for_ten_units(TestDb::postgres()).await;
+}
+
+async fn fifty_orders_for_ten_units(db: TestDb) {
+    let app = TestApp::spawn_on(db, 2, |_| {}).await;
     let product = app.product("HOT-1", 500, 10);
     let clients = logged_in_clients(&app, 50).await;
 
@@ -228,7 +237,16 @@ async fn ordering_through_the_html_form() {
 
 #[actix_web::test]
 async fn orders_and_receipts_running_together_keep_stock_equal_to_the_ledger() {
-    let app = TestApp::spawn_instances(2, |_| {}).await;
+    orders_and_receipts_together(TestDb::new()).await;
+}
+
+#[actix_web::test]
+async fn orders_and_receipts_running_together_keep_stock_equal_to_the_ledger_on_postgres() {
+    orders_and_receipts_together(TestDb::postgres()).await;
+}
+
+async fn orders_and_receipts_together(db: TestDb) {
+    let app = TestApp::spawn_on(db, 2, |_| {}).await;
     let product = app.product("BUSY", 100, 5);
     let buyers = logged_in_clients(&app, 20).await;
     let staff = app.user("receiver", Role::Staff);

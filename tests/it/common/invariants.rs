@@ -49,8 +49,20 @@ pub struct HeldLock {
     pub connection_id: i64,
 }
 
-/// Named locks held right now by sessions connected to this test's database.
+/// Named locks held right now by sessions connected to this test's database: on PostgreSQL, the
+/// advisory locks of its sessions, named by key (a key does not tell its name).
 pub fn named_locks_held(db: &TestDb) -> Vec<HeldLock> {
+    if db.pool.engine() == haita::db::Engine::Postgres {
+        return diesel::sql_query(
+            "SELECT 'advisory key ' || ((CAST(l.classid AS BIGINT) << 32) | CAST(l.objid AS BIGINT)) AS name, \
+             CAST(l.pid AS BIGINT) AS connection_id \
+             FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+             WHERE l.locktype = 'advisory' AND l.granted AND d.datname = $1",
+        )
+        .bind::<Text, _>(&db.name)
+        .load(&mut db.raw_connection())
+        .expect("list held advisory locks");
+    }
     let mariadb = "SELECT m.TABLE_SCHEMA AS name, CAST(m.THREAD_ID AS SIGNED) AS connection_id \
          FROM information_schema.METADATA_LOCK_INFO m JOIN information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID \
          WHERE m.LOCK_TYPE = 'User lock' AND p.DB = ?";
@@ -196,13 +208,17 @@ pub fn resource_row(db: &TestDb, id: i64) -> (String, i32, i32) {
 /// 3. `on_hand` never below 0 (the column is UNSIGNED) and equal to the sum of the product's
 ///    ledger; a product without a stock row has no ledger either.
 pub fn stock_matches_ledger(db: &TestDb) {
-    let found = violations(
-        db,
-        "SELECT CONCAT('product ', p.id, ': on_hand ', IFNULL(s.on_hand, 'none'), ', ledger ', IFNULL(m.total, 'none')) AS what \
+    let mysql = "SELECT CONCAT('product ', p.id, ': on_hand ', COALESCE(s.on_hand, 'none'), ', ledger ', COALESCE(m.total, 'none')) AS what \
          FROM products p LEFT JOIN stock_levels s ON s.product_id = p.id \
          LEFT JOIN (SELECT product_id, SUM(delta) AS total FROM stock_movements GROUP BY product_id) m ON m.product_id = p.id \
-         WHERE NOT (s.on_hand <=> m.total)",
-    );
+         WHERE NOT (s.on_hand <=> m.total)";
+    let postgres = "SELECT 'product ' || p.id || ': on_hand ' || COALESCE(CAST(s.on_hand AS TEXT), 'none') \
+           || ', ledger ' || COALESCE(CAST(m.total AS TEXT), 'none') AS what \
+         FROM products p LEFT JOIN stock_levels s ON s.product_id = p.id \
+         LEFT JOIN (SELECT product_id, SUM(delta) AS total FROM stock_movements GROUP BY product_id) m ON m.product_id = p.id \
+         WHERE s.on_hand IS DISTINCT FROM m.total";
+    let found =
+        violations(db, if db.pool.engine() == haita::db::Engine::Postgres { postgres } else { mysql });
     assert!(found.is_empty(), "invariant 3 (stock = ledger) violated: {found:?}");
 }
 
@@ -211,8 +227,9 @@ pub fn stock_matches_ledger(db: &TestDb) {
 pub fn orders_match_ledger(db: &TestDb) {
     let found = violations(
         db,
-        "SELECT CONCAT('order ', o.id, ' product ', IFNULL(l.product_id, m.product_id), ': line ', IFNULL(l.quantity, 'none'), \
-                ', ledger ', IFNULL(-m.delta, 'none')) AS what \
+        "SELECT CONCAT('order ', o.id, ' product ', COALESCE(l.product_id, m.product_id), \
+                ': line ', COALESCE(CAST(l.quantity AS CHAR(12)), 'none'), \
+                ', ledger ', COALESCE(CAST(-m.delta AS CHAR(12)), 'none')) AS what \
          FROM orders o \
          LEFT JOIN order_lines l ON l.order_id = o.id \
          LEFT JOIN stock_movements m ON m.order_id = o.id AND m.product_id = l.product_id \

@@ -22,6 +22,12 @@ pub fn base_database_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/haita".into())
 }
 
+/// The PostgreSQL server of the tests that run on both engines: `POSTGRES_URL`, else the local
+/// default (PostgreSQL's own `postgres` user, trust authentication).
+pub fn postgres_database_url() -> String {
+    std::env::var("POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/haita".into())
+}
+
 /// A database of its own, migrated, dropped when the value is dropped.
 pub struct TestDb {
     pub url: String,
@@ -34,6 +40,11 @@ pub struct TestDb {
 impl TestDb {
     pub fn new() -> Self {
         Self::on_server(&base_database_url())
+    }
+
+    /// A database of its own on the PostgreSQL server.
+    pub fn postgres() -> Self {
+        Self::on_server(&postgres_database_url())
     }
 
     /// A database of its own on the server of `base_url` (another server than the tests' usual).
