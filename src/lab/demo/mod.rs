@@ -72,6 +72,10 @@ pub enum DemoError {
     /// The database refused a write: its fencing token was older than one already shown.
     #[error("the database refused the write of fencing token {0}: a newer lease holder exists")]
     FencedOff(i64),
+    /// The lab's strategies and races are written in MySQL's SQL (`GET_LOCK` by name, among
+    /// others): on PostgreSQL they are refused rather than failing on their first statement.
+    #[error("the race demo runs on MySQL and MariaDB only, for now; this server is PostgreSQL")]
+    MysqlOnly,
     #[error(transparent)]
     Lease(#[from] crate::lab::locks::redis::LeaseError),
     #[error(transparent)]
@@ -121,6 +125,7 @@ impl AsProblem for DemoError {
                     &[("secs", secs.to_string())],
                 )
             },
+            Self::MysqlOnly => Problem::new(S::NOT_IMPLEMENTED, "not_implemented", self.to_string()),
             Self::RaceNotFound(id) => {
                 Problem::words(S::NOT_FOUND, "not_found", "demo.err.no_race", &[("id", id.to_string())])
             }

@@ -461,6 +461,9 @@ pub fn run(
     started_by: &str,
     watch: Watch<'_>,
 ) -> Result<RaceReport, DemoError> {
+    if pool.engine() == crate::db::Engine::Postgres {
+        return Err(DemoError::MysqlOnly);
+    }
     let started_at = chrono::Utc::now().naive_utc();
     let mut results = Vec::with_capacity(spec.strategies.len());
     for (index, &strategy) in spec.strategies.iter().enumerate() {

@@ -183,6 +183,9 @@ impl Strategy {
 
     /// One booking attempt. Blocks (database, queue and pause): call it off the async executor.
     pub fn book(self, attempt: Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+        if attempt.pool.engine() == crate::db::Engine::Postgres {
+            return Err(DemoError::MysqlOnly);
+        }
         match self {
             Self::NoLock => no_lock(&attempt),
             Self::NamedLock => named_lock(attempt),
