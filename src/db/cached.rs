@@ -141,6 +141,8 @@ impl<ST, B: Binds> QueryFragment<MultiBackend> for CachedSql<ST, B> {
         // Every pass (text, binds, cache check) walks the same way; the text pass pushes the
         // engine's placeholder for each bound value, so on MySQL the SQL diesel prepares is the
         // text itself.
+        // `AstPass::backend` is public but left out of diesel's docs; the MultiConnection derive
+        // reads the engine the same way.
         let engine = match out.backend() {
             MultiBackend::Mysql(_) => Engine::Mysql,
             MultiBackend::Postgres(_) => Engine::Postgres,

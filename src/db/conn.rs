@@ -38,13 +38,6 @@ impl Engine {
             )),
         }
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Mysql => "MySQL/MariaDB",
-            Self::Postgres => "PostgreSQL",
-        }
-    }
 }
 
 impl DbConn {

@@ -289,7 +289,7 @@ impl CustomizeConnection<DbConn, diesel::r2d2::Error> for SessionSettings {
             ),
             // `lock_timeout` bounds every lock wait (rows and advisory locks alike), as
             // `innodb_lock_wait_timeout` bounds row waits; a named lock's own wait overrides
-            // it for its one statement. READ COMMITTED is PostgreSQL's default, said here
+            // it for its one transaction. READ COMMITTED is PostgreSQL's default, said here
             // because the locking reads rely on it: they see the latest committed row.
             Engine::Postgres => format!(
                 "SET lock_timeout = '{}s'; SET TimeZone = 'UTC'; \

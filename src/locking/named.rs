@@ -22,7 +22,7 @@
 //! On PostgreSQL the same guard holds a session-level advisory lock (`pg_advisory_lock`), keyed
 //! by the first 64 bits of the name's SHA-256 ([`LockName::advisory_key`]). It has the same two
 //! hazards (it belongs to the session, and a session may take it twice), so the same guard
-//! answers them; the wait is bounded by `lock_timeout`, set for that one statement.
+//! answers them; the wait is bounded by `lock_timeout`, set for the one transaction that asks.
 
 use std::time::{Duration, Instant};
 
