@@ -240,7 +240,7 @@ pub struct Report {
 
 /// The latest `limit` reports, newest first.
 pub fn recent(conn: &mut DbConn, limit: i64) -> QueryResult<Vec<Report>> {
-    let rows: Vec<Row> = diesel::sql_query(
+    let rows: Vec<Row> = cached_sql::<diesel::sql_types::Untyped>(
         "SELECT id, section, seen_by, outcome, recorded_at FROM deadlock_reports ORDER BY id DESC LIMIT ?",
     )
     .bind::<BigInt, _>(limit)
