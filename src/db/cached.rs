@@ -6,15 +6,16 @@
 //! call prepares the statement, runs it once and closes it again, three commands where one
 //! would do. On the hot paths that is most of the work the server does for a request.
 //!
-//! [`cached_sql`] is `sql_query` for statements whose text is fixed: the text is `'static`, the
-//! values are bound with [`CachedSql::bind`] (one per `?`, in order), and diesel caches the
-//! prepared statement under its text. A statement that needs a list of values binds it with
+//! [`cached_sql`] is `sql_query` for statements whose text is fixed (in the app, always a
+//! `'static` text): the values are bound with [`CachedSql::bind`] (one per `?`, in order), and
+//! diesel caches the prepared statement under its text. A statement that needs a list of values binds it with
 //! [`CachedSql::bind_each`], in one of a few fixed lengths ([`ListStatements`]), so that a
 //! connection holds a handful of statements, not one per length.
 //!
 //! Placeholders are the `?` characters of the text: do not put a `?` anywhere else (in a
 //! string literal or a comment). Each engine gets its own kind of placeholder in their place
-//! (`?` for MySQL, `$1`, `$2`, … for PostgreSQL). The counts are checked when diesel builds
+//! (`?` for MySQL, `$1`, `$2`, … for PostgreSQL), which `sql_query` cannot do: its text is
+//! sent as written. The counts are checked when diesel builds
 //! the SQL, before anything is sent: a mismatch is an error, never a wrong statement.
 //!
 //! Most statements read the same on both engines. One that does not is written once per engine
@@ -31,20 +32,20 @@ use super::conn::{Engine, MultiBackend};
 
 /// The fixed text of a statement: one for every engine, or one per engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sql {
-    mysql: &'static str,
-    postgres: &'static str,
+pub struct Sql<'a> {
+    mysql: &'a str,
+    postgres: &'a str,
 }
 
-impl Sql {
+impl<'a> Sql<'a> {
     /// A statement whose dialects differ: MySQL's text and PostgreSQL's, with the same
     /// placeholders in the same order.
-    pub const fn per_engine(mysql: &'static str, postgres: &'static str) -> Self {
+    pub const fn per_engine(mysql: &'a str, postgres: &'a str) -> Self {
         Self { mysql, postgres }
     }
 
     /// The text for `engine`.
-    pub const fn on(self, engine: Engine) -> &'static str {
+    pub const fn on(self, engine: Engine) -> &'a str {
         match engine {
             Engine::Mysql => self.mysql,
             Engine::Postgres => self.postgres,
@@ -52,8 +53,14 @@ impl Sql {
     }
 }
 
-impl From<&'static str> for Sql {
-    fn from(text: &'static str) -> Self {
+impl<'a> From<&'a String> for Sql<'a> {
+    fn from(text: &'a String) -> Self {
+        Self::from(text.as_str())
+    }
+}
+
+impl<'a> From<&'a str> for Sql<'a> {
+    fn from(text: &'a str) -> Self {
         Self { mysql: text, postgres: text }
     }
 }
@@ -62,20 +69,20 @@ impl From<&'static str> for Sql {
 /// of `diesel::sql_types`), `Untyped` to load a `QueryableByName` struct as `sql_query` does,
 /// or `()` for statements that return none.
 #[must_use = "a statement does nothing until it is run"]
-pub struct CachedSql<ST, B> {
-    sql: Sql,
+pub struct CachedSql<'a, ST, B> {
+    sql: Sql<'a>,
     binds: B,
     rows: PhantomData<ST>,
 }
 
 /// A statement of the fixed text `sql`, with no value bound yet.
-pub fn cached_sql<ST>(sql: impl Into<Sql>) -> CachedSql<ST, ()> {
+pub fn cached_sql<'a, ST>(sql: impl Into<Sql<'a>>) -> CachedSql<'a, ST, ()> {
     CachedSql { sql: sql.into(), binds: (), rows: PhantomData }
 }
 
-impl<ST, B> CachedSql<ST, B> {
+impl<'a, ST, B> CachedSql<'a, ST, B> {
     /// Binds the next `?` to `value`, sent as SQL type `T`.
-    pub fn bind<T, V: AsExpression<T>>(self, value: V) -> CachedSql<ST, (B, Each<V::Expression>)>
+    pub fn bind<T, V: AsExpression<T>>(self, value: V) -> CachedSql<'a, ST, (B, Each<V::Expression>)>
     where
         T: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType,
     {
@@ -86,7 +93,7 @@ impl<ST, B> CachedSql<ST, B> {
     pub fn bind_each<T, V: AsExpression<T>>(
         self,
         values: impl IntoIterator<Item = V>,
-    ) -> CachedSql<ST, (B, Each<V::Expression>)>
+    ) -> CachedSql<'a, ST, (B, Each<V::Expression>)>
     where
         T: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType,
     {
@@ -103,7 +110,7 @@ pub trait Binds {
     fn walk<'b>(
         &'b self,
         out: &mut AstPass<'_, 'b, MultiBackend>,
-        text: &mut std::str::Split<'static, char>,
+        text: &mut std::str::Split<'_, char>,
     ) -> QueryResult<()>;
 }
 
@@ -111,7 +118,7 @@ impl Binds for () {
     fn walk<'b>(
         &'b self,
         _: &mut AstPass<'_, 'b, MultiBackend>,
-        _: &mut std::str::Split<'static, char>,
+        _: &mut std::str::Split<'_, char>,
     ) -> QueryResult<()> {
         Ok(())
     }
@@ -121,7 +128,7 @@ impl<B: Binds, E: QueryFragment<MultiBackend>> Binds for (B, Each<E>) {
     fn walk<'b>(
         &'b self,
         out: &mut AstPass<'_, 'b, MultiBackend>,
-        text: &mut std::str::Split<'static, char>,
+        text: &mut std::str::Split<'_, char>,
     ) -> QueryResult<()> {
         self.0.walk(out, text)?;
         for value in &self.1.0 {
@@ -136,7 +143,7 @@ fn mismatch(what: &str) -> Error {
     Error::QueryBuilderError(format!("cached_sql: {what}").into())
 }
 
-impl<ST, B: Binds> QueryFragment<MultiBackend> for CachedSql<ST, B> {
+impl<ST, B: Binds> QueryFragment<MultiBackend> for CachedSql<'_, ST, B> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, MultiBackend>) -> QueryResult<()> {
         // Every pass (text, binds, cache check) walks the same way; the text pass pushes the
         // engine's placeholder for each bound value, so on MySQL the SQL diesel prepares is the
@@ -158,16 +165,16 @@ impl<ST, B: Binds> QueryFragment<MultiBackend> for CachedSql<ST, B> {
 }
 
 /// Not a static id: diesel keys the cache by the statement's text and its bind types.
-impl<ST, B> QueryId for CachedSql<ST, B> {
+impl<ST, B> QueryId for CachedSql<'_, ST, B> {
     type QueryId = ();
     const HAS_STATIC_QUERY_ID: bool = false;
 }
 
-impl<ST, B> Query for CachedSql<ST, B> {
+impl<ST, B> Query for CachedSql<'_, ST, B> {
     type SqlType = ST;
 }
 
-impl<ST, B, Conn> RunQueryDsl<Conn> for CachedSql<ST, B> {}
+impl<ST, B, Conn> RunQueryDsl<Conn> for CachedSql<'_, ST, B> {}
 
 /// One statement text per list length, for a statement with an `IN (…)` list: `template` with
 /// `{list}` replaced by `n` placeholders, for each `n` of a few fixed sizes. A list is padded
@@ -196,7 +203,7 @@ impl ListStatements {
 
     /// The text for `values` and the values padded to its length; `None` for an empty list or
     /// one longer than the largest size.
-    pub fn padded<T: Clone>(&'static self, values: &[T]) -> Option<(Sql, Vec<T>)> {
+    pub fn padded<T: Clone>(&self, values: &[T]) -> Option<(Sql<'_>, Vec<T>)> {
         let last = values.last()?;
         let (size, mysql, postgres) = self.texts.iter().find(|(size, ..)| *size >= values.len())?;
         let mut padded = values.to_vec();

@@ -36,7 +36,11 @@ struct Answer {
 }
 
 fn ask(conn: &mut DbConn, sql: &str, name: &str) -> Option<i64> {
-    diesel::sql_query(sql).bind::<Text, _>(name).get_result::<Answer>(conn).expect(sql).value
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(sql)
+        .bind::<Text, _>(name)
+        .get_result::<Answer>(conn)
+        .expect(sql)
+        .value
 }
 
 #[actix_web::test]
@@ -237,7 +241,10 @@ async fn a_leaked_named_lock_is_listed_with_its_connection_and_the_admins_force_
         Some(1),
         "another session gets it"
     );
-    assert!(diesel::sql_query("SELECT 1").execute(&mut leaker).is_err(), "the leaking session was ended");
+    assert!(
+        haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT 1").execute(&mut leaker).is_err(),
+        "the leaking session was ended"
+    );
     assert_eq!(invariants::audit_actions(&app.db, name.as_str()), ["named_lock.force_released"]);
 }
 
@@ -271,7 +278,10 @@ async fn another_deployments_locks_are_neither_listed_nor_killable_nor_in_the_wa
         .send(reqwest::Method::DELETE, &format!("/api/v1/admin/named-locks/{theirs}?reason=not%20mine"))
         .await;
     assert_eq!((kill.status().as_u16(), error_code(kill).await.as_str()), (422, "not_haita_lock"));
-    assert!(diesel::sql_query("SELECT 1").execute(&mut their_session).is_ok(), "their session lives on");
+    assert!(
+        haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT 1").execute(&mut their_session).is_ok(),
+        "their session lives on"
+    );
 
     let customer = app.client(1);
     customer.login(&app.user("booker", Role::Customer)).await;

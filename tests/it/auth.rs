@@ -394,9 +394,12 @@ async fn sessions_end_on_the_next_request_after_logout_demotion_or_deletion() {
         status(cookie.to_string(), instance, reqwest::Method::GET, "/api/v1/admin/locks")
     };
     let set_role = |role: &str| {
-        diesel::sql_query(format!("UPDATE users SET role = '{role}' WHERE id = {}", dana.id))
-            .execute(&mut app.db.raw_connection())
-            .expect("set role");
+        haita::db::cached_sql::<diesel::sql_types::Untyped>(&format!(
+            "UPDATE users SET role = '{role}' WHERE id = {}",
+            dana.id
+        ))
+        .execute(&mut app.db.raw_connection())
+        .expect("set role");
     };
 
     let (laptop, phone) = (log_in().await, log_in().await);
@@ -426,7 +429,7 @@ async fn sessions_end_on_the_next_request_after_logout_demotion_or_deletion() {
 
     let last = log_in().await;
     assert_eq!(admin_screen(&last, 0).await, 200);
-    diesel::sql_query(format!("DELETE FROM users WHERE id = {}", dana.id))
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(&format!("DELETE FROM users WHERE id = {}", dana.id))
         .execute(&mut app.db.raw_connection())
         .expect("delete user");
     assert_eq!(admin_screen(&last, 1).await, 401, "a deleted user's session ends with them");
@@ -451,9 +454,12 @@ async fn sessions_checked_together_each_get_their_own_answer() {
         clients.push((user.username, client));
     }
     // Every fourth one is logged out elsewhere: the cookie is still sent, its row is gone.
-    diesel::sql_query(format!("DELETE FROM user_sessions WHERE user_id IN ({})", ended_ids.join(", ")))
-        .execute(&mut app.db.raw_connection())
-        .expect("end sessions");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(&format!(
+        "DELETE FROM user_sessions WHERE user_id IN ({})",
+        ended_ids.join(", ")
+    ))
+    .execute(&mut app.db.raw_connection())
+    .expect("end sessions");
     for round in 0..3 {
         let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(clients.len()));
         let answers = futures::future::join_all(clients.iter().map(|(_, client)| {

@@ -56,7 +56,7 @@ struct Snapshot {
 
 /// Every row that a booking request could touch, as one string.
 fn snapshot(app: &TestApp) -> String {
-    diesel::sql_query(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
         "SELECT CONCAT_WS('|', \
            (SELECT COALESCE(GROUP_CONCAT(CONCAT_WS(',', id, resource_id, user_id, day, status, IFNULL(cancelled_at, '-')) ORDER BY id), '') FROM reservations), \
            (SELECT COALESCE(GROUP_CONCAT(CONCAT_WS(',', id, capacity, version) ORDER BY id), '') FROM resources), \
@@ -452,7 +452,7 @@ fn count_rows(app: &TestApp, table: &str) -> i64 {
         #[diesel(sql_type = BigInt)]
         n: i64,
     }
-    diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {table}"))
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(&format!("SELECT COUNT(*) AS n FROM {table}"))
         .get_result::<Count>(&mut app.db.raw_connection())
         .expect("count")
         .n

@@ -96,10 +96,12 @@ async fn a_waiting_revision_waits_for_an_online_save_in_flight_and_loses_no_upda
     let (a, b) = (create_product(&db, "REV-A", 1000, 0), create_product(&db, "REV-B", 2000, 0));
     let mut online = db.raw_connection();
     online.batch_execute("START TRANSACTION").expect("begin");
-    diesel::sql_query("SELECT version FROM products WHERE id = ? FOR UPDATE")
-        .bind::<BigInt, _>(a)
-        .execute(&mut online)
-        .expect("the online save locks its row");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT version FROM products WHERE id = ? FOR UPDATE",
+    )
+    .bind::<BigInt, _>(a)
+    .execute(&mut online)
+    .expect("the online save locks its row");
 
     // A row wait far longer than the poll below may take to see it: on a loaded machine a fresh-
     // clone run once timed out the default 5 s wait before the poll had seen it.
@@ -109,7 +111,7 @@ async fn a_waiting_revision_waits_for_an_online_save_in_flight_and_loses_no_upda
         batch_job::run(&pool, &BatchLock::Db, &revision("spring", 10, Policy::Wait)).expect("run")
     });
     invariants::wait_until_a_transaction_waits_for_a_lock(&db).await;
-    diesel::sql_query(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
         "UPDATE products SET price_cents = 1500, version = version + 1 WHERE id = ? AND version = 1",
     )
     .bind::<BigInt, _>(a)
@@ -140,10 +142,12 @@ fn a_skipping_revision_leaves_locked_rows_for_the_next_run_and_revises_each_prod
     std::fs::create_dir_all(&dir).expect("dir");
     let mut online = db.raw_connection();
     online.batch_execute("START TRANSACTION").expect("begin");
-    diesel::sql_query("SELECT version FROM products WHERE id = ? FOR UPDATE")
-        .bind::<BigInt, _>(ids[1])
-        .execute(&mut online)
-        .expect("lock");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT version FROM products WHERE id = ? FOR UPDATE",
+    )
+    .bind::<BigInt, _>(ids[1])
+    .execute(&mut online)
+    .expect("lock");
 
     let with_report = Revision { report_dir: Some(dir.clone()), ..revision("autumn", 10, Policy::Skip) };
     let first = batch_job::run(&db.pool, &BatchLock::Db, &with_report).expect("first run");

@@ -83,9 +83,12 @@ async fn a_booking_whose_session_has_ended_books_nothing_even_in_a_batch() {
     futures::future::join_all(clients.iter().zip(&users).map(|(c, u)| c.login(u))).await;
     let ended_ids: Vec<String> =
         users.iter().enumerate().filter(|(i, _)| ended(*i)).map(|(_, u)| u.id.to_string()).collect();
-    diesel::sql_query(format!("DELETE FROM user_sessions WHERE user_id IN ({})", ended_ids.join(", ")))
-        .execute(&mut app.db.raw_connection())
-        .expect("end sessions");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(&format!(
+        "DELETE FROM user_sessions WHERE user_id IN ({})",
+        ended_ids.join(", ")
+    ))
+    .execute(&mut app.db.raw_connection())
+    .expect("end sessions");
 
     let hot = future_day();
     // Round 0: everybody on the hot day (coalesced into batches); round 1: a day each.
@@ -119,7 +122,7 @@ async fn a_booking_whose_session_has_ended_books_nothing_even_in_a_batch() {
             }
         }
     }
-    let booked_by_ended: i64 = diesel::sql_query(format!(
+    let booked_by_ended: i64 = haita::db::cached_sql::<diesel::sql_types::Untyped>(&format!(
         "SELECT COUNT(*) AS n FROM reservations WHERE user_id IN ({})",
         ended_ids.join(", ")
     ))

@@ -51,9 +51,11 @@ fn a_random_workload_gets_the_same_answers_in_batches_as_one_at_a_time() {
                 .map(|i| log_in_directly(db, create_user(db, &format!("u{i:02}"), Role::Customer).id))
                 .collect();
             create_resource(db, "Equivalence room", 3);
-            diesel::sql_query("DELETE FROM user_sessions WHERE user_id IN (3, 8)")
-                .execute(&mut db.raw_connection())
-                .expect("end two sessions");
+            haita::db::cached_sql::<diesel::sql_types::Untyped>(
+                "DELETE FROM user_sessions WHERE user_id IN (3, 8)",
+            )
+            .execute(&mut db.raw_connection())
+            .expect("end two sessions");
             tickets
         })
         .collect();

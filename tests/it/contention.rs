@@ -18,7 +18,11 @@ struct Answer {
 }
 
 fn ask(conn: &mut DbConn, sql: &str, name: &str) -> Option<i64> {
-    diesel::sql_query(sql).bind::<Text, _>(name).get_result::<Answer>(conn).expect("query").value
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(sql)
+        .bind::<Text, _>(name)
+        .get_result::<Answer>(conn)
+        .expect("query")
+        .value
 }
 
 /// A separate session (a stuck batch job, a paused holder) holds one day's booking lock while 48
@@ -117,7 +121,9 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
 
     // Released, not merely disconnected: the server frees a closed session's locks
     // asynchronously, after the check below may already have run.
-    diesel::sql_query("SELECT RELEASE_ALL_LOCKS()").execute(&mut stuck).expect("release");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT RELEASE_ALL_LOCKS()")
+        .execute(&mut stuck)
+        .expect("release");
     drop(stuck);
     assert_eq!(invariants::confirmed_on(&app.db, resource, hot_day), 0);
     assert_eq!(invariants::confirmed_on(&app.db, resource, other_day), 1);
@@ -142,7 +148,7 @@ async fn past_the_waiting_budget_a_request_for_a_held_lock_is_refused_at_once() 
     let mut stuck = app.db.raw_connection();
     for day in &days {
         let name = app.db.pool.names().booking(resource, *day);
-        diesel::sql_query("SELECT GET_LOCK(?, 0) AS value")
+        haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT GET_LOCK(?, 0) AS value")
             .bind::<Text, _>(name.as_str())
             .execute(&mut stuck)
             .expect("hold");
@@ -166,7 +172,9 @@ async fn past_the_waiting_budget_a_request_for_a_held_lock_is_refused_at_once() 
     assert!(refused >= 4.0, "at most one of six waited at the server, the rest were refused: {metrics}");
     // Released, not merely disconnected: the server frees a closed session's locks
     // asynchronously, after the check below may already have run.
-    diesel::sql_query("SELECT RELEASE_ALL_LOCKS()").execute(&mut stuck).expect("release");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT RELEASE_ALL_LOCKS()")
+        .execute(&mut stuck)
+        .expect("release");
     drop(stuck);
     invariants::no_named_lock_left_held(&app.db);
 }

@@ -34,7 +34,7 @@ struct Count {
 }
 
 fn count(app: &TestApp, sql: &str, resource_id: i64) -> i64 {
-    diesel::sql_query(sql)
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(sql)
         .bind::<BigInt, _>(resource_id)
         .get_result::<Count>(&mut app.db.raw_connection())
         .expect(sql)
@@ -211,7 +211,9 @@ async fn races_are_rationed_per_user_and_old_ones_are_cleaned_up() {
     // Twenty later races (copies of that one, naming a later resource), and the first race's
     // resource as old as a settled race's.
     let sql = |statement: &str| {
-        diesel::sql_query(statement).execute(&mut app.db.raw_connection()).expect(statement);
+        haita::db::cached_sql::<diesel::sql_types::Untyped>(statement)
+            .execute(&mut app.db.raw_connection())
+            .expect(statement);
     };
     let old_resource = count(&app, "SELECT MAX(id) AS n FROM demo_resources WHERE id > ?", 0);
     let later = format!("\"demo_resource_id\":{}", old_resource + 1_000_000);
@@ -583,7 +585,7 @@ async fn a_demo_resource_takes_a_bounded_number_of_bookings() {
     let rows: Vec<String> = (0..max - 1)
         .map(|i| format!("({resource}, '{}', 1)", start + chrono::Days::new(u64::try_from(i).expect("i"))))
         .collect();
-    diesel::sql_query(format!(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(&format!(
         "INSERT INTO demo_bookings (demo_resource_id, day, client) VALUES {}",
         rows.join(", ")
     ))
@@ -651,7 +653,7 @@ async fn the_bench_measures_app_and_raw_and_drops_its_database() {
         #[diesel(sql_type = BigInt)]
         n: i64,
     }
-    let left: Exists = diesel::sql_query(
+    let left: Exists = haita::db::cached_sql::<diesel::sql_types::Untyped>(
         "SELECT COUNT(*) AS n FROM information_schema.SCHEMATA \
          WHERE LOCATE(CONCAT(DATABASE(), '_bench_'), SCHEMA_NAME) = 1",
     )

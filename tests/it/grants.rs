@@ -134,5 +134,8 @@ async fn the_app_needs_no_more_than_the_grants_of_the_init_script() {
     let release = format!("/api/v1/admin/named-locks/{name}?reason=grants%20test&connection_id={holder_id}");
     let released = admin.send(reqwest::Method::DELETE, &release).await;
     assert_eq!(released.status(), 200, "KILL of another account's session");
-    assert!(diesel::sql_query("SELECT 1").execute(&mut holder).is_err(), "the holder's session was ended");
+    assert!(
+        haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT 1").execute(&mut holder).is_err(),
+        "the holder's session was ended"
+    );
 }

@@ -71,7 +71,7 @@ async fn order_with_key(client: &Client, key: &str, lines: &[(i64, i64)]) -> req
 }
 
 fn bookings_of(app: &TestApp, user_id: i64, resource: i64, day: chrono::NaiveDate) -> i64 {
-    diesel::sql_query(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
         "SELECT COUNT(*) AS n FROM reservations WHERE user_id = ? AND resource_id = ? AND day = ?",
     )
     .bind::<BigInt, _>(user_id)
@@ -83,7 +83,7 @@ fn bookings_of(app: &TestApp, user_id: i64, resource: i64, day: chrono::NaiveDat
 }
 
 fn orders_of(app: &TestApp, user_id: i64) -> i64 {
-    diesel::sql_query("SELECT COUNT(*) AS n FROM orders WHERE user_id = ?")
+    haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT COUNT(*) AS n FROM orders WHERE user_id = ?")
         .bind::<BigInt, _>(user_id)
         .get_result::<Count>(&mut app.db.raw_connection())
         .expect("count")
@@ -186,19 +186,23 @@ async fn a_refusal_is_replayed_as_it_was_and_an_expired_key_runs_again() {
     let first: Value = refused.json().await.expect("json");
     assert_eq!(first["error"], "insufficient_stock");
     // Stock arrives, but the key's answer was given: a resend is told the same.
-    diesel::sql_query("UPDATE stock_levels SET on_hand = 10 WHERE product_id = ?")
-        .bind::<BigInt, _>(product)
-        .execute(&mut app.db.raw_connection())
-        .expect("restock");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "UPDATE stock_levels SET on_hand = 10 WHERE product_id = ?",
+    )
+    .bind::<BigInt, _>(product)
+    .execute(&mut app.db.raw_connection())
+    .expect("restock");
     let resent = order_with_key(&session, "order-too-many", &[(product, 2)]).await;
     assert_eq!(resent.status(), 409);
     assert_eq!(resent.json::<Value>().await.expect("json"), first);
     assert_eq!(orders_of(&app, user.id), 0);
 
     // Once the key has expired it is free again, even for another request.
-    diesel::sql_query("UPDATE idempotency_keys SET expires_at = created_at - INTERVAL 1 SECOND")
-        .execute(&mut app.db.raw_connection())
-        .expect("expire");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "UPDATE idempotency_keys SET expires_at = created_at - INTERVAL 1 SECOND",
+    )
+    .execute(&mut app.db.raw_connection())
+    .expect("expire");
     let again = order_with_key(&session, "order-too-many", &[(product, 3)]).await;
     assert_eq!(again.status(), 201);
     assert_eq!(orders_of(&app, user.id), 1);
@@ -252,7 +256,7 @@ async fn expired_keys_are_purged_and_live_ones_kept() {
     for key in ["old-1", "old-2", "live-1"] {
         assert_eq!(order_with_key(&session, key, &[(product, 1)]).await.status(), 201);
     }
-    diesel::sql_query(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
         "UPDATE idempotency_keys SET expires_at = created_at WHERE idempotency_key LIKE 'old-%'",
     )
     .execute(&mut app.db.raw_connection())

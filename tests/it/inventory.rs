@@ -115,18 +115,19 @@ fn the_naive_select_for_update_then_insert_deadlocks_without_the_named_lock() {
                         #[expect(dead_code, reason = "only whether a row exists matters")]
                         on_hand: i32,
                     }
-                    let found: Option<Row> =
-                        diesel::sql_query("SELECT on_hand FROM stock_levels WHERE product_id = ? FOR UPDATE")
-                            .bind::<BigInt, _>(product)
-                            .get_result(conn)
-                            .optional()?;
+                    let found: Option<Row> = haita::db::cached_sql::<diesel::sql_types::Untyped>(
+                        "SELECT on_hand FROM stock_levels WHERE product_id = ? FOR UPDATE",
+                    )
+                    .bind::<BigInt, _>(product)
+                    .get_result(conn)
+                    .optional()?;
                     all_have_read.wait();
                     let quantity = i64::try_from(i).unwrap_or(0) + 1;
                     let sql = match found {
                         None => "INSERT INTO stock_levels (on_hand, product_id) VALUES (?, ?)",
                         Some(_) => "UPDATE stock_levels SET on_hand = on_hand + ? WHERE product_id = ?",
                     };
-                    diesel::sql_query(sql)
+                    haita::db::cached_sql::<diesel::sql_types::Untyped>(sql)
                         .bind::<BigInt, _>(quantity)
                         .bind::<BigInt, _>(product)
                         .execute(conn)?;
@@ -202,7 +203,7 @@ struct Snapshot {
 
 /// Every row an order or a receipt could touch, as one string.
 fn snapshot(app: &TestApp) -> String {
-    diesel::sql_query(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
         "SELECT CONCAT_WS('|', \
            (SELECT COUNT(*) FROM orders), (SELECT COUNT(*) FROM order_lines), \
            (SELECT COALESCE(GROUP_CONCAT(CONCAT_WS(',', product_id, on_hand) ORDER BY product_id), '') FROM stock_levels), \

@@ -16,7 +16,7 @@ struct Count {
 }
 
 fn demo_tables(db: &TestDb) -> i64 {
-    diesel::sql_query(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
         "SELECT COUNT(*) AS n FROM information_schema.TABLES \
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'demo\\_%'",
     )

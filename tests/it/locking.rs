@@ -27,7 +27,11 @@ struct Answer {
 }
 
 fn ask(conn: &mut DbConn, sql: &str, name: &LockName) -> Option<i64> {
-    diesel::sql_query(sql).bind::<Text, _>(name.as_str()).get_result::<Answer>(conn).expect(sql).value
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(sql)
+        .bind::<Text, _>(name.as_str())
+        .get_result::<Answer>(conn)
+        .expect(sql)
+        .value
 }
 
 /// Whether any session holds `name`, asked from a session of its own.
@@ -42,13 +46,14 @@ fn connection_id(conn: &mut DbConn) -> i64 {
 fn session_exists(db: &TestDb, id: i64) -> bool {
     // Closing is asynchronous on the server side: give it a moment before concluding.
     for _ in 0..50 {
-        let found: i64 =
-            diesel::sql_query("SELECT COUNT(*) AS value FROM information_schema.PROCESSLIST WHERE ID = ?")
-                .bind::<BigInt, _>(id)
-                .get_result::<Answer>(&mut db.raw_connection())
-                .expect("processlist")
-                .value
-                .unwrap_or(0);
+        let found: i64 = haita::db::cached_sql::<diesel::sql_types::Untyped>(
+            "SELECT COUNT(*) AS value FROM information_schema.PROCESSLIST WHERE ID = ?",
+        )
+        .bind::<BigInt, _>(id)
+        .get_result::<Answer>(&mut db.raw_connection())
+        .expect("processlist")
+        .value
+        .unwrap_or(0);
         if found == 0 {
             return false;
         }
@@ -93,7 +98,8 @@ fn lock_is_released_when_the_work_fails() {
         let mut held =
             NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
         held.conn().transaction(|conn| {
-            diesel::sql_query("SELECT * FROM no_such_table").execute(conn)?;
+            haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT * FROM no_such_table")
+                .execute(conn)?;
             Ok(())
         })
     };
@@ -237,16 +243,20 @@ mod retry {
     }
 
     fn lock_row(conn: &mut DbConn, id: i64) -> QueryResult<()> {
-        diesel::sql_query("SELECT id FROM resources WHERE id = ? FOR UPDATE")
-            .bind::<BigInt, _>(id)
-            .load::<Row>(conn)?;
+        haita::db::cached_sql::<diesel::sql_types::Untyped>(
+            "SELECT id FROM resources WHERE id = ? FOR UPDATE",
+        )
+        .bind::<BigInt, _>(id)
+        .load::<Row>(conn)?;
         Ok(())
     }
 
     fn touch_row(conn: &mut DbConn, id: i64) -> QueryResult<()> {
-        diesel::sql_query("UPDATE resources SET version = version + 1 WHERE id = ?")
-            .bind::<BigInt, _>(id)
-            .execute(conn)?;
+        haita::db::cached_sql::<diesel::sql_types::Untyped>(
+            "UPDATE resources SET version = version + 1 WHERE id = ?",
+        )
+        .bind::<BigInt, _>(id)
+        .execute(conn)?;
         Ok(())
     }
 

@@ -173,10 +173,12 @@ async fn a_row_lock_held_elsewhere_ends_in_a_clean_busy_answer_not_a_hang() {
         #[diesel(sql_type = BigInt)]
         on_hand: i64,
     }
-    let held: OnHand = diesel::sql_query("SELECT on_hand FROM stock_levels WHERE product_id = ? FOR UPDATE")
-        .bind::<BigInt, _>(product)
-        .get_result(&mut holder)
-        .expect("lock the row");
+    let held: OnHand = haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT on_hand FROM stock_levels WHERE product_id = ? FOR UPDATE",
+    )
+    .bind::<BigInt, _>(product)
+    .get_result(&mut holder)
+    .expect("lock the row");
     assert_eq!(held.on_hand, 5);
 
     let busy = client.order(&[(product, 1)]).await;
@@ -310,9 +312,11 @@ async fn a_deadlock_an_order_loses_is_kept_for_the_admin_next_to_its_retry() {
         )
         .expect("ballast");
     let lock = |conn: &mut DbConn, product: i64| {
-        diesel::sql_query("SELECT product_id FROM stock_levels WHERE product_id = ? FOR UPDATE")
-            .bind::<BigInt, _>(product)
-            .execute(conn)
+        haita::db::cached_sql::<diesel::sql_types::Untyped>(
+            "SELECT product_id FROM stock_levels WHERE product_id = ? FOR UPDATE",
+        )
+        .bind::<BigInt, _>(product)
+        .execute(conn)
     };
     lock(&mut other, second).expect("the other session holds the second row");
 

@@ -101,7 +101,7 @@ fn a_booking_prepares_nothing_in_steady_state_and_takes_seven_statements() {
     let pool = single_connection_pool(&db);
     book(&pool, &user, resource, 1).expect("warm-up booking");
     assert_eq!(book(&pool, &other, resource, 1), Err(bookings::Verdict::FullyBooked), "warm-up refusal");
-    diesel::sql_query("DELETE FROM user_sessions WHERE id = ?")
+    haita::db::cached_sql::<diesel::sql_types::Untyped>("DELETE FROM user_sessions WHERE id = ?")
         .bind::<Text, _>(gone.session_id())
         .execute(&mut db.raw_connection())
         .expect("log out elsewhere");

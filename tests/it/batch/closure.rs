@@ -50,7 +50,7 @@ struct ClosedDay {
 /// The closure's promise, read from the database: on every closed day the confirmed bookings are
 /// exactly the ones counted as it closed — none was made after. Answers how many days are closed.
 fn no_booking_after_a_closure(db: &TestDb) -> usize {
-    let days: Vec<ClosedDay> = diesel::sql_query(
+    let days: Vec<ClosedDay> = haita::db::cached_sql::<diesel::sql_types::Untyped>(
         "SELECT c.resource_id, c.day, c.bookings_at_close AS at_close, \
            (SELECT COUNT(*) FROM reservations r \
              WHERE r.resource_id = c.resource_id AND r.day = c.day AND r.status = 'confirmed') AS now \
@@ -88,12 +88,14 @@ struct LockRow {
 }
 
 fn held_by_batch(db: &TestDb, resource: i64) -> Option<bool> {
-    diesel::sql_query("SELECT held_by_batch FROM edit_locks WHERE lock_key = ?")
-        .bind::<Text, _>(EditLockKey::resource(resource).as_str())
-        .get_result::<LockRow>(&mut db.raw_connection())
-        .optional()
-        .expect("edit lock")
-        .map(|row| row.held_by_batch)
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT held_by_batch FROM edit_locks WHERE lock_key = ?",
+    )
+    .bind::<Text, _>(EditLockKey::resource(resource).as_str())
+    .get_result::<LockRow>(&mut db.raw_connection())
+    .optional()
+    .expect("edit lock")
+    .map(|row| row.held_by_batch)
 }
 
 /// A customer booking every (resource, day) in random order, round after round until `stop`
@@ -336,10 +338,12 @@ fn a_skipping_closure_lists_what_it_left_and_the_next_run_closes_exactly_that() 
     let day_lock = db.session_holding(&db.pool.names().booking(day_locked, second));
     let mut in_flight = db.raw_connection();
     in_flight.batch_execute("START TRANSACTION").expect("begin");
-    diesel::sql_query("SELECT id FROM resources WHERE id = ? LOCK IN SHARE MODE")
-        .bind::<BigInt, _>(row_locked)
-        .execute(&mut in_flight)
-        .expect("a booking in flight reads the row");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT id FROM resources WHERE id = ? LOCK IN SHARE MODE",
+    )
+    .bind::<BigInt, _>(row_locked)
+    .execute(&mut in_flight)
+    .expect("a booking in flight reads the row");
 
     let dir =
         std::env::temp_dir().join(format!("haita-closure-{}", haita::idempotency::IdempotencyKey::fresh()));
@@ -451,7 +455,7 @@ fn a_closure_that_stops_midway_releases_the_edit_lock_it_took() {
     let room = create_resource(&db, "Held room", 5);
     let mut holder = db.raw_connection();
     holder.batch_execute("START TRANSACTION").expect("begin");
-    diesel::sql_query("SELECT id FROM resources WHERE id = ? FOR UPDATE")
+    haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT id FROM resources WHERE id = ? FOR UPDATE")
         .bind::<BigInt, _>(room)
         .execute(&mut holder)
         .expect("a long transaction holds the row");
@@ -490,7 +494,7 @@ struct Waiting {
 
 /// Whether a transaction of this database waits for a row lock now.
 fn closures_waiting(conn: &mut haita::db::DbConn) -> bool {
-    diesel::sql_query(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
         "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
          JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
          WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",

@@ -12,7 +12,7 @@ struct Violation {
 }
 
 fn violations(db: &TestDb, sql: &str) -> Vec<String> {
-    diesel::sql_query(sql)
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(sql)
         .load::<Violation>(&mut db.raw_connection())
         .expect("invariant query")
         .into_iter()
@@ -53,7 +53,7 @@ pub struct HeldLock {
 /// advisory locks of its sessions, named by key (a key does not tell its name).
 pub fn named_locks_held(db: &TestDb) -> Vec<HeldLock> {
     if db.pool.engine() == haita::db::Engine::Postgres {
-        return diesel::sql_query(
+        return haita::db::cached_sql::<diesel::sql_types::Untyped>(
             "SELECT 'advisory key ' || ((CAST(l.classid AS BIGINT) << 32) | CAST(l.objid AS BIGINT)) AS name, \
              CAST(l.pid AS BIGINT) AS connection_id \
              FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
@@ -70,10 +70,14 @@ pub fn named_locks_held(db: &TestDb) -> Vec<HeldLock> {
          FROM performance_schema.metadata_locks m JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID \
          WHERE m.OBJECT_TYPE = 'USER LEVEL LOCK' AND t.PROCESSLIST_DB = ?";
     let mut conn = db.raw_connection();
-    diesel::sql_query(mariadb)
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(mariadb)
         .bind::<Text, _>(&db.name)
         .load(&mut conn)
-        .or_else(|_| diesel::sql_query(mysql).bind::<Text, _>(&db.name).load(&mut conn))
+        .or_else(|_| {
+            haita::db::cached_sql::<diesel::sql_types::Untyped>(mysql)
+                .bind::<Text, _>(&db.name)
+                .load(&mut conn)
+        })
         .expect("list held named locks (MariaDB: INSTALL SONAME 'metadata_lock_info')")
 }
 
@@ -151,7 +155,7 @@ pub async fn wait_until_a_transaction_waits_for_a_lock(db: &TestDb) {
     // Bounded generously: on a loaded machine a request can take seconds to reach the database.
     for _ in 0..1000 {
         actix_web::rt::time::sleep(std::time::Duration::from_millis(20)).await;
-        let waiting: Waiting = diesel::sql_query(
+        let waiting: Waiting = haita::db::cached_sql::<diesel::sql_types::Untyped>(
             "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
              JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
              WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
@@ -170,12 +174,13 @@ pub async fn wait_until_a_transaction_waits_for_a_lock(db: &TestDb) {
 pub fn wait_until_edit_lock_expired(db: &TestDb, key: &str) {
     let mut conn = db.raw_connection();
     for _ in 0..300 {
-        let state: Option<Expired> =
-            diesel::sql_query("SELECT expires_at <= NOW(6) AS expired FROM edit_locks WHERE lock_key = ?")
-                .bind::<Text, _>(key)
-                .get_result(&mut conn)
-                .optional()
-                .expect("expiry");
+        let state: Option<Expired> = haita::db::cached_sql::<diesel::sql_types::Untyped>(
+            "SELECT expires_at <= NOW(6) AS expired FROM edit_locks WHERE lock_key = ?",
+        )
+        .bind::<Text, _>(key)
+        .get_result(&mut conn)
+        .optional()
+        .expect("expiry");
         if state.is_none_or(|s| s.expired) {
             return;
         }

@@ -74,7 +74,7 @@ impl TestDb {
             got: i32,
         }
         let mut session = self.raw_connection();
-        let got: Got = diesel::sql_query("SELECT GET_LOCK(?, 0) AS got")
+        let got: Got = haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT GET_LOCK(?, 0) AS got")
             .bind::<diesel::sql_types::Text, _>(name.as_str())
             .get_result(&mut session)
             .expect("GET_LOCK");

@@ -101,13 +101,14 @@ fn drafted_description(app: &TestApp, user_id: i64, resource: i64) -> Option<Str
         #[diesel(sql_type = Text)]
         fields: String,
     }
-    let kept: Option<Kept> =
-        diesel::sql_query("SELECT fields FROM edit_drafts WHERE user_id = ? AND lock_key = ?")
-            .bind::<BigInt, _>(user_id)
-            .bind::<Text, _>(format!("resource:{resource}"))
-            .get_result(&mut app.db.raw_connection())
-            .optional()
-            .expect("draft");
+    let kept: Option<Kept> = haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT fields FROM edit_drafts WHERE user_id = ? AND lock_key = ?",
+    )
+    .bind::<BigInt, _>(user_id)
+    .bind::<Text, _>(format!("resource:{resource}"))
+    .get_result(&mut app.db.raw_connection())
+    .optional()
+    .expect("draft");
     kept.and_then(|k| serde_json::from_str::<serde_json::Value>(&k.fields).ok())
         .and_then(|f| f["description"].as_str().map(str::to_string))
 }

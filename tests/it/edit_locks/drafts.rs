@@ -18,13 +18,15 @@ struct Kept {
 
 /// The fields of `user_id`'s kept draft of `resource`, as stored.
 fn draft_in_db(app: &TestApp, user_id: i64, resource: i64) -> Option<Value> {
-    diesel::sql_query("SELECT fields FROM edit_drafts WHERE user_id = ? AND lock_key = ?")
-        .bind::<BigInt, _>(user_id)
-        .bind::<Text, _>(format!("resource:{resource}"))
-        .get_result::<Kept>(&mut app.db.raw_connection())
-        .optional()
-        .expect("draft")
-        .map(|k| serde_json::from_str(&k.fields).expect("JSON fields"))
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT fields FROM edit_drafts WHERE user_id = ? AND lock_key = ?",
+    )
+    .bind::<BigInt, _>(user_id)
+    .bind::<Text, _>(format!("resource:{resource}"))
+    .get_result::<Kept>(&mut app.db.raw_connection())
+    .optional()
+    .expect("draft")
+    .map(|k| serde_json::from_str(&k.fields).expect("JSON fields"))
 }
 
 async fn put_draft(client: &Client, resource: i64, body: &Value) -> reqwest::Response {
