@@ -57,7 +57,7 @@ pub fn named_locks_held(db: &TestDb) -> Vec<HeldLock> {
             "SELECT 'advisory key ' || ((CAST(l.classid AS BIGINT) << 32) | CAST(l.objid AS BIGINT)) AS name, \
              CAST(l.pid AS BIGINT) AS connection_id \
              FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
-             WHERE l.locktype = 'advisory' AND l.granted AND d.datname = $1",
+             WHERE l.locktype = 'advisory' AND l.granted AND d.datname = ?",
         )
         .bind::<Text, _>(&db.name)
         .load(&mut db.raw_connection())
@@ -155,13 +155,16 @@ pub async fn wait_until_a_transaction_waits_for_a_lock(db: &TestDb) {
     // Bounded generously: on a loaded machine a request can take seconds to reach the database.
     for _ in 0..1000 {
         actix_web::rt::time::sleep(std::time::Duration::from_millis(20)).await;
-        let waiting: Waiting = haita::db::cached_sql::<diesel::sql_types::Untyped>(
-            "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
+        let waiting: Waiting =
+            haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
+                "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
              JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
              WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
-        )
-        .get_result(&mut conn)
-        .expect("lock waits");
+                "SELECT COUNT(*) AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            ))
+            .get_result(&mut conn)
+            .expect("lock waits");
         if waiting.n > 0 {
             return;
         }
@@ -174,13 +177,15 @@ pub async fn wait_until_a_transaction_waits_for_a_lock(db: &TestDb) {
 pub fn wait_until_edit_lock_expired(db: &TestDb, key: &str) {
     let mut conn = db.raw_connection();
     for _ in 0..300 {
-        let state: Option<Expired> = haita::db::cached_sql::<diesel::sql_types::Untyped>(
-            "SELECT expires_at <= NOW(6) AS expired FROM edit_locks WHERE lock_key = ?",
-        )
-        .bind::<Text, _>(key)
-        .get_result(&mut conn)
-        .optional()
-        .expect("expiry");
+        let state: Option<Expired> =
+            haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
+                "SELECT expires_at <= NOW(6) AS expired FROM edit_locks WHERE lock_key = ?",
+                "SELECT expires_at <= LOCALTIMESTAMP AS expired FROM edit_locks WHERE lock_key = ?",
+            ))
+            .bind::<Text, _>(key)
+            .get_result(&mut conn)
+            .optional()
+            .expect("expiry");
         if state.is_none_or(|s| s.expired) {
             return;
         }

@@ -74,10 +74,19 @@ impl TestDb {
             got: i32,
         }
         let mut session = self.raw_connection();
-        let got: Got = haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT GET_LOCK(?, 0) AS got")
-            .bind::<diesel::sql_types::Text, _>(name.as_str())
-            .get_result(&mut session)
-            .expect("GET_LOCK");
+        let got: Got = match session.engine() {
+            haita::db::Engine::Mysql => {
+                haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT GET_LOCK(?, 0) AS got")
+                    .bind::<diesel::sql_types::Text, _>(name.as_str())
+                    .get_result(&mut session)
+            }
+            haita::db::Engine::Postgres => haita::db::cached_sql::<diesel::sql_types::Untyped>(
+                "SELECT CAST(pg_try_advisory_lock(?) AS INTEGER) AS got",
+            )
+            .bind::<diesel::sql_types::BigInt, _>(name.advisory_key())
+            .get_result(&mut session),
+        }
+        .expect("take the lock");
         assert_eq!(got.got, 1, "{name} was free");
         session
     }
