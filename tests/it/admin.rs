@@ -13,7 +13,9 @@ use haita::locking::Turn;
 use rand::Rng;
 use serde_json::{Value, json};
 
-use crate::common::{Client, TestApp, TestDb, TestUser, error_code, invariants, lock_epoch_in};
+use crate::common::{
+    Client, TestApp, TestDb, TestUser, error_code, invariants, lock_epoch_in, on_both_engines,
+};
 
 async fn logged_in(app: &TestApp, name: &str, role: Role) -> (TestUser, Client) {
     let user = app.user(name, role);
@@ -43,18 +45,14 @@ fn ask(conn: &mut DbConn, sql: &str, name: &str) -> Option<i64> {
         .value
 }
 
-#[actix_web::test]
-async fn a_force_release_refuses_the_holders_save_shows_their_input_and_is_audited() {
-    force_release_refuses_the_holders_save(TestDb::new()).await;
-}
+on_both_engines!(
+    a_force_release_refuses_the_holders_save_shows_their_input_and_is_audited,
+    a_force_release_refuses_the_holders_save_shows_their_input_and_is_audited_on_postgres
+        => force_release_refuses_the_holders_save
+);
 
 /// The admin's locks screen reads edit locks, named locks, deadlock reports and batch runs, each
 /// in its engine's words.
-#[actix_web::test]
-async fn a_force_release_refuses_the_holders_save_shows_their_input_and_is_audited_on_postgres() {
-    force_release_refuses_the_holders_save(TestDb::postgres()).await;
-}
-
 async fn force_release_refuses_the_holders_save(db: TestDb) {
     let app = TestApp::spawn_on(db, 1, |_| {}).await;
     let resource = app.resource("Meeting room", 4);

@@ -10,7 +10,7 @@ use tokio::sync::Barrier;
 
 mod browser;
 
-use crate::common::{Client, TestApp, TestDb, error_code, future_day, invariants};
+use crate::common::{Client, TestApp, TestDb, error_code, future_day, invariants, on_both_engines};
 
 /// Sends one booking per client, all released by a barrier at the same instant.
 async fn book_all_at_once(
@@ -32,15 +32,10 @@ async fn book_all_at_once(
     futures::future::join_all(tasks).await.into_iter().map(|r| r.expect("client task")).collect()
 }
 
-#[actix_web::test]
-async fn sixty_four_clients_on_two_instances_never_overbook_a_day() {
-    sixty_four_clients_book_one_day(TestDb::new()).await;
-}
-
-#[actix_web::test]
-async fn sixty_four_clients_on_two_instances_never_overbook_a_day_on_postgres() {
-    sixty_four_clients_book_one_day(TestDb::postgres()).await;
-}
+on_both_engines!(
+    sixty_four_clients_on_two_instances_never_overbook_a_day,
+    sixty_four_clients_on_two_instances_never_overbook_a_day_on_postgres => sixty_four_clients_book_one_day
+);
 
 /// 64 clients on two instances book one day of a resource of capacity 3, all at once.
 async fn sixty_four_clients_book_one_day(db: TestDb) {

@@ -11,7 +11,7 @@ use haita::db::DbConn;
 use serde_json::Value;
 use tokio::sync::Barrier;
 
-use crate::common::{Client, TestApp, TestDb, error_code, invariants};
+use crate::common::{Client, TestApp, TestDb, error_code, invariants, on_both_engines};
 
 struct Answer {
     status: u16,
@@ -51,15 +51,10 @@ fn orders_count(app: &TestApp) -> i64 {
     haita::schema::orders::table.count().get_result(&mut app.db.raw_connection()).expect("count")
 }
 
-#[actix_web::test]
-async fn fifty_orders_for_ten_units_sell_exactly_ten() {
-    fifty_orders_for_ten_units(TestDb::new()).await;
-}
-
-#[actix_web::test]
-async fn fifty_orders_for_ten_units_sell_exactly_ten_on_postgres() {
-    fifty_orders_for_ten_units(TestDb::postgres()).await;
-}
+on_both_engines!(
+    fifty_orders_for_ten_units_sell_exactly_ten,
+    fifty_orders_for_ten_units_sell_exactly_ten_on_postgres => fifty_orders_for_ten_units
+);
 
 async fn fifty_orders_for_ten_units(db: TestDb) {
     let app = TestApp::spawn_on(db, 2, |_| {}).await;
@@ -237,15 +232,11 @@ async fn ordering_through_the_html_form() {
     invariants::orders_match_ledger(&app.db);
 }
 
-#[actix_web::test]
-async fn orders_and_receipts_running_together_keep_stock_equal_to_the_ledger() {
-    orders_and_receipts_together(TestDb::new()).await;
-}
-
-#[actix_web::test]
-async fn orders_and_receipts_running_together_keep_stock_equal_to_the_ledger_on_postgres() {
-    orders_and_receipts_together(TestDb::postgres()).await;
-}
+on_both_engines!(
+    orders_and_receipts_running_together_keep_stock_equal_to_the_ledger,
+    orders_and_receipts_running_together_keep_stock_equal_to_the_ledger_on_postgres
+        => orders_and_receipts_together
+);
 
 async fn orders_and_receipts_together(db: TestDb) {
     let app = TestApp::spawn_on(db, 2, |_| {}).await;

@@ -28,6 +28,24 @@ pub fn postgres_database_url() -> String {
     std::env::var("POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/haita".into())
 }
 
+/// Declares one test twice: `$mysql` on the tests' usual server (`DATABASE_URL`) and `$postgres`
+/// on PostgreSQL ([`postgres_database_url`]), each handing a fresh [`TestDb`] to the async
+/// function `$body`.
+macro_rules! on_both_engines {
+    ($mysql:ident, $postgres:ident => $body:ident) => {
+        #[actix_web::test]
+        async fn $mysql() {
+            $body($crate::common::TestDb::new()).await;
+        }
+
+        #[actix_web::test]
+        async fn $postgres() {
+            $body($crate::common::TestDb::postgres()).await;
+        }
+    };
+}
+pub(crate) use on_both_engines;
+
 /// A database of its own, migrated, dropped when the value is dropped.
 pub struct TestDb {
     pub url: String,
