@@ -19,7 +19,7 @@ use super::AdminError;
 use crate::audit::{self, Action};
 use crate::db::{DbConn, Engine, cached_sql};
 use crate::locking::Namespace;
-use crate::locking::names::MAX_LEN;
+use crate::locking::names::{ADVISORY_LABEL, MAX_LEN, labelled_advisory_key};
 use crate::locking::sql::{holder_of, kill_connection, own_connection_id};
 
 /// A name the admin may look up or free: one of this deployment's (`haita:{tag}:` prefix), at
@@ -28,9 +28,12 @@ use crate::locking::sql::{holder_of, kill_connection, own_connection_id};
 pub struct OurLockName(String);
 
 impl OurLockName {
-    pub fn parse(names: &Namespace, text: &str) -> Result<Self, AdminError> {
+    /// On PostgreSQL, a lock as listed (`advisory key N`) is accepted too: the listing covers
+    /// only this deployment's database, so a key found there is ours.
+    pub fn parse(names: &Namespace, engine: Engine, text: &str) -> Result<Self, AdminError> {
         let text = text.trim();
-        if names.owns(text) && text.len() <= MAX_LEN && !text.chars().any(char::is_control) {
+        let listed_key = engine == Engine::Postgres && labelled_advisory_key(text).is_some();
+        if listed_key || names.owns(text) && text.len() <= MAX_LEN && !text.chars().any(char::is_control) {
             Ok(Self(text.to_string()))
         } else {
             Err(AdminError::NotOurs {
@@ -129,11 +132,11 @@ pub fn list(conn: &mut DbConn, names: &Namespace) -> QueryResult<Listing> {
 }
 
 /// PostgreSQL's advisory locks of this database, from `pg_locks` and `pg_stat_activity`. A key is
-/// a hash: the name it came from cannot be read back, so each lock is listed by its key, and
-/// the admin looks a name up (its key is computed) to free it.
+/// a hash: the name it came from cannot be read back, so each lock is listed by its key
+/// ([`ADVISORY_LABEL`]), which the admin may free as listed or look up by name.
 fn list_advisory(conn: &mut DbConn, names: &Namespace) -> QueryResult<Listing> {
     let locks = cached_sql::<diesel::sql_types::Untyped>(
-        "SELECT 'advisory key ' || ((CAST(l.classid AS BIGINT) << 32) | CAST(l.objid AS BIGINT)) AS name, \
+        "SELECT ? || ((CAST(l.classid AS BIGINT) << 32) | CAST(l.objid AS BIGINT)) AS name, \
            CAST(l.pid AS BIGINT) AS connection_id, \
            CAST(EXTRACT(EPOCH FROM now() - a.state_change) AS BIGINT) AS state_secs, \
            CAST(a.usename AS TEXT) AS db_user, host(a.client_addr) AS host, CAST(a.datname AS TEXT) AS db, \
@@ -143,13 +146,14 @@ fn list_advisory(conn: &mut DbConn, names: &Namespace) -> QueryResult<Listing> {
            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
          ORDER BY state_secs DESC, name",
     )
+    .bind::<Text, _>(ADVISORY_LABEL)
     .load(conn)?;
     Ok(Listing {
         prefix: names.prefix().to_string(),
         source: "pg_locks",
         note: Some(
             "PostgreSQL names an advisory lock by a 64-bit key (the first 8 bytes of the name's SHA-256), \
-             so locks are listed by key. Look a lock up by name to see or free it."
+             so locks are listed by key. Free one as listed, or look a lock up by name."
                 .into(),
         ),
         locks,

@@ -135,8 +135,22 @@ impl LockName {
     }
 }
 
-/// [`LockName::advisory_key`] of a name given as text (the admin's lookup).
+/// How a PostgreSQL advisory lock is listed to the admin: a key does not tell the name it was
+/// hashed from, so the listing names each lock `advisory key N`, and that label is accepted back
+/// wherever a name is (its key is then `N` itself).
+pub const ADVISORY_LABEL: &str = "advisory key ";
+
+/// The key in an [`ADVISORY_LABEL`]ed name, if `text` is one.
+pub fn labelled_advisory_key(text: &str) -> Option<i64> {
+    text.strip_prefix(ADVISORY_LABEL)?.parse().ok()
+}
+
+/// [`LockName::advisory_key`] of a name given as text (the admin's lookup), or the key of an
+/// [`ADVISORY_LABEL`]ed one. The two cannot be confused: every name of ours starts `haita:`.
 pub fn advisory_key(name: &str) -> i64 {
+    if let Some(key) = labelled_advisory_key(name) {
+        return key;
+    }
     let digest = Sha256::digest(name.as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);

@@ -4,17 +4,17 @@
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable, Text};
 use haita::auth::Role;
-use haita::db::DbConn;
+use haita::db::Engine;
 use haita::edit_locks::service::{self, Policy};
 use haita::edit_locks::{EditLockKey, Owner};
-use haita::locking::Turn;
+use haita::locking::names::ADVISORY_LABEL;
+use haita::locking::{LockName, Turn};
 use rand::Rng;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Client, TestApp, TestDb, TestUser, error_code, invariants, lock_epoch_in, on_both_engines,
+    Client, TestApp, TestDb, TestUser, error_code, invariants, lock_epoch_in, on_both_engines, server,
 };
 
 async fn logged_in(app: &TestApp, name: &str, role: Role) -> (TestUser, Client) {
@@ -31,18 +31,13 @@ async fn post_form(client: &Client, path: &str, fields: &[(&str, &str)]) -> reqw
     client.post_form(path, &form).await
 }
 
-#[derive(QueryableByName)]
-struct Answer {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    value: Option<i64>,
-}
-
-fn ask(conn: &mut DbConn, sql: &str, name: &str) -> Option<i64> {
-    haita::db::cached_sql::<diesel::sql_types::Untyped>(sql)
-        .bind::<Text, _>(name)
-        .get_result::<Answer>(conn)
-        .expect(sql)
-        .value
+/// How the admin's listing names `name`: itself, or on PostgreSQL its advisory key (a key does
+/// not tell the name it was hashed from).
+fn listed_as(db: &TestDb, name: &LockName) -> String {
+    match db.pool.engine() {
+        Engine::Mysql => name.to_string(),
+        Engine::Postgres => format!("{ADVISORY_LABEL}{}", name.advisory_key()),
+    }
 }
 
 on_both_engines!(
@@ -190,21 +185,21 @@ async fn a_leaked_named_lock_is_listed_with_its_connection_and_the_admins_force_
     let (_, admin) = logged_in(&app, "root", Role::Admin).await;
     let name = app.db.pool.names().name("test", &format!("{:016x}", rand::rng().random::<u64>()));
     let mut leaker = app.db.raw_connection();
-    assert_eq!(ask(&mut leaker, "SELECT GET_LOCK(?, 0) AS value", name.as_str()), Some(1));
-    let leaker_id: i64 =
-        diesel::select(diesel::dsl::sql::<BigInt>("CONNECTION_ID()")).get_result(&mut leaker).expect("id");
+    assert!(server::try_lock(&mut leaker, &name));
+    let leaker_id = server::connection_id(&mut leaker).expect("id");
+    let listed = listed_as(&app.db, &name);
 
-    let found = admin.listed_named_lock(name.as_str()).await;
+    let found = admin.listed_named_lock(&listed).await;
     assert_eq!(found["connection_id"].as_i64(), Some(leaker_id));
     assert!(found["state_secs"].as_i64().is_some());
     let screen = admin.get("/admin/locks").await.text().await.expect("page");
     assert!(
-        screen.contains(&format!("data-name=\"{name}\" data-connection=\"{leaker_id}\"")),
+        screen.contains(&format!("data-name=\"{listed}\" data-connection=\"{leaker_id}\"")),
         "on the screen"
     );
     let lookup: Value =
         admin.get(&format!("/api/v1/admin/named-locks/{name}")).await.json().await.expect("json");
-    assert_eq!(lookup["connection_id"].as_i64(), Some(leaker_id), "IS_USED_LOCK fallback agrees");
+    assert_eq!(lookup["connection_id"].as_i64(), Some(leaker_id), "the lookup by name agrees");
 
     let foreign =
         admin.send(reqwest::Method::DELETE, "/api/v1/admin/named-locks/other_app:lock?reason=no").await;
@@ -221,29 +216,30 @@ async fn a_leaked_named_lock_is_listed_with_its_connection_and_the_admins_force_
     .await;
     assert_eq!(stale.status(), 409, "the holder is re-checked before any KILL");
     assert_eq!(
-        ask(&mut app.db.raw_connection(), "SELECT IS_USED_LOCK(?) AS value", name.as_str()),
+        server::holder_of(&mut app.db.raw_connection(), name.as_str()).expect("holder"),
         Some(leaker_id)
     );
 
+    // Freed as the screen's button does it: with the name as listed.
     let killed = post_form(
         &admin,
         "/admin/named-locks/force-release",
-        &[("name", name.as_str()), ("connection_id", &leaker_id.to_string()), ("reason", "leaked by a test")],
+        &[
+            ("name", listed.as_str()),
+            ("connection_id", &leaker_id.to_string()),
+            ("reason", "leaked by a test"),
+        ],
     )
     .await;
     assert_eq!(killed.status(), 303);
     assert_eq!(killed.headers()["location"], format!("/admin/locks?killed={leaker_id}&freed=true").as_str());
     let mut next = app.db.raw_connection();
-    assert_eq!(
-        ask(&mut next, "SELECT GET_LOCK(?, 5) AS value", name.as_str()),
-        Some(1),
-        "another session gets it"
-    );
+    assert!(server::lock_within(&mut next, &name, Duration::from_secs(5)), "another session gets it");
     assert!(
         haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT 1").execute(&mut leaker).is_err(),
         "the leaking session was ended"
     );
-    assert_eq!(invariants::audit_actions(&app.db, name.as_str()), ["named_lock.force_released"]);
+    assert_eq!(invariants::audit_actions(&app.db, &listed), ["named_lock.force_released"]);
 }
 
 /// Named locks are server-wide: another deployment (another database on the same server) holds
@@ -260,7 +256,7 @@ async fn another_deployments_locks_are_neither_listed_nor_killable_nor_in_the_wa
     let ours = app.db.pool.names().booking(resource, day);
     assert_ne!(theirs, ours, "same resource id and day, different deployments");
     let mut their_session = other.db.raw_connection();
-    assert_eq!(ask(&mut their_session, "SELECT GET_LOCK(?, 0) AS value", theirs.as_str()), Some(1));
+    assert!(server::try_lock(&mut their_session, &theirs));
 
     let listing: Value = admin.get("/api/v1/admin/locks").await.json().await.expect("json");
     let prefix = listing["named_locks"]["prefix"].as_str().expect("prefix").to_string();
@@ -271,7 +267,11 @@ async fn another_deployments_locks_are_neither_listed_nor_killable_nor_in_the_wa
         .iter()
         .filter_map(|l| l["name"].as_str())
         .collect();
-    assert!(names.iter().all(|n| n.starts_with(&prefix)), "only this deployment's locks: {names:?}");
+    assert!(!names.contains(&listed_as(&other.db, &theirs).as_str()), "their lock is not listed: {names:?}");
+    if app.db.pool.engine() == Engine::Mysql {
+        // On PostgreSQL the listing is of this database's advisory locks, by key.
+        assert!(names.iter().all(|n| n.starts_with(&prefix)), "only this deployment's locks: {names:?}");
+    }
     let kill = admin
         .send(reqwest::Method::DELETE, &format!("/api/v1/admin/named-locks/{theirs}?reason=not%20mine"))
         .await;

@@ -3,31 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable, Text};
 use haita::auth::Role;
-use haita::db::DbConn;
 use tokio::sync::Barrier;
 
-use crate::common::{Client, TestApp, error_code, future_day, invariants};
-
-#[derive(QueryableByName)]
-struct Answer {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    value: Option<i64>,
-}
-
-fn ask(conn: &mut DbConn, sql: &str, name: &str) -> Option<i64> {
-    haita::db::cached_sql::<diesel::sql_types::Untyped>(sql)
-        .bind::<Text, _>(name)
-        .get_result::<Answer>(conn)
-        .expect("query")
-        .value
-}
+use crate::common::{Client, TestApp, error_code, future_day, invariants, server};
 
 /// A separate session (a stuck batch job, a paused holder) holds one day's booking lock while 48
-/// clients book that day. Without the per-key queue and the waiting budget, their `GET_LOCK`
-/// waits fill the pool and a booking of another day, the product list and an order all wait for
+/// clients book that day. Without the per-key queue and the waiting budget, their lock waits
+/// (`GET_LOCK`, `pg_advisory_lock`) fill the pool and a booking of another day, the product list and an order all wait for
 /// a connection until they answer 503. With them, only one request per instance waits at the
 /// server, and everything else finds a connection.
 ///
@@ -51,8 +34,7 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
 
     let mut stuck = app.db.raw_connection();
     let name = app.db.pool.names().booking(resource, hot_day);
-    let holder = ask(&mut stuck, "SELECT CAST(GET_LOCK(?, 0) AS SIGNED) AS value", name.as_str());
-    assert_eq!(holder, Some(1), "the stuck session takes the hot day's lock");
+    assert!(server::try_lock(&mut stuck, &name), "the stuck session takes the hot day's lock");
     let stuck_id = haita::locking::sql::own_connection_id(&mut stuck).expect("connection id");
 
     let hot_clients: Vec<Client> = (0..48).map(|i| app.client(i)).collect();
@@ -97,7 +79,7 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
     let (answers, (booking, products, order, metrics)) = futures::future::join(hot, bystanders).await;
 
     // Everything above finished while the stuck session still held the lock.
-    let still = haita::locking::sql::holder_of(&mut stuck, name.as_str()).expect("IS_USED_LOCK");
+    let still = haita::locking::sql::holder_of(&mut stuck, name.as_str()).expect("holder");
     assert_eq!(still, Some(stuck_id), "the stuck session held the lock throughout");
 
     assert_eq!((booking, products, order), (201, 200, 201), "bystanders are served while one key is stuck");
@@ -121,9 +103,7 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
 
     // Released, not merely disconnected: the server frees a closed session's locks
     // asynchronously, after the check below may already have run.
-    haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT RELEASE_ALL_LOCKS()")
-        .execute(&mut stuck)
-        .expect("release");
+    server::release_all(&mut stuck);
     drop(stuck);
     assert_eq!(invariants::confirmed_on(&app.db, resource, hot_day), 0);
     assert_eq!(invariants::confirmed_on(&app.db, resource, other_day), 1);
@@ -148,10 +128,7 @@ async fn past_the_waiting_budget_a_request_for_a_held_lock_is_refused_at_once() 
     let mut stuck = app.db.raw_connection();
     for day in &days {
         let name = app.db.pool.names().booking(resource, *day);
-        haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT GET_LOCK(?, 0) AS value")
-            .bind::<Text, _>(name.as_str())
-            .execute(&mut stuck)
-            .expect("hold");
+        assert!(server::try_lock(&mut stuck, &name), "hold {name}");
     }
     let clients: Vec<Client> = (0..days.len()).map(|i| app.client(i)).collect();
     for (i, client) in clients.iter().enumerate() {
@@ -172,9 +149,7 @@ async fn past_the_waiting_budget_a_request_for_a_held_lock_is_refused_at_once() 
     assert!(refused >= 4.0, "at most one of six waited at the server, the rest were refused: {metrics}");
     // Released, not merely disconnected: the server frees a closed session's locks
     // asynchronously, after the check below may already have run.
-    haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT RELEASE_ALL_LOCKS()")
-        .execute(&mut stuck)
-        .expect("release");
+    server::release_all(&mut stuck);
     drop(stuck);
     invariants::no_named_lock_left_held(&app.db);
 }

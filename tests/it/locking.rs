@@ -3,13 +3,12 @@
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable, Text};
 use haita::config::Config;
 use haita::db::{self, DbConn, DbPool};
 use haita::locking::{LockError, LockName, NamedLockGuard};
 use rand::Rng;
 
-use crate::common::{TestDb, test_config};
+use crate::common::{TestDb, server, test_config};
 
 fn unique_name() -> LockName {
     haita::locking::Namespace::for_database("locking_tests")
@@ -20,46 +19,21 @@ fn small_pool(db: &TestDb, size: u32) -> DbPool {
     db::build_pool(&Config { pool_size: size, ..test_config(&db.url) }).expect("pool")
 }
 
-#[derive(QueryableByName)]
-struct Answer {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    value: Option<i64>,
-}
-
-fn ask(conn: &mut DbConn, sql: &str, name: &LockName) -> Option<i64> {
-    haita::db::cached_sql::<diesel::sql_types::Untyped>(sql)
-        .bind::<Text, _>(name.as_str())
-        .get_result::<Answer>(conn)
-        .expect(sql)
-        .value
-}
-
 /// Whether any session holds `name`, asked from a session of its own.
 fn is_free(db: &TestDb, name: &LockName) -> bool {
-    ask(&mut db.raw_connection(), "SELECT IS_FREE_LOCK(?) AS value", name) == Some(1)
-}
-
-fn connection_id(conn: &mut DbConn) -> i64 {
-    diesel::select(diesel::dsl::sql::<BigInt>("CONNECTION_ID()")).get_result(conn).expect("CONNECTION_ID")
+    server::is_free(&mut db.raw_connection(), name)
 }
 
 fn session_exists(db: &TestDb, id: i64) -> bool {
-    // Closing is asynchronous on the server side: give it a moment before concluding.
-    for _ in 0..50 {
-        let found: i64 = haita::db::cached_sql::<diesel::sql_types::Untyped>(
-            "SELECT COUNT(*) AS value FROM information_schema.PROCESSLIST WHERE ID = ?",
-        )
-        .bind::<BigInt, _>(id)
-        .get_result::<Answer>(&mut db.raw_connection())
-        .expect("processlist")
-        .value
-        .unwrap_or(0);
-        if found == 0 {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    true
+    server::session_exists(&mut db.raw_connection(), id)
+}
+
+fn holder(db: &TestDb, name: &LockName) -> Option<i64> {
+    server::holder_of(&mut db.raw_connection(), name.as_str()).expect("holder")
+}
+
+fn connection_id(conn: &mut DbConn) -> i64 {
+    server::connection_id(conn).expect("connection id")
 }
 
 #[test]
@@ -69,11 +43,11 @@ fn a_held_lock_makes_a_second_session_time_out() {
     let name = unique_name();
     let mut first =
         NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("first");
-    let holder = connection_id(first.conn());
+    let holder_id = connection_id(first.conn());
 
     let second = NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::from_secs(1));
     assert!(matches!(second, Err(LockError::TimedOut { .. })), "second session must not get the lock");
-    assert_eq!(ask(&mut db.raw_connection(), "SELECT IS_USED_LOCK(?) AS value", &name), Some(holder));
+    assert_eq!(holder(&db, &name), Some(holder_id));
 }
 
 #[test]
@@ -131,9 +105,9 @@ fn a_connection_whose_release_failed_is_closed_not_pooled() {
     let mut held =
         NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
     let id = connection_id(held.conn());
-    // Misbehaving work releases the lock behind the guard's back: the guard's RELEASE_LOCK then
-    // answers NULL, so it cannot vouch for the session any more.
-    assert_eq!(ask(held.conn(), "SELECT RELEASE_LOCK(?) AS value", &name), Some(1));
+    // Misbehaving work releases the lock behind the guard's back: the guard's own release then
+    // finds nothing to release, so it cannot vouch for the session any more.
+    assert!(server::release(held.conn(), &name));
     drop(held);
 
     assert!(!session_exists(&db, id), "the session must be closed, not returned to the pool");
@@ -146,7 +120,7 @@ fn a_connection_whose_release_failed_is_closed_not_pooled() {
 #[test]
 fn a_lock_taken_twice_by_the_work_is_not_left_behind_in_the_pool() {
     // The second pool pitfall (`docs/named-lock-guard.md`): the same session may take a lock twice and then needs
-    // two releases. If the work re-enters the lock, one RELEASE_LOCK leaves it held and the next
+    // two releases. If the work re-enters the lock, one release leaves it held and the next
     // request to get this pooled connection would walk straight in.
     let db = TestDb::new();
     let pool = small_pool(&db, 2);
@@ -154,7 +128,7 @@ fn a_lock_taken_twice_by_the_work_is_not_left_behind_in_the_pool() {
     let mut held =
         NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
     let id = connection_id(held.conn());
-    assert_eq!(ask(held.conn(), "SELECT GET_LOCK(?, 0) AS value", &name), Some(1), "same session re-enters");
+    assert!(server::try_lock(held.conn(), &name), "same session re-enters");
     drop(held);
 
     assert!(is_free(&db, &name), "the re-entered lock must not survive the guard");
@@ -184,7 +158,7 @@ fn the_work_runs_on_the_session_that_holds_the_lock() {
     let mut held =
         NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
     let work_session = connection_id(held.conn());
-    assert_eq!(ask(held.conn(), "SELECT IS_USED_LOCK(?) AS value", &name), Some(work_session));
+    assert_eq!(server::holder_of(held.conn(), name.as_str()).expect("holder"), Some(work_session));
 }
 
 #[test]
@@ -196,7 +170,7 @@ fn a_long_key_becomes_a_name_the_server_accepts() {
     let mut held =
         NamedLockGuard::acquire(pool.get().expect("conn"), name.clone(), Duration::ZERO).expect("lock");
     let id = connection_id(held.conn());
-    assert_eq!(ask(&mut db.raw_connection(), "SELECT IS_USED_LOCK(?) AS value", &name), Some(id));
+    assert_eq!(holder(&db, &name), Some(id));
 }
 
 #[test]
@@ -222,7 +196,7 @@ mod retry {
     use diesel::connection::SimpleConnection;
     use diesel::prelude::*;
     use diesel::sql_types::BigInt;
-    use haita::db::DbConn;
+    use haita::db::{DbConn, Engine};
     use haita::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
 
     use crate::common::{TestDb, create_resource, test_config};
@@ -267,8 +241,15 @@ mod retry {
             (create_resource(&db, "A", 1), create_resource(&db, "B", 1), create_resource(&db, "C", 1));
         let both_hold_one = Arc::new(Barrier::new(2));
 
-        // The "heavy" transaction changes two rows, so InnoDB picks the other one as the victim
-        // (it rolls back the transaction that has changed fewer rows).
+        // The engines pick the victim differently, and the test arranges for the light
+        // transaction to be it on each. InnoDB rolls back the transaction that has changed fewer
+        // rows: the "heavy" one changes two, so the other is chosen. PostgreSQL aborts the
+        // session whose deadlock check runs first, after `deadlock_timeout` of waiting: the one
+        // that began waiting first, so there the light transaction must wait first.
+        let (heavy_pause, light_pause) = match db.pool.engine() {
+            Engine::Mysql => (Duration::ZERO, Duration::from_millis(300)),
+            Engine::Postgres => (Duration::from_millis(300), Duration::ZERO),
+        };
         let heavy = std::thread::spawn({
             let (url, both_hold_one) = (db.url.clone(), both_hold_one.clone());
             move || {
@@ -277,6 +258,7 @@ mod retry {
                     touch_row(conn, a)?;
                     touch_row(conn, c)?;
                     both_hold_one.wait();
+                    std::thread::sleep(heavy_pause);
                     touch_row(conn, b) // waits for the light transaction: half of the cycle
                 })
             }
@@ -290,7 +272,7 @@ mod retry {
                 lock_row(conn, b)?;
                 if std::mem::take(&mut first_attempt) {
                     both_hold_one.wait();
-                    std::thread::sleep(Duration::from_millis(300)); // let `heavy` queue for B
+                    std::thread::sleep(light_pause);
                 }
                 lock_row(conn, a)
             })
@@ -309,14 +291,15 @@ mod retry {
         holder.batch_execute("BEGIN").expect("begin");
         lock_row(&mut holder, row).expect("holder locks the row");
 
-        // Pool connections get innodb_lock_wait_timeout = ROW_LOCK_WAIT_SECS (here 1 s).
+        // Pool connections wait ROW_LOCK_WAIT_SECS (here 1 s) for a row: innodb_lock_wait_timeout,
+        // lock_timeout on PostgreSQL.
         let pool =
             haita::db::build_pool(&haita::config::Config { row_lock_wait_secs: 1, ..test_config(&db.url) })
                 .expect("pool");
         let mut conn = pool.get().expect("conn");
         let outcome = retry_on_lock_conflict(&fast(), || conn.transaction(|conn| lock_row(conn, row)));
 
-        assert_eq!(outcome.attempts, 1, "a row held past innodb_lock_wait_timeout is not waited for again");
+        assert_eq!(outcome.attempts, 1, "a row held past the lock wait timeout is not waited for again");
         let error = outcome.result.expect_err("the row stayed locked");
         assert_eq!(error.lock_conflict(), Some(LockConflict::LockWaitTimeout));
         holder.batch_execute("ROLLBACK").expect("rollback");

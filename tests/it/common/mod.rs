@@ -5,6 +5,7 @@ pub mod browser;
 pub mod invariants;
 pub mod own_server;
 pub mod pages;
+pub mod server;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -86,26 +87,8 @@ impl TestDb {
     /// Another session (say a stuck batch job) that holds the named lock `name` until it is
     /// dropped.
     pub fn session_holding(&self, name: &haita::locking::LockName) -> DbConn {
-        #[derive(QueryableByName)]
-        struct Got {
-            #[diesel(sql_type = diesel::sql_types::Integer)]
-            got: i32,
-        }
         let mut session = self.raw_connection();
-        let got: Got = match session.engine() {
-            haita::db::Engine::Mysql => {
-                haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT GET_LOCK(?, 0) AS got")
-                    .bind::<diesel::sql_types::Text, _>(name.as_str())
-                    .get_result(&mut session)
-            }
-            haita::db::Engine::Postgres => haita::db::cached_sql::<diesel::sql_types::Untyped>(
-                "SELECT CAST(pg_try_advisory_lock(?) AS INTEGER) AS got",
-            )
-            .bind::<diesel::sql_types::BigInt, _>(name.advisory_key())
-            .get_result(&mut session),
-        }
-        .expect("take the lock");
-        assert_eq!(got.got, 1, "{name} was free");
+        assert!(server::try_lock(&mut session, name), "{name} was free");
         session
     }
 }
