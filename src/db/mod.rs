@@ -153,11 +153,22 @@ struct Liveness {
     last_answer: Instant,
     lost: bool,
     health: Arc<Health>,
+    /// Statements run on the connection since the pool opened it ([`statements_run`]).
+    statements: u64,
+}
+
+/// How many statements `conn` has run since the pool opened it (`BEGIN` and `COMMIT`
+/// included), as diesel reports them; `None` for a connection not opened by a pool. MySQL counts
+/// a session's statements itself (`SHOW SESSION STATUS`); PostgreSQL does not without an
+/// extension, so this is how a test counts the cost of a request there.
+pub fn statements_run(conn: &mut DbConn) -> Option<u64> {
+    conn.instrumentation().downcast_ref::<Liveness>().map(|liveness| liveness.statements)
 }
 
 impl diesel::connection::Instrumentation for Liveness {
     fn on_connection_event(&mut self, event: diesel::connection::InstrumentationEvent<'_>) {
         if let diesel::connection::InstrumentationEvent::FinishQuery { error, .. } = event {
+            self.statements += 1;
             match error {
                 Some(e) if crate::infra::lost_connection(e) => {
                     self.lost = true;
@@ -302,6 +313,7 @@ impl CustomizeConnection<DbConn, diesel::r2d2::Error> for SessionSettings {
             last_answer: Instant::now(),
             lost: false,
             health: Arc::clone(&self.health),
+            statements: 0,
         });
         Ok(())
     }
