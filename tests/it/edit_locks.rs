@@ -550,11 +550,15 @@ async fn a_save_from_an_editor_opened_under_an_earlier_acquisition_is_refused() 
         })
     };
     invariants::wait_until_a_transaction_waits_for_a_lock(&app.db).await;
+    let now = match app.db.pool.engine() {
+        haita::db::Engine::Mysql => "NOW(6)",
+        haita::db::Engine::Postgres => "LOCALTIMESTAMP",
+    };
     takeover
         .batch_execute(&format!(
             "UPDATE edit_lock_epochs SET last_epoch = last_epoch + 1 WHERE lock_key = '{key}'; \
              UPDATE edit_locks SET epoch = (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = '{key}'), \
-               acquired_at = NOW(6), heartbeat_at = NOW(6) WHERE lock_key = '{key}'; \
+               acquired_at = {now}, heartbeat_at = {now} WHERE lock_key = '{key}'; \
              COMMIT"
         ))
         .expect("takeover commits");

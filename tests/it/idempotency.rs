@@ -198,9 +198,10 @@ async fn a_refusal_is_replayed_as_it_was_and_an_expired_key_runs_again() {
     assert_eq!(orders_of(&app, user.id), 0);
 
     // Once the key has expired it is free again, even for another request.
-    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+    haita::db::cached_sql::<()>(haita::db::Sql::per_engine(
         "UPDATE idempotency_keys SET expires_at = created_at - INTERVAL 1 SECOND",
-    )
+        "UPDATE idempotency_keys SET expires_at = created_at - INTERVAL '1 second'",
+    ))
     .execute(&mut app.db.raw_connection())
     .expect("expire");
     let again = order_with_key(&session, "order-too-many", &[(product, 3)]).await;

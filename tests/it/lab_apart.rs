@@ -16,10 +16,13 @@ struct Count {
 }
 
 fn demo_tables(db: &TestDb) -> i64 {
-    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
         "SELECT COUNT(*) AS n FROM information_schema.TABLES \
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'demo\\_%'",
-    )
+        "SELECT COUNT(*) AS n FROM information_schema.tables \
+         WHERE table_catalog = current_database() AND table_schema = current_schema() \
+           AND table_name LIKE 'demo\\_%'",
+    ))
     .get_result::<Count>(&mut db.raw_connection())
     .expect("count demo tables")
     .n
