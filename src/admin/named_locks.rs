@@ -192,6 +192,12 @@ pub fn lookup(conn: &mut DbConn, name: &OurLockName) -> QueryResult<Option<Named
     .optional()
 }
 
+/// Whether the server refused to end another account's session for lack of a privilege.
+fn refused(error: &diesel::result::Error) -> bool {
+    let text = error.to_string();
+    text.contains("not owner of thread") || text.contains("permission denied to terminate")
+}
+
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Killed {
     pub name: String,
@@ -222,10 +228,11 @@ pub fn force_release(
     }
     if let Err(e) = kill_connection(conn, holder) {
         // 1094 "Unknown thread id": the session ended by itself in between. 1095 "You are not
-        // owner of thread": another account's session, and no CONNECTION_ADMIN.
+        // owner of thread": another account's session, and no CONNECTION_ADMIN (on PostgreSQL,
+        // "permission denied to terminate process": no pg_signal_backend, or a superuser's).
         return match holder_of(conn, name.as_str())? {
             None => Err(AdminError::NotHeld(name.as_str().to_string())),
-            Some(_) if e.to_string().contains("not owner of thread") => {
+            Some(_) if refused(&e) => {
                 Err(AdminError::KillRefused { name: name.as_str().to_string(), holder })
             }
             Some(_) => Err(e.into()),

@@ -374,6 +374,17 @@ pub fn split_database_url(url: &str) -> anyhow::Result<(String, String)> {
 /// so it is safe to write into the statement.
 pub fn ensure_database_exists(url: &str) -> anyhow::Result<()> {
     let (server, name) = split_database_url(url)?;
+    // A PostgreSQL session always belongs to a database, and without one named it is the
+    // database named like the user, which an app's role seldom has: so first the database
+    // itself, and only when that fails the server's `postgres` database to create it from.
+    let server = if Engine::of_url(url) == Ok(Engine::Postgres) {
+        if DbConn::open(url).is_ok() {
+            return Ok(());
+        }
+        maintenance_url(&server)
+    } else {
+        server
+    };
     let mut conn =
         DbConn::open(&server).map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", redact(&server)))?;
     match conn.engine() {
@@ -398,6 +409,15 @@ pub fn ensure_database_exists(url: &str) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `server_url` (a URL with no database) naming PostgreSQL's `postgres` database, which every
+/// cluster has and every role may connect to unless an administrator revoked it.
+fn maintenance_url(server_url: &str) -> String {
+    match server_url.split_once("/?") {
+        Some((head, query)) => format!("{head}/postgres?{query}"),
+        None => format!("{}/postgres", server_url.trim_end_matches('/')),
+    }
 }
 
 /// A database of its own on the server of another URL, created with a random name and dropped
