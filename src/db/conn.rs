@@ -6,6 +6,9 @@
 //! [`DbConn`]; where the engines differ in more than syntax (named locks, server checks, a few
 //! statements), the code asks [`DbConn::engine`] and says why at that spot.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use diesel::r2d2::{ManageConnection, R2D2Connection};
 use diesel::{Connection, ConnectionError, ConnectionResult};
 
@@ -86,11 +89,24 @@ pub fn deref(conn: &mut DbConn) -> &mut DbConn {
 #[derive(Debug, Clone)]
 pub struct Manager {
     url: String,
+    /// Connections being opened now, from the moment `connect` starts until the pool's
+    /// customizer has prepared the session (it calls [`Manager::opened`]), or `connect` failed.
+    opening: Arc<AtomicUsize>,
 }
 
 impl Manager {
     pub fn new(url: &str) -> Self {
-        Self { url: url.to_string() }
+        Self { url: url.to_string(), opening: Arc::default() }
+    }
+
+    /// The count of connections being opened, for whoever must wait until none is.
+    pub fn opening(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.opening)
+    }
+
+    /// A connection `connect` returned is ready (or was given up on): no longer opening.
+    pub fn opened(opening: &AtomicUsize) {
+        opening.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -99,7 +115,11 @@ impl ManageConnection for Manager {
     type Error = diesel::r2d2::Error;
 
     fn connect(&self) -> Result<DbConn, Self::Error> {
-        DbConn::open(&self.url).map_err(diesel::r2d2::Error::ConnectionError)
+        self.opening.fetch_add(1, Ordering::AcqRel);
+        DbConn::open(&self.url).map_err(|e| {
+            Self::opened(&self.opening);
+            diesel::r2d2::Error::ConnectionError(e)
+        })
     }
 
     fn is_valid(&self, conn: &mut DbConn) -> Result<(), Self::Error> {

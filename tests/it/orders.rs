@@ -168,9 +168,10 @@ async fn a_row_lock_held_elsewhere_ends_in_a_clean_busy_answer_not_a_hang() {
         #[diesel(sql_type = BigInt)]
         on_hand: i64,
     }
-    let held: OnHand = haita::db::cached_sql::<diesel::sql_types::Untyped>(
+    let held: OnHand = haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
         "SELECT on_hand FROM stock_levels WHERE product_id = ? FOR UPDATE",
-    )
+        "SELECT CAST(on_hand AS BIGINT) AS on_hand FROM stock_levels WHERE product_id = ? FOR UPDATE",
+    ))
     .bind::<BigInt, _>(product)
     .get_result(&mut holder)
     .expect("lock the row");

@@ -338,9 +338,10 @@ fn a_skipping_closure_lists_what_it_left_and_the_next_run_closes_exactly_that() 
     let day_lock = db.session_holding(&db.pool.names().booking(day_locked, second));
     let mut in_flight = db.raw_connection();
     in_flight.batch_execute("START TRANSACTION").expect("begin");
-    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
         "SELECT id FROM resources WHERE id = ? LOCK IN SHARE MODE",
-    )
+        "SELECT id FROM resources WHERE id = ? FOR SHARE",
+    ))
     .bind::<BigInt, _>(row_locked)
     .execute(&mut in_flight)
     .expect("a booking in flight reads the row");
@@ -494,11 +495,13 @@ struct Waiting {
 
 /// Whether a transaction of this database waits for a row lock now.
 fn closures_waiting(conn: &mut haita::db::DbConn) -> bool {
-    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
         "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
          JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
          WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
-    )
+        "SELECT COUNT(*) AS n FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    ))
     .get_result::<Waiting>(conn)
     .expect("lock waits")
     .n > 0
