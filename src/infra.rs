@@ -23,7 +23,7 @@ use diesel::result::{DatabaseErrorKind, Error as DbError};
 
 use crate::db::CheckoutError;
 use crate::locking::LockError;
-use crate::locking::retry::{LockConflict, MayConflict};
+use crate::locking::retry::MayConflict;
 use crate::web::error::Problem;
 
 /// Pool, database, blocking pool, named lock: the failures no feature decides about.
@@ -92,9 +92,9 @@ impl Infra {
 }
 
 impl MayConflict for Infra {
-    fn lock_conflict(&self) -> Option<LockConflict> {
+    fn database_error(&self) -> Option<&diesel::result::Error> {
         match self {
-            Self::Database(e) => e.lock_conflict(),
+            Self::Database(e) => Some(e),
             _ => None,
         }
     }
@@ -149,9 +149,9 @@ macro_rules! infra_error {
         $crate::infra::infra_error!(@from $error, actix_web::error::BlockingError);
         $crate::infra::infra_error!(@from $error, $crate::locking::LockError);
         impl $crate::locking::retry::MayConflict for $error {
-            fn lock_conflict(&self) -> Option<$crate::locking::retry::LockConflict> {
+            fn database_error(&self) -> Option<&diesel::result::Error> {
                 match self {
-                    Self::Infra(e) => e.lock_conflict(),
+                    Self::Infra(e) => e.database_error(),
                     _ => None,
                 }
             }

@@ -295,7 +295,9 @@ pub fn book_batch(
         // request: each is served on its own, in order, under the same lock.
         Err(batch_failed) if batch_failed.lock_conflict() == Some(LockConflict::Deadlock) => {
             log::warn!("a batch of {} bookings deadlocked; serving each on its own", tickets.len());
-            let report = crate::deadlocks::capture(held.conn(), pool.url(), "booking batch");
+            let report = batch_failed
+                .database_error()
+                .and_then(|error| crate::deadlocks::capture(held.conn(), pool.url(), "booking batch", error));
             let answers: Vec<_> = tickets
                 .iter()
                 .map(|ticket| insert_if_free(&mut held, ticket, resource_id, date, None))

@@ -1,4 +1,5 @@
-//! Deadlock evidence: what InnoDB said about a deadlock our transaction lost, kept for the admin.
+//! Deadlock evidence: what the server said about a deadlock our transaction lost, kept for the
+//! admin. This is InnoDB's story; PostgreSQL tells less, and differently ([`parse_postgres`]).
 //!
 //! A deadlock victim's error says only "Deadlock found when trying to get lock; try restarting
 //! transaction". The retry usually hides it from the user, and that is right; but an operator
@@ -16,7 +17,9 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
 use serde::Serialize;
 
-use crate::db::{DbConn, cached_sql};
+use diesel::result::Error as DbError;
+
+use crate::db::{DbConn, Engine, Sql, cached_sql};
 
 /// One deadlock as InnoDB described it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -148,53 +151,145 @@ fn innodb_status(url: &str) -> Result<String, mysql::Error> {
     Ok(row.map(|(_, _, status)| status).unwrap_or_default())
 }
 
-/// Right after `conn`'s transaction was chosen as a deadlock victim (rolled back): stores the
-/// deadlock InnoDB describes, once per event, as seen by `path` ("order", "booking batch").
-/// `url` is the database's (`DbPool::url`). Returns the report's id, for [`settle`]. Evidence is
-/// a by-product: failing to gather it (no `PROCESS` privilege, say) is logged and never fails
-/// the request.
-pub fn capture(conn: &mut DbConn, url: &str, path: &str) -> Option<i64> {
-    // PostgreSQL keeps no such record: its description of a deadlock is the DETAIL of the
-    // victim's error (40P01), which diesel hands over with the error. Not captured yet there.
-    if conn.engine() == crate::db::Engine::Postgres {
-        return None;
-    }
-    let status = match innodb_status(url) {
-        Ok(status) => status,
-        Err(e) => {
-            log::warn!("could not read the deadlock evidence: {e}");
-            return None;
-        }
-    };
-    let captured = (|| -> QueryResult<Option<i64>> {
-        let Some(section) = section(&status) else { return Ok(None) };
-        // Only the latest deadlock is kept: by now it may be another one, which is not ours to
-        // report (its own victim, if it is one of ours, reports it).
-        let me = crate::locking::sql::own_connection_id(conn)?;
-        if !parse(section).transactions.iter().any(|party| party.thread_id == Some(me)) {
-            log::info!("the latest deadlock on the server is not the one connection {me} lost");
-            return Ok(None);
-        }
-        cached_sql::<()>(
-            "INSERT IGNORE INTO deadlock_reports (fingerprint, section, seen_by, recorded_at) \
-             VALUES (SHA2(?, 256), ?, ?, ?)",
-        )
-        .bind::<Text, _>(section)
-        .bind::<Text, _>(section)
-        .bind::<Text, _>(path)
-        .bind::<Timestamp, _>(chrono::Utc::now().naive_utc())
-        .execute(conn)?;
-        let id: Option<i64> =
-            cached_sql::<BigInt>("SELECT id FROM deadlock_reports WHERE fingerprint = SHA2(?, 256)")
-                .bind::<Text, _>(section)
-                .get_result(conn)
-                .optional()?;
-        Ok(id)
+/// Right after `conn`'s transaction was chosen as a deadlock victim (rolled back, with
+/// `error`): stores the deadlock as the server describes it, once per event, as seen by `path`
+/// ("order", "booking batch"). `url` is the database's (`DbPool::url`). Returns the report's id,
+/// for [`settle`]. Evidence is a by-product: failing to gather it (no `PROCESS` privilege, say)
+/// is logged and never fails the request.
+pub fn capture(conn: &mut DbConn, url: &str, path: &str, error: &DbError) -> Option<i64> {
+    let captured = (|| -> Result<Option<i64>, String> {
+        let section = match conn.engine() {
+            Engine::Mysql => innodb_section(conn, url)?,
+            Engine::Postgres => postgres_section(conn, error).map_err(|e| e.to_string())?,
+        };
+        let Some(section) = section else { return Ok(None) };
+        store(conn, &section, path).map_err(|e| e.to_string())
     })();
     captured.unwrap_or_else(|e| {
         log::warn!("could not record the deadlock evidence: {e}");
         None
     })
+}
+
+/// InnoDB's latest deadlock, if it is the one `conn` lost. Only the latest is kept: by now it
+/// may be another one, which is not ours to report (its own victim, if it is one of ours,
+/// reports it).
+fn innodb_section(conn: &mut DbConn, url: &str) -> Result<Option<String>, String> {
+    let status = innodb_status(url).map_err(|e| e.to_string())?;
+    let Some(section) = section(&status) else { return Ok(None) };
+    let me = crate::locking::sql::own_connection_id(conn).map_err(|e| e.to_string())?;
+    if !parse(section).transactions.iter().any(|party| party.thread_id == Some(me)) {
+        log::info!("the latest deadlock on the server is not the one connection {me} lost");
+        return Ok(None);
+    }
+    Ok(Some(section.to_string()))
+}
+
+/// PostgreSQL keeps no record of a deadlock: its description is the DETAIL of the victim's
+/// error (40P01), one line per session of the cycle ("Process 12 waits for ShareLock on
+/// transaction 345; blocked by process 67."). The statements are only in the server's log; the
+/// other sessions' are read from `pg_stat_activity` now, and kept only while that session is
+/// still in its transaction (then its statement is the one that waited, or came right after
+/// it). Stored as: the time, `victim: process <pid>` (ours), the DETAIL lines, and
+/// `process <pid> statement: <text>` lines ([`parse_postgres`] reads it back).
+fn postgres_section(conn: &mut DbConn, error: &DbError) -> QueryResult<Option<String>> {
+    let DbError::DatabaseError(_, info) = error else { return Ok(None) };
+    let Some(detail) = info.details() else { return Ok(None) };
+    let me = crate::locking::sql::own_connection_id(conn)?;
+    let mut lines =
+        vec![chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string(), format!("victim: process {me}")];
+    lines.extend(detail.lines().map(str::to_string));
+    let others: Vec<i64> = parse_postgres(&lines.join("\n"))
+        .transactions
+        .iter()
+        .filter_map(|party| party.thread_id)
+        .filter(|pid| *pid != me)
+        .collect();
+    for pid in others {
+        let statement = cached_sql::<Nullable<Text>>(
+            "SELECT query FROM pg_stat_activity WHERE pid = CAST(? AS INTEGER) \
+               AND state IN ('active', 'idle in transaction')",
+        )
+        .bind::<BigInt, _>(pid)
+        .get_result::<Option<String>>(conn)
+        .optional()?
+        .flatten();
+        if let Some(statement) = statement {
+            let statement = statement.split_whitespace().collect::<Vec<_>>().join(" ");
+            lines.push(format!("process {pid} statement: {statement}"));
+        }
+    }
+    Ok(Some(lines.join("\n")))
+}
+
+/// Stores `section` once per event (its SHA-256 is the fingerprint) and returns its id.
+fn store(conn: &mut DbConn, section: &str, path: &str) -> QueryResult<Option<i64>> {
+    use sha2::Digest;
+    let fingerprint: String =
+        sha2::Sha256::digest(section.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect();
+    cached_sql::<()>(Sql::per_engine(
+        "INSERT IGNORE INTO deadlock_reports (fingerprint, section, seen_by, recorded_at) VALUES (?, ?, ?, ?)",
+        "INSERT INTO deadlock_reports (fingerprint, section, seen_by, recorded_at) VALUES (?, ?, ?, ?) \
+         ON CONFLICT (fingerprint) DO NOTHING",
+    ))
+    .bind::<Text, _>(&fingerprint)
+    .bind::<Text, _>(section)
+    .bind::<Text, _>(path)
+    .bind::<Timestamp, _>(chrono::Utc::now().naive_utc())
+    .execute(conn)?;
+    cached_sql::<BigInt>("SELECT id FROM deadlock_reports WHERE fingerprint = ?")
+        .bind::<Text, _>(&fingerprint)
+        .get_result(conn)
+        .optional()
+}
+
+/// A deadlock as [`postgres_section`] stored it. PostgreSQL names what a session waits for
+/// (`ShareLock on transaction 345`: a row lock, waited for as the holder's transaction) and who
+/// blocks it; the blocker holds the object waited for.
+pub fn parse_postgres(section: &str) -> Deadlock {
+    let mut lines = section.lines();
+    let at = lines.next().unwrap_or_default().trim().to_string();
+    let mut transactions: Vec<Party> = Vec::new();
+    let mut victim_pid: Option<i64> = None;
+    fn party(transactions: &mut Vec<Party>, pid: i64) -> &mut Party {
+        if let Some(at) = transactions.iter().position(|p| p.thread_id == Some(pid)) {
+            return &mut transactions[at];
+        }
+        let number = u32::try_from(transactions.len() + 1).unwrap_or(u32::MAX);
+        transactions.push(Party {
+            number,
+            trx_id: String::new(),
+            thread_id: Some(pid),
+            statement: String::new(),
+            holds: Vec::new(),
+            waits_for: Vec::new(),
+        });
+        let last = transactions.len() - 1;
+        &mut transactions[last]
+    }
+    for line in lines {
+        if let Some(pid) = line.strip_prefix("victim: process ") {
+            victim_pid = pid.trim().parse().ok();
+        } else if let Some(rest) = line.strip_prefix("Process ") {
+            let Some((pid, rest)) = rest.split_once(" waits for ") else { continue };
+            let Some((wanted, blocker)) = rest.split_once("; blocked by process ") else { continue };
+            let (Ok(pid), Ok(blocker)) = (pid.trim().parse(), blocker.trim().trim_end_matches('.').parse())
+            else {
+                continue;
+            };
+            party(&mut transactions, pid).waits_for.push(wanted.to_string());
+            let object = wanted.split_once(" on ").map_or(wanted, |(_, object)| object);
+            party(&mut transactions, blocker).holds.push(object.to_string());
+        } else if let Some(rest) = line.strip_prefix("process ") {
+            let Some((pid, statement)) = rest.split_once(" statement: ") else { continue };
+            if let Ok(pid) = pid.trim().parse() {
+                party(&mut transactions, pid).statement = statement.to_string();
+            }
+        }
+    }
+    let victim =
+        transactions.iter().find(|p| p.thread_id.is_some() && p.thread_id == victim_pid).map(|p| p.number);
+    Deadlock { at, transactions, victim }
 }
 
 /// Adds what the retry did to the report `id` (only its first outcome: the event is one).
@@ -245,6 +340,10 @@ pub fn recent(conn: &mut DbConn, limit: i64) -> QueryResult<Vec<Report>> {
     )
     .bind::<BigInt, _>(limit)
     .load(conn)?;
+    let parse = match conn.engine() {
+        Engine::Mysql => parse,
+        Engine::Postgres => parse_postgres,
+    };
     Ok(rows
         .into_iter()
         .map(|row| Report {
@@ -341,6 +440,42 @@ Trx id counter 2750300
                         holds: vec![lock.clone()],
                         waits_for: vec![lock],
                     },
+                ],
+                victim: Some(1),
+            }
+        );
+    }
+
+    /// As stored from PostgreSQL 15's DETAIL for an order and a script locking two stock rows in
+    /// opposite orders; the script was still in its transaction.
+    #[test]
+    fn a_postgresql_deadlock_names_sessions_what_each_waits_for_and_who_holds_it() {
+        let section = "2026-11-24 22:36:01 UTC\n\
+            victim: process 17515\n\
+            Process 17515 waits for ShareLock on transaction 154557; blocked by process 17521.\n\
+            Process 17521 waits for ShareLock on transaction 154558; blocked by process 17515.\n\
+            process 17521 statement: SELECT product_id FROM stock_levels WHERE product_id = $1 FOR UPDATE";
+        let party = |number, pid, statement: &str, holds: &str, waits: &str| Party {
+            number,
+            trx_id: String::new(),
+            thread_id: Some(pid),
+            statement: statement.into(),
+            holds: vec![holds.into()],
+            waits_for: vec![waits.into()],
+        };
+        assert_eq!(
+            parse_postgres(section),
+            Deadlock {
+                at: "2026-11-24 22:36:01 UTC".into(),
+                transactions: vec![
+                    party(1, 17515, "", "transaction 154558", "ShareLock on transaction 154557"),
+                    party(
+                        2,
+                        17521,
+                        "SELECT product_id FROM stock_levels WHERE product_id = $1 FOR UPDATE",
+                        "transaction 154557",
+                        "ShareLock on transaction 154558",
+                    ),
                 ],
                 victim: Some(1),
             }

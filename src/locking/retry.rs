@@ -24,29 +24,35 @@ pub enum LockConflict {
     LockWaitTimeout,
 }
 
-/// Errors that may carry a [`LockConflict`]; feature errors implement it by asking their
+/// Errors that may carry a [`LockConflict`]; feature errors implement it by handing over their
 /// database variant.
 pub trait MayConflict {
-    fn lock_conflict(&self) -> Option<LockConflict>;
+    /// The database's error this is or carries, if any (with the server's details).
+    fn database_error(&self) -> Option<&DbError>;
+
+    fn lock_conflict(&self) -> Option<LockConflict> {
+        self.database_error().and_then(conflict_of)
+    }
 }
 
 impl MayConflict for DbError {
-    /// diesel maps MySQL's 1213 and PostgreSQL's 40001 (a serialization failure: retry the
-    /// whole transaction, as for a deadlock) to `SerializationFailure`; MySQL's 1205 and
-    /// PostgreSQL's 40P01 and 55P03 arrive as `Unknown`, told apart by the server's message (the
-    /// same text on MySQL and MariaDB; PostgreSQL's in English, which `db::check_server` makes
-    /// sure of).
-    fn lock_conflict(&self) -> Option<LockConflict> {
-        match self {
-            DbError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => {
-                Some(LockConflict::Deadlock)
-            }
-            DbError::DatabaseError(_, info) if info.message().starts_with("deadlock detected") => {
-                Some(LockConflict::Deadlock)
-            }
-            _ if is_lock_timeout(self) => Some(LockConflict::LockWaitTimeout),
-            _ => None,
+    fn database_error(&self) -> Option<&DbError> {
+        Some(self)
+    }
+}
+
+/// diesel maps MySQL's 1213 and PostgreSQL's 40001 (a serialization failure: retry the whole
+/// transaction, as for a deadlock) to `SerializationFailure`; MySQL's 1205 and PostgreSQL's
+/// 40P01 and 55P03 arrive as `Unknown`, told apart by the server's message (the same text on
+/// MySQL and MariaDB; PostgreSQL's in English, which `db::check_server` makes sure of).
+fn conflict_of(error: &DbError) -> Option<LockConflict> {
+    match error {
+        DbError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => Some(LockConflict::Deadlock),
+        DbError::DatabaseError(_, info) if info.message().starts_with("deadlock detected") => {
+            Some(LockConflict::Deadlock)
         }
+        _ if is_lock_timeout(error) => Some(LockConflict::LockWaitTimeout),
+        _ => None,
     }
 }
 

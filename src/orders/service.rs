@@ -65,9 +65,12 @@ pub fn place_order(
         // Row locks last until the transaction ends: from BEGIN to COMMIT is the longest they
         // can have been held.
         metrics::held(Family::Row, "stock", began.elapsed());
-        if matches!(&attempt, Err(e) if e.lock_conflict() == Some(LockConflict::Deadlock)) {
+        if let Err(e) = &attempt
+            && e.lock_conflict() == Some(LockConflict::Deadlock)
+            && let Some(error) = e.database_error()
+        {
             // Read before the retry: the next deadlock on the server would overwrite it.
-            evidence.extend(crate::deadlocks::capture(&mut conn, pool.url(), "order"));
+            evidence.extend(crate::deadlocks::capture(&mut conn, pool.url(), "order", error));
         }
         attempt
     });

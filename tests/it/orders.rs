@@ -281,12 +281,14 @@ async fn orders_and_receipts_together(db: TestDb) {
     invariants::no_named_lock_left_held(&app.db);
 }
 
-/// A deadlock an order loses is kept as evidence: InnoDB's description, read right after the
-/// rollback, stored once, with what the retry did, and shown to the admin.
+/// A deadlock an order loses is kept as evidence: the server's description, read right after
+/// the rollback, stored once, with what the retry did, and shown to the admin.
 ///
 /// Orders lock their rows in product-id order and never deadlock with each other; another
-/// session (a maintenance script, say) locks the second product and then the first. InnoDB
-/// rolls back the transaction with less to undo, so that session first writes ballast rows.
+/// session (a maintenance script, say) locks the second product and then the first. The order
+/// must be the victim. InnoDB rolls back the transaction with less to undo, so that session
+/// first writes ballast rows. PostgreSQL aborts the session whose deadlock check runs first,
+/// after `deadlock_timeout` of waiting: the order, which waits first.
 #[actix_web::test]
 async fn a_deadlock_an_order_loses_is_kept_for_the_admin_next_to_its_retry() {
     let app = TestApp::spawn().await;
@@ -294,14 +296,19 @@ async fn a_deadlock_an_order_loses_is_kept_for_the_admin_next_to_its_retry() {
     let client = logged_in_clients(&app, 1).await.remove(0);
     let admin = app.client(0);
     admin.login(&app.user("root", Role::Admin)).await;
+    let engine = app.db.pool.engine();
 
     let mut other = app.db.raw_connection();
+    let other_id = crate::common::server::connection_id(&mut other).expect("session id");
     other
-        .batch_execute(
-            "CREATE TABLE ballast (n INT NOT NULL) ENGINE = InnoDB; START TRANSACTION; \
-             INSERT INTO ballast WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) \
-               SELECT n FROM s",
-        )
+        .batch_execute(match engine {
+            haita::db::Engine::Mysql => {
+                "CREATE TABLE ballast (n INT NOT NULL) ENGINE = InnoDB; START TRANSACTION; \
+                 INSERT INTO ballast WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) \
+                   SELECT n FROM s"
+            }
+            haita::db::Engine::Postgres => "START TRANSACTION",
+        })
         .expect("ballast");
     let lock = |conn: &mut DbConn, product: i64| {
         haita::db::cached_sql::<diesel::sql_types::Untyped>(
@@ -330,11 +337,27 @@ async fn a_deadlock_an_order_loses_is_kept_for_the_admin_next_to_its_retry() {
     assert!(report["outcome"].as_str().is_some_and(|o| o.contains("placed on attempt 2")), "{report}");
     let parties = report["deadlock"]["transactions"].as_array().expect("transactions");
     assert_eq!(parties.len(), 2, "{report}");
-    let on_stock = |p: &Value| p["holds"].to_string().contains("`stock_levels`");
-    assert!(parties.iter().all(on_stock), "each held a stock row the other wanted: {report}");
     let victim = report["deadlock"]["victim"].as_u64().expect("victim");
     let rolled_back = parties.iter().find(|p| p["number"] == victim).expect("the victim is listed");
-    assert!(rolled_back["statement"].as_str().is_some_and(|s| s.contains("FOR UPDATE")), "{report}");
+    let survivor = parties.iter().find(|p| p["number"] != victim).expect("the other party");
+    match engine {
+        haita::db::Engine::Mysql => {
+            let on_stock = |p: &Value| p["holds"].to_string().contains("`stock_levels`");
+            assert!(parties.iter().all(on_stock), "each held a stock row the other wanted: {report}");
+            assert!(rolled_back["statement"].as_str().is_some_and(|s| s.contains("FOR UPDATE")), "{report}");
+        }
+        haita::db::Engine::Postgres => {
+            // A row is waited for as its holder's transaction; each holds what the other wants.
+            for (waiter, holder) in [(rolled_back, survivor), (survivor, rolled_back)] {
+                let wanted = waiter["waits_for"][0].as_str().expect("waits for");
+                let object = wanted.split_once(" on ").map(|(_, o)| o).expect("lock on an object");
+                assert!(holder["holds"].to_string().contains(object), "{report}");
+            }
+            // PostgreSQL names sessions, not statements (those are in its log): the survivor
+            // is this test's session, the victim the order's.
+            assert_eq!(survivor["thread_id"].as_i64(), Some(other_id), "{report}");
+        }
+    }
     let page = admin.get("/admin/locks").await.text().await.expect("page");
     assert!(page.contains("lost by the order") && page.contains("rolled back"), "shown on the screen");
     invariants::stock_matches_ledger(&app.db);
