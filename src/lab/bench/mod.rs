@@ -51,9 +51,9 @@ pub struct ServerCounters {
 /// a server need not have; `pg_stat_database.xact_commit` counts commits, but a backend reports
 /// its counts at most once a second, and one idle since then up to 10 s later, so the count read
 /// right after a run of a few seconds would miss part of it.
-pub const NOT_COUNTED_ON_POSTGRES: &str = "stmts, prep and commit are n/a on PostgreSQL: it counts \
-     statements only with the pg_stat_statements extension, and pg_stat_database reports commits \
-     up to 10 s late";
+pub const NOT_COUNTED_ON_POSTGRES: &str = "statements, prepares and commits (stmts, prep, commit) are n/a \
+     on PostgreSQL: it counts statements only with the pg_stat_statements extension, and \
+     pg_stat_database reports commits up to 10 s late";
 
 #[derive(QueryableByName)]
 struct Status {
