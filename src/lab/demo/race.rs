@@ -146,9 +146,10 @@ pub struct StrategyResult {
     /// Whole transactions rerun after a deadlock (on PostgreSQL also a serialization failure).
     pub deadlocks_retried: u32,
     pub slot_collisions: u32,
-    /// Attempts whose GET_LOCK passed only because their session already held the lock.
+    /// Attempts whose lock (`GET_LOCK`, `pg_advisory_lock`) was granted only because their
+    /// session already held it.
     pub reentered: u32,
-    /// RELEASE_LOCKs that ran on a session not holding the lock.
+    /// Releases (`RELEASE_LOCK`, `pg_advisory_unlock`) that ran on a session not holding the lock.
     pub missed_releases: u32,
     /// Locks still held by a session of this run after every attempt had finished.
     pub leaked_locks: u32,

@@ -275,9 +275,10 @@ pub struct Seen {
     pub retries: u32,
     /// Inserts that lost slot to another client under the unique key.
     pub slot_collisions: u32,
-    /// GET_LOCK answered 1 only because this session already held the lock for someone else.
+    /// The lock was granted only because this session already held it for someone else.
     pub reentered: bool,
-    /// RELEASE_LOCK did not answer 1: it ran on a session that did not hold the lock.
+    /// The release did not answer 1 (true on PostgreSQL): it ran on a session that did not hold
+    /// the lock.
     pub missed_release: bool,
     /// The connection ids (sessions) this attempt used, so leaked locks can be traced to them.
     pub sessions: Vec<i64>,
