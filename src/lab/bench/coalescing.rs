@@ -6,7 +6,8 @@
 //! *coalesced* is `bookings::coalesce::Coalescer`. Every attempt books a user who has no booking
 //! yet on a day with room for all, so every attempt is a real insert and commit. The server's
 //! own counters (`SHOW GLOBAL STATUS`) give the statements and commits per booking; run on a
-//! quiet server, since they count everything it does.
+//! quiet server, since they count everything it does. PostgreSQL keeps no such count without
+//! an extension: there the two columns say `n/a` (`super::NOT_COUNTED_ON_POSTGRES`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -21,7 +22,7 @@ use crate::bookings::coalesce::Coalescer;
 use crate::bookings::model::{BookingDate, Reservation};
 use crate::bookings::service;
 use crate::config::Config;
-use crate::db::{self, DbConn, DbPool, ScratchDatabase};
+use crate::db::{self, DbConn, DbPool, Engine, ScratchDatabase};
 use crate::locking::{LockQueue, Turn};
 
 /// Users created up front: each booking needs one without a booking that day.
@@ -53,8 +54,9 @@ pub struct Measured {
     booked: u64,
     busy: u64,
     per_second: f64,
-    statements_per_booking: f64,
-    commits_per_booking: f64,
+    /// `None` where the server keeps no count of its statements and commits (PostgreSQL).
+    statements_per_booking: Option<f64>,
+    commits_per_booking: Option<f64>,
 }
 
 pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> {
@@ -86,19 +88,33 @@ pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> 
 /// `users` users (ids 1…`users`, no password, each with a session: see [`ticket`]) and a
 /// resource with room for all of them on any day.
 pub(super) fn prepare(conn: &mut DbConn, users: i64) -> anyhow::Result<i64> {
-    // The recursion limit of a CTE is `cte_max_recursion_depth` on MySQL and
-    // `max_recursive_iterations` on MariaDB.
-    conn.batch_execute(&format!("SET SESSION cte_max_recursion_depth = {users}"))
-        .or_else(|_| conn.batch_execute(&format!("SET SESSION max_recursive_iterations = {users}")))?;
-    conn.batch_execute(&format!(
-        "INSERT INTO users (username, display_name, password_hash, role) \
-           WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {users}) \
-           SELECT CONCAT('b', i), CONCAT('b', i), '-', 'customer' FROM n; \
-         INSERT INTO user_sessions (id, user_id, created_at, expires_at) \
-           SELECT CONCAT('{SESSION_PREFIX}', LPAD(id, {SESSION_DIGITS}, '0')), id, \
-             UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 1 DAY FROM users; \
-         INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 1000000)"
-    ))?;
+    match conn.engine() {
+        Engine::Mysql => {
+            // The recursion limit of a CTE is `cte_max_recursion_depth` on MySQL and
+            // `max_recursive_iterations` on MariaDB.
+            conn.batch_execute(&format!("SET SESSION cte_max_recursion_depth = {users}")).or_else(|_| {
+                conn.batch_execute(&format!("SET SESSION max_recursive_iterations = {users}"))
+            })?;
+            conn.batch_execute(&format!(
+                "INSERT INTO users (username, display_name, password_hash, role) \
+                   WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {users}) \
+                   SELECT CONCAT('b', i), CONCAT('b', i), '-', 'customer' FROM n; \
+                 INSERT INTO user_sessions (id, user_id, created_at, expires_at) \
+                   SELECT CONCAT('{SESSION_PREFIX}', LPAD(id, {SESSION_DIGITS}, '0')), id, \
+                     UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 1 DAY FROM users; \
+                 INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 1000000)"
+            ))?;
+        }
+        // The pool's sessions run in UTC, so LOCALTIMESTAMP is UTC_TIMESTAMP(6).
+        Engine::Postgres => conn.batch_execute(&format!(
+            "INSERT INTO users (username, display_name, password_hash, role) \
+               SELECT 'b' || i, 'b' || i, '-', 'customer' FROM generate_series(1, {users}) AS n(i); \
+             INSERT INTO user_sessions (id, user_id, created_at, expires_at) \
+               SELECT '{SESSION_PREFIX}' || LPAD(CAST(id AS TEXT), {SESSION_DIGITS}, '0'), id, \
+                 LOCALTIMESTAMP, LOCALTIMESTAMP + INTERVAL '1 day' FROM users; \
+             INSERT INTO resources (name, description, capacity) VALUES ('Hot day', '', 1000000)"
+        ))?,
+    }
     Ok(db::last_insert_id(conn)?)
 }
 
@@ -193,8 +209,8 @@ fn measure(
         booked,
         busy: busy.load(Ordering::Relaxed),
         per_second: booked as f64 / elapsed,
-        statements_per_booking: done.statements as f64 / booked.max(1) as f64,
-        commits_per_booking: done.commits as f64 / booked.max(1) as f64,
+        statements_per_booking: done.statements.map(|n| n as f64 / booked.max(1) as f64),
+        commits_per_booking: done.commits.map(|n| n as f64 / booked.max(1) as f64),
     })
 }
 
@@ -218,16 +234,23 @@ pub fn report(results: &[Measured], clients: usize, seconds: u64) -> String {
     );
     for path in Path::ALL {
         if let Some(m) = median(path) {
+            let counted = |value: Option<f64>, width: usize, decimals: usize| {
+                value.map_or_else(|| format!("{:>width$}", "n/a"), |v| format!("{v:>width$.decimals$}"))
+            };
             out.push_str(&format!(
-                "{:<14} {:>10.0} {:>8} {:>11} {:>13.1} {:>11.2}\n",
+                "{:<14} {:>10.0} {:>8} {:>11} {} {}\n",
                 path.label(),
                 m.per_second,
                 m.busy,
                 m.booked,
-                m.statements_per_booking,
-                m.commits_per_booking
+                counted(m.statements_per_booking, 13, 1),
+                counted(m.commits_per_booking, 11, 2)
             ));
         }
+    }
+    if results.iter().any(|m| m.statements_per_booking.is_none()) {
+        out.push_str(super::NOT_COUNTED_ON_POSTGRES);
+        out.push('\n');
     }
     if let (Some(unqueued), Some(alone), Some(batched)) =
         (median(Path::Unqueued), median(Path::OneAtATime), median(Path::Coalesced))

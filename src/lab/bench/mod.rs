@@ -20,27 +20,40 @@ pub mod server;
 pub mod stuck;
 pub mod wrk;
 
-use diesel::prelude::*;
-use diesel::sql_types::Text;
+use std::time::Duration;
 
-use crate::db::DbPool;
+use diesel::prelude::*;
+use diesel::sql_types::{Text, Untyped};
+
+use crate::db::{DbPool, Engine, cached_sql};
 
 /// The statements and commits a server has run since it started (`SHOW GLOBAL STATUS`): every
-/// client's, so a bench that reads them wants a quiet server.
+/// client's, so a bench that reads them wants a quiet server. PostgreSQL keeps no such count
+/// without an extension: there the three are `None`, and the tables say `n/a`
+/// ([`NOT_COUNTED_ON_POSTGRES`]).
 pub struct ServerCounters {
     /// `Questions`: every statement clients sent, prepared executions included (not the
     /// prepares and closes themselves).
-    pub statements: u64,
+    pub statements: Option<u64>,
     /// `Com_commit`: explicit commits.
-    pub commits: u64,
+    pub commits: Option<u64>,
     /// `Com_stmt_prepare`: statements prepared (zero in steady state when every one is cached).
-    pub prepares: u64,
-    /// CPU time of the database server's process, when it runs on this machine (its pid file
-    /// names a live `mariadbd` or `mysqld` here); `None` for a server elsewhere. On a machine
-    /// shared by the database, the app and the load generator, this is the part of each
-    /// answer's CPU that is the same on every path.
-    pub cpu: Option<std::time::Duration>,
+    pub prepares: Option<u64>,
+    /// CPU time of the database server's processes, when they run on this machine
+    /// ([`LocalServer`]); `None` for a server elsewhere. On a machine shared by the database,
+    /// the app and the load generator, this is the part of each answer's CPU that is the same
+    /// on every path.
+    pub cpu: Option<Duration>,
 }
+
+/// Why the server's statement, prepare and commit counts are `n/a` on PostgreSQL, for the
+/// benches' headers. Statements are counted only by the `pg_stat_statements` extension, which
+/// a server need not have; `pg_stat_database.xact_commit` counts commits, but a backend reports
+/// its counts at most once a second, and one idle since then up to 10 s later, so the count read
+/// right after a run of a few seconds would miss part of it.
+pub const NOT_COUNTED_ON_POSTGRES: &str = "statements, prepares and commits (stmts, prep, commit) are n/a \
+     on PostgreSQL: it counts statements only with the pg_stat_statements extension, and \
+     pg_stat_database reports commits up to 10 s late";
 
 #[derive(QueryableByName)]
 struct Status {
@@ -52,29 +65,45 @@ struct Status {
 
 impl ServerCounters {
     pub fn read(pool: &DbPool) -> anyhow::Result<Self> {
-        let rows: Vec<Status> = diesel::sql_query(
+        let cpu = LocalServer::find(pool).map(|server| server.cpu());
+        if pool.engine() == Engine::Postgres {
+            return Ok(Self { statements: None, commits: None, prepares: None, cpu });
+        }
+        let rows: Vec<Status> = cached_sql::<Untyped>(
             "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit', 'Com_stmt_prepare')",
         )
         .load(&mut *pool.get()?)?;
         let value =
             |name: &str| rows.iter().find(|r| r.name == name).and_then(|r| r.value.parse::<u64>().ok());
         Ok(Self {
-            statements: value("Questions").unwrap_or(0),
-            commits: value("Com_commit").unwrap_or(0),
-            prepares: value("Com_stmt_prepare").unwrap_or(0),
-            cpu: local_server_stat(pool).map(|stat| process_cpu(&stat)),
+            statements: Some(value("Questions").unwrap_or(0)),
+            commits: Some(value("Com_commit").unwrap_or(0)),
+            prepares: Some(value("Com_stmt_prepare").unwrap_or(0)),
+            cpu,
         })
     }
 
     /// What was run between `earlier` and this reading.
     pub fn since(&self, earlier: &Self) -> Self {
+        let delta =
+            |now: Option<u64>, then: Option<u64>| now.zip(then).map(|(now, then)| now.saturating_sub(then));
         Self {
-            statements: self.statements.saturating_sub(earlier.statements),
-            commits: self.commits.saturating_sub(earlier.commits),
-            prepares: self.prepares.saturating_sub(earlier.prepares),
+            statements: delta(self.statements, earlier.statements),
+            commits: delta(self.commits, earlier.commits),
+            prepares: delta(self.prepares, earlier.prepares),
             cpu: self.cpu.zip(earlier.cpu).map(|(now, then)| now.saturating_sub(then)),
         }
     }
+}
+
+/// The database server's processes, when they run on this machine.
+enum LocalServer {
+    /// MariaDB or MySQL: one process, the one its pid file names.
+    Mysqld(u32),
+    /// PostgreSQL: the postmaster and its children, a backend process per session. The CPU of a
+    /// backend that has exited is in the postmaster's time for its children, once it has
+    /// waited for it.
+    Postmaster(u32),
 }
 
 #[derive(QueryableByName)]
@@ -83,15 +112,58 @@ struct PidFile {
     pid_file: Option<String>,
 }
 
-/// The `/proc` stat file of the database server, if it runs on this machine: the process its
-/// pid file names, provided that is a MariaDB or MySQL server (a pid file of another machine's
-/// server could name any process here, or none).
-fn local_server_stat(pool: &DbPool) -> Option<String> {
-    let mut conn = pool.get().ok()?;
-    let found: PidFile = diesel::sql_query("SELECT @@pid_file AS pid_file").get_result(&mut *conn).ok()?;
-    let pid: u32 = std::fs::read_to_string(found.pid_file?).ok()?.trim().parse().ok()?;
-    let command = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-    matches!(command.trim(), "mariadbd" | "mysqld").then(|| format!("/proc/{pid}/stat"))
+impl LocalServer {
+    /// The server of `pool`, if it runs here. For MySQL, the process its pid file names,
+    /// provided that is a MariaDB or MySQL server (a pid file of another machine's server could
+    /// name any process here, or none). For PostgreSQL, the parent of this session's backend
+    /// process, provided both are `postgres` processes of this machine (reading the server's
+    /// data directory, where its pid file is, takes privileges the app need not have).
+    fn find(pool: &DbPool) -> Option<Self> {
+        let mut conn = pool.get().ok()?;
+        match pool.engine() {
+            Engine::Mysql => {
+                let found: PidFile =
+                    cached_sql::<Untyped>("SELECT @@pid_file AS pid_file").get_result(&mut *conn).ok()?;
+                let pid: u32 = std::fs::read_to_string(found.pid_file?).ok()?.trim().parse().ok()?;
+                matches!(command_of(pid)?.as_str(), "mariadbd" | "mysqld").then_some(Self::Mysqld(pid))
+            }
+            Engine::Postgres => {
+                let backend = u32::try_from(crate::locking::sql::own_connection_id(&mut conn).ok()?).ok()?;
+                let postmaster = parent_of(backend)?;
+                (command_of(backend)? == "postgres" && command_of(postmaster)? == "postgres")
+                    .then_some(Self::Postmaster(postmaster))
+            }
+        }
+    }
+
+    /// CPU time (user + system) the server has used so far.
+    fn cpu(&self) -> Duration {
+        match *self {
+            Self::Mysqld(pid) => process_cpu(&format!("/proc/{pid}/stat")),
+            Self::Postmaster(pid) => {
+                let stat = |pid: u32| format!("/proc/{pid}/stat");
+                let children: Duration = std::fs::read_dir("/proc")
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                    .filter(|&child| parent_of(child) == Some(pid))
+                    .map(|child| process_cpu(&stat(child)))
+                    .sum();
+                process_cpu(&stat(pid)) + stat_cpu(&stat(pid), 13) + children
+            }
+        }
+    }
+}
+
+/// The command name of process `pid` on this machine.
+fn command_of(pid: u32) -> Option<String> {
+    Some(std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim().to_string())
+}
+
+/// The parent of process `pid` on this machine: the second field after the command name.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// CPU time (user + system) of the process whose `stat` file is `path` (`utime` and `stime`,

@@ -7,8 +7,8 @@
 //! the product list, one request every 20 ms. Both paths run in this process, through what a
 //! request runs (`coalescing::Booker`):
 //!
-//! - *unqueued*: every booking waits in `GET_LOCK` on a pooled connection, as before the per-key
-//!   queue and the waiting budget;
+//! - *unqueued*: every booking waits in `GET_LOCK` (on PostgreSQL `pg_advisory_lock`) on a pooled
+//!   connection, as before the per-key queue and the waiting budget;
 //! - *coalesced*: the app's default — the per-key queue, the budget and hot-day batches.
 //!
 //! Printed per path: the bystanders' p50, p99 and slowest answer and how many failed, and what
@@ -19,13 +19,15 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool};
 
 use super::coalescing::{Booker, Path, prepare};
 use crate::bookings::model::BookingDate;
 use crate::bookings::{BookingError, service};
 use crate::config::Config;
-use crate::db::{self, DbConn, DbPool, ScratchDatabase};
+use crate::db::{self, DbConn, DbPool, Engine, ScratchDatabase, cached_sql};
 use crate::lab::stats::percentile_ms;
+use crate::locking::LockName;
 use crate::locking::sql::get_lock;
 
 const USERS: i64 = 20_000;
@@ -62,7 +64,7 @@ pub fn run(config: &Config, clients: usize, hold_secs: u64) -> anyhow::Result<()
     db::run_migrations(&pool)?;
     let mut conn = pool.get()?;
     let hot = prepare(&mut conn, USERS)?;
-    diesel::sql_query(
+    cached_sql::<()>(
         "INSERT INTO resources (name, description, capacity) VALUES ('Quiet days', '', 1000000)",
     )
     .execute(&mut conn)?;
@@ -84,10 +86,17 @@ pub fn run(config: &Config, clients: usize, hold_secs: u64) -> anyhow::Result<()
 }
 
 /// Takes `name` on a session of its own and keeps it for `hold`; returns once it is held.
-fn stuck_holder(url: &str, name: &str, hold: Duration) -> anyhow::Result<std::thread::JoinHandle<()>> {
+fn stuck_holder(url: &str, name: &LockName, hold: Duration) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let mut conn = DbConn::open(url)?;
-    let got: Option<i64> = diesel::select(get_lock(name, 0)).get_result(&mut conn)?;
-    anyhow::ensure!(got == Some(1), "the stuck holder could not take {name}");
+    let got = match conn.engine() {
+        Engine::Mysql => {
+            diesel::select(get_lock(name.as_str(), 0)).get_result::<Option<i64>>(&mut conn)? == Some(1)
+        }
+        Engine::Postgres => cached_sql::<Bool>("SELECT pg_try_advisory_lock(?)")
+            .bind::<BigInt, _>(name.advisory_key())
+            .get_result(&mut conn)?,
+    };
+    anyhow::ensure!(got, "the stuck holder could not take {name}");
     Ok(std::thread::spawn(move || {
         std::thread::sleep(hold);
         drop(conn); // closing the session frees its lock
@@ -105,7 +114,7 @@ fn measure(
     clients: usize,
     hold: Duration,
 ) -> anyhow::Result<Measured> {
-    let holder = stuck_holder(&config.database_url, pool.names().booking(hot, day.day()).as_str(), hold)?;
+    let holder = stuck_holder(&config.database_url, &pool.names().booking(hot, day.day()), hold)?;
     let booker = Booker::new(pool, config);
     let end = Instant::now() + hold;
     let (hot_day, bystanders) = actix_web::rt::System::new().block_on(async {

@@ -5,9 +5,10 @@
 //!
 //! - `no-lock` is the bug of docs/named-lock-check-then-insert.md: "check there is no booking,
 //!   then insert", milliseconds apart, and both requests insert. A transaction alone does not help.
-//! - `named-lock-pool-pitfall` is the bug of docs/named-lock-guard.md: GET_LOCK and RELEASE_LOCK on
-//!   whatever pooled connection comes next. Locks leak, and a request that happens to get the
-//!   holder's session walks straight through the lock.
+//! - `named-lock-pool-pitfall` is the bug of docs/named-lock-guard.md: GET_LOCK and RELEASE_LOCK
+//!   (on PostgreSQL `pg_advisory_lock` and `pg_advisory_unlock`) on whatever pooled connection
+//!   comes next. Locks leak, and a request that happens to get the holder's session walks
+//!   straight through the lock.
 //! - `named-lock` is the app's booking path (`src/bookings/service.rs`): the per-key queue, then
 //!   the lock. `named-lock-coalesced` adds the app's hot-day batches (`src/bookings/coalesce.rs`),
 //!   and `named-lock-unqueued` shows what the queue prevents: a hot day's waiters fill the pool
@@ -72,10 +73,6 @@ pub enum DemoError {
     /// The database refused a write: its fencing token was older than one already shown.
     #[error("the database refused the write of fencing token {0}: a newer lease holder exists")]
     FencedOff(i64),
-    /// The lab's strategies and races are written in MySQL's SQL (`GET_LOCK` by name, among
-    /// others): on PostgreSQL they are refused rather than failing on their first statement.
-    #[error("the race demo runs on MySQL and MariaDB only, for now; this server is PostgreSQL")]
-    MysqlOnly,
     #[error(transparent)]
     Lease(#[from] crate::lab::locks::redis::LeaseError),
     #[error(transparent)]
@@ -125,7 +122,6 @@ impl AsProblem for DemoError {
                     &[("secs", secs.to_string())],
                 )
             },
-            Self::MysqlOnly => Problem::new(S::NOT_IMPLEMENTED, "not_implemented", self.to_string()),
             Self::RaceNotFound(id) => {
                 Problem::words(S::NOT_FOUND, "not_found", "demo.err.no_race", &[("id", id.to_string())])
             }

@@ -15,8 +15,8 @@
 //! Each strategy runs on a pool of its own, as large as the app's (`POOL_SIZE`) or the number of
 //! clients if smaller: the pool-pitfall strategy leaves locks held by idle pooled sessions, and
 //! those must never reach the app's pool. After the run, every day's lock is checked: one still
-//! held by a session of this run is a leaked lock, and exactly those sessions are closed (`KILL`)
-//! before the pool is dropped.
+//! held by a session of this run is a leaked lock, and exactly those sessions are closed (`KILL`;
+//! on PostgreSQL `pg_terminate_backend`) before the pool is dropped.
 
 use std::collections::BTreeSet;
 use std::panic::AssertUnwindSafe;
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{NaiveDate, NaiveDateTime};
 use diesel::prelude::*;
-use diesel::sql_types::BigInt;
+use diesel::sql_types::{BigInt, Untyped};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
@@ -35,13 +35,13 @@ use super::lanes::Lanes;
 use super::model::{NewDemoRace, NewDemoResource};
 use super::strategies::{self, Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::config::Config;
-use crate::db::{self, DbConn, DbPool};
+use crate::db::{self, DbConn, DbPool, Sql, cached_sql};
 use crate::i18n::Lang;
 use crate::lab::locks::{OutsideLocks, file};
 use crate::lab::schema::{demo_bookings, demo_races, demo_resources};
 use crate::lab::stats::percentile_ms;
 use crate::locking::Namespace;
-use crate::locking::sql::{holder_of, kill_connection};
+use crate::locking::sql::{holder_of, kill_connection, own_connection_id};
 
 pub const MAX_CLIENTS: u32 = 256;
 pub const MAX_ATTEMPTS: u32 = 10_000;
@@ -52,7 +52,7 @@ pub const DEFAULT_ATTEMPTS: u32 = 128;
 pub const DEFAULT_PAUSE_MS: u32 = 5;
 /// No strategy runs longer than this; the rounds not started by then are skipped.
 pub const TIME_CAP: Duration = Duration::from_secs(10);
-/// GET_LOCK's wait in a race: long enough for a round's queue, short enough that a leaked
+/// The named lock's wait in a race (GET_LOCK's timeout, PostgreSQL's `lock_timeout`): long enough for a round's queue, short enough that a leaked
 /// lock costs seconds, not minutes.
 const LOCK_WAIT: Duration = Duration::from_secs(1);
 /// How often a running strategy's bookings are counted for its watchers: a few times a second
@@ -143,11 +143,13 @@ pub struct StrategyResult {
     pub busy: u32,
     /// Attempts that failed otherwise (a bug if not 0).
     pub errors: u32,
+    /// Whole transactions rerun after a deadlock (on PostgreSQL also a serialization failure).
     pub deadlocks_retried: u32,
     pub slot_collisions: u32,
-    /// Attempts whose GET_LOCK passed only because their session already held the lock.
+    /// Attempts whose lock (`GET_LOCK`, `pg_advisory_lock`) was granted only because their
+    /// session already held it.
     pub reentered: u32,
-    /// RELEASE_LOCKs that ran on a session not holding the lock.
+    /// Releases (`RELEASE_LOCK`, `pg_advisory_unlock`) that ran on a session not holding the lock.
     pub missed_releases: u32,
     /// Locks still held by a session of this run after every attempt had finished.
     pub leaked_locks: u32,
@@ -180,6 +182,10 @@ pub struct StrategyResult {
     #[serde(default)]
     pub fenced_off: u32,
     pub first_error: Option<String>,
+    /// The race ran on PostgreSQL: what `serializable` retried were serialization failures
+    /// (40001), not deadlocks.
+    #[serde(default)]
+    pub on_postgres: bool,
     /// What happened, in a sentence or two naming the pitfall and the page of `docs/` on it.
     pub verdict: String,
 }
@@ -193,9 +199,19 @@ impl StrategyResult {
     /// says it again in its reader's language from the same numbers.
     pub fn explain_in(&self, lang: impl std::borrow::Borrow<Lang>) -> String {
         let lang = *lang.borrow();
+        let engine = if self.on_postgres { db::Engine::Postgres } else { db::Engine::Mysql };
+        let words = strategies::lock_words(engine);
         // "1 booking", "2 bookings": the count and its noun, in `lang`.
         let n = |count: i64, one: &str, many: &str| {
-            lang.t_with(if count == 1 { one } else { many }, [("n", count.to_string())])
+            let mut args = vec![("n", count.to_string())];
+            args.extend(words.iter().cloned());
+            lang.t_with(if count == 1 { one } else { many }, args)
+        };
+        // A verdict's text with the named-lock functions of the race's engine.
+        let t_with = |key: &str, args: &[(&str, String)]| {
+            let mut all = args.to_vec();
+            all.extend(words.iter().cloned());
+            lang.t_with(key, all)
         };
         let bookings = |count: i64| n(count, "count.booking.one", "count.booking.many");
         let busy = if self.busy > 0 {
@@ -261,9 +277,9 @@ impl StrategyResult {
                 }
                 with_busy(text)
             }
-            Strategy::NamedLock => with_busy(lang.t_with(
+            Strategy::NamedLock => with_busy(t_with(
                 "verdict.named_lock",
-                [
+                &[
                     ("peak", self.pool_peak_in_use.to_string()),
                     ("pool", self.pool_size.to_string()),
                     ("p99", format!("{:.1}", self.bystander_p99_ms)),
@@ -279,9 +295,9 @@ impl StrategyResult {
                     ("attempts", n(self.attempts.into(), "count.attempt.one", "count.attempt.many")),
                 ],
             )),
-            Strategy::NamedLockUnqueued => with_busy(lang.t_with(
+            Strategy::NamedLockUnqueued => with_busy(t_with(
                 "verdict.unqueued",
-                [
+                &[
                     ("peak", self.pool_peak_in_use.to_string()),
                     ("pool", self.pool_size.to_string()),
                     ("p99", format!("{:.1}", self.bystander_p99_ms)),
@@ -291,6 +307,17 @@ impl StrategyResult {
             Strategy::UniqueSlot => with_busy(lang.t_with(
                 "verdict.unique_slot",
                 [("inserts", n(self.slot_collisions.into(), "count.insert.one", "count.insert.many"))],
+            )),
+            Strategy::Serializable if self.on_postgres => with_busy(lang.t_with(
+                "verdict.serializable.postgres",
+                [(
+                    "failures",
+                    n(
+                        self.deadlocks_retried.into(),
+                        "count.serialization_failure.one",
+                        "count.serialization_failure.many",
+                    ),
+                )],
             )),
             Strategy::Serializable => with_busy(lang.t_with(
                 "verdict.serializable",
@@ -461,9 +488,6 @@ pub fn run(
     started_by: &str,
     watch: Watch<'_>,
 ) -> Result<RaceReport, DemoError> {
-    if pool.engine() == crate::db::Engine::Postgres {
-        return Err(DemoError::MysqlOnly);
-    }
     let started_at = chrono::Utc::now().naive_utc();
     let mut results = Vec::with_capacity(spec.strategies.len());
     for (index, &strategy) in spec.strategies.iter().enumerate() {
@@ -717,6 +741,7 @@ fn run_strategy(
         leases_lost: total.leases_lost,
         fenced_off: total.fenced_off,
         first_error: total.first_error,
+        on_postgres: pool.engine() == db::Engine::Postgres,
         verdict: String::new(),
     };
     result.verdict = result.explain();
@@ -848,10 +873,7 @@ fn warm_up(pool: &DbPool) -> Result<Vec<i64>, DemoError> {
     let mut ids = Vec::new();
     for _ in 0..pool.max_size() {
         let mut conn = pool.get()?;
-        ids.push(
-            diesel::select(diesel::dsl::sql::<BigInt>("CAST(CONNECTION_ID() AS SIGNED)"))
-                .get_result(&mut conn)?,
-        );
+        ids.push(own_connection_id(&mut conn)?);
         held.push(conn);
     }
     Ok(ids)
@@ -920,18 +942,25 @@ struct DamageRow {
     days: i64,
 }
 
-/// Counted in the database: bookings, bookings beyond capacity, and days over capacity.
+/// Counted in the database: bookings, bookings beyond capacity, and days over capacity. The
+/// sums are cast back to 64-bit integers (MySQL answers DECIMAL, PostgreSQL NUMERIC), and a day
+/// over capacity counts as 1 (MySQL would sum `n > capacity` itself; PostgreSQL sums no booleans).
 fn count_damage(conn: &mut DbConn, resource_id: i64) -> Result<Damage, DemoError> {
-    let row: DamageRow = diesel::sql_query(
+    const DAMAGE: Sql = Sql::per_engine(
         "SELECT CAST(COALESCE(SUM(n), 0) AS SIGNED) AS confirmed, \
                 CAST(COALESCE(SUM(GREATEST(n - capacity, 0)), 0) AS SIGNED) AS beyond, \
                 CAST(COALESCE(SUM(n > capacity), 0) AS SIGNED) AS days \
          FROM (SELECT COUNT(*) AS n, r.capacity FROM demo_bookings b \
                JOIN demo_resources r ON r.id = b.demo_resource_id \
                WHERE b.demo_resource_id = ? GROUP BY b.day, r.capacity) per_day",
-    )
-    .bind::<BigInt, _>(resource_id)
-    .get_result(conn)?;
+        "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) AS confirmed, \
+                CAST(COALESCE(SUM(GREATEST(n - capacity, 0)), 0) AS BIGINT) AS beyond, \
+                CAST(COALESCE(SUM(CASE WHEN n > capacity THEN 1 ELSE 0 END), 0) AS BIGINT) AS days \
+         FROM (SELECT COUNT(*) AS n, r.capacity FROM demo_bookings b \
+               JOIN demo_resources r ON r.id = b.demo_resource_id \
+               WHERE b.demo_resource_id = ? GROUP BY b.day, r.capacity) per_day",
+    );
+    let row: DamageRow = cached_sql::<Untyped>(DAMAGE).bind::<BigInt, _>(resource_id).get_result(conn)?;
     Ok(Damage { confirmed: row.confirmed, beyond: row.beyond, days: row.days })
 }
 

@@ -221,7 +221,11 @@ async fn render_demo_page(
     let page = DemoPage {
         ctx,
         strategies: Strategy::ALL
-            .map(|s| StrategyInfo { name: s.name(), lines: s.explanation(lang), correct: s.is_correct() })
+            .map(|s| StrategyInfo {
+                name: s.name(),
+                lines: s.explanation(lang, state.pool.engine()),
+                correct: s.is_correct(),
+            })
             .into(),
         chart_height: 40 + ROW * u32::try_from(bars.len()).unwrap_or(0),
         bars,
@@ -334,9 +338,13 @@ struct CodePage {
     source: &'static str,
 }
 
-async fn code_page(ctx: PageContext, path: web::Path<String>) -> actix_web::Result<HttpResponse> {
+async fn code_page(
+    ctx: PageContext,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
     let strategy = Strategy::parse(&path).map_err(|_| crate::web::error::RequestError::NotFound)?;
-    let lines = strategy.explanation(ctx.lang);
+    let lines = strategy.explanation(ctx.lang, state.pool.engine());
     Ok(html(&CodePage { ctx, strategy, lines, source: strategy.source() })?)
 }
 

@@ -23,21 +23,22 @@ use chrono::NaiveDate;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DbError};
-use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
 use serde::{Deserialize, Serialize};
 
 use super::DemoError;
 use super::lanes::{Decided, Lanes};
 use super::model::{DemoResource, NewDemoBooking, bookings_on};
 use crate::db::conn::on_engine;
-use crate::db::{DbConn, DbPool};
+use crate::db::{DbConn, DbPool, Engine, cached_sql};
 use crate::i18n::Lang;
 use crate::infra::Infra;
 use crate::lab::locks::OutsideLocks;
 use crate::lab::locks::file::FileLock;
 use crate::lab::locks::table::LockRow;
 use crate::lab::schema::{demo_bookings, demo_resources};
-use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
+use crate::locking::retry::{RetryPolicy, is_lock_timeout, retry_on_lock_conflict};
+use crate::locking::sql::{holder_of, own_connection_id};
 use crate::locking::{LockName, NamedLockGuard, Namespace, Turn};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -130,8 +131,9 @@ impl Strategy {
         }
     }
 
-    /// What it does and what it costs, in two lines, for the demo page, in `lang`.
-    pub fn explanation(self, lang: impl std::borrow::Borrow<Lang>) -> [String; 2] {
+    /// What it does and what it costs, in two lines, for the demo page, in `lang`, naming the
+    /// named-lock functions of `engine`.
+    pub fn explanation(self, lang: impl std::borrow::Borrow<Lang>, engine: Engine) -> [String; 2] {
         let (does, costs) = match self {
             Self::NoLock => ("strategy.no_lock.does", "strategy.no_lock.costs"),
             Self::NamedLock => ("strategy.named_lock.does", "strategy.named_lock.costs"),
@@ -148,7 +150,8 @@ impl Strategy {
             Self::LockTable => ("strategy.lock_table.does", "strategy.lock_table.costs"),
         };
         let lang = *lang.borrow();
-        [lang.t(does).into_owned(), lang.t(costs).into_owned()]
+        let words = lock_words(engine);
+        [lang.t_with(does, &words), lang.t_with(costs, &words)]
     }
 
     /// The function in this file that implements the strategy (shown by `/demo/code/{name}`).
@@ -183,9 +186,6 @@ impl Strategy {
 
     /// One booking attempt. Blocks (database, queue and pause): call it off the async executor.
     pub fn book(self, attempt: Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
-        if attempt.pool.engine() == crate::db::Engine::Postgres {
-            return Err(DemoError::MysqlOnly);
-        }
         match self {
             Self::NoLock => no_lock(&attempt),
             Self::NamedLock => named_lock(attempt),
@@ -208,6 +208,20 @@ impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// How the demo's texts name the server's named-lock functions (`%{lock}`, `%{unlock}`, and
+/// `%{lock_call}` for the call that takes a day's lock).
+pub fn lock_words(engine: Engine) -> [(&'static str, String); 3] {
+    let (lock, unlock, call) = match engine {
+        Engine::Mysql => ("GET_LOCK", "RELEASE_LOCK", "GET_LOCK('haita:…:{resource}:{day}')"),
+        Engine::Postgres => (
+            "pg_advisory_lock",
+            "pg_advisory_unlock",
+            "pg_advisory_lock(the 64-bit key of 'haita:…:{resource}:{day}')",
+        ),
+    };
+    [("lock", lock.into()), ("unlock", unlock.into()), ("lock_call", call.into())]
 }
 
 /// One client's attempt to book `day` of demo resource `resource_id`.
@@ -261,9 +275,10 @@ pub struct Seen {
     pub retries: u32,
     /// Inserts that lost slot to another client under the unique key.
     pub slot_collisions: u32,
-    /// GET_LOCK answered 1 only because this session already held the lock for someone else.
+    /// The lock was granted only because this session already held it for someone else.
     pub reentered: bool,
-    /// RELEASE_LOCK did not answer 1: it ran on a session that did not hold the lock.
+    /// The release did not answer 1 (true on PostgreSQL): it ran on a session that did not hold
+    /// the lock.
     pub missed_release: bool,
     /// The connection ids (sessions) this attempt used, so leaked locks can be traced to them.
     pub sessions: Vec<i64>,
@@ -323,8 +338,9 @@ fn insert_booking(conn: &mut DbConn, a: &Attempt<'_>) -> Result<(), DemoError> {
     Ok(())
 }
 
-/// WRONG. A transaction is not a lock: under REPEATABLE READ each client counts its own
-/// snapshot, every one of them sees the day free, and every one inserts.
+/// WRONG. A transaction is not a lock: each client counts what has committed so far (its own
+/// snapshot under MySQL's REPEATABLE READ, the count statement's under PostgreSQL's READ
+/// COMMITTED), every one of them sees the day free, and every one inserts.
 fn no_lock(a: &Attempt<'_>) -> Result<Answer, DemoError> {
     let mut conn = a.pool.get()?;
     conn.transaction(|conn| check_then_insert(conn, a))
@@ -402,66 +418,78 @@ fn named_lock_unqueued(a: &Attempt<'_>) -> Result<Answer, DemoError> {
     Ok(answer)
 }
 
-#[derive(QueryableByName)]
-struct SessionView {
-    #[diesel(sql_type = BigInt)]
-    me: i64,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    holder: Option<i64>,
-}
-
-#[derive(QueryableByName)]
-struct LockAnswer {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    answer: Option<i64>,
-}
-
 /// WRONG, as docs/named-lock-guard.md warns: each statement on whatever connection the pool hands
-/// out next, like `db.Exec("SELECT GET_LOCK(…)")` on Go's `*sql.DB`.
+/// out next, like `db.Exec("SELECT GET_LOCK(…)")` on Go's `*sql.DB`. On PostgreSQL the same
+/// statements by hand are `pg_advisory_lock(key)` and `pg_advisory_unlock(key)`, with the name's
+/// 64-bit key: a session-level advisory lock belongs to the session and stacks when taken again,
+/// exactly as GET_LOCK does, so the same two pitfalls follow.
 ///
 /// 1. GET_LOCK, and the connection goes back to the pool still holding the lock. The next
 ///    client handed that session takes the "same" lock again at once (a session may hold a lock
 ///    twice) and is inside the critical section together with the first.
 /// 2. The check-then-insert runs on another connection, which holds nothing.
-/// 3. RELEASE_LOCK runs on yet another: it answers 0 or NULL, and the lock stays held by a
-///    session sitting idle in the pool, until that session is closed. Every other client now
-///    waits the full GET_LOCK timeout for a lock nobody will release.
+/// 3. RELEASE_LOCK runs on yet another: it answers 0 or NULL (pg_advisory_unlock: false), and the
+///    lock stays held by a session sitting idle in the pool, until that session is closed. Every
+///    other client now waits the full timeout for a lock nobody will release.
 fn named_lock_pool_pitfall(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
     let name = lock_name(a.pool.names(), a.resource_id, a.day);
-    let wait_secs = i32::try_from(a.lock_wait.as_secs()).unwrap_or(i32::MAX);
     {
         let mut conn = a.pool.get()?;
-        let view: SessionView = diesel::sql_query(
-            "SELECT CAST(CONNECTION_ID() AS SIGNED) AS me, CAST(IS_USED_LOCK(?) AS SIGNED) AS holder",
-        )
-        .bind::<Text, _>(name.as_str())
-        .get_result(&mut *conn)?;
-        seen.sessions.push(view.me);
-        seen.reentered = view.holder == Some(view.me); // GET_LOCK will answer 1 without waiting
-        let got: LockAnswer = diesel::sql_query("SELECT GET_LOCK(?, ?) AS answer")
-            .bind::<Text, _>(name.as_str())
-            .bind::<Integer, _>(wait_secs)
-            .get_result(&mut *conn)?;
-        if got.answer != Some(1) {
-            return Err(DemoError::Busy(format!("GET_LOCK({name}) answered {:?}", got.answer)));
+        let me = own_connection_id(&mut conn)?;
+        seen.sessions.push(me);
+        // This session already holds the lock: it will be granted again without waiting.
+        seen.reentered = holder_of(&mut conn, name.as_str())? == Some(me);
+        let granted = match conn.engine() {
+            Engine::Mysql => {
+                let wait_secs = i32::try_from(a.lock_wait.as_secs()).unwrap_or(i32::MAX);
+                cached_sql::<Nullable<BigInt>>("SELECT GET_LOCK(?, ?)")
+                    .bind::<Text, _>(name.as_str())
+                    .bind::<Integer, _>(wait_secs)
+                    .get_result::<Option<i64>>(&mut *conn)?
+                    == Some(1)
+            }
+            // pg_advisory_lock waits until `lock_timeout`, set for this one transaction; the lock
+            // is the session's, and outlives the transaction.
+            Engine::Postgres => crate::db::transaction(&mut conn, |conn| {
+                cached_sql::<()>("SELECT set_config('lock_timeout', ?, true)")
+                    // 0 would mean "no limit" to PostgreSQL: wait a millisecond at least.
+                    .bind::<Text, _>(format!("{}ms", a.lock_wait.as_millis().max(1)))
+                    .execute(conn)?;
+                cached_sql::<()>("SELECT pg_advisory_lock(?)")
+                    .bind::<BigInt, _>(name.advisory_key())
+                    .execute(conn)
+            })
+            .map(|_| true)
+            .or_else(|e| if is_lock_timeout(&e) { Ok(false) } else { Err(e) })?,
+        };
+        if !granted {
+            return Err(DemoError::Busy(format!("{name} stayed held for {:?}", a.lock_wait)));
         }
     } // back to the pool, still holding the lock
     between_statements();
 
     let answer = a.pool.get().map_err(DemoError::from).and_then(|mut conn| {
-        seen.sessions.push(connection_id(&mut conn)?);
+        seen.sessions.push(own_connection_id(&mut conn)?);
         conn.transaction(|conn| check_then_insert(conn, a))
     });
 
     between_statements();
     let released = a.pool.get().map_err(DemoError::from).and_then(|mut conn| {
-        seen.sessions.push(connection_id(&mut conn)?);
-        let released: LockAnswer = diesel::sql_query("SELECT RELEASE_LOCK(?) AS answer")
-            .bind::<Text, _>(name.as_str())
-            .get_result(&mut *conn)?;
-        Ok(released.answer)
+        seen.sessions.push(own_connection_id(&mut conn)?);
+        let released = match conn.engine() {
+            Engine::Mysql => {
+                cached_sql::<Nullable<BigInt>>("SELECT RELEASE_LOCK(?)")
+                    .bind::<Text, _>(name.as_str())
+                    .get_result::<Option<i64>>(&mut *conn)?
+                    == Some(1)
+            }
+            Engine::Postgres => cached_sql::<Bool>("SELECT pg_advisory_unlock(?)")
+                .bind::<BigInt, _>(name.advisory_key())
+                .get_result::<bool>(&mut *conn)?,
+        };
+        Ok::<_, DemoError>(released)
     });
-    seen.missed_release = !matches!(released, Ok(Some(1))); // and nobody checks the answer
+    seen.missed_release = !matches!(released, Ok(true)); // and nobody checks the answer
     answer
 }
 
@@ -470,10 +498,6 @@ fn named_lock_pool_pitfall(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, D
 /// give it straight back to the same thread, which is how this bug hides under light load.
 fn between_statements() {
     std::thread::sleep(Duration::from_millis(1));
-}
-
-fn connection_id(conn: &mut DbConn) -> Result<i64, DemoError> {
-    Ok(diesel::select(diesel::dsl::sql::<BigInt>("CAST(CONNECTION_ID() AS SIGNED)")).get_result(conn)?)
 }
 
 /// Correct: `SELECT … FOR UPDATE` on the resource's row serialises every booking of the
@@ -540,13 +564,24 @@ fn unique_slot(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
 /// next-key locks on the day's range. Two clients that both counted cannot both insert: each
 /// insert waits for the other's shared lock, InnoDB detects the deadlock (1213) and rolls one
 /// back, and the whole transaction is retried with backoff (docs/row-locks-in-order.md).
+///
+/// PostgreSQL's SERIALIZABLE blocks nobody: it notes what each transaction read (predicate
+/// locks), and when two that both counted the day free both insert, it aborts one of them with
+/// a serialization failure (40001) at its insert or its commit. The same retry reruns it.
 fn serializable(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
     let mut conn = a.pool.get()?;
-    let tried = retry_on_lock_conflict(&RetryPolicy::default(), || {
+    let tried = retry_on_lock_conflict(&RetryPolicy::default(), || match conn.engine() {
         // Without SESSION this applies to the next transaction only: the connection goes back to
         // the pool at the server's default level. (diesel's `build_transaction` is Postgres-only.)
-        conn.batch_execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")?;
-        conn.transaction(|conn| check_then_insert(conn, a))
+        Engine::Mysql => {
+            conn.batch_execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")?;
+            conn.transaction(|conn| check_then_insert(conn, a))
+        }
+        // PostgreSQL takes it as the transaction's first statement, for that transaction only.
+        Engine::Postgres => conn.transaction(|conn| {
+            conn.batch_execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")?;
+            check_then_insert(conn, a)
+        }),
     });
     seen.retries += tried.attempts - 1;
     tried.result
@@ -701,6 +736,25 @@ mod tests {
         }
         let err = Strategy::parse("optimistic").expect_err("unknown");
         assert!(err.to_string().contains("no-lock, named-lock"), "{err}");
+    }
+
+    #[test]
+    fn the_texts_name_the_lock_functions_of_the_engine_they_run_on() {
+        for lang in [Lang::En, Lang::Ja] {
+            for s in Strategy::ALL {
+                for engine in [Engine::Mysql, Engine::Postgres] {
+                    let lines = s.explanation(lang, engine).join(" ");
+                    assert!(!lines.contains("%{"), "{s} on {engine:?}: {lines}");
+                    let foreign = if engine == Engine::Mysql { "pg_advisory" } else { "GET_LOCK" };
+                    assert!(!lines.contains(foreign), "{s} on {engine:?}: {lines}");
+                }
+            }
+            let pitfall = Strategy::NamedLockPoolPitfall.explanation(lang, Engine::Postgres)[0].clone();
+            assert!(
+                pitfall.contains("pg_advisory_lock") && pitfall.contains("pg_advisory_unlock"),
+                "{pitfall}"
+            );
+        }
     }
 
     #[test]

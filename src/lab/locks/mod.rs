@@ -1,5 +1,5 @@
 //! Locks that live outside the database's own lock functions, for the demo and the benchmarks to
-//! set beside `GET_LOCK`: each gives a weaker or a differently shaped guarantee, and the race
+//! set beside `GET_LOCK` (PostgreSQL's advisory locks): each gives a weaker or a differently shaped guarantee, and the race
 //! shows which.
 //!
 //! - [`redis::Lease`]: `SET key token NX PX ttl` in Redis. Exclusive **for at most the TTL**, then

@@ -8,7 +8,8 @@
 //!   was taken over deletes nothing, and learns that it lost the lock.
 //!
 //! It needs nothing but the database, works across every instance that shares it, and survives
-//! a restart of the app. Expiry is judged by the database's clock alone (`NOW(6)`), so the
+//! a restart of the app. Expiry is judged by the database's clock alone (`NOW(6)`,
+//! PostgreSQL's `LOCALTIMESTAMP`), so the
 //! instances' clocks may drift. Like every lease it is exclusive only until it expires: a holder
 //! that pauses past its expiry may find another holder inside. No session holds it, so a crashed
 //! holder's row stays until it expires — choose the TTL as the longest the work may take.
@@ -20,9 +21,22 @@ use diesel::sql_types::{BigInt, Text};
 use diesel::{QueryResult, RunQueryDsl};
 
 use super::{poll, token};
-use crate::db::{DbPool, cached_sql};
+use crate::db::{DbPool, Sql, cached_sql};
 use crate::infra::Infra;
 use crate::locking::retry::MayConflict;
+
+/// The database's clock, to the microsecond, in UTC on both engines (the pool's sessions run in
+/// UTC): MySQL's `NOW(6)`, PostgreSQL's `LOCALTIMESTAMP`. Each statement runs in a transaction
+/// of its own, so PostgreSQL's "now" (the transaction's start) is the statement's.
+const DELETE_EXPIRED: Sql = Sql::per_engine(
+    "DELETE FROM demo_lock_rows WHERE name = ? AND expires_at < NOW(6)",
+    "DELETE FROM demo_lock_rows WHERE name = ? AND expires_at < LOCALTIMESTAMP",
+);
+const INSERT: Sql = Sql::per_engine(
+    "INSERT INTO demo_lock_rows (name, owner, expires_at) VALUES (?, ?, NOW(6) + INTERVAL ? MICROSECOND)",
+    "INSERT INTO demo_lock_rows (name, owner, expires_at) \
+     VALUES (?, ?, LOCALTIMESTAMP + ? * INTERVAL '1 microsecond')",
+);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockRowError {
@@ -54,18 +68,13 @@ impl<'a> LockRow<'a> {
         let micros = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
         let taken = poll(wait, || {
             let mut conn = pool.get().map_err(Infra::from)?;
-            let asked = cached_sql::<()>("DELETE FROM demo_lock_rows WHERE name = ? AND expires_at < NOW(6)")
-                .bind::<Text, _>(name)
-                .execute(&mut conn)
-                .and_then(|_| {
-                    cached_sql::<()>(
-                        "INSERT INTO demo_lock_rows (name, owner, expires_at) \
-                         VALUES (?, ?, NOW(6) + INTERVAL ? MICROSECOND)",
-                    )
-                    .bind::<Text, _>(name)
-                    .bind::<Text, _>(&owner)
-                    .bind::<BigInt, _>(micros)
-                    .execute(&mut conn)
+            let asked =
+                cached_sql::<()>(DELETE_EXPIRED).bind::<Text, _>(name).execute(&mut conn).and_then(|_| {
+                    cached_sql::<()>(INSERT)
+                        .bind::<Text, _>(name)
+                        .bind::<Text, _>(&owner)
+                        .bind::<BigInt, _>(micros)
+                        .execute(&mut conn)
                 });
             match asked {
                 Ok(_) => Ok(Some(())),
