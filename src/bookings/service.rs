@@ -46,10 +46,12 @@ pub fn book(
     once: Option<&Once>,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
-    let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
-    let reservation = insert_if_free(&mut held, ticket, resource_id, date, once)?;
-    drop(held); // committed above; only now may the next request look at this day
-    Ok(reservation)
+    // The day's lock lives exactly as long as the check-then-insert transaction: on PostgreSQL
+    // the transaction-scoped advisory lock, let go by the COMMIT itself.
+    crate::locking::in_one_transaction(pool, turn, |conn| {
+        check_then_insert(conn, ticket, resource_id, date, once)
+    })
+    .and_then(std::convert::identity)
 }
 
 /// A day of one resource as the booking rules see it, read under the day's lock.
@@ -196,21 +198,31 @@ fn insert_if_free(
     once: Option<&Once>,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(held.name().scope(), "book");
-    crate::db::transaction(held.conn(), |conn| {
-        idempotency::once(conn, once, |conn| {
-            let tickets = std::slice::from_ref(ticket);
-            let day = read_day(conn, resource_id, date, tickets)?
-                .ok_or(BookingError::UnknownResource(resource_id))?;
-            match day.verdicts(tickets)[0] {
-                Verdict::Insert => Ok(insert(conn, ticket.user_id(), resource_id, date)?),
-                Verdict::AlreadyBooked => Err(BookingError::AlreadyBooked),
-                Verdict::FullyBooked => Err(BookingError::FullyBooked { capacity: day.capacity }),
-                Verdict::Closed => Err(day.closed_error(date)),
-                Verdict::SessionEnded => Err(BookingError::SessionEnded),
-            }
-        })
+    crate::db::transaction(held.conn(), |conn| check_then_insert(conn, ticket, resource_id, date, once))
+        .and_then(std::convert::identity)
+}
+
+/// The transaction's work for one request: read the day, decide, insert. Only ever run in a
+/// transaction that holds the day's lock ([`insert_if_free`], [`book`]).
+fn check_then_insert(
+    conn: &mut DbConn,
+    ticket: &Ticket,
+    resource_id: i64,
+    date: BookingDate,
+    once: Option<&Once>,
+) -> Result<Result<Reservation, BookingError>, BookingError> {
+    idempotency::once(conn, once, |conn| {
+        let tickets = std::slice::from_ref(ticket);
+        let day =
+            read_day(conn, resource_id, date, tickets)?.ok_or(BookingError::UnknownResource(resource_id))?;
+        match day.verdicts(tickets)[0] {
+            Verdict::Insert => Ok(insert(conn, ticket.user_id(), resource_id, date)?),
+            Verdict::AlreadyBooked => Err(BookingError::AlreadyBooked),
+            Verdict::FullyBooked => Err(BookingError::FullyBooked { capacity: day.capacity }),
+            Verdict::Closed => Err(day.closed_error(date)),
+            Verdict::SessionEnded => Err(BookingError::SessionEnded),
+        }
     })
-    .and_then(std::convert::identity)
 }
 
 /// What one request of a batch gets, decided exactly as [`insert_if_free`] would decide it.

@@ -37,9 +37,25 @@ on_both_engines!(
     sixty_four_clients_on_two_instances_never_overbook_a_day_on_postgres => sixty_four_clients_book_one_day
 );
 
+on_both_engines!(
+    sixty_four_clients_booking_one_at_a_time_never_overbook_a_day,
+    sixty_four_clients_booking_one_at_a_time_never_overbook_a_day_on_postgres
+        => sixty_four_clients_book_one_day_one_at_a_time
+);
+
 /// 64 clients on two instances book one day of a resource of capacity 3, all at once.
 async fn sixty_four_clients_book_one_day(db: TestDb) {
-    let app = TestApp::spawn_on(db, 2, |_| {}).await;
+    sixty_four_clients_on_two_instances(db, true).await;
+}
+
+/// The same race with each booking on its own, not coalesced into batches: every request takes
+/// the day's lock for its own transaction (on PostgreSQL the transaction-scoped advisory lock).
+async fn sixty_four_clients_book_one_day_one_at_a_time(db: TestDb) {
+    sixty_four_clients_on_two_instances(db, false).await;
+}
+
+async fn sixty_four_clients_on_two_instances(db: TestDb, coalesce: bool) {
+    let app = TestApp::spawn_on(db, 2, |c| c.coalesce_bookings = coalesce).await;
     let resource = app.resource("Lab bench", 3);
     let day = future_day();
     let users: Vec<_> = (0..64).map(|i| app.user(&format!("u{i:02}"), Role::Customer)).collect();

@@ -1,0 +1,147 @@
+//! A named lock whose life is exactly one transaction.
+//!
+//! Where everything done under a lock is one transaction (a single booking), the lock need not
+//! outlive it. PostgreSQL has that form: `pg_advisory_xact_lock`, taken by a statement of the
+//! transaction and let go by its `COMMIT` or `ROLLBACK`. There is nothing to release, so none of
+//! the session form's hazards ([`NamedLockGuard`]) can arise: no release on the wrong
+//! connection, no lock riding back into the pool, no check afterwards that the session holds
+//! nothing more. And the booking sends one statement fewer.
+//!
+//! MySQL's `GET_LOCK` belongs to the session and has no such form: there, [`in_one_transaction`]
+//! is the guard around the transaction. The caller writes its work once, for both.
+
+use std::time::Instant;
+
+use diesel::prelude::*;
+use diesel::result::Error as DbError;
+use diesel::sql_types::{BigInt, Bool, Text};
+
+use super::named::{LockError, NamedLockGuard};
+use super::queue::Turn;
+use crate::db::{DbConn, DbPool, Engine, cached_sql};
+use crate::infra::Infra;
+use crate::metrics::{self, Family};
+
+/// Runs `work` in one transaction that holds the lock of `turn` from its first statement to its
+/// end: on PostgreSQL the transaction-scoped advisory lock, on MySQL the session's named lock
+/// held by a guard around the transaction. The lock is waited for like the guard's: asked
+/// without waiting first, then within what is left of the turn and the waiting budget.
+///
+/// As with [`NamedLockGuard::acquire_pooled`], a connection found dead before any of the work
+/// was sent is replaced once: the transaction had done nothing, and its lock went with it.
+pub fn in_one_transaction<T, E>(
+    pool: &DbPool,
+    turn: Turn,
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DbError> + From<LockError> + From<Infra>,
+{
+    if pool.engine() == Engine::Mysql {
+        let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
+        return crate::db::transaction(held.conn(), work); // committed before the guard lets go
+    }
+    let mut work = Some(work);
+    let mut conn = pool.get().map_err(Infra::from)?;
+    let mut outcome = attempt(&mut conn, &turn, &mut work);
+    if matches!(&outcome, Err(Failure::Db(e)) if work.is_some() && crate::infra::lost_connection(e)) {
+        crate::db::transaction::mark_broken(&mut conn);
+        drop(conn); // r2d2 closes it
+        conn = pool.get().map_err(Infra::from)?;
+        outcome = attempt(&mut conn, &turn, &mut work);
+    }
+    outcome.map_err(|failure| match failure {
+        Failure::Db(e) => e.into(),
+        Failure::Lock(e) => e.into(),
+        Failure::Work(e) => e,
+    })
+}
+
+/// Why a transaction-scoped attempt failed: the work's own error, the lock, or a statement of
+/// the transaction itself (`BEGIN`, the lock's, `COMMIT`).
+enum Failure<E> {
+    Db(DbError),
+    Lock(LockError),
+    Work(E),
+}
+
+impl<E> From<DbError> for Failure<E> {
+    fn from(error: DbError) -> Self {
+        Self::Db(error)
+    }
+}
+
+/// One transaction: the lock, then `work` (taken out of its `Option` only once the lock is
+/// held, so the caller can tell whether any of it ran).
+fn attempt<T, E>(
+    conn: &mut DbConn,
+    turn: &Turn,
+    work: &mut Option<impl FnOnce(&mut DbConn) -> Result<T, E>>,
+) -> Result<T, Failure<E>> {
+    crate::db::transaction(conn, |conn| {
+        take(conn, turn)?;
+        let granted = Instant::now();
+        let Some(work) = work.take() else {
+            // `in_one_transaction` tries again only while the work has not run.
+            return Err(Failure::Db(DbError::QueryBuilderError("the locked work ran already".into())));
+        };
+        let done = work(conn).map_err(Failure::Work);
+        // Held until the COMMIT that follows; measured to here, like the guard's to its release.
+        metrics::held(Family::Named, turn.name().scope(), granted.elapsed());
+        done
+    })
+}
+
+/// `pg_try_advisory_xact_lock`; when the lock is held elsewhere and the turn and the waiting
+/// budget allow, `pg_advisory_xact_lock` bounded by `lock_timeout`, set for this transaction
+/// and put back right after, so the work's row waits keep the session's own bound.
+fn take<E>(conn: &mut DbConn, turn: &Turn) -> Result<(), Failure<E>> {
+    let name = turn.name();
+    let key = name.advisory_key();
+    let asked = Instant::now();
+    let result = (|| {
+        let granted: bool = cached_sql::<Bool>("SELECT pg_try_advisory_xact_lock(?)")
+            .bind::<BigInt, _>(key)
+            .get_result(conn)
+            .map_err(Failure::Db)?;
+        if granted {
+            return Ok(());
+        }
+        let wait = turn.remaining();
+        if wait.as_millis() == 0 {
+            return Err(Failure::Lock(LockError::TimedOut { name: name.clone(), waited: wait }));
+        }
+        let Some(_waiting) = turn.try_wait_slot() else {
+            return Err(Failure::Lock(LockError::Crowded { name: name.clone() }));
+        };
+        let session_bound: String = cached_sql::<Text>("SELECT current_setting('lock_timeout')")
+            .get_result(conn)
+            .map_err(Failure::Db)?;
+        cached_sql::<Text>("SELECT set_config('lock_timeout', ?, true)")
+            .bind::<Text, _>(format!("{}ms", wait.as_millis()))
+            .get_result::<String>(conn)
+            .map_err(Failure::Db)?;
+        match cached_sql::<()>("SELECT pg_advisory_xact_lock(?)").bind::<BigInt, _>(key).execute(conn) {
+            Ok(_) => {}
+            // The transaction is aborted now; its rollback ends it.
+            Err(e) if super::retry::is_lock_timeout(&e) => {
+                return Err(Failure::Lock(LockError::TimedOut { name: name.clone(), waited: wait }));
+            }
+            Err(e) => return Err(Failure::Db(e)),
+        }
+        cached_sql::<Text>("SELECT set_config('lock_timeout', ?, true)")
+            .bind::<Text, _>(session_bound)
+            .get_result::<String>(conn)
+            .map_err(Failure::Db)?;
+        Ok(())
+    })();
+    metrics::waited(Family::Named, name.scope(), asked.elapsed());
+    let outcome = match &result {
+        Ok(()) => "acquired",
+        Err(Failure::Lock(LockError::TimedOut { .. })) => "timed_out",
+        Err(Failure::Lock(LockError::Crowded { .. })) => "crowded",
+        Err(_) => "failed",
+    };
+    metrics::record(|m| m.named_lock_acquisitions.with_label_values(&[name.scope(), outcome]).inc());
+    result
+}
