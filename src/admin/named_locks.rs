@@ -28,8 +28,10 @@ use crate::locking::sql::{holder_of, kill_connection, own_connection_id};
 pub struct OurLockName(String);
 
 impl OurLockName {
-    /// On PostgreSQL, a lock as listed (`advisory key N`) is accepted too: the listing covers
-    /// only this deployment's database, so a key found there is ours.
+    /// On PostgreSQL, a lock as listed (`advisory key N`) is accepted too. A key does not tell
+    /// whose it is: the listing covers only this deployment's database, where the locks are
+    /// normally haita's, but any session of that database may take one. The screen shows each
+    /// holder's user, host and state; the admin decides, and the audit log keeps the reason.
     pub fn parse(names: &Namespace, engine: Engine, text: &str) -> Result<Self, AdminError> {
         let text = text.trim();
         let listed_key = engine == Engine::Postgres && labelled_advisory_key(text).is_some();

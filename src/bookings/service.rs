@@ -32,6 +32,15 @@ use crate::schema::{reservations, resource_closures, resources};
 /// 3. count, check, insert, commit;
 /// 4. release the lock (dropping the guard) only after the commit.
 ///
+/// That is MySQL's order. On PostgreSQL the lock is transaction-scoped
+/// ([`crate::locking::in_one_transaction`]): steps 1 and 2 swap (the transaction's first
+/// statement takes the lock, which is right at READ COMMITTED, where each statement reads what
+/// has committed when it starts) and step 4 is the COMMIT itself.
+///
+/// Requests served one by one come here: those with an idempotency key, all of them with
+/// `COALESCE_BOOKINGS=0`, and any the coalescer hands back; the others are booked in batches
+/// ([`book_batch`]).
+///
 /// The ticket is checked in step 3's read: a session that has ended books nothing
 /// ([`BookingError::SessionEnded`]), and a live one costs no statement of its own.
 ///

@@ -115,11 +115,21 @@ impl ManageConnection for Manager {
     type Error = diesel::r2d2::Error;
 
     fn connect(&self) -> Result<DbConn, Self::Error> {
+        /// Counts the connection as opening until it is handed over; on any other way out
+        /// (an error, a panic) it is no longer opening.
+        struct Opening<'a>(&'a AtomicUsize, bool);
+        impl Drop for Opening<'_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    Manager::opened(self.0);
+                }
+            }
+        }
         self.opening.fetch_add(1, Ordering::AcqRel);
-        DbConn::open(&self.url).map_err(|e| {
-            Self::opened(&self.opening);
-            diesel::r2d2::Error::ConnectionError(e)
-        })
+        let mut opening = Opening(&self.opening, false);
+        let conn = DbConn::open(&self.url).map_err(diesel::r2d2::Error::ConnectionError)?;
+        opening.1 = true; // the pool's customizer takes it from here
+        Ok(conn)
     }
 
     fn is_valid(&self, conn: &mut DbConn) -> Result<(), Self::Error> {

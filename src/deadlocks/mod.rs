@@ -189,9 +189,10 @@ fn innodb_section(conn: &mut DbConn, url: &str) -> Result<Option<String>, String
 /// error (40P01), one line per session of the cycle ("Process 12 waits for ShareLock on
 /// transaction 345; blocked by process 67."). The statements are only in the server's log; the
 /// other sessions' are read from `pg_stat_activity` now, and kept only while that session is
-/// still in its transaction (then its statement is the one that waited, or came right after
-/// it). Stored as: the time, `victim: process <pid>` (ours), the DETAIL lines, and
-/// `process <pid> statement: <text>` lines ([`parse_postgres`] reads it back).
+/// still in the deadlock's transaction (its `backend_xid` is the one we waited for): then its
+/// statement is the one that waited, or came right after it. Stored as: the time,
+/// `victim: process <pid>` (ours), the DETAIL lines, and `process <pid> statement: <text>` lines
+/// ([`parse_postgres`] reads it back).
 fn postgres_section(conn: &mut DbConn, error: &DbError) -> QueryResult<Option<String>> {
     let DbError::DatabaseError(_, info) = error else { return Ok(None) };
     let Some(detail) = info.details() else { return Ok(None) };
@@ -199,18 +200,24 @@ fn postgres_section(conn: &mut DbConn, error: &DbError) -> QueryResult<Option<St
     let mut lines =
         vec![chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string(), format!("victim: process {me}")];
     lines.extend(detail.lines().map(str::to_string));
-    let others: Vec<i64> = parse_postgres(&lines.join("\n"))
+    // Another party's statement is worth keeping only while it is still in the very transaction
+    // of the deadlock: the one whose id the DETAIL names as what we waited for.
+    let others: Vec<(i64, String)> = parse_postgres(&lines.join("\n"))
         .transactions
         .iter()
-        .filter_map(|party| party.thread_id)
-        .filter(|pid| *pid != me)
+        .filter(|party| party.thread_id != Some(me))
+        .filter_map(|party| {
+            let xid = party.holds.iter().find_map(|held| held.strip_prefix("transaction "))?;
+            Some((party.thread_id?, xid.to_string()))
+        })
         .collect();
-    for pid in others {
+    for (pid, xid) in others {
         let statement = cached_sql::<Nullable<Text>>(
             "SELECT query FROM pg_stat_activity WHERE pid = CAST(? AS INTEGER) \
-               AND state IN ('active', 'idle in transaction')",
+               AND backend_xid = CAST(CAST(? AS TEXT) AS xid) AND query <> '<insufficient privilege>'",
         )
         .bind::<BigInt, _>(pid)
+        .bind::<Text, _>(&xid)
         .get_result::<Option<String>>(conn)
         .optional()?
         .flatten();

@@ -29,6 +29,12 @@ use crate::metrics::{self, Family};
 ///
 /// As with [`NamedLockGuard::acquire_pooled`], a connection found dead before any of the work
 /// was sent is replaced once: the transaction had done nothing, and its lock went with it.
+///
+/// The lock is taken inside the transaction, which is right only at READ COMMITTED (the pool's
+/// PostgreSQL sessions run in it, `db::build_pool`): each statement then reads what had
+/// committed when it started, so the work sees the previous holder's commit. Under REPEATABLE
+/// READ the snapshot would be taken by the lock's own statement, before its wait, and the work
+/// would count without the previous holder's booking: the check-then-insert race again.
 pub fn in_one_transaction<T, E>(
     pool: &DbPool,
     turn: Turn,
@@ -78,18 +84,22 @@ fn attempt<T, E>(
     turn: &Turn,
     work: &mut Option<impl FnOnce(&mut DbConn) -> Result<T, E>>,
 ) -> Result<T, Failure<E>> {
-    crate::db::transaction(conn, |conn| {
+    let mut granted = None;
+    let done = crate::db::transaction(conn, |conn| {
         take(conn, turn)?;
-        let granted = Instant::now();
+        granted = Some(Instant::now());
         let Some(work) = work.take() else {
             // `in_one_transaction` tries again only while the work has not run.
             return Err(Failure::Db(DbError::QueryBuilderError("the locked work ran already".into())));
         };
-        let done = work(conn).map_err(Failure::Work);
-        // Held until the COMMIT that follows; measured to here, like the guard's to its release.
+        work(conn).map_err(Failure::Work)
+    });
+    // Held until the transaction ended, COMMIT or ROLLBACK included, like the guard's until its
+    // release.
+    if let Some(granted) = granted {
         metrics::held(Family::Named, turn.name().scope(), granted.elapsed());
-        done
-    })
+    }
+    done
 }
 
 /// `pg_try_advisory_xact_lock`; when the lock is held elsewhere and the turn and the waiting

@@ -328,6 +328,18 @@ async fn a_deadlock_an_order_loses_is_kept_for_the_admin_next_to_its_retry() {
     invariants::wait_until_a_transaction_waits_for_a_lock(&app.db).await;
     // The order holds the first row and waits for the second: closing the cycle is a deadlock.
     lock(&mut other, first).expect("the order, not this session, is rolled back");
+    // Still in this transaction until the order has stored its evidence (before its retry, which
+    // waits for this commit): on PostgreSQL the evidence reads this session's statement then.
+    let mut watcher = app.db.raw_connection();
+    for _ in 0..500 {
+        let stored: i64 = haita::db::cached_sql::<BigInt>("SELECT COUNT(*) FROM deadlock_reports")
+            .get_result(&mut watcher)
+            .expect("reports");
+        if stored > 0 {
+            break;
+        }
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     other.batch_execute("COMMIT").expect("commit");
     assert_eq!(ordering.await.expect("order task"), (201, Some("2".to_string())), "placed by its retry");
 
@@ -353,9 +365,11 @@ async fn a_deadlock_an_order_loses_is_kept_for_the_admin_next_to_its_retry() {
                 let object = wanted.split_once(" on ").map(|(_, o)| o).expect("lock on an object");
                 assert!(holder["holds"].to_string().contains(object), "{report}");
             }
-            // PostgreSQL names sessions, not statements (those are in its log): the survivor
-            // is this test's session, the victim the order's.
+            // PostgreSQL names sessions; statements are in its log only. The survivor is this
+            // test's session, still in that transaction when the evidence was taken, so its
+            // statement was read from pg_stat_activity; the victim's is unknown.
             assert_eq!(survivor["thread_id"].as_i64(), Some(other_id), "{report}");
+            assert!(survivor["statement"].as_str().is_some_and(|s| s.contains("FOR UPDATE")), "{report}");
         }
     }
     let page = admin.get("/admin/locks").await.text().await.expect("page");

@@ -130,8 +130,17 @@ impl OwnServer {
             if let Some((uid, gid)) = postgres_account() {
                 command.uid(uid).gid(gid);
             }
-            let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("postgres");
-            while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            // A process group of its own, so that `kill` takes the backends down with it.
+            command.process_group(0);
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.dir.join("postgres.log"))
+                .expect("server log");
+            let mut child = command.stdout(Stdio::null()).stderr(log).spawn().expect("postgres");
+            // Ready once it lets a session in: the port opens while it still says "starting up".
+            let ready = format!("postgres://postgres@127.0.0.1:{}/postgres", self.port);
+            while haita::db::DbConn::open(&ready).is_err() {
                 if child.try_wait().ok().flatten().is_some() {
                     break;
                 }
@@ -170,9 +179,14 @@ impl OwnServer {
         }
     }
 
-    /// `kill -9`: the server vanishes mid-statement, as in a crash.
+    /// `kill -9`: the server vanishes mid-statement, as in a crash. For PostgreSQL that is the
+    /// postmaster's whole process group: killed alone, its backends would finish what they are
+    /// doing first.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            if self.engine == haita::db::Engine::Postgres {
+                let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
