@@ -11,7 +11,7 @@ use super::model::{
 use crate::catalog::model::Product;
 use crate::db::conn::on_engine;
 use crate::db::{DbConn, DbPool, cached_sql};
-use crate::locking::{NamedLockGuard, Turn};
+use crate::locking::Turn;
 use crate::schema::{products, stock_levels, stock_movements, users};
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -37,70 +37,69 @@ pub fn receive(
     if product_id < 1 {
         return Err(InventoryError::InvalidProductId);
     }
-    let mut conn = pool.get()?;
-    if Product::by_id(product_id).select(products::id).first::<i64>(&mut conn).optional()?.is_none() {
+    let known =
+        Product::by_id(product_id).select(products::id).first::<i64>(&mut *pool.get()?).optional()?.is_some();
+    if !known {
         return Err(InventoryError::UnknownProduct(product_id));
     }
     debug_assert_eq!(turn.name(), &pool.names().stock(product_id));
-    let mut held = NamedLockGuard::acquire_in_turn(conn, turn)?;
-    let received = increase_or_insert(&mut held, actor_user_id, product_id, quantity)?;
-    drop(held); // committed above
-    Ok(received)
+    // The named lock serialises this product; REPEATABLE READ's gap lock on a missing row would
+    // only make first receipts of neighbouring products deadlock (`db::transaction_read_committed`).
+    // On PostgreSQL the lock is transaction-scoped: the transaction's COMMIT lets it go.
+    crate::locking::in_one_read_committed_transaction(pool, turn, |conn| {
+        increase_or_insert(conn, actor_user_id, product_id, quantity)
+    })
 }
 
 /// The classic read-then-insert-or-update. The statements are exactly those that deadlock
-/// without the lock (see the module docs); `held` is what makes them safe: no second receipt for
-/// this product can be between its SELECT and its INSERT. Orders never insert stock rows, so the
-/// only other writers of this row (order decrements) meet a row lock here, never a gap cycle.
+/// without the lock (see the module docs); the product's lock, held by the transaction this runs
+/// in ([`receive`]), is what makes them safe: no second receipt for this product can be between
+/// its SELECT and its INSERT. Orders never insert stock rows, so the only other writers of this
+/// row (order decrements) meet a row lock here, never a gap cycle.
 fn increase_or_insert(
-    held: &mut NamedLockGuard,
+    conn: &mut DbConn,
     actor_user_id: i64,
     product_id: i64,
     quantity: Quantity,
 ) -> Result<Received, InventoryError> {
-    debug_assert_eq!(held.name().scope(), "stock");
-    // The named lock serialises this product; REPEATABLE READ's gap lock on a missing row would
-    // only make first receipts of neighbouring products deadlock (`db::transaction_read_committed`).
-    crate::db::transaction_read_committed(held.conn(), |conn| {
-        let row = stock_levels::table.find(product_id).select(stock_levels::on_hand);
-        let current: Option<u32> =
-            on_engine!(conn, |c| row.for_update().first(c)).optional()?.map(on_hand_from_sql);
-        let on_hand = match current {
-            Some(now) => {
-                let after = now
-                    .checked_add(quantity.get())
-                    .filter(|after| *after <= MAX_ON_HAND)
-                    .ok_or(InventoryError::StockLimit { product_id, quantity: quantity.get() })?;
-                cached_sql::<()>("UPDATE stock_levels SET on_hand = ? WHERE product_id = ?")
-                    .bind::<Integer, _>(on_hand_to_sql(after))
-                    .bind::<BigInt, _>(product_id)
-                    .execute(conn)?;
-                after
-            }
-            None => {
-                cached_sql::<()>("INSERT INTO stock_levels (product_id, on_hand) VALUES (?, ?)")
-                    .bind::<BigInt, _>(product_id)
-                    .bind::<Integer, _>(quantity.signed())
-                    .execute(conn)?;
-                quantity.get()
-            }
-        };
-        NewStockMovement {
-            product_id,
-            delta: quantity.signed(),
-            reason: MovementReason::Receipt,
-            order_id: None,
-            actor_user_id: Some(actor_user_id),
+    let row = stock_levels::table.find(product_id).select(stock_levels::on_hand);
+    let current: Option<u32> =
+        on_engine!(conn, |c| row.for_update().first(c)).optional()?.map(on_hand_from_sql);
+    let on_hand = match current {
+        Some(now) => {
+            let after = now
+                .checked_add(quantity.get())
+                .filter(|after| *after <= MAX_ON_HAND)
+                .ok_or(InventoryError::StockLimit { product_id, quantity: quantity.get() })?;
+            cached_sql::<()>("UPDATE stock_levels SET on_hand = ? WHERE product_id = ?")
+                .bind::<Integer, _>(on_hand_to_sql(after))
+                .bind::<BigInt, _>(product_id)
+                .execute(conn)?;
+            after
         }
-        .insert(conn)?;
-        let movement_id = crate::db::last_insert_id(conn)?;
-        Ok(Received {
-            product_id,
-            quantity: quantity.get(),
-            on_hand,
-            movement_id,
-            created_stock_row: current.is_none(),
-        })
+        None => {
+            cached_sql::<()>("INSERT INTO stock_levels (product_id, on_hand) VALUES (?, ?)")
+                .bind::<BigInt, _>(product_id)
+                .bind::<Integer, _>(quantity.signed())
+                .execute(conn)?;
+            quantity.get()
+        }
+    };
+    NewStockMovement {
+        product_id,
+        delta: quantity.signed(),
+        reason: MovementReason::Receipt,
+        order_id: None,
+        actor_user_id: Some(actor_user_id),
+    }
+    .insert(conn)?;
+    let movement_id = crate::db::last_insert_id(conn)?;
+    Ok(Received {
+        product_id,
+        quantity: quantity.get(),
+        on_hand,
+        movement_id,
+        created_stock_row: current.is_none(),
     })
 }
 

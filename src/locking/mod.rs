@@ -2,8 +2,9 @@
 //!
 //! - [`NamedLockGuard`]: a MySQL named lock (`GET_LOCK`) held on one pooled connection for as
 //!   long as the guard lives; the work done under it runs on that same connection.
-//! - [`in_one_transaction`]: a named lock held for exactly one transaction: PostgreSQL's
-//!   transaction-scoped advisory lock, released by the transaction's end (the guard on MySQL).
+//! - [`in_one_transaction`]: a named lock held for exactly one transaction (a single booking, a
+//!   stock receipt): PostgreSQL's transaction-scoped advisory lock, released by the
+//!   transaction's end (the guard on MySQL).
 //! - [`LockName`]: the only way to build a lock name: namespaced, case-stable, at most 64
 //!   characters.
 //! - [`retry::retry_on_lock_conflict`]: reruns a whole transaction after a deadlock or a lock
@@ -22,4 +23,4 @@ mod transaction_scoped;
 pub use named::{LockError, NamedLockGuard};
 pub use names::{LockName, Namespace};
 pub use queue::{LockQueue, Turn};
-pub use transaction_scoped::in_one_transaction;
+pub use transaction_scoped::{in_one_read_committed_transaction, in_one_transaction};

@@ -1,6 +1,7 @@
 //! A named lock whose life is exactly one transaction.
 //!
-//! Where everything done under a lock is one transaction (a single booking), the lock need not
+//! Where everything done under a lock is one transaction (a single booking, a stock receipt), the
+//! lock need not
 //! outlive it. PostgreSQL has that form: `pg_advisory_xact_lock`, taken by a statement of the
 //! transaction and let go by its `COMMIT` or `ROLLBACK`. There is nothing to release, so none of
 //! the session form's hazards ([`NamedLockGuard`]) can arise: no release on the wrong
@@ -43,9 +44,45 @@ pub fn in_one_transaction<T, E>(
 where
     E: From<DbError> + From<LockError> + From<Infra>,
 {
+    locked_transaction(pool, turn, Isolation::SessionDefault, work)
+}
+
+/// [`in_one_transaction`] at READ COMMITTED on MySQL too, for work whose named lock already
+/// serialises what it touches and which REPEATABLE READ's gap locks would only make deadlock
+/// (`db::transaction_read_committed`). PostgreSQL's sessions run at READ COMMITTED anyway.
+pub fn in_one_read_committed_transaction<T, E>(
+    pool: &DbPool,
+    turn: Turn,
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DbError> + From<LockError> + From<Infra>,
+{
+    locked_transaction(pool, turn, Isolation::ReadCommitted, work)
+}
+
+/// The isolation of the MySQL transaction around the work.
+enum Isolation {
+    SessionDefault,
+    ReadCommitted,
+}
+
+fn locked_transaction<T, E>(
+    pool: &DbPool,
+    turn: Turn,
+    isolation: Isolation,
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DbError> + From<LockError> + From<Infra>,
+{
     if pool.engine() == Engine::Mysql {
         let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
-        return crate::db::transaction(held.conn(), work); // committed before the guard lets go
+        // Committed before the guard lets go.
+        return match isolation {
+            Isolation::SessionDefault => crate::db::transaction(held.conn(), work),
+            Isolation::ReadCommitted => crate::db::transaction_read_committed(held.conn(), work),
+        };
     }
     let mut work = Some(work);
     let mut conn = pool.get().map_err(Infra::from)?;
