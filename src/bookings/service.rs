@@ -15,7 +15,7 @@ use crate::db::cached::ListStatements;
 use crate::db::{DbConn, DbPool, cached_sql};
 use crate::idempotency::{self, Once};
 use crate::locking::retry::{LockConflict, MayConflict};
-use crate::locking::{NamedLockGuard, Turn};
+use crate::locking::{Isolation, NamedLockGuard, Turn};
 use crate::resources::Resource;
 use crate::schema::{reservations, resource_closures, resources};
 
@@ -57,7 +57,7 @@ pub fn book(
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
     // The day's lock lives exactly as long as the check-then-insert transaction: on PostgreSQL
     // the transaction-scoped advisory lock, let go by the COMMIT itself.
-    crate::locking::in_one_transaction(pool, turn, |conn| {
+    crate::locking::in_one_transaction(pool, turn, Isolation::SessionDefault, |conn| {
         check_then_insert(conn, ticket, resource_id, date, once)
     })
     .and_then(std::convert::identity)

@@ -11,7 +11,7 @@ use super::model::{
 use crate::catalog::model::Product;
 use crate::db::conn::on_engine;
 use crate::db::{DbConn, DbPool, cached_sql};
-use crate::locking::Turn;
+use crate::locking::{Isolation, Turn};
 use crate::schema::{products, stock_levels, stock_movements, users};
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -46,7 +46,7 @@ pub fn receive(
     // The named lock serialises this product; REPEATABLE READ's gap lock on a missing row would
     // only make first receipts of neighbouring products deadlock (`db::transaction_read_committed`).
     // On PostgreSQL the lock is transaction-scoped: the transaction's COMMIT lets it go.
-    crate::locking::in_one_read_committed_transaction(pool, turn, |conn| {
+    crate::locking::in_one_transaction(pool, turn, Isolation::ReadCommitted, |conn| {
         increase_or_insert(conn, actor_user_id, product_id, quantity)
     })
 }

@@ -23,4 +23,4 @@ mod transaction_scoped;
 pub use named::{LockError, NamedLockGuard};
 pub use names::{LockName, Namespace};
 pub use queue::{LockQueue, Turn};
-pub use transaction_scoped::{in_one_read_committed_transaction, in_one_transaction};
+pub use transaction_scoped::{Isolation, in_one_transaction};

@@ -28,46 +28,19 @@ use crate::metrics::{self, Family};
 /// held by a guard around the transaction. The lock is waited for like the guard's: asked
 /// without waiting first, then within what is left of the turn and the waiting budget.
 ///
+/// `isolation` is the MySQL transaction's: READ COMMITTED for work whose named lock already
+/// serialises what it touches and which REPEATABLE READ's gap locks would only make deadlock
+/// (`db::transaction_read_committed`). PostgreSQL's sessions run at READ COMMITTED anyway.
+///
 /// As with [`NamedLockGuard::acquire_pooled`], a connection found dead before any of the work
 /// was sent is replaced once: the transaction had done nothing, and its lock went with it.
 ///
-/// The lock is taken inside the transaction, which is right only at READ COMMITTED (the pool's
+/// On PostgreSQL the lock is taken inside the transaction, which is right only at READ COMMITTED (the pool's
 /// PostgreSQL sessions run in it, `db::build_pool`): each statement then reads what had
 /// committed when it started, so the work sees the previous holder's commit. Under REPEATABLE
 /// READ the snapshot would be taken by the lock's own statement, before its wait, and the work
 /// would count without the previous holder's booking: the check-then-insert race again.
 pub fn in_one_transaction<T, E>(
-    pool: &DbPool,
-    turn: Turn,
-    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
-) -> Result<T, E>
-where
-    E: From<DbError> + From<LockError> + From<Infra>,
-{
-    locked_transaction(pool, turn, Isolation::SessionDefault, work)
-}
-
-/// [`in_one_transaction`] at READ COMMITTED on MySQL too, for work whose named lock already
-/// serialises what it touches and which REPEATABLE READ's gap locks would only make deadlock
-/// (`db::transaction_read_committed`). PostgreSQL's sessions run at READ COMMITTED anyway.
-pub fn in_one_read_committed_transaction<T, E>(
-    pool: &DbPool,
-    turn: Turn,
-    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
-) -> Result<T, E>
-where
-    E: From<DbError> + From<LockError> + From<Infra>,
-{
-    locked_transaction(pool, turn, Isolation::ReadCommitted, work)
-}
-
-/// The isolation of the MySQL transaction around the work.
-enum Isolation {
-    SessionDefault,
-    ReadCommitted,
-}
-
-fn locked_transaction<T, E>(
     pool: &DbPool,
     turn: Turn,
     isolation: Isolation,
@@ -98,6 +71,13 @@ where
         Failure::Lock(e) => e.into(),
         Failure::Work(e) => e,
     })
+}
+
+/// The isolation of the MySQL transaction around the work ([`in_one_transaction`]).
+pub enum Isolation {
+    /// The session's: REPEATABLE READ on MySQL.
+    SessionDefault,
+    ReadCommitted,
 }
 
 /// Why a transaction-scoped attempt failed: the work's own error, the lock, or a statement of
