@@ -14,15 +14,18 @@ pub use haita::locking::sql::{holder_of, own_connection_id as connection_id};
 /// Takes `name` on this session without waiting: true when granted. Taking it again on the same
 /// session succeeds and counts once more on both engines (each re-entry needs its own release).
 pub fn try_lock(conn: &mut DbConn, name: &LockName) -> bool {
+    ask(conn, name, "SELECT COALESCE(GET_LOCK(?, 0), 0) = 1", "SELECT pg_try_advisory_lock(?)")
+}
+
+/// A yes/no question about `name`: MySQL's lock functions take the name, PostgreSQL's its key.
+fn ask(conn: &mut DbConn, name: &LockName, mysql: &str, postgres: &str) -> bool {
     match conn.engine() {
-        Engine::Mysql => cached_sql::<Bool>("SELECT COALESCE(GET_LOCK(?, 0), 0) = 1")
-            .bind::<Text, _>(name.as_str())
-            .get_result(conn),
-        Engine::Postgres => cached_sql::<Bool>("SELECT pg_try_advisory_lock(?)")
-            .bind::<BigInt, _>(name.advisory_key())
-            .get_result(conn),
+        Engine::Mysql => cached_sql::<Bool>(mysql).bind::<Text, _>(name.as_str()).get_result(conn),
+        Engine::Postgres => {
+            cached_sql::<Bool>(postgres).bind::<BigInt, _>(name.advisory_key()).get_result(conn)
+        }
     }
-    .expect("try the lock")
+    .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// Takes `name` on this session, waiting at most `wait` (whole seconds on MySQL): true when
@@ -55,15 +58,7 @@ pub fn lock_within(conn: &mut DbConn, name: &LockName, wait: Duration) -> bool {
 
 /// Releases one hold of `name` on this session: true when this session held it.
 pub fn release(conn: &mut DbConn, name: &LockName) -> bool {
-    match conn.engine() {
-        Engine::Mysql => cached_sql::<Bool>("SELECT COALESCE(RELEASE_LOCK(?), 0) = 1")
-            .bind::<Text, _>(name.as_str())
-            .get_result(conn),
-        Engine::Postgres => cached_sql::<Bool>("SELECT pg_advisory_unlock(?)")
-            .bind::<BigInt, _>(name.advisory_key())
-            .get_result(conn),
-    }
-    .expect("release the lock")
+    ask(conn, name, "SELECT COALESCE(RELEASE_LOCK(?), 0) = 1", "SELECT pg_advisory_unlock(?)")
 }
 
 /// Whether any session holds `name`.
