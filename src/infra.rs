@@ -19,9 +19,12 @@
 //! `infra_error!` macro gives the feature enum the `From` conversions, so
 //! `?` works on diesel, r2d2, blocking and lock errors alike.
 
-use diesel::result::{DatabaseErrorKind, Error as DbError};
+#[cfg(test)]
+use diesel::result::DatabaseErrorKind;
+use diesel::result::Error as DbError;
 
 use crate::db::CheckoutError;
+use crate::db::errors::{Failure, classify_message, lost_connection};
 use crate::locking::LockError;
 use crate::locking::retry::MayConflict;
 use crate::web::error::Problem;
@@ -59,7 +62,9 @@ impl Infra {
             Self::Lock(LockError::Failed { source: Some(e), .. }) => lost_connection(e),
             Self::Pool(CheckoutError::Down(_)) => true,
             // r2d2 reports why its last connect failed in the checkout error's text.
-            Self::Pool(CheckoutError::Busy(e)) => mentions_lost_connection(&e.to_string()),
+            Self::Pool(CheckoutError::Busy(e)) => {
+                classify_message(&e.to_string()) == Some(Failure::LostConnection)
+            }
             _ => false,
         }
     }
@@ -98,46 +103,6 @@ impl MayConflict for Infra {
             _ => None,
         }
     }
-}
-
-/// Client errors 2006 / 2013 and their MariaDB wordings, a server shutting down (1053) and a
-/// killed connection (1927). diesel reports all of them as `DatabaseErrorKind::Unknown` (or
-/// `ClosedConnection`), so the server's message is what tells them apart.
-const MARKERS: &[&str] = &[
-    "server has gone away",
-    "lost connection",
-    "can't connect",
-    "connection was killed",
-    "shutdown in progress",
-    "connection refused",
-    // PostgreSQL (libpq and the server): a backend that died or was terminated, a server
-    // shutting down or still starting.
-    "server closed the connection unexpectedly",
-    "terminating connection",
-    "no connection to the server",
-    "could not connect to server",
-    "the database system is shutting down",
-    "the database system is starting up",
-    "could not receive data from server",
-];
-
-pub fn lost_connection(error: &DbError) -> bool {
-    match error {
-        DbError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => true,
-        DbError::DatabaseError(_, info) => mentions_lost_connection(info.message()),
-        // COMMIT failed and so did the ROLLBACK after it: the connection died mid-transaction.
-        DbError::RollbackErrorOnCommit { commit_error, rollback_error } => {
-            lost_connection(commit_error) || lost_connection(rollback_error)
-        }
-        // diesel gives up on a connection whose ROLLBACK failed: in practice, a dead one.
-        DbError::BrokenTransactionManager => true,
-        _ => false,
-    }
-}
-
-fn mentions_lost_connection(message: &str) -> bool {
-    let message = message.to_ascii_lowercase();
-    MARKERS.iter().any(|m| message.contains(m))
 }
 
 /// Gives a feature error with an `Infra(Infra)` variant the `From` conversions of every

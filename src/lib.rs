@@ -57,10 +57,27 @@ pub fn prepare_database(config: &Config) -> anyhow::Result<DbPool> {
     let pool = db::build_pool(config)
         .map_err(|e| anyhow::anyhow!("cannot open a pool on {}: {e}", db::redact(&config.database_url)))?;
     db::check_server(&mut *pool.get()?)?;
-    for applied in db::run_migrations(&pool)? {
+    for applied in run_migrations(&pool)? {
         log::info!("applied migration {applied}");
     }
     Ok(pool)
+}
+
+/// Applies the product's pending migrations ([`migrate`]).
+pub fn run_migrations(pool: &DbPool) -> anyhow::Result<Vec<String>> {
+    migrate(pool, db::MIGRATIONS)
+}
+
+/// Applies the pending migrations of `set` under the migration lock, so several instances
+/// starting together do not race each other through the same DDL (MySQL DDL is not
+/// transactional), and names them.
+pub fn migrate(pool: &DbPool, set: db::Migrations) -> anyhow::Result<Vec<String>> {
+    let mut lock = locking::NamedLockGuard::acquire(
+        pool.get()?,
+        pool.names().migrations(),
+        std::time::Duration::from_secs(120),
+    )?;
+    set.apply(lock.conn())
 }
 
 /// A bound, not yet running, HTTP server.
@@ -252,7 +269,7 @@ async fn health(state: aweb::Data<AppState>) -> HttpResponse {
 async fn metrics_text(state: aweb::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(metrics::render(&state.pool))
+        .body(metrics::render(state.pool.state()))
 }
 
 async fn openapi_json(state: aweb::Data<AppState>) -> HttpResponse {

@@ -215,8 +215,8 @@ pub fn held(family: Family, scope: &str, took: Duration) {
     record(|m| m.lock_hold_seconds.with_label_values(&[family.label(), scope]).observe(took.as_secs_f64()));
 }
 
-/// The Prometheus text exposition, with the pool gauges read now.
-pub fn render(pool: &crate::db::DbPool) -> String {
+/// The Prometheus text exposition, with the pool gauges as `pool` (the pool's state read now).
+pub fn render(pool: diesel::r2d2::State) -> String {
     let mut out = Vec::new();
     if let Err(e) = TextEncoder::new().encode(&gather(pool), &mut out) {
         log::error!("encoding metrics failed: {e}");
@@ -224,9 +224,8 @@ pub fn render(pool: &crate::db::DbPool) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// Every metric, with the pool gauges read now.
-pub fn gather(pool: &crate::db::DbPool) -> Vec<prometheus::proto::MetricFamily> {
-    let state = pool.state();
+/// Every metric, with the pool gauges as `state` (the pool's state read now).
+pub fn gather(state: diesel::r2d2::State) -> Vec<prometheus::proto::MetricFamily> {
     METRICS.pool_connections.set(i64::from(state.connections));
     METRICS.pool_idle.set(i64::from(state.idle_connections));
     METRICS.registry.gather()

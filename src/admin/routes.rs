@@ -160,7 +160,7 @@ async fn locks_page(
     let locks = load_locks(&state).await?;
     let lookup = match query.name.as_deref().filter(|n| !n.trim().is_empty()) {
         Some(text) => {
-            let name = OurLockName::parse(state.pool.names(), state.pool.engine(), text)?;
+            let name = OurLockName::parse(state.pool.names(), state.pool.dialect(), text)?;
             let pool = state.pool.clone();
             let found =
                 blocking(move || Ok::<_, AdminError>(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
@@ -239,7 +239,7 @@ async fn force_release_named_form(
     CsrfForm(form): CsrfForm<ForceReleaseNamedForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let name = OurLockName::parse(state.pool.names(), state.pool.engine(), &form.name)?;
+    let name = OurLockName::parse(state.pool.names(), state.pool.dialect(), &form.name)?;
     let reason = Reason::parse(form.reason.as_deref())?;
     let killed = force_release_named(&state, name, form.connection_id, admin.id, reason).await?;
     Ok(see_other(&format!("/admin/locks?killed={}&freed={}", killed.connection_id, killed.freed)))
@@ -413,7 +413,7 @@ async fn metrics_page(
     ctx: PageContext,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let charts = super::metrics::charts(&crate::metrics::gather(&state.pool));
+    let charts = super::metrics::charts(&crate::metrics::gather(state.pool.state()));
     let buckets = charts.waits.first().or(charts.holds.first()).map_or(15, |s| s.buckets.len());
     let row_width = u32::try_from(buckets).unwrap_or(15) * (super::metrics::BAR_WIDTH + 2);
     Ok(html(&MetricsScreen { ctx, charts, bar_max: super::metrics::BAR_MAX, row_width })?)
@@ -480,7 +480,7 @@ async fn lookup_named_json(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, AdminError> {
-    let name = OurLockName::parse(state.pool.names(), state.pool.engine(), &path.into_inner())?;
+    let name = OurLockName::parse(state.pool.names(), state.pool.dialect(), &path.into_inner())?;
     let pool = state.pool.clone();
     let key = name.as_str().to_string();
     let found = blocking(move || Ok::<_, AdminError>(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
@@ -502,7 +502,7 @@ async fn force_release_named_json(
     query: web::Query<ReasonQuery>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, AdminError> {
-    let name = OurLockName::parse(state.pool.names(), state.pool.engine(), &path.into_inner())?;
+    let name = OurLockName::parse(state.pool.names(), state.pool.dialect(), &path.into_inner())?;
     let reason = Reason::parse(query.reason.as_deref())?;
     let killed = force_release_named(&state, name, query.connection_id, admin.id, reason).await?;
     Ok(HttpResponse::Ok().json(Released { released: killed }))

@@ -18,7 +18,7 @@ use std::time::Duration;
 use super::lockfile::{self, Busy, LockFile, LockFileError};
 use crate::db::DbPool;
 use crate::infra::Infra;
-use crate::locking::{LockError, NamedLockGuard, sql};
+use crate::locking::{LockError, NamedLockGuard};
 
 /// Which guard (`BATCH_LOCK`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,8 +77,9 @@ impl RunGuard {
                 {
                     Ok(guard) => Held::Db(guard),
                     Err(LockError::TimedOut { .. } | LockError::Crowded { .. }) => {
-                        let holder = sql::holder_of(&mut *pool.get().map_err(Infra::from)?, name.as_str())
-                            .map_err(Infra::from)?;
+                        let mut conn = pool.get().map_err(Infra::from)?;
+                        let holder =
+                            conn.dialect().holder_of(&mut conn, name.as_str()).map_err(Infra::from)?;
                         let by =
                             holder.map_or("another session".into(), |id| format!("database session {id}"));
                         return Err(GuardError::Busy { job: job.into(), by });
@@ -116,9 +117,9 @@ impl RunGuard {
             Held::Db(guard) => {
                 let name = guard.name().as_str().to_owned();
                 let conn = guard.conn();
-                let me =
-                    sql::own_connection_id(conn).map_err(|e| lost(format!("its session is gone: {e}")))?;
-                match sql::holder_of(conn, &name) {
+                let dialect = conn.dialect();
+                let me = dialect.session_id(conn).map_err(|e| lost(format!("its session is gone: {e}")))?;
+                match dialect.holder_of(conn, &name) {
                     Ok(Some(holder)) if holder == me => Ok(()),
                     Ok(other) => {
                         Err(lost(format!("the named lock is held by {other:?}, not by session {me}")))

@@ -90,10 +90,10 @@ struct Day {
 /// (`auth::session::Claimed`): one hop and one statement fewer per booking. The price is that a
 /// request whose session has just ended gets as far as the day's lock before it is refused,
 /// which any logged-in user could do anyway; the cookie is sealed, so nobody else can.
-/// MariaDB knows the shared lock only as `LOCK IN SHARE MODE`, PostgreSQL only as `FOR SHARE`.
+/// `{share}` is the shared row lock in the engine's words (`db::dialect`).
 static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
-    let read = |share: &str| {
-        format!(
+    ListStatements::new(
+        &format!(
             "SELECT r.capacity, \
              (SELECT COUNT(*) FROM reservations x \
                WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed') AS confirmed, \
@@ -101,13 +101,9 @@ static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
                WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed' AND x.user_id = ?) AS mine, \
              (SELECT c.reason FROM resource_closures c WHERE c.resource_id = r.id AND c.day = ?) AS closed, \
              (SELECT COUNT(*) FROM user_sessions s WHERE {}) AS live \
-             FROM resources r WHERE r.id = ? {share}",
+             FROM resources r WHERE r.id = ? {{share}}",
             session::LIVE_SESSION
-        )
-    };
-    ListStatements::per_engine(
-        &read("LOCK IN SHARE MODE"),
-        &read("FOR SHARE"),
+        ),
         &[1, 4, 8, 16, super::coalesce::MAX_BATCH],
     )
 });

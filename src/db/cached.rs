@@ -18,9 +18,12 @@
 //! sent as written. The counts are checked when diesel builds
 //! the SQL, before anything is sent: a mismatch is an error, never a wrong statement.
 //!
-//! Most statements read the same on both engines. One that does not is written once per engine
-//! with [`Sql::per_engine`], the two texts side by side where a reader compares them.
+//! Most statements read the same on both engines. A few words that differ are written as
+//! `{tokens}` the engine's dialect fills in (`{now}`, `{share}`, …: `db::dialect`). A statement
+//! whose shape differs is written once per engine with [`Sql::per_engine`], the two texts side by
+//! side where a reader compares them.
 
+use std::borrow::Cow;
 use std::marker::PhantomData;
 
 use diesel::expression::AsExpression;
@@ -44,12 +47,9 @@ impl<'a> Sql<'a> {
         Self { mysql, postgres }
     }
 
-    /// The text for `engine`.
-    pub const fn on(self, engine: Engine) -> &'a str {
-        match engine {
-            Engine::Mysql => self.mysql,
-            Engine::Postgres => self.postgres,
-        }
+    /// The text for `engine`, its `{tokens}` in the engine's words.
+    pub fn on(self, engine: Engine) -> Cow<'a, str> {
+        super::dialect::expand(engine.dialect(), engine.pick(self.mysql, self.postgres))
     }
 }
 
@@ -154,7 +154,8 @@ impl<ST, B: Binds> QueryFragment<MultiBackend> for CachedSql<'_, ST, B> {
             MultiBackend::Mysql(_) => Engine::Mysql,
             MultiBackend::Postgres(_) => Engine::Postgres,
         };
-        let mut text = self.sql.on(engine).split('?');
+        let sql = self.sql.on(engine);
+        let mut text = sql.split('?');
         self.binds.walk(&mut out, &mut text)?;
         out.push_sql(text.next().ok_or_else(|| mismatch("no text left"))?);
         match text.next() {
@@ -179,7 +180,8 @@ impl<ST, B, Conn> RunQueryDsl<Conn> for CachedSql<'_, ST, B> {}
 /// One statement text per list length, for a statement with an `IN (…)` list: `template` with
 /// `{list}` replaced by `n` placeholders, for each `n` of a few fixed sizes. A list is padded
 /// to the next size by repeating its last value (which changes nothing in an `IN` list), so a
-/// connection caches one statement per size instead of one per length. Keep it in a `static`.
+/// connection caches one statement per size instead of one per length. Keep it in a `static`:
+/// its texts are written out once per engine, `{tokens}` included, when it is made.
 pub struct ListStatements {
     /// For each size: MySQL's text and PostgreSQL's.
     texts: Vec<(usize, String, String)>,
@@ -194,9 +196,12 @@ impl ListStatements {
     /// A statement whose dialects differ: MySQL's template and PostgreSQL's.
     pub fn per_engine(mysql: &str, postgres: &str, sizes: &[usize]) -> Self {
         let list = |n: usize| vec!["?"; n].join(", ");
+        let text = |engine: Engine, template: &str, n| {
+            Sql::from(template.replace("{list}", &list(n)).as_str()).on(engine).into_owned()
+        };
         let texts = sizes
             .iter()
-            .map(|&n| (n, mysql.replace("{list}", &list(n)), postgres.replace("{list}", &list(n))))
+            .map(|&n| (n, text(Engine::Mysql, mysql, n), text(Engine::Postgres, postgres, n)))
             .collect();
         Self { texts }
     }
@@ -219,10 +224,16 @@ mod tests {
     #[test]
     fn each_engine_gets_its_own_text_and_a_shared_text_serves_both() {
         let shared = Sql::from("SELECT 1");
-        assert_eq!((shared.on(Engine::Mysql), shared.on(Engine::Postgres)), ("SELECT 1", "SELECT 1"));
-        let apart = Sql::per_engine("SELECT NOW(6)", "SELECT LOCALTIMESTAMP");
-        assert_eq!(apart.on(Engine::Mysql), "SELECT NOW(6)");
-        assert_eq!(apart.on(Engine::Postgres), "SELECT LOCALTIMESTAMP");
+        assert_eq!(
+            (shared.on(Engine::Mysql), shared.on(Engine::Postgres)),
+            ("SELECT 1".into(), "SELECT 1".into())
+        );
+        let apart = Sql::per_engine("SELECT 'my'", "SELECT 'pg'");
+        assert_eq!(apart.on(Engine::Mysql), "SELECT 'my'");
+        assert_eq!(apart.on(Engine::Postgres), "SELECT 'pg'");
+        let tokens = Sql::from("SELECT {now}");
+        assert_eq!(tokens.on(Engine::Mysql), "SELECT NOW(6)");
+        assert_eq!(tokens.on(Engine::Postgres), "SELECT LOCALTIMESTAMP");
     }
 
     #[test]

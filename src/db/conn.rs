@@ -4,7 +4,7 @@
 //! with a backend (`MultiBackend`) that writes each statement in the dialect of the connection
 //! it runs on: placeholders, quoting, `LIMIT`. The services are written once, against
 //! [`DbConn`]; where the engines differ in more than syntax (named locks, server checks, a few
-//! statements), the code asks [`DbConn::engine`] and says why at that spot.
+//! words of SQL), the code asks the connection's [`Dialect`](super::Dialect).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,11 +58,18 @@ impl DbConn {
         }
     }
 
+    /// The engine, for what is told to a person; code that must do something differently per
+    /// engine asks [`dialect`](Self::dialect).
     pub fn engine(&self) -> Engine {
         match self {
             Self::Mysql(_) => Engine::Mysql,
             Self::Postgres(_) => Engine::Postgres,
         }
+    }
+
+    /// The answers to every question whose answer differs between the engines.
+    pub fn dialect(&self) -> &'static dyn super::Dialect {
+        self.engine().dialect()
     }
 }
 

@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use diesel::connection::{SimpleConnection, TransactionManager};
 use diesel::prelude::*;
-use diesel::result::{DatabaseErrorKind, Error};
+use diesel::result::Error;
 
 use super::cached_sql;
-use crate::db::DbConn;
+use super::conn::DbConn;
+use super::errors::{Failure, classify};
 
 /// Whether this server prepares the transaction statements (until one is refused).
 static PREPARED: AtomicBool = AtomicBool::new(true);
@@ -71,15 +72,15 @@ pub fn transaction_read_committed<T, E: From<Error>>(
     conn: &mut DbConn,
     work: impl FnOnce(&mut DbConn) -> Result<T, E>,
 ) -> Result<T, E> {
-    // PostgreSQL's sessions run at READ COMMITTED already (`db::SessionSettings`), and a
-    // locking read there takes no gap locks at any level.
-    if conn.engine() == super::Engine::Postgres {
+    // PostgreSQL's sessions run at READ COMMITTED already, and a locking read there takes no
+    // gap locks at any level: nothing to set.
+    let Some(read_committed) = conn.dialect().read_committed_for_next_transaction() else {
         return transaction(conn, work);
-    }
+    };
     // Applies to the next transaction only; the connection's default is left as it was. Should
     // that transaction not start, the setting would carry over to whatever runs next on the
     // connection: it is closed instead of pooled.
-    run(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
+    run(conn, read_committed)?;
     if let Err(e) = run(conn, "START TRANSACTION") {
         mark_broken(conn);
         return Err(e.into());
@@ -91,7 +92,7 @@ fn run(conn: &mut DbConn, sql: &'static str) -> QueryResult<()> {
     if PREPARED.load(Ordering::Relaxed) {
         match cached_sql::<()>(sql).execute(conn) {
             Ok(_) => return Ok(()),
-            Err(e) if not_preparable(&e) => {
+            Err(e) if classify(&e) == Some(Failure::NotPreparable) => {
                 log::info!("the server does not prepare {sql:?}; sending transaction statements as text");
                 PREPARED.store(false, Ordering::Relaxed);
             }
@@ -101,36 +102,9 @@ fn run(conn: &mut DbConn, sql: &'static str) -> QueryResult<()> {
     conn.batch_execute(sql)
 }
 
-/// Error 1295, `ER_UNSUPPORTED_PS`.
-fn not_preparable(error: &Error) -> bool {
-    matches!(error, Error::DatabaseError(DatabaseErrorKind::Unknown, info)
-        if info.message().contains("prepared statement protocol"))
-}
-
 /// Marks a connection broken, so r2d2 closes it when it is dropped instead of pooling it again:
 /// diesel's r2d2 manager reports a connection as broken when its transaction manager is in
 /// error, which is exactly the state `set_in_error` records.
 pub fn mark_broken(conn: &mut DbConn) {
     <DbConn as TransactionManager<DbConn>>::transaction_manager_status_mut(conn).set_in_error();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn server_error(message: &str) -> Error {
-        Error::DatabaseError(DatabaseErrorKind::Unknown, Box::new(message.to_string()))
-    }
-
-    #[test]
-    fn only_a_refusal_to_prepare_switches_to_text() {
-        // MySQL's and MariaDB's wording of error 1295, ER_UNSUPPORTED_PS.
-        assert!(not_preparable(&server_error(
-            "This command is not supported in the prepared statement protocol yet"
-        )));
-        for other in ["Lost connection to server during query", "Deadlock found when trying to get lock"] {
-            assert!(!not_preparable(&server_error(other)), "{other}");
-        }
-        assert!(!not_preparable(&Error::NotFound));
-    }
 }

@@ -149,16 +149,12 @@ fn insert(
     ttl_micros: i64,
     batch: bool,
 ) -> QueryResult<usize> {
-    cached_sql::<()>(Sql::per_engine(
+    cached_sql::<()>(
         "INSERT INTO edit_locks \
            (lock_key, owner_user_id, owner_session, epoch, acquired_at, heartbeat_at, expires_at, held_by_batch) \
          VALUES (?, ?, ?, (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = ?), \
-           NOW(6), NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)",
-        "INSERT INTO edit_locks \
-           (lock_key, owner_user_id, owner_session, epoch, acquired_at, heartbeat_at, expires_at, held_by_batch) \
-         VALUES (?, ?, ?, (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = ?), \
-           LOCALTIMESTAMP, LOCALTIMESTAMP, LOCALTIMESTAMP + ? * INTERVAL '1 microsecond', ?)",
-    ))
+           {now}, {now}, {now} + {? microseconds}, ?)",
+    )
     .bind::<Text, _>(key.as_str())
     .bind::<BigInt, _>(owner.user_id)
     .bind::<Text, _>(&owner.session)
@@ -190,18 +186,13 @@ fn hand_over(
     ttl_micros: i64,
     batch: bool,
 ) -> QueryResult<usize> {
-    cached_sql::<()>(Sql::per_engine(
+    cached_sql::<()>(
         "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, \
            epoch = (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = edit_locks.lock_key), \
-           acquired_at = NOW(6), heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND, \
+           acquired_at = {now}, heartbeat_at = {now}, expires_at = {now} + {? microseconds}, \
            held_by_batch = ? \
          WHERE lock_key = ?",
-        "UPDATE edit_locks SET owner_user_id = ?, owner_session = ?, \
-           epoch = (SELECT last_epoch FROM edit_lock_epochs WHERE lock_key = edit_locks.lock_key), \
-           acquired_at = LOCALTIMESTAMP, heartbeat_at = LOCALTIMESTAMP, \
-           expires_at = LOCALTIMESTAMP + ? * INTERVAL '1 microsecond', held_by_batch = ? \
-         WHERE lock_key = ?",
-    ))
+    )
     .bind::<BigInt, _>(owner.user_id)
     .bind::<Text, _>(&owner.session)
     .bind::<BigInt, _>(ttl_micros)
@@ -417,23 +408,18 @@ struct Key {
 pub fn release_expired(conn: &mut DbConn, admin_user_id: i64) -> Result<Vec<LockView>, EditLockError> {
     crate::db::transaction(conn, |conn| {
         // Locked in key order, like every multi-row lock here, so two admins cannot deadlock.
-        let keys: Vec<Key> = cached_sql::<Untyped>(Sql::per_engine(
-            "SELECT lock_key FROM edit_locks WHERE expires_at <= NOW(6) AND NOT held_by_batch \
+        let keys: Vec<Key> = cached_sql::<Untyped>(
+            "SELECT lock_key FROM edit_locks WHERE expires_at <= {now} AND NOT held_by_batch \
              ORDER BY lock_key FOR UPDATE",
-            "SELECT lock_key FROM edit_locks WHERE expires_at <= LOCALTIMESTAMP AND NOT held_by_batch \
-             ORDER BY lock_key FOR UPDATE",
-        ))
+        )
         .load(conn)?;
         let mut released = Vec::with_capacity(keys.len());
         for Key { lock_key } in keys {
             let key = EditLockKey::parse(&lock_key)?;
             let Some(lock) = find(conn, &key)? else { continue };
-            cached_sql::<()>(Sql::per_engine(
-                "DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= NOW(6)",
-                "DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= LOCALTIMESTAMP",
-            ))
-            .bind::<Text, _>(&lock_key)
-            .execute(conn)?;
+            cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= {now}")
+                .bind::<Text, _>(&lock_key)
+                .execute(conn)?;
             audit::record(
                 conn,
                 Some(admin_user_id),
@@ -484,7 +470,7 @@ pub struct Holder {
     pub epoch: i64,
     #[diesel(sql_type = Bool)]
     pub held_by_batch: bool,
-    /// `expires_at <= NOW(6)`, by the database clock.
+    /// `expires_at <= {now}`, by the database clock.
     #[diesel(sql_type = Bool)]
     pub expired: bool,
 }
@@ -496,12 +482,10 @@ impl Holder {
 }
 
 fn row_for_update(conn: &mut DbConn, key: &EditLockKey) -> QueryResult<Option<Holder>> {
-    cached_sql::<Untyped>(Sql::per_engine(
-        "SELECT owner_user_id, owner_session, epoch, held_by_batch, expires_at <= NOW(6) AS expired \
+    cached_sql::<Untyped>(
+        "SELECT owner_user_id, owner_session, epoch, held_by_batch, expires_at <= {now} AS expired \
          FROM edit_locks WHERE lock_key = ? FOR UPDATE",
-        "SELECT owner_user_id, owner_session, epoch, held_by_batch, expires_at <= LOCALTIMESTAMP AS expired \
-         FROM edit_locks WHERE lock_key = ? FOR UPDATE",
-    ))
+    )
     .bind::<Text, _>(key.as_str())
     .get_result(conn)
     .optional()
@@ -517,15 +501,11 @@ fn extend(
     only_unexpired: bool,
     epoch: Option<i64>,
 ) -> QueryResult<bool> {
-    let changed = cached_sql::<()>(Sql::per_engine(
-        "UPDATE edit_locks SET heartbeat_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND \
+    let changed = cached_sql::<()>(
+        "UPDATE edit_locks SET heartbeat_at = {now}, expires_at = {now} + {? microseconds} \
          WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
-           AND (? = FALSE OR expires_at > NOW(6)) AND (? IS NULL OR epoch = ?)",
-        "UPDATE edit_locks SET heartbeat_at = LOCALTIMESTAMP, \
-           expires_at = LOCALTIMESTAMP + ? * INTERVAL '1 microsecond' \
-         WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
-           AND (? = FALSE OR expires_at > LOCALTIMESTAMP) AND (? IS NULL OR epoch = ?)",
-    ))
+           AND (? = FALSE OR expires_at > {now}) AND (? IS NULL OR epoch = ?)",
+    )
     .bind::<BigInt, _>(ttl_micros)
     .bind::<Text, _>(key.as_str())
     .bind::<BigInt, _>(owner.user_id)

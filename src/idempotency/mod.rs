@@ -163,12 +163,8 @@ const CLAIM: Sql = Sql::per_engine(
 /// request that met the duplicate, and two of them upgrading to exclusive would deadlock each
 /// other. (Only reclaiming an expired key writes; two requests doing that at once may deadlock,
 /// and one is then retried or answered 503.)
-const READ: Sql = Sql::per_engine(
-    "SELECT fingerprint, outcome, expires_at FROM idempotency_keys \
-     WHERE user_id = ? AND idempotency_key = ? LOCK IN SHARE MODE",
-    "SELECT fingerprint, outcome, expires_at FROM idempotency_keys \
-     WHERE user_id = ? AND idempotency_key = ? FOR SHARE",
-);
+const READ: &str = "SELECT fingerprint, outcome, expires_at FROM idempotency_keys \
+     WHERE user_id = ? AND idempotency_key = ? {share}";
 const RECLAIM: &str = "UPDATE idempotency_keys SET fingerprint = ?, outcome = NULL, created_at = ?, expires_at = ? \
      WHERE user_id = ? AND idempotency_key = ?";
 const ANSWER: &str = "UPDATE idempotency_keys SET outcome = ? WHERE user_id = ? AND idempotency_key = ?";

@@ -44,10 +44,10 @@ pub const MIGRATIONS: db::Migrations = db::Migrations {
 };
 
 /// Applies the lab's pending migrations, under the same named lock as the product's (see
-/// [`db::run_migrations`]). Call it after the product's migrations, on the database the demo or
+/// [`crate::run_migrations`]). Call it after the product's migrations, on the database the demo or
 /// a bench will use.
 pub fn prepare(pool: &DbPool) -> anyhow::Result<Vec<String>> {
-    let applied = db::run_embedded_migrations(pool, MIGRATIONS)?;
+    let applied = crate::migrate(pool, MIGRATIONS)?;
     for migration in &applied {
         log::info!("applied lab migration {migration}");
     }

@@ -11,16 +11,17 @@
 //!   wait timeout, at most a few times, with jittered backoff.
 //! - [`LockQueue`]: one waiter per lock name per instance, in memory, and a budget for the
 //!   sessions that wait at the server, so one hot or stuck key cannot take every connection.
-//! - [`sql`]: `GET_LOCK`, `RELEASE_LOCK`, `IS_USED_LOCK`, … declared once for the query builder.
+//!
+//! What each engine's server is asked for them (`GET_LOCK` or `pg_advisory_lock`, and how a
+//! holder is found and its session ended) is the engine's dialect's answer (`db::dialect`); the
+//! names themselves are built where the servers' rules for them are known (`db::lock_names`).
 
 mod named;
-pub mod names;
 pub mod queue;
 pub mod retry;
-pub mod sql;
 mod transaction_scoped;
 
+pub use crate::db::lock_names::{self as names, LockName, Namespace};
 pub use named::{LockError, NamedLockGuard};
-pub use names::{LockName, Namespace};
 pub use queue::{LockQueue, Turn};
 pub use transaction_scoped::{Isolation, in_one_transaction};

@@ -26,12 +26,11 @@
 
 use std::time::{Duration, Instant};
 
-use diesel::prelude::*;
-
 use super::LockName;
 use super::queue::Turn;
-use super::sql::{get_lock, release_all_locks, release_lock};
-use crate::db::{DbConn, DbPool, Engine, PooledConn, cached_sql};
+use crate::db::dialect::Asked;
+use crate::db::errors::lost_connection;
+use crate::db::{DbConn, DbPool, PooledConn};
 use crate::infra::Infra;
 use crate::metrics::{self, Family};
 
@@ -64,7 +63,7 @@ pub struct NamedLockGuard {
 }
 
 impl NamedLockGuard {
-    /// Takes `name` on `conn`, waiting at most `wait` (whole seconds; MySQL's granularity).
+    /// Takes `name` on `conn`, waiting at most `wait` (whole seconds on MySQL).
     /// For callers that are alone with their lock names (migrations at start, tools); request
     /// handlers queue first and use [`NamedLockGuard::acquire_in_turn`].
     ///
@@ -91,7 +90,7 @@ impl NamedLockGuard {
     pub fn acquire_pooled(pool: &DbPool, turn: Turn) -> Result<Self, Infra> {
         let mut conn = pool.get()?;
         match take(&mut conn, &turn) {
-            Err(LockError::Failed { source: Some(e), .. }) if crate::infra::lost_connection(&e) => {
+            Err(LockError::Failed { source: Some(e), .. }) if lost_connection(&e) => {
                 drop(conn); // marked broken: r2d2 closes it
                 conn = pool.get()?;
                 take(&mut conn, &turn)?;
@@ -118,11 +117,7 @@ fn take(conn: &mut PooledConn, turn: &Turn) -> Result<(), LockError> {
     let mut result = ask(conn, name, Duration::ZERO);
     if matches!(result, Err(LockError::TimedOut { .. })) {
         let wait = turn.remaining();
-        let too_short = match conn.engine() {
-            Engine::Mysql => whole_seconds(wait) == 0,
-            Engine::Postgres => wait.as_millis() == 0,
-        };
-        result = if too_short {
+        result = if !conn.dialect().can_wait(wait) {
             Err(LockError::TimedOut { name: name.clone(), waited: wait })
         } else {
             match turn.try_wait_slot() {
@@ -142,118 +137,32 @@ fn take(conn: &mut PooledConn, turn: &Turn) -> Result<(), LockError> {
     result
 }
 
-/// `GET_LOCK` waits whole seconds (MySQL's granularity). What is left of a turn's wait is
-/// rounded to the nearest second: down would turn a 1 s wait that lost a few milliseconds in the
-/// queue into no wait at all; the nearest passes the deadline by half a second at most.
-fn whole_seconds(wait: Duration) -> i32 {
-    i32::try_from((wait.as_millis() + 500) / 1000).unwrap_or(i32::MAX)
-}
-
-/// One `GET_LOCK(name, wait)`, or its PostgreSQL counterpart.
+/// One `GET_LOCK(name, wait)`, or its PostgreSQL counterpart (`Dialect::lock`). On any answer
+/// but "granted" or "held elsewhere" the session may be in an unknown state (did the server
+/// grant the lock before the error?), so it is closed.
 fn ask(conn: &mut PooledConn, name: &LockName, wait: Duration) -> Result<(), LockError> {
-    if conn.engine() == Engine::Postgres {
-        return ask_advisory(conn, name, wait);
-    }
-    let wait_secs = whole_seconds(wait);
-    match diesel::select(get_lock(name.as_str(), wait_secs)).get_result::<Option<i64>>(&mut **conn) {
-        Ok(Some(1)) => Ok(()),
-        Ok(Some(0)) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
-        Ok(answer) => {
-            close_instead_of_returning(conn);
-            Err(LockError::Failed {
-                name: name.clone(),
-                detail: format!("GET_LOCK returned {answer:?}"),
-                source: None,
-            })
-        }
-        Err(e) => {
-            close_instead_of_returning(conn);
-            Err(LockError::Failed { name: name.clone(), detail: e.to_string(), source: Some(e) })
-        }
-    }
-}
-
-/// `pg_try_advisory_lock` when not waiting; else `pg_advisory_lock` with `lock_timeout` set to
-/// the wait for its transaction only (`set_config(…, true)`), so the session's own bound on row
-/// waits is back as soon as the statement is done. A session-level advisory lock outlives the
-/// transaction it was taken in.
-fn ask_advisory(conn: &mut PooledConn, name: &LockName, wait: Duration) -> Result<(), LockError> {
-    let key = name.advisory_key();
-    let asked: Result<bool, diesel::result::Error> = if wait.is_zero() {
-        cached_sql::<diesel::sql_types::Bool>("SELECT pg_try_advisory_lock(?)")
-            .bind::<diesel::sql_types::BigInt, _>(key)
-            .get_result(&mut **conn)
-    } else {
-        crate::db::transaction(conn, |conn| {
-            cached_sql::<()>("SELECT set_config('lock_timeout', ?, true)")
-                .bind::<diesel::sql_types::Text, _>(format!("{}ms", wait.as_millis()))
-                .execute(conn)?;
-            cached_sql::<()>("SELECT pg_advisory_lock(?)")
-                .bind::<diesel::sql_types::BigInt, _>(key)
-                .execute(conn)?;
-            Ok(true)
-        })
-        .or_else(|e| if crate::locking::retry::is_lock_timeout(&e) { Ok(false) } else { Err(e) })
+    let failed = match conn.dialect().lock(conn, name.as_str(), wait) {
+        Ok(Asked::Granted) => return Ok(()),
+        Ok(Asked::Held) => return Err(LockError::TimedOut { name: name.clone(), waited: wait }),
+        Ok(Asked::Refused(detail)) => LockError::Failed { name: name.clone(), detail, source: None },
+        Err(e) => LockError::Failed { name: name.clone(), detail: e.to_string(), source: Some(e) },
     };
-    match asked {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(LockError::TimedOut { name: name.clone(), waited: wait }),
-        Err(e) => {
-            close_instead_of_returning(conn);
-            Err(LockError::Failed { name: name.clone(), detail: e.to_string(), source: Some(e) })
-        }
-    }
-}
-
-/// `pg_advisory_unlock` must answer true, and the session must hold no advisory lock after it
-/// (the checks `RELEASE_LOCK` and `RELEASE_ALL_LOCKS` make on MySQL). The count is read after
-/// the unlock: the CTE runs first, then the row's target list.
-fn release_advisory(conn: &mut PooledConn, name: &LockName) -> Result<(), String> {
-    let released = cached_sql::<(diesel::sql_types::Bool, diesel::sql_types::BigInt)>(
-        "WITH released AS MATERIALIZED (SELECT pg_advisory_unlock(?) AS ok) \
-         SELECT ok, (SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) \
-         FROM released",
-    )
-    .bind::<diesel::sql_types::BigInt, _>(name.advisory_key())
-    .get_result::<(bool, i64)>(&mut **conn);
-    match released {
-        Ok((true, 0)) => Ok(()),
-        Ok((released, leftover)) => {
-            Err(format!("pg_advisory_unlock returned {released}, {leftover} advisory locks still held"))
-        }
-        Err(e) => Err(format!("release failed: {e}")),
-    }
+    close_instead_of_returning(conn);
+    Err(failed)
 }
 
 impl Drop for NamedLockGuard {
+    /// The release must answer that it let go, and the session must hold no named lock after it
+    /// (`Dialect::unlock`): anything else means our bookkeeping is wrong, or the work took a lock
+    /// on our connection. Either way the session cannot be trusted, so it is closed rather than
+    /// pooled.
     fn drop(&mut self) {
-        if self.conn.engine() == Engine::Postgres {
-            let released = release_advisory(&mut self.conn, &self.name);
-            metrics::held(Family::Named, self.name.scope(), self.granted.elapsed());
-            if let Err(problem) = released {
-                log::error!("named lock {}: {problem}; closing its connection", self.name);
-                close_instead_of_returning(&mut self.conn);
-            }
-            return;
-        }
-        // RELEASE_LOCK must answer 1: 0 (held by another session) and NULL (not held at all)
-        // both mean our bookkeeping is wrong. RELEASE_ALL_LOCKS then must find nothing: anything
-        // it finds is a lock the work took on our connection (a second GET_LOCK of the same name
-        // counts twice, so one RELEASE_LOCK would have left it held). Either way the session
-        // cannot be trusted, so it is closed rather than pooled.
-        let released =
-            diesel::select((release_lock(self.name.as_str()), release_all_locks()))
-                .get_result::<(Option<i64>, Option<i64>)>(&mut *self.conn);
+        let released = self.conn.dialect().unlock(&mut self.conn, self.name.as_str());
         metrics::held(Family::Named, self.name.scope(), self.granted.elapsed());
-        let problem = match released {
-            Ok((Some(1), Some(0))) => return,
-            Ok((released, leftover)) => {
-                format!("RELEASE_LOCK returned {released:?}, RELEASE_ALL_LOCKS found {leftover:?} more")
-            }
-            Err(e) => format!("release failed: {e}"),
-        };
-        log::error!("named lock {}: {problem}; closing its connection", self.name);
-        close_instead_of_returning(&mut self.conn);
+        if let Err(problem) = released {
+            log::error!("named lock {}: {problem}; closing its connection", self.name);
+            close_instead_of_returning(&mut self.conn);
+        }
     }
 }
 

@@ -12,8 +12,10 @@
 
 use std::time::Duration;
 
-use diesel::result::{DatabaseErrorKind, Error as DbError};
+use diesel::result::Error as DbError;
 use rand::Rng;
+
+use crate::db::errors::{Failure, classify};
 
 /// A lock conflict that a fresh attempt of the same transaction may not meet again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,27 +43,15 @@ impl MayConflict for DbError {
     }
 }
 
-/// diesel maps MySQL's 1213 and PostgreSQL's 40001 (a serialization failure: retry the whole
-/// transaction, as for a deadlock) to `SerializationFailure`; MySQL's 1205 and PostgreSQL's
-/// 40P01 and 55P03 arrive as `Unknown`, told apart by the server's message (the same text on
-/// MySQL and MariaDB; PostgreSQL's in English, which `db::check_server` makes sure of).
+/// A deadlock (MySQL 1213, PostgreSQL 40P01) or a serialization failure (40001: retry the whole
+/// transaction, as for a deadlock), or a lock wait that ran out (1205, 55P03), as
+/// `db::errors::classify` tells them.
 fn conflict_of(error: &DbError) -> Option<LockConflict> {
-    match error {
-        DbError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => Some(LockConflict::Deadlock),
-        DbError::DatabaseError(_, info) if info.message().starts_with("deadlock detected") => {
-            Some(LockConflict::Deadlock)
-        }
-        _ if is_lock_timeout(error) => Some(LockConflict::LockWaitTimeout),
-        _ => None,
+    match classify(error)? {
+        Failure::Deadlock => Some(LockConflict::Deadlock),
+        Failure::LockWaitTimeout => Some(LockConflict::LockWaitTimeout),
+        Failure::LostConnection | Failure::NotPreparable => None,
     }
-}
-
-/// A lock wait that ran out: MySQL's 1205 (`innodb_lock_wait_timeout`), PostgreSQL's 55P03
-/// (`lock_timeout`, rows and advisory locks alike).
-pub fn is_lock_timeout(error: &DbError) -> bool {
-    matches!(error, DbError::DatabaseError(_, info)
-        if info.message().starts_with("Lock wait timeout exceeded")
-            || info.message().starts_with("canceling statement due to lock timeout"))
 }
 
 #[derive(Clone, Debug)]
@@ -137,6 +127,8 @@ pub fn retry_on_lock_conflict<T, E: MayConflict>(
 
 #[cfg(test)]
 mod tests {
+    use diesel::result::DatabaseErrorKind;
+
     use super::*;
     use crate::infra::database_error;
 

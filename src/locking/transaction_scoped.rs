@@ -11,15 +11,15 @@
 //! MySQL's `GET_LOCK` belongs to the session and has no such form: there, [`in_one_transaction`]
 //! is the guard around the transaction. The caller writes its work once, for both.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use diesel::prelude::*;
 use diesel::result::Error as DbError;
-use diesel::sql_types::{BigInt, Bool, Text};
 
 use super::named::{LockError, NamedLockGuard};
 use super::queue::Turn;
-use crate::db::{DbConn, DbPool, Engine, cached_sql};
+use crate::db::dialect::Asked;
+use crate::db::errors::lost_connection;
+use crate::db::{DbConn, DbPool};
 use crate::infra::Infra;
 use crate::metrics::{self, Family};
 
@@ -49,7 +49,7 @@ pub fn in_one_transaction<T, E>(
 where
     E: From<DbError> + From<LockError> + From<Infra>,
 {
-    if pool.engine() == Engine::Mysql {
+    if !pool.dialect().has_transaction_scoped_lock() {
         let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
         // Committed before the guard lets go.
         return match isolation {
@@ -60,7 +60,7 @@ where
     let mut work = Some(work);
     let mut conn = pool.get().map_err(Infra::from)?;
     let mut outcome = attempt(&mut conn, &turn, &mut work);
-    if matches!(&outcome, Err(Failure::Db(e)) if work.is_some() && crate::infra::lost_connection(e)) {
+    if matches!(&outcome, Err(Failure::Db(e)) if work.is_some() && lost_connection(e)) {
         crate::db::transaction::mark_broken(&mut conn);
         drop(conn); // r2d2 closes it
         conn = pool.get().map_err(Infra::from)?;
@@ -119,49 +119,35 @@ fn attempt<T, E>(
     done
 }
 
-/// `pg_try_advisory_xact_lock`; when the lock is held elsewhere and the turn and the waiting
-/// budget allow, `pg_advisory_xact_lock` bounded by `lock_timeout`, set for this transaction
-/// and put back right after, so the work's row waits keep the session's own bound.
+/// The transaction-scoped lock asked without waiting; when it is held elsewhere and the turn
+/// and the waiting budget allow, asked again with what is left of the turn's wait
+/// (`Dialect::lock_for_transaction`).
 fn take<E>(conn: &mut DbConn, turn: &Turn) -> Result<(), Failure<E>> {
     let name = turn.name();
-    let key = name.advisory_key();
+    let dialect = conn.dialect();
+    let timed_out = |waited| Failure::Lock(LockError::TimedOut { name: name.clone(), waited });
+    let ask = |conn: &mut DbConn, wait| match dialect.lock_for_transaction(conn, name.as_str(), wait) {
+        Ok(Asked::Granted) => Ok(()),
+        // After a wait the transaction is aborted now; its rollback ends it.
+        Ok(Asked::Held) => Err(timed_out(wait)),
+        Ok(Asked::Refused(detail)) => {
+            Err(Failure::Lock(LockError::Failed { name: name.clone(), detail, source: None }))
+        }
+        Err(e) => Err(Failure::Db(e)),
+    };
     let asked = Instant::now();
-    let result = (|| {
-        let granted: bool = cached_sql::<Bool>("SELECT pg_try_advisory_xact_lock(?)")
-            .bind::<BigInt, _>(key)
-            .get_result(conn)
-            .map_err(Failure::Db)?;
-        if granted {
-            return Ok(());
-        }
+    let mut result = ask(conn, Duration::ZERO);
+    if matches!(result, Err(Failure::Lock(LockError::TimedOut { .. }))) {
         let wait = turn.remaining();
-        if wait.as_millis() == 0 {
-            return Err(Failure::Lock(LockError::TimedOut { name: name.clone(), waited: wait }));
-        }
-        let Some(_waiting) = turn.try_wait_slot() else {
-            return Err(Failure::Lock(LockError::Crowded { name: name.clone() }));
-        };
-        let session_bound: String = cached_sql::<Text>("SELECT current_setting('lock_timeout')")
-            .get_result(conn)
-            .map_err(Failure::Db)?;
-        cached_sql::<Text>("SELECT set_config('lock_timeout', ?, true)")
-            .bind::<Text, _>(format!("{}ms", wait.as_millis()))
-            .get_result::<String>(conn)
-            .map_err(Failure::Db)?;
-        match cached_sql::<()>("SELECT pg_advisory_xact_lock(?)").bind::<BigInt, _>(key).execute(conn) {
-            Ok(_) => {}
-            // The transaction is aborted now; its rollback ends it.
-            Err(e) if super::retry::is_lock_timeout(&e) => {
-                return Err(Failure::Lock(LockError::TimedOut { name: name.clone(), waited: wait }));
+        result = if !dialect.can_wait(wait) {
+            Err(timed_out(wait))
+        } else {
+            match turn.try_wait_slot() {
+                None => Err(Failure::Lock(LockError::Crowded { name: name.clone() })),
+                Some(_waiting) => ask(conn, wait),
             }
-            Err(e) => return Err(Failure::Db(e)),
-        }
-        cached_sql::<Text>("SELECT set_config('lock_timeout', ?, true)")
-            .bind::<Text, _>(session_bound)
-            .get_result::<String>(conn)
-            .map_err(Failure::Db)?;
-        Ok(())
-    })();
+        };
+    }
     metrics::waited(Family::Named, name.scope(), asked.elapsed());
     let outcome = match &result {
         Ok(()) => "acquired",

@@ -15,7 +15,6 @@ use haita::batch::guard::{BatchLock, GuardError, RunGuard};
 use haita::batch::price_revision::Revision;
 use haita::batch::{self as batch_job, Policy};
 use haita::db;
-use haita::locking::sql;
 
 use crate::common::{TestDb, create_product, create_user, invariants, test_config};
 
@@ -37,8 +36,8 @@ fn the_database_guard_admits_one_run_and_the_next_as_soon_as_the_first_session_e
     // it, and the next run may start at once.
     let name = db.pool.names().batch("price-revision");
     let mut admin = db.raw_connection();
-    let holder = sql::holder_of(&mut admin, name.as_str()).expect("query").expect("held");
-    sql::kill_connection(&mut admin, holder).expect("KILL");
+    let holder = crate::common::server::holder_of(&mut admin, name.as_str()).expect("query").expect("held");
+    crate::common::server::end_session(&mut admin, holder).expect("KILL");
     assert!(matches!(first.check(), Err(GuardError::Lost { .. })), "the run must stop");
     let mut next = RunGuard::acquire(&BatchLock::Db, &other, "price-revision").expect("free at once");
     next.check().expect("held");

@@ -35,7 +35,7 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
     let mut stuck = app.db.raw_connection();
     let name = app.db.pool.names().booking(resource, hot_day);
     assert!(server::try_lock(&mut stuck, &name), "the stuck session takes the hot day's lock");
-    let stuck_id = haita::locking::sql::own_connection_id(&mut stuck).expect("connection id");
+    let stuck_id = crate::common::server::connection_id(&mut stuck).expect("connection id");
 
     let hot_clients: Vec<Client> = (0..48).map(|i| app.client(i)).collect();
     let hot_users: Vec<_> = (0..48).map(|i| app.user(&format!("hot{i:02}"), Role::Customer)).collect();
@@ -79,7 +79,7 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
     let (answers, (booking, products, order, metrics)) = futures::future::join(hot, bystanders).await;
 
     // Everything above finished while the stuck session still held the lock.
-    let still = haita::locking::sql::holder_of(&mut stuck, name.as_str()).expect("holder");
+    let still = crate::common::server::holder_of(&mut stuck, name.as_str()).expect("holder");
     assert_eq!(still, Some(stuck_id), "the stuck session held the lock throughout");
 
     assert_eq!((booking, products, order), (201, 200, 201), "bystanders are served while one key is stuck");

@@ -191,7 +191,9 @@ async fn the_app_needs_no_more_than_the_grants_of_the_init_script() {
     assert_eq!(admin.post_json("/api/v1/session", &login).await.status(), 200);
     let listed_as = match engine {
         Engine::Mysql => name.to_string(),
-        Engine::Postgres => format!("{}{}", haita::locking::names::ADVISORY_LABEL, name.advisory_key()),
+        Engine::Postgres => {
+            format!("{}{}", haita::db::dialect::postgres::ADVISORY_LABEL, name.advisory_key())
+        }
     };
     let listed = admin.listed_named_lock(&listed_as).await;
     assert_eq!(listed["connection_id"].as_i64(), Some(holder_id));

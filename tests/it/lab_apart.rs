@@ -77,7 +77,7 @@ fn lab_and_product_migrations_share_one_database() {
     assert_eq!(applied.len(), 5, "{applied:?}");
     assert_eq!(demo_tables(&db), 4, "demo_resources, demo_bookings, demo_races, demo_lock_rows");
     // Each set ignores the versions of the other: nothing pending, no error, either way round.
-    assert_eq!(haita::db::run_migrations(&db.pool).expect("product migrations again"), Vec::<String>::new());
+    assert_eq!(haita::run_migrations(&db.pool).expect("product migrations again"), Vec::<String>::new());
     assert_eq!(haita::lab::prepare(&db.pool).expect("lab migrations again"), Vec::<String>::new());
 }
 

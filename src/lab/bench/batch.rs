@@ -41,7 +41,7 @@ pub fn run(database_url: &str, products: usize, editors: usize) -> anyhow::Resul
     let scratch = ScratchDatabase::create(database_url, &format!("{name}_bench_"))?;
     let config = Config { pool_size: u32::try_from(editors + 4)?, ..Config::for_database(&scratch.url) };
     let pool = db::build_pool(&config)?;
-    db::run_migrations(&pool)?;
+    crate::run_migrations(&pool)?;
     let editor = prepare(&pool, products)?;
     let ids: Vec<i64> = (1..=i64::try_from(products)?).collect();
 

@@ -76,7 +76,7 @@ pub fn run(
     let config =
         Config { pool_size: u32::try_from(customers + editors + 6)?, ..Config::for_database(&scratch.url) };
     let pool = db::build_pool(&config)?;
-    db::run_migrations(&pool)?;
+    crate::run_migrations(&pool)?;
     let people = prepare(&pool, resources, customers, editors)?;
     let ids: Arc<Vec<i64>> = Arc::new((1..=i64::try_from(resources)?).collect());
 

@@ -65,7 +65,7 @@ pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> 
     let scratch = ScratchDatabase::create(&config.database_url, &format!("{name}_bench_"))?;
     let bench_config = Config { pool_size: config.pool_size, ..Config::for_database(&scratch.url) };
     let pool = db::build_pool(&bench_config)?;
-    db::run_migrations(&pool)?;
+    crate::run_migrations(&pool)?;
     let resource = prepare(&mut *pool.get()?, USERS)?;
     let next_user = Arc::new(AtomicI64::new(1));
     let duration = Duration::from_secs(seconds);

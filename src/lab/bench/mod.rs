@@ -128,7 +128,7 @@ impl LocalServer {
                 matches!(command_of(pid)?.as_str(), "mariadbd" | "mysqld").then_some(Self::Mysqld(pid))
             }
             Engine::Postgres => {
-                let backend = u32::try_from(crate::locking::sql::own_connection_id(&mut conn).ok()?).ok()?;
+                let backend = u32::try_from(conn.dialect().session_id(&mut conn).ok()?).ok()?;
                 let postmaster = parent_of(backend)?;
                 (command_of(backend)? == "postgres" && command_of(postmaster)? == "postgres")
                     .then_some(Self::Postmaster(postmaster))

@@ -52,7 +52,7 @@ pub fn run(database_url: &str, clients: usize, seconds: u64) -> anyhow::Result<V
     let scratch = ScratchDatabase::create(database_url, &format!("{name}_bench_"))?;
     let config = Config { pool_size: u32::try_from(clients + 2)?, ..Config::for_database(&scratch.url) };
     let pool = db::build_pool(&config)?;
-    db::run_migrations(&pool)?;
+    crate::run_migrations(&pool)?;
     let (user_id, hot, spread) = prepare(&mut *pool.get()?)?;
 
     let duration = Duration::from_secs(seconds);

@@ -19,16 +19,15 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool};
 
 use super::coalescing::{Booker, Path, prepare};
 use crate::bookings::model::BookingDate;
 use crate::bookings::{BookingError, service};
 use crate::config::Config;
-use crate::db::{self, DbConn, DbPool, Engine, ScratchDatabase, cached_sql};
+use crate::db::dialect::Asked;
+use crate::db::{self, DbConn, DbPool, ScratchDatabase, cached_sql};
 use crate::lab::stats::percentile_ms;
 use crate::locking::LockName;
-use crate::locking::sql::get_lock;
 
 const USERS: i64 = 20_000;
 const BYSTANDERS: usize = 2;
@@ -61,7 +60,7 @@ pub fn run(config: &Config, clients: usize, hold_secs: u64) -> anyhow::Result<()
     let scratch = ScratchDatabase::create(&config.database_url, &format!("{name}_bench_"))?;
     let bench_config = Config { pool_size: config.pool_size, ..Config::for_database(&scratch.url) };
     let pool = db::build_pool(&bench_config)?;
-    db::run_migrations(&pool)?;
+    crate::run_migrations(&pool)?;
     let mut conn = pool.get()?;
     let hot = prepare(&mut conn, USERS)?;
     cached_sql::<()>(
@@ -88,15 +87,8 @@ pub fn run(config: &Config, clients: usize, hold_secs: u64) -> anyhow::Result<()
 /// Takes `name` on a session of its own and keeps it for `hold`; returns once it is held.
 fn stuck_holder(url: &str, name: &LockName, hold: Duration) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let mut conn = DbConn::open(url)?;
-    let got = match conn.engine() {
-        Engine::Mysql => {
-            diesel::select(get_lock(name.as_str(), 0)).get_result::<Option<i64>>(&mut conn)? == Some(1)
-        }
-        Engine::Postgres => cached_sql::<Bool>("SELECT pg_try_advisory_lock(?)")
-            .bind::<BigInt, _>(name.advisory_key())
-            .get_result(&mut conn)?,
-    };
-    anyhow::ensure!(got, "the stuck holder could not take {name}");
+    let got = conn.dialect().lock(&mut conn, name.as_str(), Duration::ZERO)?;
+    anyhow::ensure!(got == Asked::Granted, "the stuck holder could not take {name}: {got:?}");
     Ok(std::thread::spawn(move || {
         std::thread::sleep(hold);
         drop(conn); // closing the session frees its lock

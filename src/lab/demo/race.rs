@@ -41,7 +41,6 @@ use crate::lab::locks::{OutsideLocks, file};
 use crate::lab::schema::{demo_bookings, demo_races, demo_resources};
 use crate::lab::stats::percentile_ms;
 use crate::locking::Namespace;
-use crate::locking::sql::{holder_of, kill_connection, own_connection_id};
 
 pub const MAX_CLIENTS: u32 = 256;
 pub const MAX_ATTEMPTS: u32 = 10_000;
@@ -873,7 +872,7 @@ fn warm_up(pool: &DbPool) -> Result<Vec<i64>, DemoError> {
     let mut ids = Vec::new();
     for _ in 0..pool.max_size() {
         let mut conn = pool.get()?;
-        ids.push(own_connection_id(&mut conn)?);
+        ids.push(conn.dialect().session_id(&mut conn)?);
         held.push(conn);
     }
     Ok(ids)
@@ -900,23 +899,24 @@ fn close_leaked_sessions(
     days: impl Iterator<Item = NaiveDate>,
     ours: &[i64],
 ) -> Result<Leaks, DemoError> {
+    let dialect = conn.dialect();
     let ours: BTreeSet<i64> = ours.iter().copied().collect();
     let mut leaked = Vec::new();
     let mut sessions = BTreeSet::new();
     for day in days {
         let name = lock_name(names, resource_id, day);
-        if let Some(holder) = holder_of(conn, name.as_str())?.filter(|h| ours.contains(h)) {
+        if let Some(holder) = dialect.holder_of(conn, name.as_str())?.filter(|h| ours.contains(h)) {
             leaked.push(name);
             sessions.insert(holder);
         }
     }
     for id in &sessions {
-        kill_connection(conn, *id)?;
+        dialect.end_session(conn, *id)?;
     }
     // KILL returns before the session is gone: wait, bounded, until its locks are free.
     let deadline = Instant::now() + Duration::from_secs(5);
     for name in &leaked {
-        while holder_of(conn, name.as_str())?.is_some() && Instant::now() < deadline {
+        while dialect.holder_of(conn, name.as_str())?.is_some() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
     }

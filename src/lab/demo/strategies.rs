@@ -30,6 +30,7 @@ use super::DemoError;
 use super::lanes::{Decided, Lanes};
 use super::model::{DemoResource, NewDemoBooking, bookings_on};
 use crate::db::conn::on_engine;
+use crate::db::errors::is_lock_timeout;
 use crate::db::{DbConn, DbPool, Engine, cached_sql};
 use crate::i18n::Lang;
 use crate::infra::Infra;
@@ -37,8 +38,7 @@ use crate::lab::locks::OutsideLocks;
 use crate::lab::locks::file::FileLock;
 use crate::lab::locks::table::LockRow;
 use crate::lab::schema::{demo_bookings, demo_resources};
-use crate::locking::retry::{RetryPolicy, is_lock_timeout, retry_on_lock_conflict};
-use crate::locking::sql::{holder_of, own_connection_id};
+use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
 use crate::locking::{LockName, NamedLockGuard, Namespace, Turn};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -435,10 +435,10 @@ fn named_lock_pool_pitfall(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, D
     let name = lock_name(a.pool.names(), a.resource_id, a.day);
     {
         let mut conn = a.pool.get()?;
-        let me = own_connection_id(&mut conn)?;
+        let me = conn.dialect().session_id(&mut conn)?;
         seen.sessions.push(me);
         // This session already holds the lock: it will be granted again without waiting.
-        seen.reentered = holder_of(&mut conn, name.as_str())? == Some(me);
+        seen.reentered = conn.dialect().holder_of(&mut conn, name.as_str())? == Some(me);
         let granted = match conn.engine() {
             Engine::Mysql => {
                 let wait_secs = i32::try_from(a.lock_wait.as_secs()).unwrap_or(i32::MAX);
@@ -469,13 +469,13 @@ fn named_lock_pool_pitfall(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, D
     between_statements();
 
     let answer = a.pool.get().map_err(DemoError::from).and_then(|mut conn| {
-        seen.sessions.push(own_connection_id(&mut conn)?);
+        seen.sessions.push(conn.dialect().session_id(&mut conn)?);
         conn.transaction(|conn| check_then_insert(conn, a))
     });
 
     between_statements();
     let released = a.pool.get().map_err(DemoError::from).and_then(|mut conn| {
-        seen.sessions.push(own_connection_id(&mut conn)?);
+        seen.sessions.push(conn.dialect().session_id(&mut conn)?);
         let released = match conn.engine() {
             Engine::Mysql => {
                 cached_sql::<Nullable<BigInt>>("SELECT RELEASE_LOCK(?)")

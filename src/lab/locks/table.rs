@@ -21,22 +21,16 @@ use diesel::sql_types::{BigInt, Text};
 use diesel::{QueryResult, RunQueryDsl};
 
 use super::{poll, token};
-use crate::db::{DbPool, Sql, cached_sql};
+use crate::db::{DbPool, cached_sql};
 use crate::infra::Infra;
 use crate::locking::retry::MayConflict;
 
 /// The database's clock, to the microsecond, in UTC on both engines (the pool's sessions run in
 /// UTC): MySQL's `NOW(6)`, PostgreSQL's `LOCALTIMESTAMP`. Each statement runs in a transaction
 /// of its own, so PostgreSQL's "now" (the transaction's start) is the statement's.
-const DELETE_EXPIRED: Sql = Sql::per_engine(
-    "DELETE FROM demo_lock_rows WHERE name = ? AND expires_at < NOW(6)",
-    "DELETE FROM demo_lock_rows WHERE name = ? AND expires_at < LOCALTIMESTAMP",
-);
-const INSERT: Sql = Sql::per_engine(
-    "INSERT INTO demo_lock_rows (name, owner, expires_at) VALUES (?, ?, NOW(6) + INTERVAL ? MICROSECOND)",
-    "INSERT INTO demo_lock_rows (name, owner, expires_at) \
-     VALUES (?, ?, LOCALTIMESTAMP + ? * INTERVAL '1 microsecond')",
-);
+const DELETE_EXPIRED: &str = "DELETE FROM demo_lock_rows WHERE name = ? AND expires_at < {now}";
+const INSERT: &str =
+    "INSERT INTO demo_lock_rows (name, owner, expires_at) VALUES (?, ?, {now} + {? microseconds})";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockRowError {

@@ -475,8 +475,8 @@ fn a_closure_that_stops_midway_releases_the_edit_lock_it_took() {
         holder.batch_execute("ROLLBACK").expect("rollback");
         panic!("the run never got midway: {:?}", run.join().expect("run thread"));
     }
-    let session = haita::locking::sql::holder_of(&mut admin, guard.as_str()).expect("query").expect("held");
-    haita::locking::sql::kill_connection(&mut admin, session).expect("KILL");
+    let session = crate::common::server::holder_of(&mut admin, guard.as_str()).expect("query").expect("held");
+    crate::common::server::end_session(&mut admin, session).expect("KILL");
     let stopped = run.join().expect("run thread");
     holder.batch_execute("ROLLBACK").expect("rollback");
 

@@ -70,7 +70,7 @@ impl TestDb {
     pub fn on_server(base_url: &str) -> Self {
         let scratch = ScratchDatabase::create(base_url, "haita_t_").expect("create test database");
         let pool = db::build_pool(&test_config(&scratch.url)).expect("pool");
-        db::run_migrations(&pool).expect("migrations");
+        haita::run_migrations(&pool).expect("migrations");
         install_lock_introspection(base_url, &mut pool.get().expect("connection"));
         Self { url: scratch.url.clone(), name: scratch.name.clone(), pool, _scratch: scratch }
     }

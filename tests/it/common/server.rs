@@ -9,7 +9,20 @@ use diesel::sql_types::{BigInt, Bool, Text};
 use haita::db::{DbConn, Engine, Sql, cached_sql};
 use haita::locking::LockName;
 
-pub use haita::locking::sql::{holder_of, own_connection_id as connection_id};
+/// The session holding `name`, if any (`Dialect::holder_of`).
+pub fn holder_of(conn: &mut DbConn, name: &str) -> QueryResult<Option<i64>> {
+    conn.dialect().holder_of(conn, name)
+}
+
+/// This session's id, as [`holder_of`] reports a holder.
+pub fn connection_id(conn: &mut DbConn) -> QueryResult<i64> {
+    conn.dialect().session_id(conn)
+}
+
+/// Ends the session `id` (an admin's `KILL`, a crashed process), which frees its locks.
+pub fn end_session(conn: &mut DbConn, id: i64) -> QueryResult<()> {
+    conn.dialect().end_session(conn, id)
+}
 
 /// Takes `name` on this session without waiting: true when granted. Taking it again on the same
 /// session succeeds and counts once more on both engines (each re-entry needs its own release).
@@ -49,7 +62,7 @@ pub fn lock_within(conn: &mut DbConn, name: &LockName, wait: Duration) -> bool {
             });
             match granted {
                 Ok(_) => true,
-                Err(e) if haita::locking::retry::is_lock_timeout(&e) => false,
+                Err(e) if haita::db::errors::is_lock_timeout(&e) => false,
                 Err(e) => panic!("take the lock: {e}"),
             }
         }

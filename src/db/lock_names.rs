@@ -42,9 +42,8 @@ impl Namespace {
 
     /// From `mysql://…/name?…`: the database name is what the instances of a deployment share.
     pub fn for_url(database_url: &str) -> Self {
-        let path = database_url.split('?').next().unwrap_or_default();
-        let after_host = path.split_once("://").map_or(path, |(_, rest)| rest);
-        Self::for_database(after_host.split_once('/').map_or("", |(_, name)| name))
+        let name = url::Url::parse(database_url).map(|url| url.path().trim_start_matches('/').to_string());
+        Self::for_database(&name.unwrap_or_default())
     }
 
     /// `haita:{tag}:` — what every lock name of this deployment starts with.
@@ -131,30 +130,8 @@ impl LockName {
     /// key, so one booking would wait for another it has nothing to do with. At 64 bits that
     /// takes billions.
     pub fn advisory_key(&self) -> i64 {
-        advisory_key(&self.0)
+        super::dialect::postgres::advisory_key(&self.0)
     }
-}
-
-/// How a PostgreSQL advisory lock is listed to the admin: a key does not tell the name it was
-/// hashed from, so the listing names each lock `advisory key N`, and that label is accepted back
-/// wherever a name is (its key is then `N` itself).
-pub const ADVISORY_LABEL: &str = "advisory key ";
-
-/// The key in an [`ADVISORY_LABEL`]ed name, if `text` is one.
-pub fn labelled_advisory_key(text: &str) -> Option<i64> {
-    text.strip_prefix(ADVISORY_LABEL)?.parse().ok()
-}
-
-/// [`LockName::advisory_key`] of a name given as text (the admin's lookup), or the key of an
-/// [`ADVISORY_LABEL`]ed one. The two cannot be confused: every name of ours starts `haita:`.
-pub fn advisory_key(name: &str) -> i64 {
-    if let Some(key) = labelled_advisory_key(name) {
-        return key;
-    }
-    let digest = Sha256::digest(name.as_bytes());
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    i64::from_be_bytes(first)
 }
 
 impl fmt::Display for LockName {
