@@ -1,4 +1,4 @@
-//! `haita serve | migrate | user create`, and with the `lab` feature also `seed`, `demo race`,
+//! `haita serve | migrate | config | user create`, and with the `lab` feature also `seed`, `demo race`,
 //! `bench bookings | orders` (see `lab::cli`).
 
 use std::io::Read;
@@ -31,6 +31,8 @@ enum Command {
     },
     /// Create the database if needed and apply pending migrations.
     Migrate,
+    /// Print the environment variables haita reads, what each does and its default.
+    Config,
     /// Manage users.
     User {
         #[command(subcommand)]
@@ -136,8 +138,13 @@ pub fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Config = cli.command {
+        print!("{}", crate::config::Env::help());
+        return Ok(());
+    }
     let config = Config::from_env()?;
     match cli.command {
+        Command::Config => Ok(()),
         Command::Migrate => crate::prepare_database(&config).map(drop),
         Command::Serve {
             #[cfg(feature = "lab")]

@@ -1,74 +1,275 @@
 //! Environment → typed configuration, parsed once at start.
 //!
-//! Every variable is documented in `.env.example`; the defaults serve a local demo. A value that
-//! is present but unparsable stops the program with a message naming the variable, rather than
-//! silently falling back to a default the operator did not choose.
+//! Every variable is declared once, in [`Env`]: its name, its default and what it does, as clap
+//! reads them. `haita config` prints that list, and a test checks `.env.example` and
+//! `docs/configuration.md` against it, so none of the three can name a variable the others do
+//! not. The defaults serve a local demo. A value that is present but unparsable stops the program
+//! with a message naming the variable, rather than silently falling back to a default the operator
+//! did not choose.
 
 use std::num::NonZeroU32;
+use std::path::PathBuf;
 use std::time::Duration;
+
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 #[derive(Debug, thiserror::Error)]
 #[error("configuration: {name}={value:?} is invalid: {reason}")]
 pub struct ConfigError {
-    name: &'static str,
+    name: String,
     value: String,
     reason: String,
 }
 
+/// Which guard makes sure only one instance runs a batch job at a time (`BATCH_LOCK`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchLock {
+    /// A named lock held by the run's session.
+    Db,
+    /// A lock file in this directory (`BATCH_LOCK_DIR`), which every instance shares.
+    File(PathBuf),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BatchLockKind {
+    Db,
+    File,
+}
+
+/// The environment variables haita reads, one field each, named as the variable is.
+#[derive(Parser, Debug)]
+#[command(
+    name = "haita",
+    no_binary_name = true,
+    disable_help_flag = true,
+    disable_version_flag = true,
+    about = "haita reads its configuration from these environment variables (flags are not read)."
+)]
+pub struct Env {
+    /// mysql://user:password@host:port/database (MySQL 8.0+, MariaDB 10.6+), or postgres://… to
+    /// run on PostgreSQL 15+. The database is created if it does not exist.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "mysql://root@127.0.0.1:3306/haita",
+        hide_env_values = true
+    )]
+    database_url: String,
+    /// Address the HTTP server listens on; port 0 picks a free port.
+    #[arg(long, env = "BIND", default_value = "127.0.0.1:8080")]
+    bind: String,
+    /// Pooled connections per instance. A request holding a named lock holds one for the whole
+    /// locked section, so this also bounds how many locked sections run at once in an instance.
+    #[arg(long, env = "POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=10_000))]
+    pool_size: u32,
+    /// How long a request waits for a pooled connection before answering 503 busy (seconds).
+    #[arg(long, env = "POOL_TIMEOUT_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pool_timeout_secs: u64,
+    /// How long a request waits for a named lock held elsewhere, queued in memory and then at the
+    /// server, before answering 503 busy (whole seconds).
+    #[arg(long, env = "LOCK_WAIT_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    lock_wait_secs: u64,
+    /// How many sessions of one instance may wait at the server for a named lock at once
+    /// (default: a quarter of POOL_SIZE). Past it, a request for a lock held elsewhere is answered
+    /// 503 busy at once, so waiting for one hot or stuck key never takes the connections other
+    /// requests need.
+    #[arg(long, env = "LOCK_WAITERS_MAX", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    lock_waiters_max: Option<u64>,
+    /// The bound on every row-lock wait of a pooled session (innodb_lock_wait_timeout on MySQL,
+    /// lock_timeout on PostgreSQL): a stuck row lock fails fast instead of MySQL's default 50 s.
+    #[arg(long, env = "ROW_LOCK_WAIT_SECS", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    row_lock_wait_secs: u32,
+    /// Book the requests queued for one day together: one lock, one transaction and one commit
+    /// per batch, each request answered as if alone.
+    #[arg(long, env = "BOOKING_COALESCING", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    booking_coalescing: bool,
+    /// Record the lock metrics of /metrics and /admin/metrics; off only to measure what
+    /// recording them costs.
+    #[arg(long, env = "METRICS", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    metrics: bool,
+    /// Password checks (argon2) that may run at once (default: one per core). A login that finds
+    /// no free slot within 5 s is answered 503 busy.
+    #[arg(long, env = "HASHING_SLOTS", value_parser = clap::value_parser!(u64).range(1..=256))]
+    hashing_slots: Option<u64>,
+    /// Login attempts per minute per username, successful or not; past them, 429 with
+    /// Retry-After, before any database or hashing work.
+    #[arg(long, env = "LOGIN_ATTEMPTS_PER_MINUTE", default_value_t = NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN))]
+    login_attempts_per_minute: NonZeroU32,
+    /// Login attempts per minute per client address.
+    #[arg(long, env = "LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS", default_value_t = NonZeroU32::new(60).unwrap_or(NonZeroU32::MIN))]
+    login_attempts_per_minute_per_address: NonZeroU32,
+    /// Lifetime of a pessimistic edit lock without a heartbeat (seconds, at least 5: the edit
+    /// page beats every third of it, and a lock that expired between two beats of a healthy page
+    /// would be lost to the first passer-by).
+    #[arg(long, env = "EDIT_LOCK_TTL_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(5..=86_400))]
+    edit_lock_ttl_secs: u64,
+    /// How a batch job makes sure only one instance runs it: db, a named lock held by the run's
+    /// session; file, a lock file in BATCH_LOCK_DIR.
+    #[arg(long, env = "BATCH_LOCK", value_enum, default_value_t = BatchLockKind::Db, ignore_case = true)]
+    batch_lock: BatchLockKind,
+    /// The directory every instance shares, for BATCH_LOCK=file (its lock files and reports).
+    #[arg(long, env = "BATCH_LOCK_DIR")]
+    batch_lock_dir: Option<PathBuf>,
+    /// At least 64 characters; signs and encrypts the session cookie. Required unless
+    /// DEMO_MODE=1, where a missing one is generated. Generate: openssl rand -base64 64
+    #[arg(long, env = "SESSION_KEY", hide_env_values = true)]
+    session_key: Option<String>,
+    /// Mark the session cookie Secure and send HSTS: the app is served over HTTPS (default on,
+    /// off in DEMO_MODE); 0 only for plain HTTP on a trusted network.
+    #[arg(long, env = "COOKIE_SECURE", value_parser = clap::builder::BoolishValueParser::new())]
+    cookie_secure: Option<bool>,
+    /// HTTP worker threads (default: one per core).
+    #[arg(long, env = "WORKERS", value_parser = clap::value_parser!(u64).range(1..=256))]
+    workers: Option<u64>,
+    /// Threads for blocking work (database, lock waits, password hashing) for the whole instance
+    /// (default: POOL_SIZE + HASHING_SLOTS; a database thread beyond the pool's size could only
+    /// wait for a connection).
+    #[arg(long, env = "BLOCKING_THREADS", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    blocking_threads: Option<u64>,
+    /// The lab only (the race demo, `haita bench`): the Redis server of the redis-lock
+    /// strategies.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
+    redis_url: String,
+    /// The lab only: the directory of the file-lock strategy's lock files (default: haita-locks
+    /// in the system's temporary directory).
+    #[arg(long, env = "DEMO_LOCK_DIR")]
+    demo_lock_dir: Option<PathBuf>,
+    /// 1 for a local demo only: demo data and accounts (with their published passwords on the
+    /// login page), the race demo, a generated session key, COOKIE_SECURE off. Unset in
+    /// production.
+    #[arg(long, env = "DEMO_MODE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    demo_mode: bool,
+}
+
+impl Env {
+    /// The process's environment, read once.
+    fn read() -> Result<Self, ConfigError> {
+        Self::try_parse_from(std::iter::empty::<String>()).map_err(|e| ConfigError::from_clap(&e))
+    }
+
+    /// The declared defaults alone, whatever the environment says: what tests and benchmarks
+    /// start from.
+    fn defaults() -> Self {
+        let command = Self::command().mut_args(|arg| arg.env(None));
+        let matches = command.get_matches_from(std::iter::empty::<String>());
+        // Every default is declared above and parses: a failure here is a bug in this file.
+        Self::from_arg_matches(&matches).unwrap_or_else(|e| panic!("the declared defaults must parse: {e}"))
+    }
+
+    /// Each variable as declared: its name, its default (empty: none, or computed) and what it
+    /// does.
+    pub fn variables() -> Vec<(String, String, String)> {
+        Self::command()
+            .get_arguments()
+            .filter_map(|arg| {
+                let name = arg.get_env()?.to_string_lossy().into_owned();
+                let default = arg
+                    .get_default_values()
+                    .iter()
+                    .map(|v| v.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let help = arg.get_long_help().or_else(|| arg.get_help()).map(ToString::to_string);
+                Some((name, default, help.unwrap_or_default()))
+            })
+            .collect()
+    }
+
+    /// The list of variables as `haita config` prints it: name, default, what it does.
+    pub fn help() -> String {
+        let mut out = String::from("haita reads its configuration from these environment variables:\n");
+        for (name, default, help) in Self::variables() {
+            out.push('\n');
+            out.push_str(&name);
+            if !default.is_empty() {
+                out.push_str(&format!(" (default: {default})"));
+            }
+            let mut line = String::from("   ");
+            for word in help.split_whitespace() {
+                if line.len() + word.len() > 96 {
+                    out.push_str(&format!("\n{line}"));
+                    line = String::from("   ");
+                }
+                line.push(' ');
+                line.push_str(word);
+            }
+            out.push_str(&format!("\n{line}\n"));
+        }
+        out
+    }
+}
+
+impl ConfigError {
+    /// clap's complaint, said about the variable rather than the flag clap would name.
+    fn from_clap(error: &clap::Error) -> Self {
+        use clap::error::{ContextKind, ContextValue};
+        let text = |kind| match error.get(kind) {
+            Some(ContextValue::String(s)) => s.clone(),
+            _ => String::new(),
+        };
+        let flag = text(ContextKind::InvalidArg);
+        let name = Env::command()
+            .get_arguments()
+            .find(|arg| arg.get_long().is_some_and(|long| flag.starts_with(&format!("--{long} "))))
+            .and_then(|arg| arg.get_env().map(|env| env.to_string_lossy().into_owned()))
+            .unwrap_or(flag);
+        let reason = std::error::Error::source(error)
+            .map_or_else(|| error.kind().as_str().unwrap_or("not accepted").to_string(), ToString::to_string);
+        Self { name, value: text(ContextKind::InvalidValue), reason }
+    }
+
+    fn of(name: &str, value: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { name: name.into(), value: value.into(), reason: reason.into() }
+    }
+}
+
 #[derive(Clone)]
 pub struct Config {
-    /// `mysql://user:password@host:port/database`.
+    /// `DATABASE_URL`.
     pub database_url: String,
-    /// Address the HTTP server listens on; port 0 picks a free port (tests).
+    /// `BIND`.
     pub bind: String,
-    /// Upper bound of pooled connections. Every request that holds a named lock holds one of them
-    /// for the whole locked section, so this also bounds how many locked sections run at once.
+    /// `POOL_SIZE`.
     pub pool_size: u32,
-    /// How long a request waits for a pooled connection before answering 503 busy.
+    /// `POOL_TIMEOUT_SECS`.
     pub pool_timeout: Duration,
-    /// How long a request waits for a held named lock, queued in memory and then in `GET_LOCK`
-    /// (`LOCK_WAIT_SECS`, whole seconds).
+    /// `LOCK_WAIT_SECS`.
     pub lock_wait: Duration,
-    /// How many sessions of this instance may wait in `GET_LOCK` at once (`LOCK_WAITERS_MAX`,
-    /// default a quarter of the pool): past it a request for a held lock is refused at once, so
-    /// waiting can never take the connections that other requests need.
+    /// `LOCK_WAITERS_MAX`, default a quarter of the pool.
     pub lock_waiters_max: usize,
-    /// `innodb_lock_wait_timeout` set on every pooled connection: a stuck row lock becomes a
-    /// fast, clean error instead of MySQL's default 50 s hang.
+    /// `ROW_LOCK_WAIT_SECS`.
     pub row_lock_wait_secs: u32,
-    /// Book a busy day's queued requests together, one lock and one commit per batch
-    /// (`BOOKING_COALESCING`, default true; see `bookings::coalesce`).
+    /// `BOOKING_COALESCING` (see `bookings::coalesce`).
     pub coalesce_bookings: bool,
-    /// Record the lock metrics of `/metrics` and `/admin/metrics` (`METRICS`, default true).
-    /// Off only to measure what recording them costs.
+    /// `METRICS`.
     pub metrics: bool,
-    /// Password checks that may run at once (`HASHING_SLOTS`, default one per core).
+    /// `HASHING_SLOTS`, default one per core.
     pub hashing_slots: usize,
-    /// Login attempts per minute per username (`LOGIN_ATTEMPTS_PER_MINUTE`) and per client
-    /// address (`LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS`); past them, 429 with Retry-After.
+    /// `LOGIN_ATTEMPTS_PER_MINUTE` and `LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS`.
     pub login_attempts_per_username: NonZeroU32,
     pub login_attempts_per_address: NonZeroU32,
-    /// Lifetime of a pessimistic edit lock without heartbeat.
+    /// `EDIT_LOCK_TTL_SECS`.
     pub edit_lock_ttl: Duration,
-    /// How a batch job makes sure only one instance runs it (`BATCH_LOCK=db|file`, default db;
-    /// `file` needs `BATCH_LOCK_DIR`, a directory every instance shares).
-    pub batch_lock: crate::batch::guard::BatchLock,
-    /// Key that signs and encrypts session cookies. Required to serve, except in `DEMO_MODE`,
-    /// where a missing one is generated (with a warning).
+    /// `BATCH_LOCK` and `BATCH_LOCK_DIR`.
+    pub batch_lock: BatchLock,
+    /// `SESSION_KEY`: required to serve, except in `DEMO_MODE`.
     pub session_key: Option<Vec<u8>>,
-    /// Mark the session cookie `Secure` (serve over HTTPS).
+    /// `COOKIE_SECURE`, default on outside `DEMO_MODE`.
     pub cookie_secure: bool,
-    /// HTTP worker threads; `None` = one per core.
+    /// `WORKERS`; `None` = one per core.
     pub workers: Option<usize>,
-    /// Threads that run blocking work (diesel, lock waits, password hashing) for the whole
-    /// instance (`BLOCKING_THREADS`, default `POOL_SIZE + HASHING_SLOTS`): a database task needs
-    /// a pooled connection, so a thread beyond the pool's size could only wait for one; a
-    /// password check needs no connection but holds a thread for its hashing slot.
+    /// `BLOCKING_THREADS`, default `POOL_SIZE + HASHING_SLOTS`: a database task needs a pooled
+    /// connection, so a thread beyond the pool's size could only wait for one; a password check
+    /// needs no connection but holds a thread for its hashing slot.
     pub blocking_threads: usize,
-    /// `DEMO_MODE=1` (which `scripts/dev run` sets): demo data, the demo accounts on the login
-    /// page and the race demo exist, and a missing `SESSION_KEY` is generated. Off by default:
-    /// a production deployment gets none of it, and must set `SESSION_KEY`.
+    /// `DEMO_MODE`: demo data, the demo accounts on the login page and the race demo exist, and
+    /// a missing `SESSION_KEY` is generated. Off by default: a production deployment gets none of
+    /// it, and must set `SESSION_KEY`.
     pub demo_mode: bool,
+    /// `REDIS_URL` (the lab's redis-lock strategies).
+    pub redis_url: String,
+    /// `DEMO_LOCK_DIR` (the lab's file-lock strategy).
+    pub demo_lock_dir: PathBuf,
 }
 
 /// Everything but the secrets, so a logged or printed `Config` leaks neither the database
@@ -96,6 +297,8 @@ impl std::fmt::Debug for Config {
             workers,
             blocking_threads,
             demo_mode,
+            redis_url,
+            demo_lock_dir,
         } = self;
         f.debug_struct("Config")
             .field("database_url", &crate::db::redact(database_url))
@@ -117,135 +320,85 @@ impl std::fmt::Debug for Config {
             .field("workers", workers)
             .field("blocking_threads", blocking_threads)
             .field("demo_mode", demo_mode)
+            .field("redis_url", &crate::db::redact(redis_url))
+            .field("demo_lock_dir", demo_lock_dir)
             .finish()
-    }
-}
-
-/// A yes/no variable: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case).
-/// `BATCH_LOCK` and, for `file`, `BATCH_LOCK_DIR` (which must be a directory now).
-fn batch_lock() -> Result<crate::batch::guard::BatchLock, ConfigError> {
-    use crate::batch::guard::BatchLock;
-    match std::env::var("BATCH_LOCK").unwrap_or_default().trim().to_ascii_lowercase().as_str() {
-        "" | "db" => Ok(BatchLock::Db),
-        "file" => {
-            let dir = std::env::var("BATCH_LOCK_DIR").unwrap_or_default();
-            if dir.is_empty() || !std::path::Path::new(&dir).is_dir() {
-                return Err(ConfigError {
-                    name: "BATCH_LOCK_DIR",
-                    value: dir,
-                    reason: "BATCH_LOCK=file needs an existing directory every instance shares".into(),
-                });
-            }
-            Ok(BatchLock::File(dir.into()))
-        }
-        other => {
-            Err(ConfigError { name: "BATCH_LOCK", value: other.into(), reason: "use db or file".into() })
-        }
-    }
-}
-
-fn flag(name: &'static str, default: bool) -> Result<bool, ConfigError> {
-    let Ok(value) = std::env::var(name) else { return Ok(default) };
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(ConfigError { name, value, reason: "use 1 or 0".into() }),
     }
 }
 
 impl Config {
     pub fn from_env() -> Result<Self, ConfigError> {
-        let defaults = Self::for_database(
-            std::env::var("DATABASE_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/haita".into()),
-        );
-        let demo_mode = flag("DEMO_MODE", false)?;
-        let pool_size = pool_size_from_env(defaults.pool_size)?;
-        let hashing_slots = parse("HASHING_SLOTS", defaults.hashing_slots, |v| (1..=256).contains(&v))?;
-        Ok(Self {
-            bind: std::env::var("BIND").unwrap_or(defaults.bind),
-            pool_size,
-            pool_timeout: secs("POOL_TIMEOUT_SECS", defaults.pool_timeout)?,
-            lock_wait: secs("LOCK_WAIT_SECS", defaults.lock_wait)?,
-            lock_waiters_max: match std::env::var("LOCK_WAITERS_MAX") {
-                Ok(_) => parse("LOCK_WAITERS_MAX", 1usize, |v| (1..=1024).contains(&v))?,
-                Err(_) => default_waiters_max(pool_size),
-            },
-            row_lock_wait_secs: parse("ROW_LOCK_WAIT_SECS", defaults.row_lock_wait_secs, |v| {
-                (1..=3600).contains(&v)
-            })?,
-            // At least 5 s: the edit page beats every third of it, and a lock that expires
-            // between two beats of a healthy page would be lost to the first passer-by.
-            batch_lock: batch_lock()?,
-            edit_lock_ttl: parse("EDIT_LOCK_TTL_SECS", defaults.edit_lock_ttl.as_secs(), |v| {
-                (5..=86_400).contains(&v)
-            })
-            .map(Duration::from_secs)?,
-            session_key: match std::env::var("SESSION_KEY") {
-                Ok(key) if key.len() >= 64 => Some(key.into_bytes()),
-                Ok(key) => {
-                    return Err(ConfigError {
-                        name: "SESSION_KEY",
-                        value: "<hidden>".into(),
-                        reason: format!(
-                            "needs at least 64 characters, got {} (try `openssl rand -base64 64`)",
-                            key.len()
-                        ),
-                    });
-                }
-                Err(_) => None,
-            },
-            // Outside a demo the app is served over HTTPS (behind a proxy that terminates TLS).
-            cookie_secure: flag("COOKIE_SECURE", !demo_mode)?,
-            demo_mode,
-            coalesce_bookings: parse("BOOKING_COALESCING", defaults.coalesce_bookings, |_| true)?,
-            metrics: flag("METRICS", defaults.metrics)?,
-            hashing_slots,
-            login_attempts_per_username: parse(
-                "LOGIN_ATTEMPTS_PER_MINUTE",
-                defaults.login_attempts_per_username,
-                |_| true,
-            )?,
-            login_attempts_per_address: parse(
-                "LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS",
-                defaults.login_attempts_per_address,
-                |_| true,
-            )?,
-            workers: match std::env::var("WORKERS") {
-                Ok(_) => Some(parse("WORKERS", 1usize, |v| (1..=256).contains(&v))?),
-                Err(_) => None,
-            },
-            blocking_threads: match std::env::var("BLOCKING_THREADS") {
-                Ok(_) => parse("BLOCKING_THREADS", 1usize, |v| (1..=1024).contains(&v))?,
-                Err(_) => default_blocking_threads(pool_size, hashing_slots),
-            },
-            database_url: defaults.database_url,
-        })
+        Self::try_from(Env::read()?)
     }
 
-    /// Defaults for a given database: what the demo and the tests start from.
+    /// The declared defaults, for a given database: what the demo and the tests start from.
     pub fn for_database(database_url: impl Into<String>) -> Self {
-        let hashing_slots = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-        Self {
-            database_url: database_url.into(),
-            bind: "127.0.0.1:8080".into(),
-            pool_size: 16,
-            pool_timeout: Duration::from_secs(5),
-            lock_wait: Duration::from_secs(5),
-            lock_waiters_max: default_waiters_max(16),
-            row_lock_wait_secs: 5,
-            edit_lock_ttl: Duration::from_secs(300),
-            batch_lock: crate::batch::guard::BatchLock::Db,
-            session_key: None,
-            cookie_secure: false,
-            coalesce_bookings: true,
-            metrics: true,
+        let env = Env { database_url: database_url.into(), ..Env::defaults() };
+        let config =
+            Self::try_from(env).unwrap_or_else(|e| panic!("the declared defaults must make a configuration: {e}"));
+        // Tests and benchmarks serve plain HTTP on the loopback.
+        Self { cookie_secure: false, ..config }
+    }
+}
+
+impl TryFrom<Env> for Config {
+    type Error = ConfigError;
+
+    fn try_from(env: Env) -> Result<Self, ConfigError> {
+        let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        let hashing_slots = env
+            .hashing_slots
+            .map_or_else(|| std::thread::available_parallelism().map_or(2, std::num::NonZero::get), size);
+        let batch_lock = match (env.batch_lock, env.batch_lock_dir) {
+            (BatchLockKind::Db, _) => BatchLock::Db,
+            (BatchLockKind::File, Some(dir)) if dir.is_dir() => BatchLock::File(dir),
+            (BatchLockKind::File, dir) => {
+                return Err(ConfigError::of(
+                    "BATCH_LOCK_DIR",
+                    dir.map(|d| d.display().to_string()).unwrap_or_default(),
+                    "BATCH_LOCK=file needs an existing directory every instance shares",
+                ));
+            }
+        };
+        let session_key = match env.session_key {
+            Some(key) if key.len() < 64 => {
+                return Err(ConfigError::of(
+                    "SESSION_KEY",
+                    "<hidden>",
+                    format!(
+                        "needs at least 64 characters, got {} (try `openssl rand -base64 64`)",
+                        key.len()
+                    ),
+                ));
+            }
+            key => key.map(String::into_bytes),
+        };
+        Ok(Self {
+            database_url: env.database_url,
+            bind: env.bind,
+            pool_size: env.pool_size,
+            pool_timeout: Duration::from_secs(env.pool_timeout_secs),
+            lock_wait: Duration::from_secs(env.lock_wait_secs),
+            lock_waiters_max: env.lock_waiters_max.map_or_else(|| default_waiters_max(env.pool_size), size),
+            row_lock_wait_secs: env.row_lock_wait_secs,
+            coalesce_bookings: env.booking_coalescing,
+            metrics: env.metrics,
             hashing_slots,
-            login_attempts_per_username: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN),
-            login_attempts_per_address: NonZeroU32::new(60).unwrap_or(NonZeroU32::MIN),
-            workers: None,
-            blocking_threads: default_blocking_threads(16, hashing_slots),
-            demo_mode: false,
-        }
+            login_attempts_per_username: env.login_attempts_per_minute,
+            login_attempts_per_address: env.login_attempts_per_minute_per_address,
+            edit_lock_ttl: Duration::from_secs(env.edit_lock_ttl_secs),
+            batch_lock,
+            session_key,
+            // Outside a demo the app is served over HTTPS (behind a proxy that terminates TLS).
+            cookie_secure: env.cookie_secure.unwrap_or(!env.demo_mode),
+            workers: env.workers.map(size),
+            blocking_threads: env
+                .blocking_threads
+                .map_or_else(|| default_blocking_threads(env.pool_size, hashing_slots), size),
+            demo_mode: env.demo_mode,
+            redis_url: env.redis_url,
+            demo_lock_dir: env.demo_lock_dir.unwrap_or_else(|| std::env::temp_dir().join("haita-locks")),
+        })
     }
 }
 
@@ -257,28 +410,6 @@ pub fn default_blocking_threads(pool_size: u32, hashing_slots: usize) -> usize {
 /// A quarter of the pool, at least one.
 pub fn default_waiters_max(pool_size: u32) -> usize {
     usize::try_from(pool_size / 4).unwrap_or(1).max(1)
-}
-
-fn pool_size_from_env(default: u32) -> Result<u32, ConfigError> {
-    parse("POOL_SIZE", default, |v: u32| v >= 2)
-}
-
-fn parse<T>(name: &'static str, default: T, valid: impl Fn(T) -> bool) -> Result<T, ConfigError>
-where
-    T: std::str::FromStr + Copy + std::fmt::Display,
-{
-    let Ok(value) = std::env::var(name) else {
-        return Ok(default);
-    };
-    match value.trim().parse::<T>() {
-        Ok(parsed) if valid(parsed) => Ok(parsed),
-        Ok(_) => Err(ConfigError { name, value, reason: "out of range".into() }),
-        Err(_) => Err(ConfigError { name, value, reason: format!("expected a value like {default}") }),
-    }
-}
-
-fn secs(name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
-    parse(name, default.as_secs(), |v| (0..=86_400).contains(&v)).map(Duration::from_secs)
 }
 
 #[cfg(test)]
@@ -297,5 +428,116 @@ mod tests {
             shown.contains("mysql://app:***@db:3306/haita") && shown.contains("[set, not shown]"),
             "{shown}"
         );
+    }
+
+    /// The environment as a list of variables, parsed the way [`Env::read`] parses the real one.
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let (declared, command) = (Env::command(), Env::command().mut_args(|arg| arg.env(None)));
+        let mut args = Vec::new();
+        for (name, value) in vars {
+            let arg = declared
+                .get_arguments()
+                .find(|a| a.get_env().is_some_and(|e| e == *name))
+                .unwrap_or_else(|| panic!("{name} is not declared"));
+            args.push(format!("--{}={value}", arg.get_long().unwrap_or_default()));
+        }
+        let env = command
+            .try_get_matches_from(args)
+            .and_then(|m| Env::from_arg_matches(&m))
+            .map_err(|e| ConfigError::from_clap(&e))?;
+        Config::try_from(env)
+    }
+
+    #[test]
+    fn a_bad_value_is_refused_naming_its_variable() {
+        for (name, value, why) in [
+            ("POOL_SIZE", "1", "2..=10000"),
+            ("POOL_SIZE", "many", "invalid digit"),
+            ("EDIT_LOCK_TTL_SECS", "4", "5..=86400"),
+            ("METRICS", "maybe", "maybe"),
+            ("BATCH_LOCK", "redis", "redis"),
+        ] {
+            let refused = parse(&[(name, value)]).expect_err(value).to_string();
+            assert!(
+                refused.starts_with(&format!("configuration: {name}=\"{value}\" is invalid")),
+                "{refused}"
+            );
+            assert!(refused.contains(why), "{refused}");
+        }
+        let short = parse(&[("SESSION_KEY", "short")]).expect_err("short key").to_string();
+        assert!(short.contains("SESSION_KEY") && short.contains("at least 64") && !short.contains("short\""));
+        let no_dir = parse(&[("BATCH_LOCK", "file")]).expect_err("no dir").to_string();
+        assert!(no_dir.contains("BATCH_LOCK_DIR"), "{no_dir}");
+    }
+
+    /// `NAME` of every line `NAME=…` or `#NAME=…` of `.env.example`.
+    fn example_names() -> Vec<String> {
+        include_str!("../.env.example")
+            .lines()
+            .filter_map(|line| line.trim_start_matches('#').split_once('='))
+            .map(|(name, _)| name.to_string())
+            .filter(|name| !name.is_empty() && name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'))
+            .collect()
+    }
+
+    /// The first two cells of each row of the variables' table of a configuration page.
+    fn documented(page: &str) -> Vec<(String, String)> {
+        page.lines()
+            .filter_map(|line| {
+                let mut cells = line.strip_prefix("| `")?.split(" | ");
+                let name = cells.next()?.trim_end_matches('`').to_string();
+                Some((name, cells.next()?.to_string()))
+            })
+            .collect()
+    }
+
+    /// Read from the environment, but not haita's own: the log filter is `env_logger`'s.
+    const NOT_OURS: &[&str] = &["RUST_LOG"];
+
+    #[test]
+    fn the_example_file_and_the_configuration_pages_list_exactly_the_declared_variables() {
+        let declared = Env::variables();
+        let mut names: Vec<String> = declared.iter().map(|(name, ..)| name.clone()).collect();
+        names.extend(NOT_OURS.iter().map(ToString::to_string));
+        names.sort();
+        let mut example = example_names();
+        example.sort();
+        example.dedup();
+        assert_eq!(example, names, ".env.example must list every variable of config::Env, and only those");
+        for (page, text) in [
+            ("docs/configuration.md", include_str!("../docs/configuration.md")),
+            ("docs/ja/configuration.md", include_str!("../docs/ja/configuration.md")),
+        ] {
+            let rows = documented(text);
+            let mut listed: Vec<String> = rows.iter().map(|(name, _)| name.clone()).collect();
+            listed.sort();
+            assert_eq!(listed, names, "{page} must have a row for every variable, and only those");
+            for (name, default, _) in &declared {
+                let cell = rows.iter().find(|(n, _)| n == name).map(|(_, d)| d.as_str()).unwrap_or_default();
+                assert!(
+                    default.is_empty() || cell.contains(&format!("`{default}`")),
+                    "{page}: the default of {name} is `{default}`, the page says {cell}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_variable_says_what_it_does() {
+        for (name, _, help) in Env::variables() {
+            assert!(help.len() > 20, "{name} needs a sentence of help");
+        }
+        assert!(Env::help().contains("POOL_SIZE (default: 16)"));
+    }
+
+    #[test]
+    fn defaults_follow_from_what_was_set() {
+        let config =
+            parse(&[("POOL_SIZE", "40"), ("HASHING_SLOTS", "3"), ("DEMO_MODE", "1")]).expect("valid");
+        assert_eq!((config.lock_waiters_max, config.blocking_threads), (10, 43));
+        assert!(config.demo_mode && !config.cookie_secure, "a demo is served over plain HTTP");
+        let production = parse(&[("BOOKING_COALESCING", "false"), ("BATCH_LOCK", "DB")]).expect("valid");
+        assert!(production.cookie_secure && !production.coalesce_bookings && !production.demo_mode);
+        assert_eq!(production.batch_lock, BatchLock::Db);
     }
 }

@@ -102,7 +102,7 @@ impl Application {
         let race_board = aweb::Data::new(lab::demo::RaceBoard::default());
         // The Redis server and lock directory of the demo's outside locks (contacted on use).
         #[cfg(feature = "lab")]
-        let outside = aweb::Data::new(lab::locks::OutsideLocks::from_env()?);
+        let outside = aweb::Data::new(lab::locks::OutsideLocks::from_config(&state.config)?);
         let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
         let server = HttpServer::new(move || {
             let app = App::new().app_data(state.clone());
@@ -244,19 +244,19 @@ async fn home(ctx: PageContext) -> actix_web::Result<HttpResponse> {
 
 /// Liveness and database reachability, for load balancers.
 async fn health(state: aweb::Data<AppState>) -> HttpResponse {
-    let pool = state.pool.clone();
-    let database_ok = aweb::block(move || {
-        use diesel::r2d2::R2D2Connection;
-        // A cached `SELECT 1`, one round trip; `None` when no connection was had at all.
-        let ask = || pool.get().ok().map(|mut c| c.ping().is_ok());
-        match ask() {
-            // That connection was dead (and is discarded now): ask once more on another.
-            Some(false) => ask() == Some(true),
-            answer => answer == Some(true),
-        }
-    })
-    .await
-    .unwrap_or(false);
+    let database_ok = state
+        .with_pool(|pool| {
+            use diesel::r2d2::R2D2Connection;
+            // A cached `SELECT 1`, one round trip; `None` when no connection was had at all.
+            let ask = || pool.get().ok().map(|mut c| c.ping().is_ok());
+            Ok::<_, actix_web::error::BlockingError>(match ask() {
+                // That connection was dead (and is discarded now): ask once more on another.
+                Some(false) => ask() == Some(true),
+                answer => answer == Some(true),
+            })
+        })
+        .await
+        .unwrap_or(false);
     if database_ok {
         HttpResponse::Ok().json(serde_json::json!({"status": "ok", "database": "ok"}))
     } else {

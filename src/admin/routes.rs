@@ -13,7 +13,7 @@ use crate::edit_locks::{EditLockKey, LockView, service as edit_locks};
 use crate::i18n::Lang;
 use crate::web::error::ErrorBody;
 use crate::web::error::Said;
-use crate::web::{AppState, PageContext, blocking, html, see_other};
+use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(
@@ -72,19 +72,19 @@ struct AdminEditLock {
 }
 
 async fn load_locks(state: &AppState) -> Result<Locks, AdminError> {
-    let pool = state.pool.clone();
-    blocking(move || {
-        let mut conn = pool.get()?;
-        let edit_locks = edit_locks::list(&mut conn)?
-            .into_iter()
-            .map(|lock| AdminEditLock { session: lock.session_hint().to_string(), lock })
-            .collect();
-        let named_locks = named_locks::list(&mut conn, pool.names())?;
-        let deadlocks = crate::deadlocks::recent(&mut conn, DEADLOCKS_SHOWN)?;
-        let batch_runs = crate::batch::runs::recent(&mut conn, RUNS_SHOWN)?;
-        Ok(Locks { edit_locks, named_locks, deadlocks, batch_runs })
-    })
-    .await
+    let names = state.pool.names().clone();
+    state
+        .db(move |conn| {
+            let edit_locks = edit_locks::list(conn)?
+                .into_iter()
+                .map(|lock| AdminEditLock { session: lock.session_hint().to_string(), lock })
+                .collect();
+            let named_locks = named_locks::list(conn, &names)?;
+            let deadlocks = crate::deadlocks::recent(conn, DEADLOCKS_SHOWN)?;
+            let batch_runs = crate::batch::runs::recent(conn, RUNS_SHOWN)?;
+            Ok(Locks { edit_locks, named_locks, deadlocks, batch_runs })
+        })
+        .await
 }
 
 // ---- HTML -------------------------------------------------------------------------------
@@ -161,9 +161,7 @@ async fn locks_page(
     let lookup = match query.name.as_deref().filter(|n| !n.trim().is_empty()) {
         Some(text) => {
             let name = OurLockName::parse(state.pool.names(), state.pool.dialect(), text)?;
-            let pool = state.pool.clone();
-            let found =
-                blocking(move || Ok::<_, AdminError>(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
+            let found = state.db(move |conn| Ok::<_, AdminError>(named_locks::lookup(conn, &name)?)).await?;
             Some((text.trim().to_string(), found))
         }
         None => None,
@@ -195,13 +193,11 @@ async fn force_release_edit(
     admin_id: i64,
     reason: Reason,
 ) -> Result<LockView, AdminError> {
-    let pool = state.pool.clone();
-    blocking(move || Ok(edit_locks::force_release(&mut *pool.get()?, &key, admin_id, reason.as_str())?)).await
+    state.db(move |conn| Ok(edit_locks::force_release(conn, &key, admin_id, reason.as_str())?)).await
 }
 
 async fn release_expired(state: &AppState, admin_id: i64) -> Result<Vec<LockView>, AdminError> {
-    let pool = state.pool.clone();
-    blocking(move || Ok(edit_locks::release_expired(&mut *pool.get()?, admin_id)?)).await
+    state.db(move |conn| Ok(edit_locks::release_expired(conn, admin_id)?)).await
 }
 
 async fn release_expired_form(
@@ -227,11 +223,7 @@ async fn force_release_named(
     admin_id: i64,
     reason: Reason,
 ) -> Result<Killed, AdminError> {
-    let pool = state.pool.clone();
-    blocking(move || {
-        named_locks::force_release(&mut *pool.get()?, &name, expected, admin_id, reason.as_str())
-    })
-    .await
+    state.db(move |conn| named_locks::force_release(conn, &name, expected, admin_id, reason.as_str())).await
 }
 
 async fn force_release_named_form(
@@ -261,14 +253,14 @@ struct AuditQuery {
 const AUDIT_PAGE: i64 = 50;
 
 async fn load_audit(state: &AppState, query: &AuditQuery) -> Result<AuditPage, AdminError> {
-    let (pool, before, limit) = (state.pool.clone(), query.before, query.limit.unwrap_or(AUDIT_PAGE));
+    let (before, limit) = (query.before, query.limit.unwrap_or(AUDIT_PAGE));
     if before.is_some_and(|id| id < 1) {
         return Err(AdminError::OutOfRange { field: "before", range: "an event id, 1 or more".into() });
     }
     if !(1..=audit::MAX_PAGE).contains(&limit) {
         return Err(AdminError::OutOfRange { field: "limit", range: format!("1 to {}", audit::MAX_PAGE) });
     }
-    blocking(move || Ok(audit::page(&mut *pool.get()?, before, limit)?)).await
+    state.db(move |conn| Ok(audit::page(conn, before, limit)?)).await
 }
 
 async fn audit_page(
@@ -384,8 +376,8 @@ async fn start_in_background<J: crate::batch::Job>(
     state: &AppState,
     job: J,
 ) -> actix_web::Result<HttpResponse> {
-    let (pool, lock) = (state.pool.clone(), state.config.batch_lock.clone());
-    let started = blocking(move || crate::batch::start(&pool, &lock, &job)).await?;
+    let lock = state.config.batch_lock.clone();
+    let started = state.with_pool(move |pool| crate::batch::start(pool, &lock, &job)).await?;
     let run_id = started.run_id;
     std::thread::Builder::new()
         .name(format!("batch-run-{run_id}"))
@@ -481,9 +473,8 @@ async fn lookup_named_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, AdminError> {
     let name = OurLockName::parse(state.pool.names(), state.pool.dialect(), &path.into_inner())?;
-    let pool = state.pool.clone();
     let key = name.as_str().to_string();
-    let found = blocking(move || Ok::<_, AdminError>(named_locks::lookup(&mut *pool.get()?, &name)?)).await?;
+    let found = state.db(move |conn| Ok::<_, AdminError>(named_locks::lookup(conn, &name)?)).await?;
     Ok(HttpResponse::Ok().json(found.ok_or(AdminError::NotHeld(key))?))
 }
 

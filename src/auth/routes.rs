@@ -64,8 +64,7 @@ async fn demo_users(state: &AppState) -> Result<Vec<(String, Role)>, AuthError> 
     if !state.config.demo_mode {
         return Ok(Vec::new());
     }
-    let pool = state.pool.clone();
-    web::block(move || service::demo_users(&mut *pool.get()?)).await?
+    state.db(service::demo_users).await
 }
 
 #[derive(Deserialize)]
@@ -83,19 +82,19 @@ async fn check_credentials(
     password: String,
 ) -> Result<super::User, AuthError> {
     state.logins.admit_address(address)?;
-    let pool = state.pool.clone();
-    let (user, typed) = web::block(move || {
-        let user = service::find_for_login(&mut *pool.get()?, &username)?;
-        Ok::<_, AuthError>((user, username))
-    })
-    .await??;
+    let (user, typed) = state
+        .db(move |conn| {
+            let user = service::find_for_login(conn, &username)?;
+            Ok::<_, AuthError>((user, username))
+        })
+        .await?;
     state.logins.admit_account(user.as_ref().map_or(typed.as_str(), |u| u.username.as_str()))?;
     let slot = state.logins.hashing_slot().await?;
-    web::block(move || {
+    crate::web::blocking(move || {
         let _slot = slot; // held until the hash is checked, even if the client has gone
         service::verify(user, &password)
     })
-    .await?
+    .await
 }
 
 async fn login_form(
@@ -144,12 +143,12 @@ async fn start_session(
     session: &Session,
     user: super::User,
 ) -> Result<SessionUser, AuthError> {
-    let pool = state.pool.clone();
-    let (user, session_id) = web::block(move || {
-        let session_id = session::open(&mut *pool.get()?, user.id)?;
-        Ok::<_, AuthError>((user, session_id))
-    })
-    .await??;
+    let (user, session_id) = state
+        .db(move |conn| {
+            let session_id = session::open(conn, user.id)?;
+            Ok::<_, AuthError>((user, session_id))
+        })
+        .await?;
     session::log_in(session, &user, session_id)
 }
 
@@ -161,9 +160,7 @@ async fn end_session(
     everywhere: bool,
 ) -> Result<(), AuthError> {
     if let Some(user) = user {
-        let pool = state.pool.clone();
-        web::block(move || Ok::<_, AuthError>(session::close(&mut *pool.get()?, &user, everywhere)?))
-            .await??;
+        state.db(move |conn| Ok::<_, AuthError>(session::close(conn, &user, everywhere)?)).await?;
     }
     session::log_out(session);
     Ok(())

@@ -20,13 +20,7 @@ use crate::db::DbPool;
 use crate::infra::Infra;
 use crate::locking::{LockError, NamedLockGuard};
 
-/// Which guard (`BATCH_LOCK`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BatchLock {
-    Db,
-    /// A lock file in this directory (`BATCH_LOCK_DIR`).
-    File(PathBuf),
-}
+pub use crate::config::BatchLock;
 
 impl BatchLock {
     /// Where reports go unless the operator says otherwise: the shared directory of the file

@@ -17,7 +17,7 @@ use crate::idempotency::{IdempotencyKey, KeyHeader};
 use crate::resources::Resource;
 use crate::web::error::{AsProblem, ErrorBody};
 use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
-use crate::web::{AppState, PageContext, blocking, html, see_other};
+use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(availability_json, book_json, my_reservations_json, cancel_json))]
@@ -57,8 +57,9 @@ async fn book(
         state.bookings.book(&state.pool, &state.locks, wait, ticket, resource_id, date).await
     } else {
         let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
-        let pool = state.pool.clone();
-        blocking(move || service::book(&pool, turn, &ticket, resource_id, date, once.as_ref())).await
+        state
+            .with_pool(move |pool| service::book(pool, turn, &ticket, resource_id, date, once.as_ref()))
+            .await
     };
     if let Err(BookingError::SessionEnded) = booked {
         claimed.forget();
@@ -144,9 +145,9 @@ async fn render_resource_page(
     shown: Shown,
 ) -> actix_web::Result<HttpResponse> {
     let Shown { from, saved, refused } = shown;
-    let (pool, viewer) = (state.pool.clone(), ctx.user.as_ref().map(|u| u.id));
+    let viewer = ctx.user.as_ref().map(|u| u.id);
     let (resource, days) =
-        blocking(move || service::availability(&mut *pool.get()?, id, from, PAGE_DAYS, viewer)).await?;
+        state.db(move |conn| service::availability(conn, id, from, PAGE_DAYS, viewer)).await?;
     let step = chrono::Days::new(u64::from(PAGE_DAYS));
     let status = refused.as_ref().map_or(StatusCode::OK, |r| r.status);
     let mut response = html(&ResourcePage {
@@ -236,8 +237,7 @@ async fn my_bookings_page(
     query: web::Query<BookedQuery>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let pool = state.pool.clone();
-    let bookings = blocking(move || service::my_reservations(&mut *pool.get()?, user.id)).await?;
+    let bookings = state.db(move |conn| service::my_reservations(conn, user.id)).await?;
     Ok(html(&MyBookingsPage {
         ctx,
         bookings,
@@ -253,8 +253,8 @@ async fn cancel_form(
     CsrfForm(_): CsrfForm<TokenOnly>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let (pool, id) = (state.pool.clone(), path.into_inner());
-    blocking(move || service::cancel(&mut *pool.get()?, user.id, id)).await?;
+    let id = path.into_inner();
+    state.db(move |conn| service::cancel(conn, user.id, id)).await?;
     Ok(see_other(&format!("/bookings?cancelled={id}")))
 }
 
@@ -287,9 +287,8 @@ async fn availability_json(
     }
     let from = query.start()?;
     let days = query.days.unwrap_or(PAGE_DAYS);
-    let (pool, viewer) = (state.pool.clone(), user.map(|u| u.id));
-    let (resource, days) =
-        blocking(move || service::availability(&mut *pool.get()?, id, from, days, viewer)).await?;
+    let viewer = user.map(|u| u.id);
+    let (resource, days) = state.db(move |conn| service::availability(conn, id, from, days, viewer)).await?;
     Ok(HttpResponse::Ok().json(AvailabilityBody { resource, days }))
 }
 
@@ -333,8 +332,7 @@ async fn my_reservations_json(
     user: SessionUser,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, BookingError> {
-    let pool = state.pool.clone();
-    let mine = blocking(move || service::my_reservations(&mut *pool.get()?, user.id)).await?;
+    let mine = state.db(move |conn| service::my_reservations(conn, user.id)).await?;
     Ok(HttpResponse::Ok().json(mine.into_iter().map(|(r, _)| r).collect::<Vec<_>>()))
 }
 
@@ -348,7 +346,7 @@ async fn cancel_json(
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, BookingError> {
-    let (pool, id) = (state.pool.clone(), path.into_inner());
-    let cancelled = blocking(move || service::cancel(&mut *pool.get()?, user.id, id)).await?;
+    let id = path.into_inner();
+    let cancelled = state.db(move |conn| service::cancel(conn, user.id, id)).await?;
     Ok(HttpResponse::Ok().json(cancelled))
 }

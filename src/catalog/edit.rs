@@ -103,6 +103,33 @@ pub fn save(
     crate::db::transaction(conn, |conn| apply(conn, id, read_version, changes, Some(actor_user_id)))
 }
 
+/// The fields a partial save (the JSON PATCH) sends; absent ones keep their values.
+#[derive(Debug, Default)]
+pub struct Patch {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub price_cents: Option<i64>,
+}
+
+/// [`save`] of a partial change: absent fields keep their values. If those were read from a newer
+/// version than the client's, the versioned UPDATE refuses the save anyway.
+pub fn save_patch(
+    conn: &mut DbConn,
+    id: i64,
+    read_version: i32,
+    patch: &Patch,
+    actor_user_id: i64,
+) -> Result<Product, CatalogError> {
+    let now = find(conn, id)?.product;
+    let changes = ProductChanges::parse(
+        patch.name.as_deref().unwrap_or(&now.name),
+        patch.description.as_deref().unwrap_or(&now.description),
+        patch.price_cents.unwrap_or(now.price_cents),
+    )
+    .map_err(CatalogError::InvalidFields)?;
+    save(conn, id, read_version, &changes, actor_user_id)
+}
+
 /// The versioned update itself, inside the caller's transaction: every writer of a product goes
 /// through here (an online save, a batch job), so none can overwrite a version it did not read.
 /// `actor_user_id` is `None` for a batch job.

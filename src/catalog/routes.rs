@@ -14,7 +14,7 @@ use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
 use crate::web::error::FieldError;
 use crate::web::error::{BODY_LIMIT, ErrorBody, json_config, respond};
-use crate::web::{AppState, PageContext, blocking, html, see_other};
+use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(products_json, product_json, patch_json))]
@@ -50,13 +50,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 async fn load(state: &AppState) -> Result<Vec<ProductWithStock>, CatalogError> {
-    let pool = state.pool.clone();
-    blocking(move || Ok(service::list_with_stock(&mut *pool.get()?)?)).await
+    state.db(move |conn| Ok(service::list_with_stock(conn)?)).await
 }
 
 async fn current(state: &AppState, id: i64) -> Result<Current, CatalogError> {
-    let pool = state.pool.clone();
-    blocking(move || edit::find(&mut *pool.get()?, id)).await
+    state.db(move |conn| edit::find(conn, id)).await
 }
 
 #[derive(Template)]
@@ -306,8 +304,8 @@ async fn edit_form(
             return Ok(page);
         }
     };
-    let (pool, version, actor, to_save) = (state.pool.clone(), form.version, user.id, changes.clone());
-    match blocking(move || edit::save(&mut *pool.get()?, id, version, &to_save, actor)).await {
+    let (version, actor, to_save) = (form.version, user.id, changes.clone());
+    match state.db(move |conn| edit::save(conn, id, version, &to_save, actor)).await {
         Ok(saved) => Ok(see_other(&format!("/products?saved={}", saved.id))),
         Err(CatalogError::Stale(current)) => {
             // Not an error page: the user's text, the text they started from and the text saved
@@ -392,21 +390,9 @@ async fn patch_json(
     user.require(Role::Staff)?;
     let id = path.into_inner();
     let read_version = if_match(&req)?;
-    let (pool, patch, actor) = (state.pool.clone(), body.into_inner(), user.id);
-    let saved = blocking(move || {
-        let mut conn = pool.get()?;
-        // Absent fields keep their values. If those were read from a newer version than the
-        // client's, the versioned UPDATE refuses the save anyway.
-        let now = edit::find(&mut conn, id)?.product;
-        let changes = ProductChanges::parse(
-            patch.name.as_deref().unwrap_or(&now.name),
-            patch.description.as_deref().unwrap_or(&now.description),
-            patch.price_cents.unwrap_or(now.price_cents),
-        )
-        .map_err(CatalogError::InvalidFields)?;
-        edit::save(&mut conn, id, read_version, &changes, actor)
-    })
-    .await;
+    let (body, actor) = (body.into_inner(), user.id);
+    let patch = edit::Patch { name: body.name, description: body.description, price_cents: body.price_cents };
+    let saved = state.db(move |conn| edit::save_patch(conn, id, read_version, &patch, actor)).await;
     match saved {
         Ok(product) => {
             Ok(HttpResponse::Ok().insert_header((header::ETAG, etag(product.version))).json(product))

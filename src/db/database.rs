@@ -51,21 +51,15 @@ pub fn redact(url: &str) -> String {
 /// manual `CREATE DATABASE`.
 pub fn ensure_database_exists(url: &str) -> anyhow::Result<()> {
     let (parsed, name) = parse(url)?;
-    // A PostgreSQL session always belongs to a database, and without one named it is the
-    // database named like the user, which an app's role seldom has: so first the database
-    // itself, and only when that fails the server's `postgres` database to create it from (every
-    // cluster has it, and every role may connect to it unless an administrator revoked that).
-    let server = if Engine::of_url(url) == Ok(Engine::Postgres) {
-        if DbConn::open(url).is_ok() {
-            return Ok(());
-        }
-        with_database(&parsed, "postgres")
-    } else {
-        with_database(&parsed, "")
-    };
+    let dialect = Engine::of_url(url).map_err(anyhow::Error::msg)?.dialect();
+    // First the database itself: an app's role may connect to its own database and to no other.
+    if DbConn::open(url).is_ok() {
+        return Ok(());
+    }
+    let server = with_database(&parsed, dialect.database_to_create_from());
     let mut conn =
         DbConn::open(&server).map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", redact(&server)))?;
-    conn.dialect().create_database(&mut conn, &name)?;
+    dialect.create_database(&mut conn, &name)?;
     Ok(())
 }
 

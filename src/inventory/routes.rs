@@ -11,7 +11,7 @@ use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
 use crate::catalog::service::{ProductWithStock, list_with_stock};
 use crate::web::error::ErrorBody;
-use crate::web::{AppState, PageContext, blocking, html, see_other};
+use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(receipt_json))]
@@ -33,8 +33,8 @@ async fn receive(
         return Err(InventoryError::InvalidProductId);
     }
     let turn = state.turn(state.pool.names().stock(product_id)).await?;
-    let (pool, actor) = (state.pool.clone(), user.id);
-    web::block(move || service::receive(&pool, turn, actor, product_id, quantity)).await?
+    let actor = user.id;
+    state.with_pool(move |pool| service::receive(pool, turn, actor, product_id, quantity)).await
 }
 
 #[derive(Template)]
@@ -72,12 +72,11 @@ async fn receipts_page(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     user.require(Role::Staff)?;
-    let pool = state.pool.clone();
-    let (products, movements) = blocking(move || -> Result<_, InventoryError> {
-        let mut conn = pool.get()?;
-        Ok((list_with_stock(&mut conn)?, service::recent_movements(&mut conn, 30)?))
-    })
-    .await?;
+    let (products, movements) = state
+        .db(move |conn| -> Result<_, InventoryError> {
+            Ok((list_with_stock(conn)?, service::recent_movements(conn, 30)?))
+        })
+        .await?;
     let received = Some(query.into_inner()).filter(|q| q.product.is_some());
     Ok(html(&ReceiptsPage { ctx, products, movements, received, max_quantity: Quantity::MAX_PER_RECEIPT })?)
 }

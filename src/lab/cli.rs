@@ -155,7 +155,7 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
                     );
                 }
             };
-            let outside = super::locks::OutsideLocks::from_env()?;
+            let outside = super::locks::OutsideLocks::from_config(&config)?;
             let report = super::demo::run_race(&pool, &config, &outside, &spec, "cli", &said)?;
             print!("{}", report.table());
             Ok(())

@@ -38,15 +38,18 @@ async fn place(
     cart: Cart,
     key: Option<IdempotencyKey>,
 ) -> Result<Placed, OrderError> {
-    let (pool, user_id) = (state.pool.clone(), user.id);
+    let user_id = user.id;
     let once = key.map(|key| key.bind(user_id, &cart.describe()));
-    web::block(move || service::place_order(&pool, &RetryPolicy::default(), user_id, &cart, once.as_ref()))
-        .await?
+    state
+        .with_pool(move |pool| {
+            service::place_order(pool, &RetryPolicy::default(), user_id, &cart, once.as_ref())
+        })
+        .await
 }
 
 async fn mine(state: &AppState, user: &SessionUser) -> Result<Vec<OrderView>, OrderError> {
-    let (pool, user_id) = (state.pool.clone(), user.id);
-    web::block(move || service::my_orders(&mut *pool.get()?, user_id)).await?
+    let user_id = user.id;
+    state.db(move |conn| service::my_orders(conn, user_id)).await
 }
 
 /// The catalog form names its quantity fields `qty_{product_id}`; empty and zero fields are

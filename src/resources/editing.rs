@@ -11,7 +11,7 @@ use super::model::{ResourceChanges, ResourceInput};
 use super::{FieldError, Resource, ResourceError};
 use crate::audit::{self, Action, AuditEvent};
 use crate::db::{DbConn, DbPool, Sql, cached_sql};
-use crate::edit_locks::drafts;
+use crate::edit_locks::drafts::{self, Draft};
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, EditLockToken, LockView, Owner};
 use crate::locking::Turn;
@@ -214,3 +214,126 @@ pub fn save_form(
 
 /// Why a refused save's input is kept as a draft, as its author reads it when it is offered back.
 const KEPT_WHEN_REFUSED: &str = "kept when your save was refused because you no longer held the edit lock";
+
+// ---- Around the editor: what its pages and the JSON API read and do -----------------------
+
+/// What a browser meets after asking for the lock, with the user's kept draft either way.
+pub enum Opened {
+    /// The lock is ours: the editor.
+    Editing(Resource, LockView, Option<Draft<ResourceInput>>),
+    /// Someone else holds it (even an expired lock, which taking over is its own button).
+    Locked(Resource, Box<LockView>, Option<Draft<ResourceInput>>),
+}
+
+/// [`open`], or whose lock stands in the way; and the user's kept draft.
+pub fn open_editor(
+    pool: &DbPool,
+    turn: Turn,
+    ttl: Duration,
+    resource_id: i64,
+    owner: &Owner,
+    policy: Policy,
+) -> Result<Opened, ResourceError> {
+    let key = EditLockKey::resource(resource_id);
+    match open(pool, turn, ttl, resource_id, owner, policy) {
+        Ok((resource, _, lock)) => {
+            let draft = drafts::find(&mut *pool.get()?, owner.user_id, &key)?;
+            Ok(Opened::Editing(resource, lock, draft))
+        }
+        Err(ResourceError::EditLock(EditLockError::Locked(lock))) => {
+            let mut conn = pool.get()?;
+            let resource = find(&mut conn, resource_id)?;
+            let draft = drafts::find(&mut conn, owner.user_id, &key)?;
+            Ok(Opened::Locked(resource, lock, draft))
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// What the edit page decides from.
+pub struct EditorState {
+    pub resource: Resource,
+    pub lock: Option<LockView>,
+    /// The viewer's kept draft of the resource.
+    pub draft: Option<Draft<ResourceInput>>,
+}
+
+/// The resource, its edit lock and `user_id`'s kept draft of it.
+pub fn editor_state(conn: &mut DbConn, resource_id: i64, user_id: i64) -> Result<EditorState, ResourceError> {
+    let (resource, lock) = find_with_lock(conn, resource_id)?;
+    let draft = drafts::find(conn, user_id, &EditLockKey::resource(resource_id))?;
+    Ok(EditorState { resource, lock, draft })
+}
+
+/// The read-only view of a resource.
+pub struct ResourceView {
+    pub resource: Resource,
+    /// Who is editing it.
+    pub lock: Option<LockView>,
+    /// The days it is closed from today on, and why.
+    pub closed: Vec<(NaiveDate, String)>,
+}
+
+pub fn view(conn: &mut DbConn, resource_id: i64) -> Result<ResourceView, ResourceError> {
+    let (resource, lock) = find_with_lock(conn, resource_id)?;
+    let closed = super::closures::upcoming(conn, resource_id, crate::bookings::service::today())?;
+    Ok(ResourceView { resource, lock, closed })
+}
+
+/// Cancel: "I do not want these changes" — nothing to offer back later, and my lock (if I still
+/// hold it) released. A lock someone else holds by now is theirs to keep.
+pub fn cancel(conn: &mut DbConn, resource_id: i64, owner: &Owner) -> Result<(), ResourceError> {
+    let key = EditLockKey::resource(resource_id);
+    drafts::discard(conn, owner.user_id, &key)?;
+    match service::release(conn, &key, owner, None, service::BY_ITS_OWNER) {
+        Ok(_) | Err(EditLockError::Locked(_)) => Ok(()),
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// The resource's edit lock (404 when it has none, or there is no such resource).
+pub fn lock_of(conn: &mut DbConn, resource_id: i64) -> Result<LockView, ResourceError> {
+    find(conn, resource_id)?;
+    let key = EditLockKey::resource(resource_id);
+    service::find(conn, &key)?.ok_or(ResourceError::EditLock(EditLockError::NoSuchLock(key)))
+}
+
+/// The JSON save of an existing resource: 404 for an unknown one, else [`save`], lock kept.
+pub fn patch(
+    conn: &mut DbConn,
+    resource_id: i64,
+    owner: &Owner,
+    epoch: i64,
+    changes: &ResourceChanges,
+) -> Result<Resource, ResourceError> {
+    find(conn, resource_id)?;
+    save(conn, resource_id, owner, epoch, changes, ThenLock::Keep)
+}
+
+/// Keeps `input` as `user_id`'s draft of resource `resource_id`, saying `why`.
+pub fn keep_draft(
+    conn: &mut DbConn,
+    resource_id: i64,
+    user_id: i64,
+    input: &ResourceInput,
+    why: &str,
+) -> Result<(), ResourceError> {
+    find(conn, resource_id)?;
+    Ok(drafts::keep(conn, user_id, &EditLockKey::resource(resource_id), input, why)?)
+}
+
+/// `user_id`'s kept draft of resource `resource_id` (404 when none is kept).
+pub fn draft_of(
+    conn: &mut DbConn,
+    resource_id: i64,
+    user_id: i64,
+) -> Result<Draft<ResourceInput>, ResourceError> {
+    find(conn, resource_id)?;
+    drafts::find(conn, user_id, &EditLockKey::resource(resource_id))?
+        .ok_or(ResourceError::NoDraft(resource_id))
+}
+
+/// Discards `user_id`'s kept draft of resource `resource_id`, if there is one.
+pub fn discard_draft(conn: &mut DbConn, resource_id: i64, user_id: i64) -> Result<(), ResourceError> {
+    Ok(drafts::discard(conn, user_id, &EditLockKey::resource(resource_id))?)
+}

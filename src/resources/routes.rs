@@ -6,18 +6,18 @@ use actix_web::{HttpResponse, web};
 use askama::Template;
 use serde::Deserialize;
 
-use super::editing::{self, FormSaved, ThenLock};
+use super::editing::{self, FormSaved, Opened};
 use super::model::{DESCRIPTION_MAX, ResourceChanges, ResourceInput};
 use super::{FieldError, Resource, ResourceError};
 use crate::audit::AuditEvent;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::{Role, SessionUser};
-use crate::edit_locks::drafts::{self, Draft};
+use crate::edit_locks::drafts::Draft;
 use crate::edit_locks::service::{self, Acquired, Policy};
-use crate::edit_locks::{EditLockError, EditLockKey, LockView, Owner};
+use crate::edit_locks::{EditLockKey, LockView, Owner};
 use crate::locking::Turn;
 use crate::web::error::{BODY_LIMIT, ErrorBody, json_config};
-use crate::web::{AppState, PageContext, blocking, html, see_other};
+use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(
@@ -111,8 +111,7 @@ async fn list_page(ctx: PageContext, state: web::Data<AppState>) -> actix_web::R
 }
 
 async fn all_resources(state: &AppState) -> Result<Vec<Resource>, ResourceError> {
-    let pool = state.pool.clone();
-    blocking(move || -> Result<_, ResourceError> { Ok(Resource::list(&mut *pool.get()?)?) }).await
+    state.db(move |conn| -> Result<_, ResourceError> { Ok(Resource::list(conn)?) }).await
 }
 
 /// This request's turn at the edit lock of resource `id` (see `locking::queue`).
@@ -204,12 +203,6 @@ fn heartbeat_ms(state: &AppState) -> u128 {
     (state.config.edit_lock_ttl.as_millis() / 3).clamp(500, 15_000)
 }
 
-/// What a browser sees after trying to get the lock, with the user's kept draft.
-enum Opened {
-    Editing(Resource, LockView, Option<Draft<ResourceInput>>),
-    Locked(Resource, Box<LockView>, Option<Draft<ResourceInput>>),
-}
-
 async fn open(
     state: &AppState,
     user: &SessionUser,
@@ -218,22 +211,8 @@ async fn open(
 ) -> Result<Opened, ResourceError> {
     let owner = editor(user)?;
     let turn = edit_lock_turn(state, id).await?;
-    let (pool, ttl) = (state.pool.clone(), state.config.edit_lock_ttl);
-    let key = EditLockKey::resource(id);
-    blocking(move || match editing::open(&pool, turn, ttl, id, &owner, policy) {
-        Ok((resource, _, lock)) => {
-            let draft = drafts::find::<ResourceInput>(&mut *pool.get()?, owner.user_id, &key)?;
-            Ok(Opened::Editing(resource, lock, draft))
-        }
-        Err(ResourceError::EditLock(EditLockError::Locked(lock))) => {
-            let mut conn = pool.get()?;
-            let resource = editing::find(&mut conn, id)?;
-            let draft = drafts::find::<ResourceInput>(&mut conn, owner.user_id, &key)?;
-            Ok(Opened::Locked(resource, lock, draft))
-        }
-        Err(other) => Err(other),
-    })
-    .await
+    let ttl = state.config.edit_lock_ttl;
+    state.with_pool(move |pool| editing::open_editor(pool, turn, ttl, id, &owner, policy)).await
 }
 
 /// `input`: unsaved input to put in the editor instead of the stored values (carried by a
@@ -303,15 +282,10 @@ async fn edit_page(
     query: web::Query<EditQuery>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
+    let (owner, id) = (editor(&user)?, path.into_inner());
     let user_id = owner.user_id;
-    let (resource, lock, draft) = blocking(move || {
-        let mut conn = pool.get()?;
-        let (resource, lock) = editing::find_with_lock(&mut conn, id)?;
-        let draft = drafts::find::<ResourceInput>(&mut conn, user_id, &EditLockKey::resource(id))?;
-        Ok::<_, ResourceError>((resource, lock, draft))
-    })
-    .await?;
+    let editing::EditorState { resource, lock, draft } =
+        state.db(move |conn| editing::editor_state(conn, id, user_id)).await?;
     match lock {
         Some(lock) if lock.is_owned_by(&owner) && !lock.expired => {
             let restored = draft.as_ref().filter(|_| query.draft.as_deref() == Some("restore"));
@@ -352,14 +326,9 @@ async fn view_page(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     editor(&user)?;
-    let (id, pool) = (resource_id(path)?, state.pool.clone());
-    let (resource, lock, closed) = blocking(move || {
-        let mut conn = pool.get()?;
-        let (resource, lock) = editing::find_with_lock(&mut conn, id)?;
-        let closed = super::closures::upcoming(&mut conn, id, crate::bookings::service::today())?;
-        Ok::<_, ResourceError>((resource, lock, closed))
-    })
-    .await?;
+    let id = resource_id(path)?;
+    let editing::ResourceView { resource, lock, closed } =
+        state.db(move |conn| editing::view(conn, id)).await?;
     Ok(html(&ViewPage { ctx, resource, lock, closed, draft_kept: query.draft.as_deref() == Some("kept") })?)
 }
 
@@ -383,12 +352,8 @@ async fn discard_draft_form(
     CsrfForm(_): CsrfForm<TokenOnly>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let (owner, id, pool) = (editor(&user)?, resource_id(path)?, state.pool.clone());
-    blocking(move || {
-        drafts::discard(&mut *pool.get()?, owner.user_id, &EditLockKey::resource(id))
-            .map_err(ResourceError::from)
-    })
-    .await?;
+    let (owner, id) = (editor(&user)?, resource_id(path)?);
+    state.db(move |conn| editing::discard_draft(conn, id, owner.user_id)).await?;
     Ok(see_other(&format!("/resources/{id}/edit")))
 }
 
@@ -432,18 +397,9 @@ async fn cancel_form(
     CsrfForm(_): CsrfForm<TokenOnly>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
-    let released = blocking(move || {
-        let (mut conn, key) = (pool.get()?, EditLockKey::resource(id));
-        // Cancelling is saying "I do not want these changes": nothing to offer back later.
-        drafts::discard(&mut conn, owner.user_id, &key)?;
-        service::release(&mut conn, &key, &owner, None, service::BY_ITS_OWNER)
-    })
-    .await;
-    match released {
-        Ok(_) | Err(EditLockError::Locked(_)) => Ok(see_other(&format!("/resources/{id}"))),
-        Err(other) => Err(other.into()),
-    }
+    let (owner, id) = (editor(&user)?, path.into_inner());
+    state.db(move |conn| editing::cancel(conn, id, &owner)).await?;
+    Ok(see_other(&format!("/resources/{id}")))
 }
 
 /// The editor's fields, and the epoch of the lock it was opened under (a hidden field).
@@ -469,12 +425,11 @@ async fn save_form(
     CsrfForm(form): CsrfForm<SaveForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let (owner, id, pool) = (editor(&user)?, path.into_inner(), state.pool.clone());
+    let (owner, id) = (editor(&user)?, path.into_inner());
     let lock_epoch = epoch(form.lock_epoch.as_deref())?;
     let input = form.input;
     let (saver, submitted) = (owner.clone(), input.clone());
-    let saved =
-        blocking(move || editing::save_form(&mut *pool.get()?, id, &saver, lock_epoch, &submitted)).await?;
+    let saved = state.db(move |conn| editing::save_form(conn, id, &saver, lock_epoch, &submitted)).await?;
     match saved {
         FormSaved::Saved => Ok(see_other(&format!("/resources/{id}?saved=1"))),
         FormSaved::Invalid { resource, lock, errors } => {
@@ -536,14 +491,8 @@ async fn lock_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
     editor(&user)?;
-    let (pool, id) = (state.pool.clone(), path.into_inner());
-    let lock = blocking(move || {
-        let mut conn = pool.get()?;
-        editing::find(&mut conn, id)?;
-        let key = EditLockKey::resource(id);
-        service::find(&mut conn, &key)?.ok_or(ResourceError::EditLock(EditLockError::NoSuchLock(key)))
-    })
-    .await?;
+    let id = path.into_inner();
+    let lock = state.db(move |conn| editing::lock_of(conn, id)).await?;
     Ok(HttpResponse::Ok().json(lock))
 }
 
@@ -562,9 +511,10 @@ async fn acquire_json(
 ) -> Result<HttpResponse, ResourceError> {
     let (owner, id) = (editor(&user)?, path.into_inner());
     let turn = edit_lock_turn(&state, id).await?;
-    let (pool, ttl) = (state.pool.clone(), state.config.edit_lock_ttl);
-    let (_, acquired, lock) =
-        blocking(move || editing::open(&pool, turn, ttl, id, &owner, Policy::TakeOverExpired)).await?;
+    let ttl = state.config.edit_lock_ttl;
+    let (_, acquired, lock) = state
+        .with_pool(move |pool| editing::open(pool, turn, ttl, id, &owner, Policy::TakeOverExpired))
+        .await?;
     Ok(match acquired {
         Acquired::Renewed { .. } => HttpResponse::Ok().json(lock),
         Acquired::New | Acquired::TookOver(_) => HttpResponse::Created().json(lock),
@@ -592,9 +542,9 @@ async fn heartbeat_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
-    let (pool, ttl, id) = (state.pool.clone(), state.config.edit_lock_ttl, resource_id(path)?);
+    let (ttl, id) = (state.config.edit_lock_ttl, resource_id(path)?);
     let (key, epoch) = (EditLockKey::resource(id), query.epoch);
-    let lock = blocking(move || service::heartbeat(&mut *pool.get()?, ttl, &key, &owner, epoch)).await?;
+    let lock = state.db(move |conn| service::heartbeat(conn, ttl, &key, &owner, epoch)).await?;
     Ok(HttpResponse::Ok().json(lock))
 }
 
@@ -619,13 +569,13 @@ async fn release_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
     let owner = editor(&user)?;
-    let (pool, id, if_heartbeat) =
-        (state.pool.clone(), resource_id(path)?, query.if_heartbeat.map(|t| t.naive_utc()));
-    blocking(move || {
-        let key = EditLockKey::resource(id);
-        service::release(&mut *pool.get()?, &key, &owner, if_heartbeat, service::BY_ITS_OWNER)
-    })
-    .await?;
+    let (id, if_heartbeat) = (resource_id(path)?, query.if_heartbeat.map(|t| t.naive_utc()));
+    state
+        .db(move |conn| {
+            let key = EditLockKey::resource(id);
+            service::release(conn, &key, &owner, if_heartbeat, service::BY_ITS_OWNER)
+        })
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -668,13 +618,8 @@ async fn patch_json(
         capacity: body.capacity.map(|c| c.to_string()),
     };
     let changes = ResourceChanges::parse(&input)?;
-    let (pool, id) = (state.pool.clone(), path.into_inner());
-    let saved = blocking(move || {
-        let mut conn = pool.get()?;
-        editing::find(&mut conn, id)?;
-        editing::save(&mut conn, id, &owner, lock_epoch, &changes, ThenLock::Keep)
-    })
-    .await?;
+    let id = path.into_inner();
+    let saved = state.db(move |conn| editing::patch(conn, id, &owner, lock_epoch, &changes)).await?;
     Ok(HttpResponse::Ok().json(saved))
 }
 
@@ -721,19 +666,7 @@ async fn keep_draft(
     input: ResourceInput,
     why: &'static str,
 ) -> Result<(), ResourceError> {
-    let pool = state.pool.clone();
-    blocking(move || {
-        let mut conn = pool.get()?;
-        editing::find(&mut conn, id)?;
-        Ok::<_, ResourceError>(drafts::keep(
-            &mut conn,
-            owner.user_id,
-            &EditLockKey::resource(id),
-            &input,
-            why,
-        )?)
-    })
-    .await
+    state.db(move |conn| editing::keep_draft(conn, id, owner.user_id, &input, why)).await
 }
 
 /// My kept draft of this resource (staff): what I typed and did not save, when and why it was kept.
@@ -746,14 +679,8 @@ async fn draft_json(
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
-    let (owner, id, pool) = (editor(&user)?, resource_id(path)?, state.pool.clone());
-    let draft = blocking(move || {
-        let mut conn = pool.get()?;
-        editing::find(&mut conn, id)?;
-        drafts::find::<ResourceInput>(&mut conn, owner.user_id, &EditLockKey::resource(id))?
-            .ok_or(ResourceError::NoDraft(id))
-    })
-    .await?;
+    let (owner, id) = (editor(&user)?, resource_id(path)?);
+    let draft = state.db(move |conn| editing::draft_of(conn, id, owner.user_id)).await?;
     Ok(HttpResponse::Ok().json(draft))
 }
 
@@ -786,11 +713,7 @@ async fn discard_draft_json(
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
-    let (owner, id, pool) = (editor(&user)?, resource_id(path)?, state.pool.clone());
-    blocking(move || {
-        drafts::discard(&mut *pool.get()?, owner.user_id, &EditLockKey::resource(id))
-            .map_err(ResourceError::from)
-    })
-    .await?;
+    let (owner, id) = (editor(&user)?, resource_id(path)?);
+    state.db(move |conn| editing::discard_draft(conn, id, owner.user_id)).await?;
     Ok(HttpResponse::NoContent().finish())
 }

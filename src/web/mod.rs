@@ -7,6 +7,7 @@ pub mod utc;
 use std::sync::Arc;
 
 use actix_session::SessionExt;
+use actix_web::error::BlockingError;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload};
 use askama::Template;
 
@@ -15,7 +16,7 @@ use crate::auth::throttle::LoginGate;
 use crate::auth::{AuthError, SessionUser, csrf};
 use crate::bookings::coalesce::Coalescer;
 use crate::config::Config;
-use crate::db::DbPool;
+use crate::db::{CheckoutError, DbConn, DbPool};
 use crate::i18n::Lang;
 use crate::locking::{LockError, LockName, LockQueue, Turn};
 use error::RequestError;
@@ -62,6 +63,37 @@ impl AppState {
     /// `LOCK_WAIT_SECS`; the rest of that wait is left for `GET_LOCK`.
     pub async fn turn(&self, name: LockName) -> Result<Turn, LockError> {
         self.locks.turn(name, self.config.lock_wait).await
+    }
+
+    /// The one way from a handler to the database: `work` runs on a blocking thread, never on
+    /// the async executor, with a pooled connection checked out there (within
+    /// `POOL_TIMEOUT_SECS`, or at once while the server is down). A failed checkout or a failed
+    /// hop arrives as the feature's own error, which answers it (503 `busy` or `unavailable`).
+    pub async fn db<T, E>(
+        &self,
+        work: impl FnOnce(&mut DbConn) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: Send + 'static + From<CheckoutError> + From<BlockingError>,
+    {
+        let pool = self.pool.clone();
+        actix_web::web::block(move || work(&mut *pool.get()?)).await?
+    }
+
+    /// [`db`](Self::db) for a service that checks its connections out itself: one held under a
+    /// named lock for the whole work (`locking`), or a fresh one for each attempt of a retried
+    /// transaction. `work` gets the pool, on a blocking thread.
+    pub async fn with_pool<T, E>(
+        &self,
+        work: impl FnOnce(&DbPool) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: Send + 'static + From<BlockingError>,
+    {
+        let pool = self.pool.clone();
+        actix_web::web::block(move || work(&pool)).await?
     }
 }
 

@@ -109,6 +109,9 @@ pub trait Dialect: Send + Sync {
     /// What the server is, or why haita must not run on it (fails closed).
     fn check_server(&self, conn: &mut DbConn) -> anyhow::Result<ServerFacts>;
 
+    /// The database to connect to in order to create another one (`""`: none, the server).
+    fn database_to_create_from(&self) -> &'static str;
+
     /// Creates the database `name` (letters, digits and underscores) unless it exists.
     fn create_database(&self, conn: &mut DbConn, name: &str) -> QueryResult<()>;
 

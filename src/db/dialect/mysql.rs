@@ -224,6 +224,11 @@ impl Dialect for Mysql {
         Ok(facts)
     }
 
+    /// A MySQL session need not belong to any database.
+    fn database_to_create_from(&self) -> &'static str {
+        ""
+    }
+
     fn create_database(&self, conn: &mut DbConn, name: &str) -> QueryResult<()> {
         conn.batch_execute(&format!(
             "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"

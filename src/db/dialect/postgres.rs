@@ -258,6 +258,13 @@ impl Dialect for Postgres {
         Ok(ServerFacts { version: facts.version, variables: std::collections::BTreeMap::new() })
     }
 
+    /// A session always belongs to a database, and without one named it is the database named
+    /// like the user, which an app's role seldom has: the server's `postgres` database, which
+    /// every cluster has and every role may connect to unless an administrator revoked that.
+    fn database_to_create_from(&self) -> &'static str {
+        "postgres"
+    }
+
     /// PostgreSQL has no `CREATE DATABASE IF NOT EXISTS`. Another instance may create it between
     /// the look and the creation: its database is as good as ours.
     fn create_database(&self, conn: &mut DbConn, name: &str) -> QueryResult<()> {

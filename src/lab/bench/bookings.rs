@@ -436,7 +436,7 @@ impl Prepared {
         crate::lab::prepare(&app_pool)?;
         let raw_pool = db::build_pool(&bench_config)?;
         let users = create_users(&app_pool, users)?;
-        let outside = OutsideLocks::in_dir(super::server::lock_dir())?;
+        let outside = OutsideLocks::in_dir(&bench_config, super::server::lock_dir())?;
         Ok(Self { config: bench_config, app_pool, raw_pool, outside, users, scratch })
     }
 }

@@ -26,7 +26,7 @@ use crate::lab::locks::OutsideLocks;
 use crate::lab::schema::demo_bookings;
 use crate::web::error::{AsProblem, ErrorBody, Problem};
 use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
-use crate::web::{AppState, PageContext, blocking, html, see_other};
+use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(
@@ -61,8 +61,8 @@ async fn start_race(
     who: String,
     spec: RaceSpec,
 ) -> Result<JoinHandle<Result<RaceReport, DemoError>>, DemoError> {
-    let (pool, asked_for) = (state.pool.clone(), who.clone());
-    if let Some(left) = blocking(move || race::cooldown_left(&mut *pool.get()?, &asked_for)).await? {
+    let asked_for = who.clone();
+    if let Some(left) = state.db(move |conn| race::cooldown_left(conn, &asked_for)).await? {
         return Err(DemoError::CoolingDown(left.as_secs().max(1)));
     }
     let ticket = RaceBoard::take(board, &spec, &who)?;
@@ -214,8 +214,7 @@ async fn render_demo_page(
     form: RaceForm,
     refused: Option<Problem>,
 ) -> actix_web::Result<HttpResponse> {
-    let pool = state.pool.clone();
-    let report = blocking(move || race::load(&mut *pool.get()?, race)).await?;
+    let report = state.db(move |conn| race::load(conn, race)).await?;
     let bars = report.as_ref().map(|r| bars(r, ctx.lang)).unwrap_or_default();
     let lang = ctx.lang;
     let page = DemoPage {
@@ -414,8 +413,8 @@ async fn race_by_id_json(
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, DemoError> {
-    let (pool, id) = (state.pool.clone(), path.into_inner());
-    let report = blocking(move || race::load(&mut *pool.get()?, Some(id))).await?;
+    let id = path.into_inner();
+    let report = state.db(move |conn| race::load(conn, Some(id))).await?;
     Ok(HttpResponse::Ok().json(report))
 }
 
@@ -472,42 +471,35 @@ async fn book_json(
             quoted(&body.date)
         ),
     })?;
-    let (pool, lock_wait, resource_id) = (state.pool.clone(), state.config.lock_wait, body.resource_id);
+    let (lock_wait, resource_id) = (state.config.lock_wait, body.resource_id);
     let client = i32::try_from(user.id).unwrap_or(i32::MAX);
     // The day's turn is awaited here, in memory, before a blocking thread or a connection is
     // taken: at most one request per day of this instance then goes on to ask for the lock.
     let turn = match strategy {
         Strategy::NamedLock | Strategy::RedisLock | Strategy::FileLock | Strategy::LockTable => {
-            Some(state.turn(lock_name(pool.names(), resource_id, day)).await?)
+            Some(state.turn(lock_name(state.pool.names(), resource_id, day)).await?)
         }
         _ => None,
     };
-    let answer = blocking(move || {
-        // Checked before the booking, outside its lock: concurrent requests may pass it together
-        // and overshoot by at most the number of requests in flight, which still bounds the table.
-        let held: i64 = demo_bookings::table
-            .filter(demo_bookings::demo_resource_id.eq(resource_id))
-            .count()
-            .get_result(&mut *pool.get()?)
-            .map_err(Infra::from)?;
-        if held >= MAX_BOOKINGS_PER_DEMO_RESOURCE {
-            return Err(DemoError::DemoResourceFull(resource_id));
-        }
-        let queue = Queue::Taken(turn);
-        let outside = &outside;
-        let attempt = Attempt {
-            pool: &pool,
-            resource_id,
-            day,
-            client,
-            pause: Duration::ZERO,
-            lock_wait,
-            queue,
-            outside,
-        };
-        strategy.book(attempt, &mut Seen::default())
-    })
-    .await?;
+    let answer = state
+        .with_pool(move |pool| {
+            // Checked before the booking, outside its lock: concurrent requests may pass it together
+            // and overshoot by at most the number of requests in flight, which still bounds the table.
+            let held: i64 = demo_bookings::table
+                .filter(demo_bookings::demo_resource_id.eq(resource_id))
+                .count()
+                .get_result(&mut *pool.get()?)
+                .map_err(Infra::from)?;
+            if held >= MAX_BOOKINGS_PER_DEMO_RESOURCE {
+                return Err(DemoError::DemoResourceFull(resource_id));
+            }
+            let queue = Queue::Taken(turn);
+            let outside = &outside;
+            let attempt =
+                Attempt { pool, resource_id, day, client, pause: Duration::ZERO, lock_wait, queue, outside };
+            strategy.book(attempt, &mut Seen::default())
+        })
+        .await?;
     match answer {
         Answer::Confirmed => {
             Ok(HttpResponse::Created().json(Booked { strategy, resource_id, date: day, status: "confirmed" }))

@@ -30,18 +30,14 @@ pub struct OutsideLocks {
 }
 
 impl OutsideLocks {
-    /// From `REDIS_URL` (default `redis://127.0.0.1:6379`) and `DEMO_LOCK_DIR` (default a
-    /// `haita-locks` directory in the system's temporary directory). Nothing is contacted yet.
-    pub fn from_env() -> anyhow::Result<Self> {
-        let dir = std::env::var_os("DEMO_LOCK_DIR")
-            .map_or_else(|| std::env::temp_dir().join("haita-locks"), PathBuf::from);
-        Self::in_dir(dir)
+    /// From `REDIS_URL` and `DEMO_LOCK_DIR` (`crate::config`). Nothing is contacted yet.
+    pub fn from_config(config: &crate::config::Config) -> anyhow::Result<Self> {
+        Self::in_dir(config, config.demo_lock_dir.clone())
     }
 
     /// From `REDIS_URL`, with the lock files in `dir`.
-    pub fn in_dir(dir: PathBuf) -> anyhow::Result<Self> {
-        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        Ok(Self { redis: redis::RedisLocks::new(&url)?, dir })
+    pub fn in_dir(config: &crate::config::Config, dir: PathBuf) -> anyhow::Result<Self> {
+        Ok(Self { redis: redis::RedisLocks::new(&config.redis_url)?, dir })
     }
 }
 
