@@ -19,27 +19,61 @@
 //! `infra_error!` macro gives the feature enum the `From` conversions, so
 //! `?` works on diesel, r2d2, blocking and lock errors alike.
 
-#[cfg(test)]
-use diesel::result::DatabaseErrorKind;
 use diesel::result::Error as DbError;
 
 use crate::db::CheckoutError;
 use crate::db::errors::{Failure, classify_message, lost_connection};
-use crate::locking::LockError;
+use crate::http::error::Problem;
 use crate::locking::retry::MayConflict;
-use crate::web::error::Problem;
+use crate::locking::{AcquireError, LockError};
 
 /// Pool, database, blocking pool, named lock: the failures no feature decides about.
 #[derive(Debug, thiserror::Error)]
 pub enum Infra {
     #[error(transparent)]
     Pool(#[from] CheckoutError),
-    #[error(transparent)]
-    Database(#[from] DbError),
+    /// A statement failed; where its error entered the app's errors, so that a 500 (a bug) can
+    /// be found from its log line.
+    #[error("database error {1}")]
+    Database(#[source] DbError, Site),
     #[error(transparent)]
     Blocking(#[from] actix_web::error::BlockingError),
     #[error(transparent)]
     Lock(#[from] LockError),
+}
+
+/// The `?` that turned a failure into an [`Infra`]: `From` conversions of ours are
+/// `#[track_caller]`, so this is the feature's own line, not this file's.
+#[derive(Debug, Clone, Copy)]
+pub struct Site(&'static std::panic::Location<'static>);
+
+impl Site {
+    #[track_caller]
+    fn here() -> Self {
+        Self(std::panic::Location::caller())
+    }
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "at {}:{}", self.0.file(), self.0.line())
+    }
+}
+
+impl From<DbError> for Infra {
+    #[track_caller]
+    fn from(error: DbError) -> Self {
+        Self::Database(error, Site::here())
+    }
+}
+
+impl From<AcquireError> for Infra {
+    fn from(error: AcquireError) -> Self {
+        match error {
+            AcquireError::Pool(e) => Self::Pool(e),
+            AcquireError::Lock(e) => Self::Lock(e),
+        }
+    }
 }
 
 impl Infra {
@@ -50,7 +84,7 @@ impl Infra {
             Self::Pool(CheckoutError::Busy(_))
             | Self::Lock(LockError::TimedOut { .. } | LockError::Crowded { .. }) => true,
             Self::Pool(CheckoutError::Down(_)) => false,
-            Self::Database(e) => e.lock_conflict().is_some(),
+            Self::Database(e, _) => e.lock_conflict().is_some(),
             Self::Lock(LockError::Failed { .. }) | Self::Blocking(_) => false,
         }
     }
@@ -58,7 +92,7 @@ impl Infra {
     /// The server went away or the connection to it broke: not our bug, and it may come back.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            Self::Database(e) => lost_connection(e),
+            Self::Database(e, _) => lost_connection(e),
             Self::Lock(LockError::Failed { source: Some(e), .. }) => lost_connection(e),
             Self::Pool(CheckoutError::Down(_)) => true,
             // r2d2 reports why its last connect failed in the checkout error's text.
@@ -85,11 +119,11 @@ impl Infra {
                 })
                 .because(cause)
             }
-            Self::Database(e) if e.lock_conflict().is_some() => {
+            Self::Database(e, _) if e.lock_conflict().is_some() => {
                 Problem::busy_in("busy.demand").because("row_lock")
             }
             Self::Pool(_) => Problem::busy_in("busy.server").because("pool"),
-            Self::Database(_) | Self::Blocking(_) | Self::Lock(LockError::Failed { .. }) => {
+            Self::Database(..) | Self::Blocking(_) | Self::Lock(LockError::Failed { .. }) => {
                 Problem::internal()
             }
         }
@@ -99,7 +133,7 @@ impl Infra {
 impl MayConflict for Infra {
     fn database_error(&self) -> Option<&diesel::result::Error> {
         match self {
-            Self::Database(e) => Some(e),
+            Self::Database(e, _) => Some(e),
             _ => None,
         }
     }
@@ -113,6 +147,7 @@ macro_rules! infra_error {
         $crate::infra::infra_error!(@from $error, diesel::result::Error);
         $crate::infra::infra_error!(@from $error, actix_web::error::BlockingError);
         $crate::infra::infra_error!(@from $error, $crate::locking::LockError);
+        $crate::infra::infra_error!(@from $error, $crate::locking::AcquireError);
         impl $crate::locking::retry::MayConflict for $error {
             fn database_error(&self) -> Option<&diesel::result::Error> {
                 match self {
@@ -121,56 +156,28 @@ macro_rules! infra_error {
                 }
             }
         }
-        $crate::web::error::http_error!($error);
+        $crate::http::error::http_error!($error);
     };
     (@from $error:ty, $cause:ty) => {
         impl From<$cause> for $error {
+            #[track_caller]
             fn from(error: $cause) -> Self {
-                Self::Infra(error.into())
+                Self::Infra($crate::infra::Infra::from(error))
             }
         }
     };
 }
 pub(crate) use infra_error;
 
-/// A database error as the server would report it, for unit tests of error handling.
-#[cfg(test)]
-pub(crate) fn database_error(kind: DatabaseErrorKind, message: &'static str) -> DbError {
-    struct ServerSaid(&'static str);
-
-    impl diesel::result::DatabaseErrorInformation for ServerSaid {
-        fn message(&self) -> &str {
-            self.0
-        }
-        fn details(&self) -> Option<&str> {
-            None
-        }
-        fn hint(&self) -> Option<&str> {
-            None
-        }
-        fn table_name(&self) -> Option<&str> {
-            None
-        }
-        fn column_name(&self) -> Option<&str> {
-            None
-        }
-        fn constraint_name(&self) -> Option<&str> {
-            None
-        }
-        fn statement_position(&self) -> Option<i32> {
-            None
-        }
-    }
-
-    DbError::DatabaseError(kind, Box::new(ServerSaid(message)))
-}
-
 #[cfg(test)]
 mod tests {
+    use diesel::result::DatabaseErrorKind;
+
     use super::*;
+    use crate::db::errors::database_error;
 
     fn server_said(kind: DatabaseErrorKind, message: &'static str) -> Infra {
-        Infra::Database(database_error(kind, message))
+        Infra::from(database_error(kind, message))
     }
 
     fn answer(infra: &Infra) -> (u16, &'static str, bool) {
@@ -206,7 +213,7 @@ mod tests {
         }
         let closed = server_said(DatabaseErrorKind::ClosedConnection, "closed");
         assert_eq!(answer(&closed), (503, "unavailable", true));
-        let commit_then_rollback = Infra::Database(DbError::RollbackErrorOnCommit {
+        let commit_then_rollback = Infra::from(DbError::RollbackErrorOnCommit {
             commit_error: Box::new(database_error(DatabaseErrorKind::Unknown, "Server has gone away")),
             rollback_error: Box::new(database_error(DatabaseErrorKind::Unknown, "Server has gone away")),
         });
@@ -226,8 +233,22 @@ mod tests {
 
     #[test]
     fn other_database_errors_are_internal() {
-        assert_eq!(answer(&Infra::Database(DbError::NotFound)), (500, "internal", false));
+        assert_eq!(answer(&Infra::from(DbError::NotFound)), (500, "internal", false));
         let duplicate = server_said(DatabaseErrorKind::UniqueViolation, "Duplicate entry");
         assert_eq!(answer(&duplicate), (500, "internal", false));
+    }
+
+    #[test]
+    fn a_database_error_names_the_line_that_met_it() {
+        fn fails() -> Result<(), Infra> {
+            Err(DbError::NotFound)?;
+            Ok(())
+        }
+        let error = fails().expect_err("fails");
+        let line = line!() - 4;
+        assert!(
+            error.to_string().contains(&format!("at src/infra.rs:{line}")),
+            "{error} should name src/infra.rs:{line}"
+        );
     }
 }

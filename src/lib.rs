@@ -5,6 +5,7 @@
 //! here, in the library, so the tests start exactly the server the binary runs. The demo, the
 //! benchmarks and the demo data are the lab (`lab/`), compiled only with the `lab` feature.
 
+pub mod account;
 pub mod admin;
 pub mod audit;
 pub mod auth;
@@ -16,6 +17,7 @@ pub mod config;
 pub mod db;
 pub mod deadlocks;
 pub mod edit_locks;
+pub mod http;
 pub mod i18n;
 pub mod idempotency;
 pub mod infra;
@@ -96,6 +98,8 @@ impl Application {
         let (workers, blocking_threads) = (config.workers, config.blocking_threads);
         metrics::set_enabled(config.metrics);
         let state = aweb::Data::new(AppState::new(pool.clone(), config));
+        // This instance's queues of bookings per day, served in batches.
+        let coalescer = aweb::Data::new(bookings::coalesce::Coalescer::default());
         // One per instance, shared by its workers: at most one demo race at a time, and its
         // progress for everyone watching.
         #[cfg(feature = "lab")]
@@ -105,7 +109,7 @@ impl Application {
         let outside = aweb::Data::new(lab::locks::OutsideLocks::from_config(&state.config)?);
         let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
         let server = HttpServer::new(move || {
-            let app = App::new().app_data(state.clone());
+            let app = App::new().app_data(state.clone()).app_data(coalescer.clone());
             #[cfg(feature = "lab")]
             let app = app.app_data(race_board.clone()).app_data(outside.clone());
             app.app_data(error::json_config(error::BODY_LIMIT))
@@ -216,8 +220,8 @@ fn routes(cfg: &mut aweb::ServiceConfig, demo_mode: bool) {
         // Browsers ask for it on every site: answered, so it is neither a 404 page nor a session
         // lookup for one.
         .route("/favicon.ico", aweb::get().to(|| async { HttpResponse::NoContent().finish() }))
-        .configure(auth::routes::configure)
-        .configure(i18n::configure)
+        .configure(account::routes::configure)
+        .configure(account::language::configure)
         .configure(bookings::routes::configure)
         .configure(resources::routes::configure)
         .configure(admin::routes::configure)
@@ -284,7 +288,7 @@ async fn stylesheet() -> HttpResponse {
         .body(include_str!("../static/style.css"))
 }
 
-/// Shows the pages' times in the viewer's time zone (`web::utc::Shown`).
+/// Shows the pages' times in the viewer's time zone (`http::utc::Shown`).
 async fn local_time_script() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/javascript; charset=utf-8")

@@ -14,8 +14,8 @@ use actix_web::web;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
+use crate::http::error::{RequestError, respond};
 use crate::web::AppState;
-use crate::web::error::{RequestError, respond};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -25,7 +25,7 @@ use crate::web::error::{RequestError, respond};
             Log in with POST /api/v1/session; the session cookie it sets authenticates the rest. \
             Errors are {\"error\": code, \"message\": sentence}, sometimes with more fields."
     ),
-    components(schemas(crate::web::error::ErrorBody)),
+    components(schemas(crate::http::error::ErrorBody)),
     tags(
         (name = "session", description = "Log in and out"),
         (name = "bookings", description = "Resources and reservations: check-then-insert under a date-keyed named lock"),
@@ -78,7 +78,7 @@ const WRITES: &[&str] = &["post", "put", "patch", "delete"];
 fn render(with_demo: bool) -> String {
     let mut document = Document::openapi();
     for part in [
-        crate::auth::routes::Api::openapi(),
+        crate::account::routes::Api::openapi(),
         crate::bookings::routes::Api::openapi(),
         crate::catalog::routes::Api::openapi(),
         crate::orders::routes::Api::openapi(),

@@ -24,8 +24,8 @@ use actix_web::{FromRequest, HttpRequest, dev::Payload};
 
 use crate::auth::{AuthError, Role, SessionUser};
 use crate::edit_locks::EditLockError;
+use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
-use crate::web::error::{AsProblem, Problem};
 
 /// A logged-in administrator: extracting it answers 401 to anonymous requests and 403 to every
 /// other role, before the handler runs.

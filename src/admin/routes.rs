@@ -9,10 +9,10 @@ use super::named_locks::{self, Killed, Listing, NamedLock, OurLockName};
 use super::{Admin, AdminError, Reason};
 use crate::audit::{self, AuditPage};
 use crate::auth::csrf::{CsrfForm, TokenOnly};
+use crate::batch::forms::{ClosureForm, RevisionForm};
 use crate::edit_locks::{EditLockKey, LockView, service as edit_locks};
+use crate::http::error::ErrorBody;
 use crate::i18n::Lang;
-use crate::web::error::ErrorBody;
-use crate::web::error::Said;
 use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -273,52 +273,14 @@ async fn audit_page(
     Ok(html(&AuditScreen { ctx, page })?)
 }
 
-#[derive(Deserialize)]
-struct RevisionForm {
-    revision: String,
-    percent: String,
-    policy: String,
-    throttle_ms: Option<String>,
-}
-
 /// Starts a price revision on this instance ([`start_in_background`]).
 async fn start_revision_form(
     Admin(_): Admin,
     CsrfForm(form): CsrfForm<RevisionForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    use crate::batch::price_revision::Revision;
-    use crate::batch::{BatchError, Policy};
-    let percent = form.percent.trim().parse::<i32>().map_err(|_| {
-        BatchError::Invalid(Said::new(
-            "batch.err.percent_form",
-            &[("given", format!("{:?}", form.percent.trim()))],
-        ))
-    })?;
-    let throttle_ms = match form.throttle_ms.as_deref().map(str::trim) {
-        None | Some("") => 0,
-        Some(text) => text.parse::<u64>().ok().filter(|ms| *ms <= 10_000).ok_or_else(|| {
-            BatchError::Invalid(Said::new("batch.err.pause", &[("given", format!("{text:?}"))]))
-        })?,
-    };
-    let revision = Revision {
-        name: form.revision.trim().to_string(),
-        percent,
-        policy: Policy::parse(form.policy.trim())?,
-        throttle: std::time::Duration::from_millis(throttle_ms),
-        report_dir: state.config.batch_lock.report_dir(),
-    };
+    let revision = form.into_revision(state.config.batch_lock.report_dir())?;
     start_in_background(&state, revision).await
-}
-
-#[derive(Deserialize)]
-struct ClosureForm {
-    from: String,
-    to: String,
-    reason: String,
-    resources: Option<String>,
-    policy: String,
-    wait_secs: Option<String>,
 }
 
 /// Starts a maintenance closure made by this admin, like [`start_revision_form`].
@@ -327,45 +289,7 @@ async fn start_closure_form(
     CsrfForm(form): CsrfForm<ClosureForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    use crate::batch::closure::{Closure, MAX_WAIT};
-    use crate::batch::{BatchError, Policy};
-    // `which`: the text saying which date is wrong.
-    let day = |which: &'static str, text: &str| {
-        chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d")
-            .map_err(|_| BatchError::Invalid(Said::new(which, &[("given", format!("{:?}", text.trim()))])))
-    };
-    let resources = form
-        .resources
-        .as_deref()
-        .unwrap_or("")
-        .split([',', ' '])
-        .filter(|id| !id.is_empty())
-        .map(|id| {
-            id.parse::<i64>().map_err(|_| {
-                BatchError::Invalid(Said::new("batch.err.resource_id", &[("given", format!("{id:?}"))]))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let wait_secs = match form.wait_secs.as_deref().map(str::trim) {
-        None | Some("") => 60,
-        Some(text) => text.parse::<u64>().ok().filter(|s| *s <= MAX_WAIT.as_secs()).ok_or_else(|| {
-            BatchError::Invalid(Said::new(
-                "batch.err.wait_form",
-                &[("given", format!("{text:?}")), ("max", MAX_WAIT.as_secs().to_string())],
-            ))
-        })?,
-    };
-    let closure = Closure {
-        from: day("batch.err.first_date", &form.from)?,
-        to: day("batch.err.last_date", &form.to)?,
-        reason: form.reason.trim().to_string(),
-        resources,
-        policy: Policy::parse(form.policy.trim())?,
-        by: admin.id,
-        wait: std::time::Duration::from_secs(wait_secs),
-        throttle: std::time::Duration::ZERO,
-        report_dir: state.config.batch_lock.report_dir(),
-    };
+    let closure = form.into_closure(admin.id, state.config.batch_lock.report_dir())?;
     start_in_background(&state, closure).await
 }
 
@@ -386,7 +310,7 @@ async fn start_in_background<J: crate::batch::Job>(
                 log::warn!("batch run {run_id} ended early: {e}");
             }
         })
-        .map_err(|e| crate::web::error::RequestError::Internal(e.into()))?;
+        .map_err(|e| crate::http::error::RequestError::Internal(e.into()))?;
     Ok(see_other(&format!("/admin/locks?started={run_id}#batch")))
 }
 

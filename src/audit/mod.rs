@@ -73,7 +73,7 @@ fn cut(text: &str, max_chars: usize) -> &str {
 #[derive(Clone, Debug, Queryable, Serialize, utoipa::ToSchema)]
 pub struct AuditEvent {
     pub id: i64,
-    #[serde(with = "crate::web::utc")]
+    #[serde(with = "crate::http::utc")]
     pub at: NaiveDateTime,
     pub actor: Option<String>,
     pub action: String,

@@ -28,7 +28,7 @@ use std::pin::Pin;
 use subtle::ConstantTimeEq;
 
 use super::AuthError;
-use crate::web::error::RequestError;
+use crate::http::error::RequestError;
 
 const CSRF_KEY: &str = "csrf";
 

@@ -8,7 +8,6 @@
 pub mod csrf;
 pub mod model;
 pub mod password;
-pub mod routes;
 pub mod service;
 pub mod session;
 pub mod throttle;
@@ -18,8 +17,8 @@ use actix_web::http::StatusCode;
 pub use model::{Role, User};
 pub use session::SessionUser;
 
+use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
-use crate::web::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {

@@ -13,12 +13,10 @@
 //! ([`Claimed`]) and check it in a statement it sends anyway: a booking does, in its read of the
 //! day. The check is the same (the session row, live now); the request saves a hop and a query.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use actix_session::{Session, SessionExt};
-use actix_web::{FromRequest, HttpMessage, HttpRequest, dev::Payload};
+use actix_web::{FromRequest, HttpRequest, dev::Payload};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamp};
@@ -28,10 +26,9 @@ use tokio::sync::oneshot;
 use super::{AuthError, Role, User};
 use crate::db::cached::ListStatements;
 use crate::db::{DbConn, DbPool, cached_sql};
+use crate::http::error::Problem;
 use crate::infra::Infra;
 use crate::schema::user_sessions;
-use crate::web::AppState;
-use crate::web::error::Problem;
 
 const TICKET_KEY: &str = "ticket";
 
@@ -85,7 +82,7 @@ impl FromRequest for Claimed {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let session = req.get_session();
-        let ticket = session.get::<Ticket>(TICKET_KEY).ok().flatten().ok_or(AuthError::NotLoggedIn);
+        let ticket = ticket_of(&session).ok_or(AuthError::NotLoggedIn);
         std::future::ready(ticket.map(|ticket| Claimed { ticket, session }))
     }
 }
@@ -125,33 +122,9 @@ impl SessionUser {
     }
 }
 
-impl FromRequest for SessionUser {
-    type Error = AuthError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, AuthError>>>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        Box::pin(async move {
-            // Looked up once per request, however many extractors ask.
-            if let Some(found) = req.extensions().get::<SessionUser>() {
-                return Ok(found.clone());
-            }
-            let session = req.get_session();
-            let ticket = session.get::<Ticket>(TICKET_KEY).ok().flatten().ok_or(AuthError::NotLoggedIn)?;
-            let state = req.app_data::<actix_web::web::Data<AppState>>().ok_or(AuthError::NotLoggedIn)?;
-            let found = state.sessions.check(&state.pool, ticket).await?;
-            match found {
-                Some(user) => {
-                    req.extensions_mut().insert(user.clone());
-                    Ok(user)
-                }
-                None => {
-                    session.purge(); // ended elsewhere: drop the stale cookie too
-                    Err(AuthError::NotLoggedIn)
-                }
-            }
-        })
-    }
+/// The ticket in the request's session cookie, if it has one (not yet checked).
+pub fn ticket_of(session: &Session) -> Option<Ticket> {
+    session.get::<Ticket>(TICKET_KEY).ok().flatten()
 }
 
 /// Session checks of the requests that arrive together, answered by one query.
@@ -218,7 +191,7 @@ impl SessionChecks {
             let tickets: Vec<Ticket> = batch.iter().map(|(ticket, _)| ticket.clone()).collect();
             crate::metrics::record(|m| m.session_check_batch_size.observe(tickets.len() as f64));
             let pool = pool.clone();
-            let found = crate::web::blocking(move || {
+            let found = actix_web::web::block(move || {
                 let check = || Ok::<_, Infra>(current(&mut *pool.get()?, &tickets)?);
                 // A read, so safe to run again: once, on another connection, when the first
                 // one turned out dead (the server restarted since it was last used, say).
@@ -227,7 +200,9 @@ impl SessionChecks {
                     checked => checked,
                 }
             })
-            .await;
+            .await
+            .map_err(Infra::from)
+            .and_then(|checked| checked);
             let found = found.map_err(|error| {
                 let problem = error.problem();
                 log::warn!("checking {} session(s) failed: {error}", batch.len());

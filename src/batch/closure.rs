@@ -34,12 +34,12 @@ use super::{BatchError, Job, Policy, Running, runs};
 use crate::db::DbConn;
 use crate::edit_locks::service::{self, Acquired};
 use crate::edit_locks::{EditLockError, EditLockKey, Owner};
+use crate::http::error::Said;
 use crate::locking::retry::MayConflict;
 use crate::locking::{LockError, NamedLockGuard, Turn};
 use crate::resources::ResourceError;
 use crate::resources::closures::{self, Closed, Closing, RowLock};
 use crate::schema::{resource_closures, resources};
-use crate::web::error::Said;
 
 /// The longest range one closure takes.
 pub const MAX_DAYS: u64 = 92;

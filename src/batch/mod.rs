@@ -11,6 +11,7 @@
 //! ([`Job`]).
 
 pub mod closure;
+pub mod forms;
 pub mod guard;
 pub mod lockfile;
 pub mod price_revision;
@@ -24,9 +25,9 @@ use actix_web::http::StatusCode;
 use crate::db::DbConn;
 
 use crate::db::{DbPool, PooledConn};
+use crate::http::error::Said;
+use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
-use crate::web::error::Said;
-use crate::web::error::{AsProblem, Problem};
 use guard::{BatchLock, GuardError, RunGuard};
 
 /// What a batch does about a row an online user holds right now.

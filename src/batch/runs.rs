@@ -26,9 +26,9 @@ pub struct Run {
     pub skipped: i32,
     pub report: Option<String>,
     pub error: Option<String>,
-    #[serde(with = "crate::web::utc")]
+    #[serde(with = "crate::http::utc")]
     pub started_at: NaiveDateTime,
-    #[serde(with = "crate::web::utc::option")]
+    #[serde(with = "crate::http::utc::option")]
     pub finished_at: Option<NaiveDateTime>,
 }
 

@@ -15,10 +15,10 @@ pub mod service;
 use actix_web::http::StatusCode;
 use chrono::NaiveDate;
 
+use crate::http::error::{AsProblem, Problem};
+use crate::http::input::{FIRST_DAY, LAST_DAY};
 use crate::idempotency::{IdempotencyError, Refusal};
 use crate::infra::{Infra, infra_error};
-use crate::web::error::{AsProblem, Problem};
-use crate::web::input::{FIRST_DAY, LAST_DAY};
 
 /// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`
 /// (`crate::idempotency`); only refusals ([`Refusal::is_answer`]) ever are.

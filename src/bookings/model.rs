@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use super::BookingError;
 use crate::db::text_enum;
+use crate::http::input::{parse_day, quoted};
 use crate::schema::reservations;
-use crate::web::input::{parse_day, quoted};
 
 text_enum! {
     pub enum ReservationStatus {
@@ -23,9 +23,9 @@ pub struct Reservation {
     #[serde(rename = "date")]
     pub day: NaiveDate,
     pub status: ReservationStatus,
-    #[serde(with = "crate::web::utc")]
+    #[serde(with = "crate::http::utc")]
     pub created_at: NaiveDateTime,
-    #[serde(with = "crate::web::utc::option")]
+    #[serde(with = "crate::http::utc::option")]
     pub cancelled_at: Option<NaiveDateTime>,
 }
 

@@ -8,15 +8,16 @@ use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 
 use super::BookingError;
+use super::coalesce::Coalescer;
 use super::model::{BookingDate, Reservation, parse_id};
 use super::service::{self, DayAvailability};
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::session::Claimed;
+use crate::http::error::{AsProblem, ErrorBody};
+use crate::http::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::idempotency::{IdempotencyKey, KeyHeader};
 use crate::resources::Resource;
-use crate::web::error::{AsProblem, ErrorBody};
-use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -44,6 +45,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 /// batch: its stored answer belongs to one transaction of one request.
 async fn book(
     state: &AppState,
+    coalescer: &std::sync::Arc<Coalescer>,
     claimed: &Claimed,
     resource_id: i64,
     date: BookingDate,
@@ -54,7 +56,7 @@ async fn book(
         key.map(|key| key.bind(ticket.user_id(), &format!("book resource {resource_id} on {}", date.day())));
     let booked = if state.config.coalesce_bookings && once.is_none() {
         let wait = state.config.lock_wait;
-        state.bookings.book(&state.pool, &state.locks, wait, ticket, resource_id, date).await
+        coalescer.book(&state.pool, &state.locks, wait, ticket, resource_id, date).await
     } else {
         let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
         state
@@ -183,12 +185,13 @@ async fn book_form(
     path: web::Path<i64>,
     CsrfForm(form): CsrfForm<BookForm>,
     state: web::Data<AppState>,
+    coalescer: web::Data<Coalescer>,
 ) -> actix_web::Result<HttpResponse> {
     let resource_id = path.into_inner();
     let booked = async {
         let date = BookingDate::parse(&form.date, service::today())?;
         let key = IdempotencyKey::from_form(form.idempotency_key.as_deref())?;
-        book(&state, &claimed, resource_id, date, key).await
+        book(&state, &coalescer, &claimed, resource_id, date, key).await
     };
     match booked.await {
         Ok(booked) => Ok(see_other(&format!("/bookings?booked={}", booked.id))),
@@ -316,10 +319,11 @@ async fn book_json(
     KeyHeader(key): KeyHeader,
     body: web::Json<BookRequest>,
     state: web::Data<AppState>,
+    coalescer: web::Data<Coalescer>,
 ) -> Result<HttpResponse, BookingError> {
     let resource_id = parse_id(body.resource_id, "resource_id")?;
     let date = BookingDate::parse(&body.date, service::today())?;
-    let booked = book(&state, &claimed, resource_id, date, key).await?;
+    let booked = book(&state, &coalescer, &claimed, resource_id, date, key).await?;
     Ok(HttpResponse::Created()
         .insert_header((header::LOCATION, format!("/api/v1/reservations/{}", booked.id)))
         .json(booked))

@@ -465,10 +465,7 @@ pub fn availability(
     Ok((resource, days))
 }
 
-/// "Today" for bookings: the calendar day in the server's local time zone (`TZ`).
-pub fn today() -> NaiveDate {
-    chrono::Local::now().date_naive()
-}
+pub use crate::resources::model::today;
 
 #[cfg(test)]
 mod tests {

@@ -13,8 +13,8 @@ use diesel::prelude::*;
 use super::CatalogError;
 use super::model::{Product, format_cents};
 use crate::db::DbConn;
+use crate::http::error::FieldError;
 use crate::schema::{products, users};
-use crate::web::error::FieldError;
 
 pub const NAME_MAX_CHARS: usize = 200;
 pub const DESCRIPTION_MAX_CHARS: usize = 10_000;

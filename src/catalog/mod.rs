@@ -5,13 +5,14 @@
 
 pub mod edit;
 pub mod model;
+pub mod quantity;
 pub mod routes;
 pub mod service;
 
 use actix_web::http::StatusCode;
 
+use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
-use crate::web::error::{AsProblem, Problem};
 
 /// The strong ETag of a product representation: its version.
 pub fn etag(version: i32) -> String {

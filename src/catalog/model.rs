@@ -13,7 +13,7 @@ pub struct Product {
     pub description: String,
     pub price_cents: i64,
     pub version: i32,
-    #[serde(with = "crate::web::utc")]
+    #[serde(with = "crate::http::utc")]
     pub updated_at: NaiveDateTime,
     pub updated_by: Option<i64>,
 }

@@ -12,8 +12,8 @@ use super::service::{self, ProductWithStock};
 use super::{CatalogError, etag};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
-use crate::web::error::FieldError;
-use crate::web::error::{BODY_LIMIT, ErrorBody, json_config, respond};
+use crate::http::error::FieldError;
+use crate::http::error::{BODY_LIMIT, ErrorBody, json_config, respond};
 use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -117,7 +117,7 @@ pub async fn render_products_page(
     let mut response = html(&ProductsPage {
         ctx,
         products,
-        max_quantity: crate::inventory::model::Quantity::MAX_PER_LINE,
+        max_quantity: super::quantity::Quantity::MAX_PER_LINE,
         saved,
         order,
     })?;
@@ -167,7 +167,7 @@ impl EditPage {
     fn marks(&self, field: &str) -> String {
         let in_error: Vec<&str> =
             ["name", "description", "price"].into_iter().filter(|f| self.error(f).is_some()).collect();
-        crate::web::input::field_marks(field, &in_error)
+        crate::http::input::field_marks(field, &in_error)
     }
 }
 

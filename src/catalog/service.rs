@@ -2,8 +2,8 @@ use diesel::prelude::*;
 use serde::Serialize;
 
 use super::model::Product;
+use super::quantity::on_hand_from_sql;
 use crate::db::DbConn;
-use crate::inventory::model::on_hand_from_sql;
 use crate::schema::{products, stock_levels};
 
 /// A product with its stock; `on_hand` is 0 for a product that has never been received.

@@ -4,6 +4,8 @@
 
 use url::Url;
 
+pub use crate::config::redact;
+
 use super::conn::{DbConn, Engine};
 
 /// `url` parsed, with the database name it ends in checked: letters, digits and underscores,
@@ -31,20 +33,6 @@ fn with_database(url: &Url, name: &str) -> String {
 pub fn split_database_url(url: &str) -> anyhow::Result<(String, String)> {
     let (parsed, name) = parse(url)?;
     Ok((with_database(&parsed, ""), name))
-}
-
-/// The URL with its password replaced, for messages.
-pub fn redact(url: &str) -> String {
-    match Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            // Only a URL that cannot have a password refuses one.
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        Ok(parsed) => parsed.to_string(),
-        // Not a URL: nothing in it can be told apart as a password, so nothing of it is shown.
-        Err(_) => "(not a URL)".into(),
-    }
 }
 
 /// Creates the database named in `url` if it does not exist yet, so the run command needs no
@@ -108,13 +96,5 @@ mod tests {
         assert!(split_database_url("mysql://u@host:1/bad-name").is_err());
         let (parsed, _) = parse("postgres://u:p%40ss@h:5432/haita?sslmode=disable").expect("valid");
         assert_eq!(with_database(&parsed, "postgres"), "postgres://u:p%40ss@h:5432/postgres?sslmode=disable");
-    }
-
-    #[test]
-    fn passwords_are_redacted_in_messages() {
-        assert_eq!(redact("mysql://haita:secret@h:1/db"), "mysql://haita:***@h:1/db");
-        assert_eq!(redact("mysql://haita:s%2Fcr%40t@h:1/db?x=1"), "mysql://haita:***@h:1/db?x=1");
-        assert_eq!(redact("mysql://root@h:1/db"), "mysql://root@h:1/db");
-        assert_eq!(redact("not a url with secret"), "(not a URL)");
     }
 }

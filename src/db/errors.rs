@@ -100,6 +100,38 @@ pub fn is_lock_timeout(error: &DbError) -> bool {
     classify(error) == Some(Failure::LockWaitTimeout)
 }
 
+/// A database error as the server would report it, for unit tests of error handling.
+#[cfg(test)]
+pub(crate) fn database_error(kind: DatabaseErrorKind, message: &'static str) -> DbError {
+    struct ServerSaid(&'static str);
+
+    impl diesel::result::DatabaseErrorInformation for ServerSaid {
+        fn message(&self) -> &str {
+            self.0
+        }
+        fn details(&self) -> Option<&str> {
+            None
+        }
+        fn hint(&self) -> Option<&str> {
+            None
+        }
+        fn table_name(&self) -> Option<&str> {
+            None
+        }
+        fn column_name(&self) -> Option<&str> {
+            None
+        }
+        fn constraint_name(&self) -> Option<&str> {
+            None
+        }
+        fn statement_position(&self) -> Option<i32> {
+            None
+        }
+    }
+
+    DbError::DatabaseError(kind, Box::new(ServerSaid(message)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

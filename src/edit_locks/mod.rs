@@ -27,9 +27,9 @@ use actix_web::http::StatusCode;
 
 pub use model::{EditLockKey, EditLockToken, LockView, Owner};
 
+use crate::http::error::{AsProblem, Problem};
 use crate::i18n::Lang;
 use crate::infra::{Infra, infra_error};
-use crate::web::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EditLockError {

@@ -1,5 +1,9 @@
 //! The life of an edit lock: acquire (or take over), heartbeat, release, claim for a save, and the
 //! admin's force release. Every change writes its audit event in the same transaction.
+//!
+//! Longer than 500 lines on purpose: these are every transition of one row, and a reader checks
+//! each against the same rules (the row locked first, the epoch, the owner, the database's clock);
+//! split over files, the rules would be read in one place and broken in another.
 
 use std::sync::LazyLock;
 use std::time::Duration;

@@ -12,15 +12,9 @@
 use std::borrow::{Borrow, Cow};
 
 use actix_session::Session;
+use actix_web::HttpRequest;
 use actix_web::http::header;
-use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{Datelike, NaiveDate};
-use serde::Deserialize;
-
-use crate::auth::AuthError;
-use crate::auth::csrf::CsrfForm;
-use crate::web::input::quoted;
-use crate::web::{local_path, see_other};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Lang {
@@ -167,30 +161,6 @@ pub fn escape_html(text: &str) -> String {
         }
     }
     out
-}
-
-/// `POST /language`: the header's switch.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/language", web::post().to(switch));
-}
-
-#[derive(Deserialize)]
-struct Switch {
-    lang: String,
-    next: Option<String>,
-}
-
-/// Keeps the picked language in the session and goes back to the page the switch was on.
-async fn switch(
-    CsrfForm(form): CsrfForm<Switch>,
-    session: Session,
-) -> Result<HttpResponse, actix_web::Error> {
-    let lang = Lang::parse(&form.lang).ok_or_else(|| AuthError::Invalid {
-        field: "lang",
-        message: format!("{:?} is not a language this site speaks (en, ja)", quoted(&form.lang)),
-    })?;
-    lang.keep(&session).map_err(|e| AuthError::Session(e.to_string()))?;
-    Ok(see_other(local_path(form.next.as_deref())))
 }
 
 const WEEKDAYS_JA: [&str; 7] = ["月", "火", "水", "木", "金", "土", "日"];

@@ -37,7 +37,7 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use crate::db::{DbConn, Sql, cached_sql};
-use crate::web::error::{AsProblem, Problem, http_error};
+use crate::http::error::{AsProblem, Problem, http_error};
 
 /// How long an answer is kept for replay, and a key stays bound to its request.
 pub const TTL: chrono::TimeDelta = chrono::TimeDelta::hours(24);

@@ -14,8 +14,8 @@ pub mod service;
 
 use actix_web::http::StatusCode;
 
+use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
-use crate::web::error::{AsProblem, Problem};
 use model::QuantityError;
 
 #[derive(Debug, thiserror::Error)]

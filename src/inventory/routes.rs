@@ -10,7 +10,7 @@ use super::service::{self, MovementLine, Received};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{Role, SessionUser};
 use crate::catalog::service::{ProductWithStock, list_with_stock};
-use crate::web::error::ErrorBody;
+use crate::http::error::ErrorBody;
 use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]

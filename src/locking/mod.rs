@@ -22,6 +22,6 @@ pub mod retry;
 mod transaction_scoped;
 
 pub use crate::db::lock_names::{self as names, LockName, Namespace};
-pub use named::{LockError, NamedLockGuard};
+pub use named::{AcquireError, LockError, NamedLockGuard};
 pub use queue::{LockQueue, Turn};
 pub use transaction_scoped::{Isolation, in_one_transaction};

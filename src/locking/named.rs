@@ -30,8 +30,7 @@ use super::LockName;
 use super::queue::Turn;
 use crate::db::dialect::Asked;
 use crate::db::errors::lost_connection;
-use crate::db::{DbConn, DbPool, PooledConn};
-use crate::infra::Infra;
+use crate::db::{CheckoutError, DbConn, DbPool, PooledConn};
 use crate::metrics::{self, Family};
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +47,16 @@ pub enum LockError {
     /// or a user-level-lock deadlock, error 3058, when locks are taken out of order).
     #[error("server could not take named lock {name}: {detail}")]
     Failed { name: LockName, detail: String, source: Option<diesel::result::Error> },
+}
+
+/// Why [`NamedLockGuard::acquire_pooled`] holds no lock: no connection was had, or the lock was
+/// not granted.
+#[derive(Debug, thiserror::Error)]
+pub enum AcquireError {
+    #[error(transparent)]
+    Pool(#[from] CheckoutError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
 }
 
 /// Proof that this process holds the named lock [`NamedLockGuard::name`], and the connection
@@ -87,7 +96,7 @@ impl NamedLockGuard {
     /// It is safe to send again — a lost session holds no lock, and nothing else was sent — so
     /// it is, once, on another connection (the pool tests the others before handing them out
     /// once one was found lost).
-    pub fn acquire_pooled(pool: &DbPool, turn: Turn) -> Result<Self, Infra> {
+    pub fn acquire_pooled(pool: &DbPool, turn: Turn) -> Result<Self, AcquireError> {
         let mut conn = pool.get()?;
         match take(&mut conn, &turn) {
             Err(LockError::Failed { source: Some(e), .. }) if lost_connection(&e) => {

@@ -130,7 +130,7 @@ mod tests {
     use diesel::result::DatabaseErrorKind;
 
     use super::*;
-    use crate::infra::database_error;
+    use crate::db::errors::database_error;
 
     fn deadlock() -> DbError {
         database_error(

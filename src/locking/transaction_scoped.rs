@@ -15,12 +15,11 @@ use std::time::{Duration, Instant};
 
 use diesel::result::Error as DbError;
 
-use super::named::{LockError, NamedLockGuard};
+use super::named::{AcquireError, LockError, NamedLockGuard};
 use super::queue::Turn;
 use crate::db::dialect::Asked;
 use crate::db::errors::lost_connection;
-use crate::db::{DbConn, DbPool};
-use crate::infra::Infra;
+use crate::db::{CheckoutError, DbConn, DbPool};
 use crate::metrics::{self, Family};
 
 /// Runs `work` in one transaction that holds the lock of `turn` from its first statement to its
@@ -47,10 +46,13 @@ pub fn in_one_transaction<T, E>(
     work: impl FnOnce(&mut DbConn) -> Result<T, E>,
 ) -> Result<T, E>
 where
-    E: From<DbError> + From<LockError> + From<Infra>,
+    E: From<DbError> + From<LockError> + From<CheckoutError>,
 {
     if !pool.dialect().has_transaction_scoped_lock() {
-        let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
+        let mut held = NamedLockGuard::acquire_pooled(pool, turn).map_err(|e| match e {
+            AcquireError::Pool(e) => E::from(e),
+            AcquireError::Lock(e) => E::from(e),
+        })?;
         // Committed before the guard lets go.
         return match isolation {
             Isolation::SessionDefault => crate::db::transaction(held.conn(), work),
@@ -58,12 +60,12 @@ where
         };
     }
     let mut work = Some(work);
-    let mut conn = pool.get().map_err(Infra::from)?;
+    let mut conn = pool.get()?;
     let mut outcome = attempt(&mut conn, &turn, &mut work);
     if matches!(&outcome, Err(Failure::Db(e)) if work.is_some() && lost_connection(e)) {
         crate::db::transaction::mark_broken(&mut conn);
         drop(conn); // r2d2 closes it
-        conn = pool.get().map_err(Infra::from)?;
+        conn = pool.get()?;
         outcome = attempt(&mut conn, &turn, &mut work);
     }
     outcome.map_err(|failure| match failure {

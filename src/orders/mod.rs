@@ -14,10 +14,10 @@ pub mod service;
 
 use actix_web::http::StatusCode;
 
+use crate::http::error::{AsProblem, Problem};
 use crate::idempotency::{IdempotencyError, Refusal};
 use crate::infra::{Infra, infra_error};
 use crate::inventory::model::QuantityError;
-use crate::web::error::{AsProblem, Problem};
 
 /// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`
 /// (`crate::idempotency`); only refusals ([`Refusal::is_answer`]) ever are.

@@ -13,10 +13,10 @@ use super::service::{self, OrderView, Placed};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::catalog::routes::{OrderRefused, render_products_page};
+use crate::http::error::AsProblem;
+use crate::http::error::ErrorBody;
 use crate::idempotency::{self, IdempotencyKey, KeyHeader};
 use crate::locking::retry::RetryPolicy;
-use crate::web::error::AsProblem;
-use crate::web::error::ErrorBody;
 use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]

@@ -21,7 +21,7 @@ use crate::schema::{order_lines, orders, products, stock_levels};
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OrderView {
     pub id: i64,
-    #[serde(with = "crate::web::utc")]
+    #[serde(with = "crate::http::utc")]
     pub created_at: chrono::NaiveDateTime,
     pub total_cents: i64,
     pub lines: Vec<OrderLineView>,

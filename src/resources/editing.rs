@@ -125,7 +125,7 @@ fn update(
              GROUP BY day HAVING COUNT(*) > ? ORDER BY confirmed DESC, day LIMIT 1",
         ))
         .bind::<BigInt, _>(resource_id)
-        .bind::<Date, _>(crate::bookings::service::today())
+        .bind::<Date, _>(super::model::today())
         .bind::<Integer, _>(capacity)
         .get_result(conn)
         .optional()?;
@@ -183,7 +183,7 @@ pub fn save_form(
         Ok(_) => return Ok(FormSaved::Saved),
         Err(ResourceError::Invalid(errors)) => errors,
         Err(e @ ResourceError::CapacityBelowBookings { .. }) => {
-            let problem = crate::web::error::AsProblem::problem(&e);
+            let problem = crate::http::error::AsProblem::problem(&e);
             vec![FieldError { field: "capacity", message: problem.message, words: problem.words }]
         }
         Err(ResourceError::EditLock(EditLockError::Locked(lock))) => {
@@ -276,7 +276,7 @@ pub struct ResourceView {
 
 pub fn view(conn: &mut DbConn, resource_id: i64) -> Result<ResourceView, ResourceError> {
     let (resource, lock) = find_with_lock(conn, resource_id)?;
-    let closed = super::closures::upcoming(conn, resource_id, crate::bookings::service::today())?;
+    let closed = super::closures::upcoming(conn, resource_id, super::model::today())?;
     Ok(ResourceView { resource, lock, closed })
 }
 

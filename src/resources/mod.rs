@@ -21,8 +21,8 @@ pub use model::{FieldError, Resource};
 
 use crate::auth::AuthError;
 use crate::edit_locks::EditLockError;
+use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
-use crate::web::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResourceError {

@@ -16,7 +16,7 @@ pub struct Resource {
     pub description: String,
     pub capacity: i32,
     pub version: i32,
-    #[serde(with = "crate::web::utc")]
+    #[serde(with = "crate::http::utc")]
     pub updated_at: NaiveDateTime,
 }
 
@@ -43,7 +43,7 @@ pub struct NewResource<'a> {
     pub capacity: i32,
 }
 
-pub use crate::web::error::FieldError;
+pub use crate::http::error::FieldError;
 
 pub const NAME_MAX: usize = 100;
 pub const DESCRIPTION_MAX: usize = 2000;
@@ -111,4 +111,9 @@ impl ResourceChanges {
 
 fn cut(text: &str) -> String {
     text.chars().take(20).collect()
+}
+
+/// "Today" for bookings and closures: the calendar day in the server's local time zone (`TZ`).
+pub fn today() -> chrono::NaiveDate {
+    chrono::Local::now().date_naive()
 }

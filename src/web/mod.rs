@@ -1,20 +1,19 @@
-//! What every feature's routes share: the app state, error mapping, page context.
+//! What every feature's routes share: the app state and its one way to the database, the page
+//! context, the extractors of the logged-in user, the HTML error page. It knows no feature: a
+//! feature's own state is app data of its own (`web::Data<Coalescer>`), not a field here.
 
 pub mod error;
-pub mod input;
-pub mod utc;
 
 use std::sync::Arc;
 
 use actix_session::SessionExt;
 use actix_web::error::BlockingError;
-use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, dev::Payload};
 use askama::Template;
 
 use crate::auth::session::SessionChecks;
 use crate::auth::throttle::LoginGate;
 use crate::auth::{AuthError, SessionUser, csrf};
-use crate::bookings::coalesce::Coalescer;
 use crate::config::Config;
 use crate::db::{CheckoutError, DbConn, DbPool};
 use crate::i18n::Lang;
@@ -30,8 +29,6 @@ pub struct AppState {
     pub locks: Arc<LockQueue>,
     /// This instance's login throttles and password-hashing slots.
     pub logins: Arc<LoginGate>,
-    /// This instance's queues of bookings per day, served in batches.
-    pub bookings: Arc<Coalescer>,
     /// This instance's session checks, answered together.
     pub sessions: Arc<SessionChecks>,
 }
@@ -49,14 +46,7 @@ impl AppState {
             config.login_attempts_per_username,
             config.login_attempts_per_address,
         ));
-        Self {
-            pool,
-            config: Arc::new(config),
-            locks,
-            logins,
-            bookings: Arc::default(),
-            sessions: Arc::default(),
-        }
+        Self { pool, config: Arc::new(config), locks, logins, sessions: Arc::default() }
     }
 
     /// Waits in memory for this request's turn at `name` (see [`LockQueue`]), within
@@ -190,6 +180,37 @@ impl FromRequest for PageContext {
             };
             let csrf_token = csrf::token(&req.get_session())?;
             Ok(Self { user, ..Self::anonymous(&req, csrf_token) })
+        })
+    }
+}
+
+/// The logged-in user, as the database has them now ([`SessionChecks`]). Extracting it from a
+/// request whose session is gone answers 401 (or, for a browser page, redirects to the login
+/// page), and drops the stale cookie.
+impl FromRequest for SessionUser {
+    type Error = AuthError;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self, AuthError>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            // Looked up once per request, however many extractors ask.
+            if let Some(found) = req.extensions().get::<SessionUser>() {
+                return Ok(found.clone());
+            }
+            let session = req.get_session();
+            let ticket = crate::auth::session::ticket_of(&session).ok_or(AuthError::NotLoggedIn)?;
+            let state = req.app_data::<actix_web::web::Data<AppState>>().ok_or(AuthError::NotLoggedIn)?;
+            match state.sessions.check(&state.pool, ticket).await? {
+                Some(user) => {
+                    req.extensions_mut().insert(user.clone());
+                    Ok(user)
+                }
+                None => {
+                    session.purge(); // ended elsewhere: drop the stale cookie too
+                    Err(AuthError::NotLoggedIn)
+                }
+            }
         })
     }
 }

@@ -34,7 +34,7 @@ pub struct Live {
 #[derive(Clone, Debug, Serialize)]
 pub struct LiveRace {
     pub started_by: String,
-    #[serde(with = "crate::web::utc")]
+    #[serde(with = "crate::http::utc")]
     pub started_at: NaiveDateTime,
     pub clients: u32,
     pub attempts: u32,
@@ -196,6 +196,6 @@ impl Drop for RaceTicket {
 
 /// Why a race stopped, for the page: the problem's message, which never carries internals.
 fn stopped(e: &DemoError) -> String {
-    use crate::web::error::AsProblem;
+    use crate::http::error::AsProblem;
     format!("The race stopped: {}", e.problem().message)
 }

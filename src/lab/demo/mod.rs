@@ -43,10 +43,10 @@ pub use race::{
 };
 pub use strategies::{Answer, Attempt, Queue, Seen, Strategy};
 
+use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
 use crate::lab::locks::redis::LeaseError;
 use crate::lab::locks::table::LockRowError;
-use crate::web::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {

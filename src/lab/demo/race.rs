@@ -374,7 +374,7 @@ pub struct RaceReport {
     #[serde(default)]
     pub id: i64,
     pub started_by: String,
-    #[serde(with = "crate::web::utc")]
+    #[serde(with = "crate::http::utc")]
     pub started_at: NaiveDateTime,
     pub clients: u32,
     pub attempts: u32,

@@ -20,12 +20,12 @@ use super::race::{self, RaceReport, RaceSpec};
 use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
+use crate::http::error::{AsProblem, ErrorBody, Problem};
+use crate::http::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::i18n::Lang;
 use crate::infra::Infra;
 use crate::lab::locks::OutsideLocks;
 use crate::lab::schema::demo_bookings;
-use crate::web::error::{AsProblem, ErrorBody, Problem};
-use crate::web::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -342,7 +342,7 @@ async fn code_page(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let strategy = Strategy::parse(&path).map_err(|_| crate::web::error::RequestError::NotFound)?;
+    let strategy = Strategy::parse(&path).map_err(|_| crate::http::error::RequestError::NotFound)?;
     let lines = strategy.explanation(ctx.lang, state.pool.engine());
     Ok(html(&CodePage { ctx, strategy, lines, source: strategy.source() })?)
 }

@@ -548,10 +548,10 @@ fn unique_slot(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
         });
         seen.retries += tried.attempts - 1;
         match tried.result {
-            Err(DemoError::Infra(Infra::Database(DbError::DatabaseError(
-                DatabaseErrorKind::UniqueViolation,
+            Err(DemoError::Infra(Infra::Database(
+                DbError::DatabaseError(DatabaseErrorKind::UniqueViolation, _),
                 _,
-            )))) => {
+            ))) => {
                 seen.slot_collisions += 1;
             }
             decided => return decided,

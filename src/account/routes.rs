@@ -7,9 +7,9 @@ use actix_web::{HttpRequest, HttpResponse, Responder, web};
 use askama::Template;
 use serde::{Deserialize, Serialize};
 
-use super::csrf::{CsrfForm, TokenOnly};
-use super::{AuthError, Role, SessionUser, service, session};
-use crate::web::error::{AsProblem, ErrorBody};
+use crate::auth::csrf::{CsrfForm, TokenOnly};
+use crate::auth::{AuthError, Role, SessionUser, User, service, session};
+use crate::http::error::{AsProblem, ErrorBody};
 use crate::web::{AppState, PageContext, html, local_path, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -80,7 +80,7 @@ async fn check_credentials(
     address: Option<IpAddr>,
     username: String,
     password: String,
-) -> Result<super::User, AuthError> {
+) -> Result<User, AuthError> {
     state.logins.admit_address(address)?;
     let (user, typed) = state
         .db(move |conn| {
@@ -111,7 +111,7 @@ async fn login_form(
             Ok(see_other(&next))
         }
         Err(refused @ AuthError::BadCredentials) => {
-            let ctx = PageContext::anonymous(&req, super::csrf::token(&session)?);
+            let ctx = PageContext::anonymous(&req, crate::auth::csrf::token(&session)?);
             let page = LoginPage {
                 error: Some(refused.problem().message_in(ctx.lang)),
                 ctx,
@@ -138,11 +138,7 @@ async fn logout_form(
 }
 
 /// Opens the session's row (off the executor), then writes the cookie that names it.
-async fn start_session(
-    state: &AppState,
-    session: &Session,
-    user: super::User,
-) -> Result<SessionUser, AuthError> {
+async fn start_session(state: &AppState, session: &Session, user: User) -> Result<SessionUser, AuthError> {
     let (user, session_id) = state
         .db(move |conn| {
             let session_id = session::open(conn, user.id)?;
