@@ -5,6 +5,7 @@ pub mod browser;
 pub mod invariants;
 pub mod own_server;
 pub mod pages;
+pub mod poll;
 pub mod server;
 
 use std::sync::OnceLock;
