@@ -81,6 +81,21 @@ pub fn named_locks_held(db: &TestDb) -> Vec<HeldLock> {
         .expect("list held named locks (MariaDB: INSTALL SONAME 'metadata_lock_info')")
 }
 
+/// Sessions of this test's database waiting now for a named lock that another session holds:
+/// on MySQL a `GET_LOCK` that waits (state `User lock`), on PostgreSQL an advisory lock not yet
+/// granted.
+pub fn named_lock_waiters(db: &TestDb) -> i64 {
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
+        "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE DB = ? AND STATE = 'User lock'",
+        "SELECT COUNT(*) AS n FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+         WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = ?",
+    ))
+    .bind::<Text, _>(&db.name)
+    .get_result::<Waiting>(&mut db.raw_connection())
+    .expect("named lock waiters")
+    .n
+}
+
 /// 5. After every request has completed, no pooled connection holds a named lock.
 pub fn no_named_lock_left_held(db: &TestDb) {
     let held: Vec<String> = named_locks_held(db)
