@@ -209,9 +209,11 @@ pub async fn wait_until_a_transaction_waits_for_a_lock(db: &TestDb) {
 }
 
 /// Waits (bounded) until the database clock has passed the lock's expiry. Tests give the app a
-/// short TTL and ask the database, never comparing wall-clock durations themselves.
+/// short TTL and ask the database, never comparing wall-clock durations themselves. Asked on a
+/// pooled connection: its session runs in UTC, like the app's that wrote the expiry (a raw
+/// session's `NOW(6)` is in the server's own time zone).
 pub fn wait_until_edit_lock_expired(db: &TestDb, key: &str) {
-    let mut conn = db.raw_connection();
+    let mut conn = db.conn();
     super::poll::until(
         &format!("edit lock {key} to expire by the database's clock"),
         std::time::Duration::from_secs(15),
