@@ -16,7 +16,7 @@ use haita::batch::price_revision::Revision;
 use haita::batch::{self as batch_job, Policy};
 use haita::db;
 
-use crate::common::{TestDb, create_product, create_user, invariants, test_config};
+use crate::common::{TestDb, create_product, create_user, invariants, poll, test_config};
 
 #[test]
 fn the_database_guard_admits_one_run_and_the_next_as_soon_as_the_first_session_ends() {
@@ -249,11 +249,9 @@ fn a_killed_run_is_followed_at_once_or_after_its_expiry_never_earlier() {
         let name = format!("killed-{guard}");
         let args = ["--revision", name.as_str(), "--throttle-ms", "400"];
         let mut first = spawn_batch(&db, &env, &args);
-        let started = (0..200).any(|_| {
-            std::thread::sleep(Duration::from_millis(50));
+        poll::until(&format!("{guard}: the first run to revise a product"), Duration::from_secs(30), || {
             done_for(&db, &name) > 0
         });
-        assert!(started, "{guard}: the first run got going");
         first.kill().expect("kill -9");
         first.wait().expect("reaped");
 
@@ -270,7 +268,16 @@ fn a_killed_run_is_followed_at_once_or_after_its_expiry_never_earlier() {
                 i32::from(haita::cli::EXIT_BUSY),
                 "not before its expiry"
             );
-            std::thread::sleep(Duration::from_millis(2_100));
+            // Until the lock file is stale by the judgement the next run makes of it.
+            poll::until(
+                &format!("{guard}: the dead holder's lock file to expire"),
+                Duration::from_secs(30),
+                || {
+                    let holder =
+                        haita::batch::lockfile::read_holder(&path).expect("read").expect("still there");
+                    holder.is_stale(now_ms())
+                },
+            );
         }
         assert_eq!(exit_code(spawn_batch(&db, &env, &args)), 0, "{guard}: the next run starts");
         assert_eq!(done_for(&db, &name), 100, "{guard}: it finished the revision, each product once");
@@ -333,14 +340,17 @@ async fn an_admin_starts_a_revision_and_watches_it_on_the_locks_screen() {
     assert_eq!(start("bad", "10", "steal").await.status(), 422);
 
     let mut finished = serde_json::Value::Null;
-    for _ in 0..200 {
-        let listing: serde_json::Value = admin.get("/api/v1/admin/locks").await.json().await.expect("json");
-        if listing["batch_runs"][0]["status"] == "done" {
+    poll::until_async(
+        "the revision started from the admin screen to be done",
+        Duration::from_secs(60),
+        async || {
+            let listing: serde_json::Value =
+                admin.get("/api/v1/admin/locks").await.json().await.expect("json");
             finished = listing["batch_runs"][0].clone();
-            break;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
-    }
+            finished["status"] == "done"
+        },
+    )
+    .await;
     assert_eq!((finished["done"].as_i64(), finished["total"].as_i64()), (Some(30), Some(30)), "{finished}");
     assert_eq!(done_for(&app.db, "from-admin"), 30);
     let page = admin.get("/admin/locks").await.text().await.expect("page");

@@ -1,12 +1,13 @@
 //! Contention stays in its lane: one hot or stuck lock key must not slow anything else.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use haita::auth::Role;
 use tokio::sync::Barrier;
 
-use crate::common::{Client, TestApp, error_code, future_day, invariants, server};
+use crate::common::{Client, TestApp, error_code, future_day, invariants, poll, server};
 
 /// A separate session (a stuck batch job, a paused holder) holds one day's booking lock while 48
 /// clients book that day. Without the per-key queue and the waiting budget, their lock waits
@@ -60,8 +61,18 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
     let hot = futures::future::join_all(hot);
     let bystanders = async {
         barrier.wait().await;
-        // Let the hot clients reach the queue and the server first.
-        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        // The bystanders come once the hot clients are in place: one of them waiting at the
+        // server for the stuck lock, the others queued in memory behind it.
+        poll::until_async(
+            "a hot-day booking to wait at the server and the others to queue behind it",
+            Duration::from_secs(30),
+            async || {
+                let metrics = bystander.get("/metrics").await.text().await.expect("metrics");
+                invariants::named_lock_waiters(&app.db) >= 1
+                    && gauge(&metrics, "haita_lock_queue_depth{scope=\"book\"}") >= 15.0
+            },
+        )
+        .await;
         let timed = std::time::Instant::now();
         let booking = bystander.book(resource, other_day).await.status().as_u16();
         let booking_took = timed.elapsed();
@@ -91,15 +102,8 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
     // and (one batch) at the server. A batch takes up to 32 requests off the queue, so at least
     // 48 - 32 - 1 are still counted as queued. (Metrics are per process and tests share it, so
     // other tests can only add to these numbers.)
-    let gauge = |metric: &str| -> f64 {
-        metrics
-            .lines()
-            .filter(|l| l.starts_with(metric))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    assert!(gauge("haita_lock_queue_depth{scope=\"book\"}") >= 15.0, "{metrics}");
-    assert!(gauge("haita_lock_waiters ") >= 1.0, "{metrics}");
+    assert!(gauge(&metrics, "haita_lock_queue_depth{scope=\"book\"}") >= 15.0, "{metrics}");
+    assert!(gauge(&metrics, "haita_lock_waiters ") >= 1.0, "{metrics}");
 
     // Released, not merely disconnected: the server frees a closed session's locks
     // asynchronously, after the check below may already have run.
@@ -108,6 +112,15 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
     assert_eq!(invariants::confirmed_on(&app.db, resource, hot_day), 0);
     assert_eq!(invariants::confirmed_on(&app.db, resource, other_day), 1);
     invariants::no_named_lock_left_held(&app.db);
+}
+
+/// The sum of the samples of `metric` (a name, or a name and its labels) in a `/metrics` page.
+fn gauge(metrics: &str, metric: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(metric))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// The waiting budget on its own: with the in-memory queue letting one request per key through,
@@ -178,11 +191,9 @@ impl AppProcess {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("haita serve");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "haita serve did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        poll::until("haita serve to listen on its port", Duration::from_secs(30), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
         Self { child, address: format!("http://127.0.0.1:{port}") }
     }
 }
@@ -214,8 +225,9 @@ async fn three_instances_keep_every_day_within_capacity_when_one_is_killed() {
         futures::future::join_all(chunk.iter().zip(users).map(|((_, c), u)| c.login(u))).await;
     }
     let barrier = Arc::new(Barrier::new(clients.len() + 1));
+    let answered_by_doomed = Arc::new(AtomicUsize::new(0));
     let bookings = clients.into_iter().map(|(i, client)| {
-        let barrier = barrier.clone();
+        let (barrier, answered_by_doomed) = (barrier.clone(), answered_by_doomed.clone());
         actix_web::rt::spawn(async move {
             barrier.wait().await;
             let day = if i < 64 { hot_day } else { spread_first + chrono::Days::new((i % 8) as u64) };
@@ -226,6 +238,9 @@ async fn three_instances_keep_every_day_within_capacity_when_one_is_killed() {
                 .json(&serde_json::json!({"resource_id": resource, "date": day.to_string()}))
                 .send()
                 .await;
+            if i % 3 == 2 && sent.is_ok() {
+                answered_by_doomed.fetch_add(1, Ordering::Relaxed);
+            }
             match sent {
                 Ok(response) => {
                     let status = response.status().as_u16();
@@ -239,7 +254,12 @@ async fn three_instances_keep_every_day_within_capacity_when_one_is_killed() {
     let answers = futures::future::join_all(bookings);
     let kill = async {
         barrier.wait().await;
-        actix_web::rt::time::sleep(Duration::from_millis(30)).await;
+        // Mid-run: the doomed instance is serving its share of the bookings (it has answered
+        // one; its other clients' requests are in flight).
+        poll::until_async("the doomed instance to answer a booking", Duration::from_secs(30), async || {
+            answered_by_doomed.load(Ordering::Relaxed) > 0
+        })
+        .await;
         let _ = doomed.child.kill();
         let _ = doomed.child.wait();
     };

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 mod browser;
 mod outside_locks;
 
-use crate::common::{Client, TestApp, error_code, invariants};
+use crate::common::{Client, TestApp, error_code, invariants, poll};
 
 async fn logged_in(app: &TestApp, name: &str) -> Client {
     let client = app.client(0);
@@ -76,14 +76,7 @@ fn session_alive(app: &TestApp, connection_id: i64) -> bool {
 /// PostgreSQL backend leaves `pg_stat_activity` only after it has freed its locks (which is
 /// what the race waits for), as one of the last steps of its exit.
 fn session_ends(app: &TestApp, connection_id: i64) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while session_alive(app, connection_id) {
-        if std::time::Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    true
+    poll::within(std::time::Duration::from_secs(5), || !session_alive(app, connection_id))
 }
 
 fn id_of(result: &Value) -> i64 {
@@ -357,7 +350,11 @@ async fn a_second_race_on_the_same_instance_is_refused_while_one_runs() {
     // Five rounds of a 200 ms pause: about a second.
     let slow = json!({"strategy": "no-lock", "clients": 4, "attempts": 20, "pause_ms": 200});
     let running = actix_web::rt::spawn(async move { race(&first, slow).await });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    poll::until_async("the first race to be running", std::time::Duration::from_secs(30), async || {
+        let live: Value = second.get("/api/v1/demo/races/live").await.json().await.expect("live");
+        !live["race"].is_null()
+    })
+    .await;
 
     let refused = second.post_json("/api/v1/demo/races", &json!({"strategy": "no-lock"})).await;
     assert_eq!(refused.status(), 409);
@@ -375,15 +372,14 @@ async fn a_second_race_on_the_same_instance_is_refused_while_one_runs() {
 /// Waits (bounded) until this instance has no race running, and returns the id of the report
 /// the last one stored.
 async fn race_over(client: &Client) -> i64 {
-    for _ in 0..1200 {
-        let live: Value = client.get("/api/v1/demo/races/live").await.json().await.expect("live");
-        if live["race"].is_null() {
-            assert_eq!(live["finished"]["outcome"], "report", "{live}");
-            return live["finished"]["race_id"].as_i64().expect("race id");
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("the race did not end within 120 s");
+    let mut live = Value::Null;
+    poll::until_async("the race to end", std::time::Duration::from_secs(120), async || {
+        live = client.get("/api/v1/demo/races/live").await.json().await.expect("live");
+        live["race"].is_null()
+    })
+    .await;
+    assert_eq!(live["finished"]["outcome"], "report", "{live}");
+    live["finished"]["race_id"].as_i64().expect("race id")
 }
 
 #[actix_web::test]

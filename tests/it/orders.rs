@@ -11,7 +11,7 @@ use haita::db::DbConn;
 use serde_json::Value;
 use tokio::sync::Barrier;
 
-use crate::common::{Client, TestApp, TestDb, error_code, invariants, on_both_engines};
+use crate::common::{Client, TestApp, TestDb, error_code, invariants, on_both_engines, poll};
 
 struct Answer {
     status: u16,
@@ -331,15 +331,17 @@ async fn a_deadlock_an_order_loses_is_kept_for_the_admin_next_to_its_retry() {
     // Still in this transaction until the order has stored its evidence (before its retry, which
     // waits for this commit): on PostgreSQL the evidence reads this session's statement then.
     let mut watcher = app.db.raw_connection();
-    for _ in 0..500 {
-        let stored: i64 = haita::db::cached_sql::<BigInt>("SELECT COUNT(*) FROM deadlock_reports")
-            .get_result(&mut watcher)
-            .expect("reports");
-        if stored > 0 {
-            break;
-        }
-        actix_web::rt::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    poll::until_async(
+        "the order to store its deadlock evidence",
+        std::time::Duration::from_secs(30),
+        async || {
+            let stored: i64 = haita::db::cached_sql::<BigInt>("SELECT COUNT(*) FROM deadlock_reports")
+                .get_result(&mut watcher)
+                .expect("reports");
+            stored > 0
+        },
+    )
+    .await;
     other.batch_execute("COMMIT").expect("commit");
     assert_eq!(ordering.await.expect("order task"), (201, Some("2".to_string())), "placed by its retry");
 

@@ -1,17 +1,18 @@
 //! The database going away under load: quick 503s, never a 500 or a long hang, and recovery on
 //! its own when the server is back.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use haita::auth::Role;
 
 use crate::common::own_server::OwnServer;
-use crate::common::{TestApp, TestDb, future_day, invariants};
+use crate::common::{TestApp, TestDb, future_day, invariants, poll};
 
 #[derive(Debug)]
 struct Answer {
+    client: usize,
     status: u16,
     code: String,
     retry_after: bool,
@@ -19,11 +20,20 @@ struct Answer {
     took: Duration,
 }
 
+/// Whether each of the `clients` has had an answer that `counts`.
+fn every_client(answers: &Mutex<Vec<Answer>>, clients: usize, counts: impl Fn(&Answer) -> bool) -> bool {
+    let answers = answers.lock().expect("answers");
+    let had: std::collections::BTreeSet<usize> =
+        answers.iter().filter(|a| counts(a)).map(|a| a.client).collect();
+    had.len() == clients
+}
+
 /// Bookings and orders from 12 clients while the project's own MariaDB is killed with `kill -9`
-/// and started again two seconds later. Checks: only 2xx, 409 and 503 (+ Retry-After) answers;
-/// while the server is down no request waits anywhere near the pool timeout (8 s here: without
-/// the outage fast path every request would wait all of it); requests succeed again after the
-/// restart without anyone touching the app; the invariants hold in the database afterwards.
+/// two seconds into the load, and started again once every client has met the outage.
+/// Checks: only 2xx, 409 and 503 (+ Retry-After) answers; while the server is down no request
+/// waits anywhere near the pool timeout (8 s here: without the outage fast path every request
+/// would wait all of it); requests succeed again after the restart without anyone touching the
+/// app; the invariants hold in the database afterwards.
 #[actix_web::test]
 async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
     // The app's log shows the cause of any 500 this test finds (`RUST_LOG=warn` to see it).
@@ -43,11 +53,12 @@ async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
     }
     let first_day = future_day();
 
+    let n_clients = clients.len();
     let stop = Arc::new(AtomicBool::new(false));
+    let answers = Arc::new(Mutex::new(Vec::new()));
     let load = clients.into_iter().enumerate().map(|(i, client)| {
-        let stop = stop.clone();
+        let (stop, answers) = (stop.clone(), answers.clone());
         actix_web::rt::spawn(async move {
-            let mut answers = Vec::new();
             let mut n = 0u64;
             // Bounded: at most 2 000 requests per client, and the test stops the loop.
             while !stop.load(Ordering::Relaxed) && n < 2_000 {
@@ -71,33 +82,67 @@ async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
                 } else {
                     String::new()
                 };
-                answers.push(Answer { status, code, retry_after, started, took });
+                answers.lock().expect("answers").push(Answer {
+                    client: i,
+                    status,
+                    code,
+                    retry_after,
+                    started,
+                    took,
+                });
+                // Not synchronisation: the pace of the load, a request every 20 ms or so per client.
                 actix_web::rt::time::sleep(Duration::from_millis(20)).await;
             }
-            answers
         })
     });
     let load = futures::future::join_all(load);
-    let chaos = async move {
+    // After the kill, each step waits for the load to have seen the one before.
+    let chaos = async {
+        // Not synchronisation: the crash comes at a moment of its own, two seconds into the
+        // load, unrelated to what the requests are doing. A kill set off by the load's progress
+        // instead (every client served once, or fifty times; every day booked full) falls at a
+        // moment tied to the load's rhythm, when more bookings sit queued behind a day's lock
+        // and end as `busy` rather than `unavailable`: measured, 3 of 13 503s in one of ten
+        // runs (more than allowed below), against none in 22 runs killed on this clock.
         actix_web::rt::time::sleep(Duration::from_secs(2)).await;
         let killed_at = Instant::now();
         server.kill();
-        actix_web::rt::time::sleep(Duration::from_secs(2)).await;
+        // Down until every client has met the outage, rather than for a guess at how long that
+        // takes: only then is there something to check about the answers while down.
+        poll::until_async(
+            "every client to meet the outage: a 503 to a request sent after the kill",
+            Duration::from_secs(60),
+            async || every_client(&answers, n_clients, |a| a.started >= killed_at && a.status == 503),
+        )
+        .await;
         let server = actix_web::rt::task::spawn_blocking(move || {
             server.run();
             server
         })
         .await
         .expect("restart");
-        (server, killed_at, Instant::now())
-    };
-    let stopper = async {
-        actix_web::rt::time::sleep(Duration::from_secs(10)).await;
+        let back_at = Instant::now();
+        poll::until_async(
+            "a request sent after the restart to succeed, and every client to be answered since",
+            Duration::from_secs(60),
+            async || {
+                let after = |a: &Answer| a.started >= back_at;
+                every_client(&answers, n_clients, after)
+                    && answers
+                        .lock()
+                        .expect("answers")
+                        .iter()
+                        .any(|a| after(a) && matches!(a.status, 200 | 201))
+            },
+        )
+        .await;
         stop.store(true, Ordering::Relaxed);
+        (server, killed_at, back_at)
     };
-    let (answers, chaos, ()) = futures::future::join3(load, chaos, stopper).await;
+    let (tasks, chaos) = futures::future::join(load, chaos).await;
     let (_server, killed_at, back_at) = chaos;
-    let answers: Vec<Answer> = answers.into_iter().flat_map(|a| a.expect("client task")).collect();
+    tasks.into_iter().for_each(|t| t.expect("client task"));
+    let answers = std::mem::take(&mut *answers.lock().expect("answers"));
 
     for a in &answers {
         let fine = matches!(a.status, 200 | 201 | 409) || (a.status == 503 && a.retry_after);

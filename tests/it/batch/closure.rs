@@ -19,7 +19,7 @@ use haita::edit_locks::{EditLockKey, Owner};
 use haita::locking::Turn;
 use rand::seq::SliceRandom;
 
-use crate::common::{Client, TestApp, TestDb, create_resource, create_user, future_day, invariants};
+use crate::common::{Client, TestApp, TestDb, create_resource, create_user, future_day, invariants, poll};
 
 fn closure(by: i64, resources: &[i64], from: NaiveDate, days: u64, policy: Policy) -> Closure {
     Closure {
@@ -79,6 +79,14 @@ fn closed_days_of(db: &TestDb, resource: i64) -> i64 {
         .count()
         .get_result(&mut db.raw_connection())
         .expect("count")
+}
+
+/// Whether a run of `job` is under way and has counted `total` items to do.
+fn counted_run_of(db: &TestDb, job: &str, total: i32) -> bool {
+    haita::batch::runs::recent(&mut db.raw_connection(), 1)
+        .expect("runs")
+        .first()
+        .is_some_and(|run| run.job == job && run.status == "running" && run.total == total)
 }
 
 #[derive(QueryableByName)]
@@ -151,8 +159,15 @@ async fn a_waiting_closure_waits_for_the_editor_and_no_booking_lands_on_a_closed
     let asked = closure(root.id, &rooms, from, days, Policy::Wait);
     let batch = std::thread::spawn(move || batch_job::run(&pool, &BatchLock::Db, &asked));
 
-    // The batch is waiting for carol: her room is not closed while she edits it.
-    actix_web::rt::time::sleep(Duration::from_millis(800)).await;
+    // The batch is waiting for carol: it takes the rooms by ascending id, so once it has
+    // counted its 30 days it is at her room (the first), and her room is not closed while she
+    // edits it. (That it waited for her save, the order of the audit events shows below.)
+    poll::until_async(
+        "the closure to count its days and come to carol's room",
+        Duration::from_secs(30),
+        async || counted_run_of(&app.db, "resource-closure", 30),
+    )
+    .await;
     assert_eq!(closed_days_of(&app.db, rooms[0]), 0, "nothing closed under carol's edit lock");
     let token = carol.csrf_token(&format!("/resources/{}/edit", rooms[0])).await;
     let saved = carol
@@ -259,13 +274,10 @@ async fn a_stealing_closure_takes_the_editors_lock_she_is_told_why_and_keeps_her
     let pool = app.db.pool.clone();
     let asked = closure(root.id, &[room], from, 2, Policy::Steal);
     let batch = std::thread::spawn(move || batch_job::run(&pool, &BatchLock::Db, &asked));
-    for _ in 0..300 {
-        if held_by_batch(&app.db, room) == Some(true) {
-            break;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(held_by_batch(&app.db, room), Some(true), "the batch took the lock over");
+    poll::until_async("the batch to take carol's edit lock over", Duration::from_secs(30), async || {
+        held_by_batch(&app.db, room) == Some(true)
+    })
+    .await;
     let key = EditLockKey::resource(room);
     let forced = admin
         .send(reqwest::Method::DELETE, &format!("/api/v1/admin/edit-locks/{key}?reason=stuck%20editor"))
@@ -425,13 +437,12 @@ async fn a_closure_runs_from_the_command_line_and_the_admin_screen_and_customers
     assert_eq!(start("tomorrow".into(), "wait").await.status(), 422);
     assert_eq!(start(day.to_string(), "bogus").await.status(), 422);
     assert_eq!(start(day.to_string(), "steal").await.status(), 303);
-    for _ in 0..200 {
-        if closed_days_of(&app.db, admin_room) == 1 {
-            break;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(closed_days_of(&app.db, admin_room), 1);
+    poll::until_async(
+        "the closure started from the admin screen to close its day",
+        Duration::from_secs(30),
+        async || closed_days_of(&app.db, admin_room) == 1,
+    )
+    .await;
 
     let customer = app.client(1);
     customer.login(&app.user("cora", Role::Customer)).await;
@@ -467,10 +478,10 @@ fn a_closure_that_stops_midway_releases_the_edit_lock_it_took() {
     let mut admin = db.raw_connection();
     let guard = db.pool.names().batch("resource-closure");
     // Midway: the run holds the resource's edit lock, or already waits for the row after it.
-    let midway = (0..1500).any(|_| {
-        std::thread::sleep(Duration::from_millis(20));
-        held_by_batch(&db, room) == Some(true) || closures_waiting(&mut admin)
-    });
+    let midway =
+        poll::within_every(Duration::from_secs(30), invariants::lock_wait_poll_interval(&db), || {
+            held_by_batch(&db, room) == Some(true) || invariants::a_transaction_waits_for_a_lock(&mut admin)
+        });
     if !midway {
         holder.batch_execute("ROLLBACK").expect("rollback");
         panic!("the run never got midway: {:?}", run.join().expect("run thread"));
@@ -485,24 +496,4 @@ fn a_closure_that_stops_midway_releases_the_edit_lock_it_took() {
     let actions = invariants::audit_actions(&db, EditLockKey::resource(room).as_str());
     assert_eq!(actions.last().map(String::as_str), Some("edit_lock.released"), "{actions:?}");
     assert_eq!(closed_days_of(&db, room), 0);
-}
-
-#[derive(QueryableByName)]
-struct Waiting {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
-/// Whether a transaction of this database waits for a row lock now.
-fn closures_waiting(conn: &mut haita::db::DbConn) -> bool {
-    haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
-        "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
-         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
-         WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
-        "SELECT COUNT(*) AS n FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock'",
-    ))
-    .get_result::<Waiting>(conn)
-    .expect("lock waits")
-    .n > 0
 }

@@ -81,6 +81,21 @@ pub fn named_locks_held(db: &TestDb) -> Vec<HeldLock> {
         .expect("list held named locks (MariaDB: INSTALL SONAME 'metadata_lock_info')")
 }
 
+/// Sessions of this test's database waiting now for a named lock that another session holds:
+/// on MySQL a `GET_LOCK` that waits (state `User lock`), on PostgreSQL an advisory lock not yet
+/// granted.
+pub fn named_lock_waiters(db: &TestDb) -> i64 {
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
+        "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE DB = ? AND STATE = 'User lock'",
+        "SELECT COUNT(*) AS n FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+         WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = ?",
+    ))
+    .bind::<Text, _>(&db.name)
+    .get_result::<Waiting>(&mut db.raw_connection())
+    .expect("named lock waiters")
+    .n
+}
+
 /// 5. After every request has completed, no pooled connection holds a named lock.
 pub fn no_named_lock_left_held(db: &TestDb) {
     let held: Vec<String> = named_locks_held(db)
@@ -148,50 +163,73 @@ struct Waiting {
     n: i64,
 }
 
+/// How often a test may read `information_schema.INNODB_TRX`, at the fastest. InnoDB refreshes
+/// that table's cache only for a read that comes more than 100 ms after the previous read by
+/// anyone on the server: polled faster, from one test or from several at once, it shows the same
+/// old contents for ever, and a lock wait that began after the first read is never seen. Wide
+/// enough that a few tests polling it at once still leave a long gap between two reads.
+pub const INNODB_TRX_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Whether a transaction on this connection's database waits for a row lock now (InnoDB's
+/// `LOCK WAIT`, PostgreSQL's `Lock` wait event). On MySQL, read it no more often than
+/// [`INNODB_TRX_EVERY`].
+pub fn a_transaction_waits_for_a_lock(conn: &mut haita::db::DbConn) -> bool {
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
+        "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
+         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+         WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
+        "SELECT COUNT(*) AS n FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    ))
+    .get_result::<Waiting>(conn)
+    .expect("lock waits")
+    .n > 0
+}
+
+/// How often to poll [`a_transaction_waits_for_a_lock`] on `db`'s engine.
+pub fn lock_wait_poll_interval(db: &TestDb) -> std::time::Duration {
+    match db.pool.engine() {
+        haita::db::Engine::Mysql => INNODB_TRX_EVERY,
+        haita::db::Engine::Postgres => super::poll::INTERVAL,
+    }
+}
+
 /// Waits (bounded) until a transaction on this test's database waits for a row lock: the
 /// moment a request is known to be blocked behind a transaction the test holds open.
 pub async fn wait_until_a_transaction_waits_for_a_lock(db: &TestDb) {
     let mut conn = db.raw_connection();
     // Bounded generously: on a loaded machine a request can take seconds to reach the database.
-    for _ in 0..1000 {
-        actix_web::rt::time::sleep(std::time::Duration::from_millis(20)).await;
-        let waiting: Waiting =
-            haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
-                "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
-             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
-             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
-                "SELECT COUNT(*) AS n FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            ))
-            .get_result(&mut conn)
-            .expect("lock waits");
-        if waiting.n > 0 {
-            return;
-        }
-    }
-    panic!("no transaction came to wait for a lock within 20 s");
+    super::poll::until_async_every(
+        "a transaction to wait for a lock",
+        std::time::Duration::from_secs(20),
+        lock_wait_poll_interval(db),
+        async || a_transaction_waits_for_a_lock(&mut conn),
+    )
+    .await;
 }
 
 /// Waits (bounded) until the database clock has passed the lock's expiry. Tests give the app a
-/// short TTL and ask the database, never comparing wall-clock durations themselves.
+/// short TTL and ask the database, never comparing wall-clock durations themselves. Asked on a
+/// pooled connection: its session runs in UTC, like the app's that wrote the expiry (a raw
+/// session's `NOW(6)` is in the server's own time zone).
 pub fn wait_until_edit_lock_expired(db: &TestDb, key: &str) {
-    let mut conn = db.raw_connection();
-    for _ in 0..300 {
-        let state: Option<Expired> =
-            haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
-                "SELECT expires_at <= NOW(6) AS expired FROM edit_locks WHERE lock_key = ?",
-                "SELECT expires_at <= LOCALTIMESTAMP AS expired FROM edit_locks WHERE lock_key = ?",
-            ))
-            .bind::<Text, _>(key)
-            .get_result(&mut conn)
-            .optional()
-            .expect("expiry");
-        if state.is_none_or(|s| s.expired) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("edit lock {key} did not expire within 15 s");
+    let mut conn = db.conn();
+    super::poll::until(
+        &format!("edit lock {key} to expire by the database's clock"),
+        std::time::Duration::from_secs(15),
+        || {
+            let state: Option<Expired> =
+                haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
+                    "SELECT expires_at <= NOW(6) AS expired FROM edit_locks WHERE lock_key = ?",
+                    "SELECT expires_at <= LOCALTIMESTAMP AS expired FROM edit_locks WHERE lock_key = ?",
+                ))
+                .bind::<Text, _>(key)
+                .get_result(&mut conn)
+                .optional()
+                .expect("expiry");
+            state.is_none_or(|s| s.expired)
+        },
+    );
 }
 
 /// The audit actions recorded about `subject`, oldest first.

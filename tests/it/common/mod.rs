@@ -5,6 +5,7 @@ pub mod browser;
 pub mod invariants;
 pub mod own_server;
 pub mod pages;
+pub mod poll;
 pub mod server;
 
 use std::sync::OnceLock;
@@ -337,6 +338,8 @@ impl Client {
             if response.status() != 503 {
                 break;
             }
+            // Not synchronisation: a client honouring the 503's Retry-After (1 s) between the
+            // attempts of a bounded retry; the next attempt itself is the check.
             actix_web::rt::time::sleep(Duration::from_secs(1)).await;
             response = self.post_json("/api/v1/session", &body).await;
         }

@@ -9,11 +9,20 @@ use haita::lab::locks::file::{FileLock, path_of};
 use haita::lab::locks::redis::{LeaseError, RedisLocks};
 use haita::lab::locks::table::{LockRow, LockRowError};
 
-use crate::common::TestDb;
+use crate::common::{TestDb, poll};
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
 
 fn redis() -> RedisLocks {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    RedisLocks::new(&url).expect("a Redis URL")
+    RedisLocks::new(&redis_url()).expect("a Redis URL")
+}
+
+/// Whether Redis still has `key`: asked of Redis itself, whose clock expires a lease.
+fn redis_has(key: &str) -> bool {
+    let mut conn = redis::Client::open(redis_url()).and_then(|c| c.get_connection()).expect("Redis");
+    redis::cmd("EXISTS").arg(key).query::<i64>(&mut conn).expect("EXISTS") > 0
 }
 
 /// A key no other test (or earlier run) uses.
@@ -45,7 +54,8 @@ fn a_lease_runs_out_under_its_holder_whose_release_then_leaves_the_next_holder_a
     let redis = redis();
     let key = fresh_key("expiry");
     let late = redis.acquire(&key, Duration::from_millis(100), SHORT).expect("free");
-    std::thread::sleep(Duration::from_millis(150)); // the holder "pauses" past its TTL
+    // The holder "pauses" past its TTL: until Redis has expired the lease by its own clock.
+    poll::until("the lease to expire in Redis", Duration::from_secs(10), || !redis_has(&key));
     let next = redis.acquire(&key, Duration::from_secs(10), SHORT).expect("expired, so free");
     assert!(!late.release().expect("release"), "the late holder learns it lost the lease");
     match redis.acquire(&key, Duration::from_secs(10), SHORT) {
@@ -118,7 +128,9 @@ fn a_lock_row_is_exclusive_until_it_expires_and_a_late_release_leaves_the_next_o
         Err(LockRowError::TimedOut { .. }) => {}
         other => panic!("a held row must not be granted twice: {:?}", other.map(|_| ())),
     }
-    std::thread::sleep(Duration::from_millis(250)); // past its expiry, by the database's clock
+    poll::until("the lock row to expire by the database's clock", Duration::from_secs(10), || {
+        row_expired(&db, name)
+    });
     let next = LockRow::acquire(&db.pool, name, Duration::from_secs(10), SHORT).expect("expired, so free");
     assert!(!late.release().expect("release"), "the late owner learns it lost the row");
     match LockRow::acquire(&db.pool, name, Duration::from_secs(10), SHORT) {
@@ -132,4 +144,26 @@ fn a_lock_row_is_exclusive_until_it_expires_and_a_late_release_leaves_the_next_o
     use haita::lab::schema::demo_lock_rows;
     let left: i64 = demo_lock_rows::table.count().get_result(&mut db.conn()).expect("count");
     assert_eq!(left, 0, "a dropped row is deleted");
+}
+
+#[derive(diesel::QueryableByName)]
+struct Expired {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    expired: bool,
+}
+
+/// Whether the lock row `name` is past its expiry by the database's clock, as the next
+/// acquire judges it (strictly before now); a row that is gone counts as expired. Asked on a
+/// pooled connection: its session runs in UTC, as the one that wrote the expiry.
+fn row_expired(db: &TestDb, name: &str) -> bool {
+    use diesel::prelude::*;
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
+        "SELECT expires_at < NOW(6) AS expired FROM demo_lock_rows WHERE name = ?",
+        "SELECT expires_at < LOCALTIMESTAMP AS expired FROM demo_lock_rows WHERE name = ?",
+    ))
+    .bind::<diesel::sql_types::Text, _>(name)
+    .get_result::<Expired>(&mut db.conn())
+    .optional()
+    .expect("lock row expiry")
+    .is_none_or(|row| row.expired)
 }
