@@ -109,6 +109,9 @@ impl Application {
         let outside = aweb::Data::new(lab::locks::OutsideLocks::from_config(&state.config)?);
         let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
         let server = HttpServer::new(move || {
+            // Runs on each worker thread as it starts: that thread records into this instance's
+            // registry from now on.
+            metrics::use_on_this_thread(state.metrics.clone());
             let app = App::new().app_data(state.clone()).app_data(coalescer.clone());
             #[cfg(feature = "lab")]
             let app = app.app_data(race_board.clone()).app_data(outside.clone());
@@ -273,7 +276,7 @@ async fn health(state: aweb::Data<AppState>) -> HttpResponse {
 async fn metrics_text(state: aweb::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(metrics::render(state.pool.state()))
+        .body(state.metrics.render(state.pool.state()))
 }
 
 async fn openapi_json(state: aweb::Data<AppState>) -> HttpResponse {

@@ -9,9 +9,17 @@
 //! Recording goes through [`record`], which does nothing when metrics are switched off
 //! (`METRICS=off`): that is how their cost per request is measured, by running the same
 //! benchmark both ways.
+//!
+//! Each app instance has a registry of its own ([`Metrics::new`]): two instances in one process
+//! (the tests start several) must not add up each other's counts. Code deep in the database and
+//! locking layers does not carry the instance around; it records into *this thread's* registry.
+//! An instance makes its registry its worker threads' own as they start ([`use_on_this_thread`]),
+//! and a task it sends to a blocking thread carries it along ([`carried`]). A thread that has
+//! none (the command line, the benches) records into the process-wide [`METRICS`].
 
-use std::sync::LazyLock;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use prometheus::{
@@ -159,9 +167,61 @@ fn build() -> Result<Metrics, prometheus::Error> {
 const LOCK_BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 60.0, 600.0];
 
-/// The process-wide metrics. Building them cannot fail with the fixed names above; if it ever
-/// did, that is a programming error worth stopping for at start.
+impl Metrics {
+    /// A registry of its own, for one app instance. Building it cannot fail with the fixed names
+    /// above; if it ever did, that is a programming error worth stopping for at start.
+    pub fn new() -> Arc<Self> {
+        Arc::new(build().expect("metric definitions are valid"))
+    }
+
+    /// The Prometheus text exposition, with the pool gauges as `pool` (the pool's state now).
+    pub fn render(&self, pool: diesel::r2d2::State) -> String {
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.gather(pool), &mut out) {
+            log::error!("encoding metrics failed: {e}");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Every metric, with the pool gauges as `state` (the pool's state read now).
+    pub fn gather(&self, state: diesel::r2d2::State) -> Vec<prometheus::proto::MetricFamily> {
+        self.pool_connections.set(i64::from(state.connections));
+        self.pool_idle.set(i64::from(state.idle_connections));
+        self.registry.gather()
+    }
+}
+
+/// The process-wide metrics, for threads no app instance runs (the command line, the benches).
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| build().expect("metric definitions are valid"));
+
+thread_local! {
+    /// The registry of the app instance this thread works for, if any.
+    static THIS_THREAD: RefCell<Option<Arc<Metrics>>> = const { RefCell::new(None) };
+}
+
+/// Makes `metrics` this thread's registry from now on: for an app instance's worker threads.
+pub fn use_on_this_thread(metrics: Arc<Metrics>) {
+    THIS_THREAD.with(|current| *current.borrow_mut() = Some(metrics));
+}
+
+/// `work`, made to record into this thread's registry on whichever thread runs it: for a task
+/// sent to a blocking thread.
+pub fn carried<T>(work: impl FnOnce() -> T) -> impl FnOnce() -> T {
+    /// Puts the thread's registry back as it was when dropped, panic or not: a blocking thread
+    /// serves every instance of the process in turn.
+    struct Restore(Option<Arc<Metrics>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            THIS_THREAD.with(|current| *current.borrow_mut() = self.0.take());
+        }
+    }
+    let metrics = THIS_THREAD.with(|current| current.borrow().clone());
+    move || {
+        let _restore =
+            Restore(THIS_THREAD.with(|current| std::mem::replace(&mut *current.borrow_mut(), metrics)));
+        work()
+    }
+}
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
@@ -174,10 +234,13 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// Records something, unless metrics are off.
+/// Records something into this thread's registry, unless metrics are off.
 pub fn record(update: impl FnOnce(&Metrics)) {
     if enabled() {
-        update(&METRICS);
+        THIS_THREAD.with(|current| match &*current.borrow() {
+            Some(metrics) => update(metrics),
+            None => update(&METRICS),
+        });
     }
 }
 
@@ -213,20 +276,4 @@ pub fn waited(family: Family, scope: &str, took: Duration) {
 /// How long a lock of `family` and `scope` was held.
 pub fn held(family: Family, scope: &str, took: Duration) {
     record(|m| m.lock_hold_seconds.with_label_values(&[family.label(), scope]).observe(took.as_secs_f64()));
-}
-
-/// The Prometheus text exposition, with the pool gauges as `pool` (the pool's state read now).
-pub fn render(pool: diesel::r2d2::State) -> String {
-    let mut out = Vec::new();
-    if let Err(e) = TextEncoder::new().encode(&gather(pool), &mut out) {
-        log::error!("encoding metrics failed: {e}");
-    }
-    String::from_utf8(out).unwrap_or_default()
-}
-
-/// Every metric, with the pool gauges as `state` (the pool's state read now).
-pub fn gather(state: diesel::r2d2::State) -> Vec<prometheus::proto::MetricFamily> {
-    METRICS.pool_connections.set(i64::from(state.connections));
-    METRICS.pool_idle.set(i64::from(state.idle_connections));
-    METRICS.registry.gather()
 }

@@ -191,7 +191,7 @@ impl SessionChecks {
             let tickets: Vec<Ticket> = batch.iter().map(|(ticket, _)| ticket.clone()).collect();
             crate::metrics::record(|m| m.session_check_batch_size.observe(tickets.len() as f64));
             let pool = pool.clone();
-            let found = actix_web::web::block(move || {
+            let found = actix_web::web::block(crate::metrics::carried(move || {
                 let check = || Ok::<_, Infra>(current(&mut *pool.get()?, &tickets)?);
                 // A read, so safe to run again: once, on another connection, when the first
                 // one turned out dead (the server restarted since it was last used, say).
@@ -199,7 +199,7 @@ impl SessionChecks {
                     Err(e) if e.is_unavailable() => check(),
                     checked => checked,
                 }
-            })
+            }))
             .await
             .map_err(Infra::from)
             .and_then(|checked| checked);

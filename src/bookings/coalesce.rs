@@ -132,8 +132,10 @@ impl Coalescer {
                 }
                 let turn = locks.turn(name, remaining).await?;
                 let pool = pool.clone();
-                actix_web::web::block(move || service::book(&pool, turn, &ticket, resource_id, date, None))
-                    .await?
+                actix_web::web::block(crate::metrics::carried(move || {
+                    service::book(&pool, turn, &ticket, resource_id, date, None)
+                }))
+                .await?
             }
         }
     }
@@ -214,9 +216,10 @@ impl Drain {
             let turn = self.locks.turn_queued_elsewhere(self.name.clone(), deadline);
             let tickets: Vec<Ticket> = batch.iter().map(|w| w.ticket.clone()).collect();
             let (pool, resource_id, date) = (self.pool.clone(), self.resource_id, self.date);
-            let decided =
-                actix_web::web::block(move || service::book_batch(&pool, turn, resource_id, date, &tickets))
-                    .await;
+            let decided = actix_web::web::block(crate::metrics::carried(move || {
+                service::book_batch(&pool, turn, resource_id, date, &tickets)
+            }))
+            .await;
             match decided {
                 Ok(Ok(answers)) => {
                     for (waiter, answer) in batch.into_iter().zip(answers) {

@@ -18,12 +18,16 @@ use crate::config::Config;
 use crate::db::{CheckoutError, DbConn, DbPool};
 use crate::i18n::Lang;
 use crate::locking::{LockError, LockName, LockQueue, Turn};
+use crate::metrics::Metrics;
 use error::RequestError;
 
 /// Shared by every handler (as `web::Data<AppState>`).
 #[derive(Clone)]
 pub struct AppState {
     pub pool: DbPool,
+    /// This instance's metrics (`crate::metrics`): its worker threads record into them, and the
+    /// blocking work they send carries them along.
+    pub metrics: Arc<Metrics>,
     pub config: Arc<Config>,
     /// This instance's per-key queues in front of every named lock, and its waiting budget.
     pub locks: Arc<LockQueue>,
@@ -36,17 +40,16 @@ pub struct AppState {
 impl AppState {
     pub fn new(pool: DbPool, config: Config) -> Self {
         let locks = Arc::new(LockQueue::new(config.lock_waiters_max));
+        let metrics = Metrics::new();
         // Set here, not by the queue: the lab's races make queues of their own.
-        crate::metrics::METRICS
-            .lock_waiters_budget
-            .set(i64::try_from(config.lock_waiters_max).unwrap_or(i64::MAX));
-        crate::metrics::METRICS.pool_max.set(i64::from(config.pool_size));
+        metrics.lock_waiters_budget.set(i64::try_from(config.lock_waiters_max).unwrap_or(i64::MAX));
+        metrics.pool_max.set(i64::from(config.pool_size));
         let logins = Arc::new(LoginGate::new(
             config.hashing_slots,
             config.login_attempts_per_username,
             config.login_attempts_per_address,
         ));
-        Self { pool, config: Arc::new(config), locks, logins, sessions: Arc::default() }
+        Self { pool, metrics, config: Arc::new(config), locks, logins, sessions: Arc::default() }
     }
 
     /// Waits in memory for this request's turn at `name` (see [`LockQueue`]), within
@@ -68,7 +71,7 @@ impl AppState {
         E: Send + 'static + From<CheckoutError> + From<BlockingError>,
     {
         let pool = self.pool.clone();
-        actix_web::web::block(move || work(&mut *pool.get()?)).await?
+        actix_web::web::block(crate::metrics::carried(move || work(&mut *pool.get()?))).await?
     }
 
     /// [`db`](Self::db) for a service that checks its connections out itself: one held under a
@@ -83,7 +86,7 @@ impl AppState {
         E: Send + 'static + From<BlockingError>,
     {
         let pool = self.pool.clone();
-        actix_web::web::block(move || work(&pool)).await?
+        actix_web::web::block(crate::metrics::carried(move || work(&pool))).await?
     }
 }
 
@@ -227,7 +230,7 @@ where
     T: Send + 'static,
     E: Send + 'static + From<actix_web::error::BlockingError>,
 {
-    actix_web::web::block(work).await?
+    actix_web::web::block(crate::metrics::carried(work)).await?
 }
 
 /// Renders a page; a template error is an internal error (a bug), never shown to the user.

@@ -166,7 +166,7 @@ async fn a_hot_day_is_booked_in_batches_and_never_overbooked() {
     invariants::no_named_lock_left_held(&app.db);
 }
 
-/// (batches, bookings in them) from `/metrics` (process-wide; other tests only add to both).
+/// (batches, bookings in them) from this instance's `/metrics`.
 async fn batch_stats(client: &Client) -> (f64, f64) {
     let metrics = client.get("/metrics").await.text().await.expect("metrics");
     let value = |name: &str| {

@@ -1,8 +1,8 @@
 //! Lock metrics an operator can read: per lock family, waits and holds, timeouts, busy answers
 //! and pool checkouts, in `/metrics` and drawn on `/admin/metrics`.
 //!
-//! The registry is the process's, shared by every test running in parallel: each check reads a
-//! series before and after the event it causes and asserts that it grew.
+//! Each app instance has a registry of its own, so a test's counts are its own instance's; the
+//! checks still read a series before and after the event they cause and assert that it grew.
 
 use std::time::Duration;
 
@@ -76,4 +76,25 @@ async fn waits_holds_busy_answers_and_checkouts_are_counted_per_lock_family() {
     {
         assert!(page.contains(expected), "{expected:?} missing from the metrics page");
     }
+}
+
+/// Two instances in one process keep apart: bookings through the first move its pool and lock
+/// series, and the second, which served nothing but its own `/metrics`, shows none of it.
+#[actix_web::test]
+async fn each_instance_counts_only_what_it_served() {
+    let app = TestApp::spawn_instances(2, |_| {}).await;
+    let (busy, quiet) = (app.client(0), app.client(1));
+    let resource = app.resource("apart", 5);
+    for i in 0..3 {
+        busy.login(&app.user(&format!("apart{i}"), Role::Customer)).await;
+        assert_eq!(busy.book(resource, future_day()).await.status(), 201);
+    }
+    let served =
+        sample(&busy, "haita_lock_hold_seconds_count", &["family=\"named\"", "scope=\"book\""]).await;
+    assert!(served >= 3.0, "the first instance held the day's lock for each booking: {served}");
+    let elsewhere =
+        sample(&quiet, "haita_lock_hold_seconds_count", &["family=\"named\"", "scope=\"book\""]).await;
+    assert_eq!(elsewhere, 0.0, "the second instance booked nothing");
+    let checkouts = sample(&quiet, "haita_pool_checkout_seconds_count", &[]).await;
+    assert_eq!(checkouts, 0.0, "the second instance checked out no connection for a request");
 }
