@@ -84,11 +84,11 @@ pub struct Env {
     row_lock_wait_secs: u32,
     /// Book the requests queued for one day together: one lock, one transaction and one commit
     /// per batch, each request answered as if alone.
-    #[arg(long, env = "BOOKING_COALESCING", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "BOOKING_COALESCING", default_value_t = true, action = clap::ArgAction::Set, value_parser = flag)]
     booking_coalescing: bool,
     /// Record the lock metrics of /metrics and /admin/metrics; off only to measure what
     /// recording them costs.
-    #[arg(long, env = "METRICS", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "METRICS", default_value_t = true, action = clap::ArgAction::Set, value_parser = flag)]
     metrics: bool,
     /// Password checks (argon2) that may run at once (default: one per core). A login that finds
     /// no free slot within 5 s is answered 503 busy.
@@ -119,7 +119,7 @@ pub struct Env {
     session_key: Option<String>,
     /// Mark the session cookie Secure and send HSTS: the app is served over HTTPS (default on,
     /// off in DEMO_MODE); 0 only for plain HTTP on a trusted network.
-    #[arg(long, env = "COOKIE_SECURE", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "COOKIE_SECURE", value_parser = flag)]
     cookie_secure: Option<bool>,
     /// HTTP worker threads (default: one per core).
     #[arg(long, env = "WORKERS", value_parser = clap::value_parser!(u64).range(1..=256))]
@@ -140,8 +140,18 @@ pub struct Env {
     /// 1 for a local demo only: demo data and accounts (with their published passwords on the
     /// login page), the race demo, a generated session key, COOKIE_SECURE off. Unset in
     /// production.
-    #[arg(long, env = "DEMO_MODE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "DEMO_MODE", default_value_t = false, action = clap::ArgAction::Set, value_parser = flag)]
     demo_mode: bool,
+}
+
+/// A yes/no variable: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case). Set but
+/// empty is no: `DEMO_MODE=` in a compose file switches the demo off, it does not stop the app.
+fn flag(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err("use 1 or 0".into()),
+    }
 }
 
 impl Env {
@@ -471,7 +481,7 @@ mod tests {
             ("POOL_SIZE", "1", "2..=10000"),
             ("POOL_SIZE", "many", "invalid digit"),
             ("EDIT_LOCK_TTL_SECS", "4", "5..=86400"),
-            ("METRICS", "maybe", "maybe"),
+            ("METRICS", "maybe", "use 1 or 0"),
             ("BATCH_LOCK", "redis", "redis"),
         ] {
             let refused = parse(&[(name, value)]).expect_err(value).to_string();
@@ -554,6 +564,8 @@ mod tests {
         assert_eq!((config.lock_waiters_max, config.blocking_threads), (10, 43));
         assert!(config.demo_mode && !config.cookie_secure, "a demo is served over plain HTTP");
         let production = parse(&[("BOOKING_COALESCING", "false"), ("BATCH_LOCK", "DB")]).expect("valid");
+        let emptied = parse(&[("DEMO_MODE", ""), ("METRICS", ""), ("COOKIE_SECURE", "Off")]).expect("valid");
+        assert!(!emptied.demo_mode && !emptied.metrics && !emptied.cookie_secure, "set but empty is no");
         assert!(production.cookie_secure && !production.coalesce_bookings && !production.demo_mode);
         assert_eq!(production.batch_lock, BatchLock::Db);
     }
