@@ -23,7 +23,7 @@ use diesel::result::Error as DbError;
 
 use crate::db::CheckoutError;
 use crate::db::errors::{Failure, classify_message, lost_connection};
-use crate::http::error::Problem;
+use crate::http::error::{AsProblem, Problem};
 use crate::locking::retry::MayConflict;
 use crate::locking::{AcquireError, LockError};
 
@@ -102,8 +102,12 @@ impl Infra {
             _ => false,
         }
     }
+}
 
-    pub fn problem(&self) -> Problem {
+/// Infra answers 503 (busy or unavailable, with `Retry-After`) or 500; it is carried by every
+/// feature error and documented once for all operations (`crate::openapi`), not per variant.
+impl AsProblem for Infra {
+    fn problem(&self) -> Problem {
         if self.is_unavailable() {
             return Problem::unavailable();
         }

@@ -14,6 +14,8 @@ use actix_web::web;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
+use crate::auth::AuthError;
+use crate::http::answers::{self, Answer, answers_of};
 use crate::http::error::{RequestError, respond};
 use crate::web::AppState;
 
@@ -101,6 +103,8 @@ fn render(with_demo: bool) -> String {
 /// its own answers: 401 where a session is needed, 403 on the admin's operations, 415 on every
 /// write (see `auth::csrf::json_only_api_writes`), 400 and 413 for a body, 400 for a query, 404
 /// for a path parameter, and 503 with `Retry-After` everywhere (busy, or the database down).
+/// Each is taken from its error's declaration (`crate::http::answers`), and each response's
+/// description lists every code it can carry.
 fn complete(document: &mut Value, public: &[(&str, &str)]) {
     document["components"]["securitySchemes"]["session"] = json!({
         "type": "apiKey", "in": "cookie", "name": "haita_session",
@@ -116,39 +120,43 @@ fn complete(document: &mut Value, public: &[(&str, &str)]) {
                 .unwrap_or_default();
             let has_body = operation.get("requestBody").is_some();
             let is_admin = operation["tags"].as_array().is_some_and(|tags| tags.contains(&json!("admin")));
-            let responses = &mut operation["responses"];
-            let mut answer = |status: &str, description: &str| {
-                if responses.get(status).is_none() {
-                    responses[status] = json!({
-                        "description": description,
-                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-                    });
-                }
-            };
+            let mut shared = vec![Answer::BUSY, Answer::UNAVAILABLE];
             let public = public.contains(&(method.as_str(), path.as_str()));
             if !public {
-                answer("401", "No live session: log in with POST /api/v1/session");
+                shared.extend(answers_of::<AuthError>(&["NotLoggedIn"]));
             }
             if is_admin {
-                answer("403", "Admin role only");
+                shared.extend(answers_of::<AuthError>(&["Forbidden"]));
             }
             if WRITES.contains(&method.as_str()) {
-                answer(
-                    "415",
-                    "Content-Type is not application/json: every write must say so, even without a body",
-                );
+                shared.extend(answers_of::<RequestError>(&["UnsupportedMediaType"]));
             }
             if has_body {
-                answer("400", "The body is not JSON, or a field is missing or of the wrong type");
-                answer("413", "The body is larger than this operation accepts");
+                shared.extend(answers_of::<RequestError>(&["MalformedBody", "TooLarge"]));
             }
             if parameters.iter().any(|p| p == "query") {
-                answer("400", "A query parameter is malformed or out of range");
+                shared.extend(answers_of::<RequestError>(&["BadQuery"]));
             }
             if parameters.iter().any(|p| p == "path") || path.contains('{') {
-                answer("404", "Nothing at this address (no such id, or a malformed one)");
+                shared.extend(answers_of::<RequestError>(&["BadPath"]));
             }
-            answer("503", "Busy, or the database cannot be reached: try again after Retry-After seconds");
+            let responses = &mut operation["responses"];
+            for (status, response) in answers::responses(&shared) {
+                let response = serde_json::to_value(response).expect("a response is JSON");
+                match responses.get_mut(&status) {
+                    None => responses[&status] = response,
+                    Some(listed) => {
+                        let given = listed["description"].as_str().unwrap_or_default().to_string();
+                        let mut codes: Vec<&str> = given.split(", ").filter(|c| !c.is_empty()).collect();
+                        for code in response["description"].as_str().unwrap_or_default().split(", ") {
+                            if !codes.contains(&code) {
+                                codes.push(code);
+                            }
+                        }
+                        listed["description"] = json!(codes.join(", "));
+                    }
+                }
+            }
             responses["503"]["headers"]["Retry-After"] =
                 json!({"description": "Seconds to wait", "schema": {"type": "integer"}});
             if !public {
@@ -255,6 +263,33 @@ mod tests {
         }
         for (method, path) in public_ones {
             assert!(document["paths"][path][method].is_object(), "{method} {path} is not in the document");
+        }
+    }
+
+    /// Error responses come from the error declarations (`documented_answers!`), never from a
+    /// hand-written tuple: each one's description is exactly its list of codes, which is what
+    /// the fuzzer holds every answer's `error` to.
+    #[test]
+    fn every_error_response_lists_its_codes_and_nothing_else() {
+        let document: Value = serde_json::from_str(served(true)).expect("the document is JSON");
+        let is_code =
+            |code: &str| !code.is_empty() && code.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+        for (method, path, operation) in operations(&document) {
+            for (status, response) in operation["responses"].as_object().expect("responses") {
+                if status.as_str() < "400" {
+                    continue;
+                }
+                let description = response["description"].as_str().unwrap_or_default();
+                assert!(
+                    description.split(", ").all(is_code),
+                    "{method} {path} {status}: {description:?} is not a list of codes"
+                );
+                assert_eq!(
+                    response["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{method} {path} {status}"
+                );
+            }
         }
     }
 

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::{AuthError, Role, SessionUser, User, service, session};
-use crate::http::error::{AsProblem, ErrorBody};
+use crate::http::answers::documented_answers;
+use crate::http::error::AsProblem;
 use crate::web::{AppState, PageContext, html, local_path, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -174,11 +175,11 @@ struct JsonCredentials {
     password: String,
 }
 
+documented_answers!(LoginAnswers: AuthError[BadCredentials, Throttled, HashingBusy]);
+
 /// Log in: sets the session cookie the rest of the API uses.
 #[utoipa::path(post, path = "/api/v1/session", tag = "session", request_body = JsonCredentials,
-    responses((status = 200, body = SessionBody), (status = 401, description = "bad_credentials", body = ErrorBody),
-              (status = 429, description = "too_many_attempts, with Retry-After", body = ErrorBody),
-              (status = 503, description = "busy: no hashing slot free in time", body = ErrorBody)))]
+    responses((status = 200, body = SessionBody), LoginAnswers))]
 async fn login_json(
     req: HttpRequest,
     body: web::Json<JsonCredentials>,
@@ -192,9 +193,11 @@ async fn login_json(
     Ok(HttpResponse::Ok().json(SessionBody { user: &logged_in }))
 }
 
+documented_answers!(WhoAmIAnswers: AuthError[NotLoggedIn]);
+
 /// Who is logged in.
 #[utoipa::path(get, path = "/api/v1/session", tag = "session",
-    responses((status = 200, body = SessionBody), (status = 401, description = "not_logged_in", body = ErrorBody)))]
+    responses((status = 200, body = SessionBody), WhoAmIAnswers))]
 async fn whoami(user: SessionUser) -> impl Responder {
     HttpResponse::Ok().json(SessionBody { user: &user })
 }

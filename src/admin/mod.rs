@@ -19,11 +19,11 @@ pub mod metrics;
 pub mod named_locks;
 pub mod routes;
 
-use actix_web::http::StatusCode;
 use actix_web::{FromRequest, HttpRequest, dev::Payload};
 
 use crate::auth::{AuthError, Role, SessionUser};
 use crate::edit_locks::EditLockError;
+use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
 
@@ -92,49 +92,39 @@ pub enum AdminError {
     Infra(#[from] Infra),
 }
 
+answers! { AdminError {
+    OutOfRange => UNPROCESSABLE_ENTITY "invalid_input",
+    InvalidReason => UNPROCESSABLE_ENTITY "invalid_reason",
+    NotOurs => UNPROCESSABLE_ENTITY "not_haita_lock",
+    NotHeld => NOT_FOUND "not_found",
+    HolderChanged => CONFLICT "holder_changed",
+    OwnConnection => CONFLICT "own_connection",
+    KillRefused => CONFLICT "kill_refused",
+} carries { Auth, EditLock, Infra } }
+
 impl AsProblem for AdminError {
     fn problem(&self) -> Problem {
-        use StatusCode as S;
+        let answer = self.answer();
         match self {
             Self::Auth(e) => e.problem(),
             Self::EditLock(e) => e.problem(),
-            Self::OutOfRange { field, range } => Problem::words(
-                S::UNPROCESSABLE_ENTITY,
-                "invalid_input",
-                "admin.err.range",
-                &[("field", (*field).to_string()), ("range", range.to_string())],
-            )
-            .with("field", *field),
-            Self::InvalidReason => Problem::words(
-                S::UNPROCESSABLE_ENTITY,
-                "invalid_reason",
-                "admin.err.reason",
-                &[("max", REASON_MAX.to_string())],
-            ),
-            Self::NotOurs { name, prefix } => Problem::words(
-                S::UNPROCESSABLE_ENTITY,
-                "not_haita_lock",
+            Self::OutOfRange { field, range } => answer
+                .said("admin.err.range", &[("field", (*field).to_string()), ("range", range.to_string())])
+                .with("field", *field),
+            Self::InvalidReason => answer.said("admin.err.reason", &[("max", REASON_MAX.to_string())]),
+            Self::NotOurs { name, prefix } => answer.said(
                 "admin.err.not_ours",
                 &[("name", format!("{name:?}")), ("prefix", format!("{prefix:?}"))],
             ),
-            Self::NotHeld(name) => {
-                Problem::words(S::NOT_FOUND, "not_found", "admin.err.not_held", &[("name", name.to_string())])
-            }
-            Self::HolderChanged { name, expected, now } => Problem::words(
-                S::CONFLICT,
-                "holder_changed",
+            Self::NotHeld(name) => answer.said("admin.err.not_held", &[("name", name.to_string())]),
+            Self::HolderChanged { name, expected, now } => answer.said(
                 "admin.err.holder_changed",
                 &[("name", name.to_string()), ("expected", expected.to_string()), ("now", now.to_string())],
             ),
-            Self::OwnConnection(name) => Problem::words(
-                S::CONFLICT,
-                "own_connection",
-                "admin.err.own_connection",
-                &[("name", name.to_string())],
-            ),
-            Self::KillRefused { name, holder } => Problem::words(
-                S::CONFLICT,
-                "kill_refused",
+            Self::OwnConnection(name) => {
+                answer.said("admin.err.own_connection", &[("name", name.to_string())])
+            }
+            Self::KillRefused { name, holder } => answer.said(
                 "admin.err.kill_refused",
                 &[("name", name.to_string()), ("holder", holder.to_string())],
             ),

@@ -10,8 +10,8 @@ use super::{Admin, AdminError, Reason};
 use crate::audit::{self, AuditPage};
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::batch::forms::{ClosureForm, RevisionForm};
-use crate::edit_locks::{EditLockKey, LockView, service as edit_locks};
-use crate::http::error::ErrorBody;
+use crate::edit_locks::{EditLockError, EditLockKey, LockView, service as edit_locks};
+use crate::http::answers::documented_answers;
 use crate::i18n::Lang;
 use crate::web::{AppState, PageContext, html, see_other};
 
@@ -356,13 +356,15 @@ struct Released<T> {
     released: T,
 }
 
+documented_answers!(ReleaseEditAnswers:
+    EditLockError[InvalidKey, NoSuchLock, BatchHeld],
+    AdminError[InvalidReason]);
+
 /// `DELETE /api/v1/admin/edit-locks/{key}?reason=…`
 #[utoipa::path(delete, path = "/api/v1/admin/edit-locks/{key}", tag = "admin",
     params(("key" = String, Path, description = "e.g. resource:42"),
            ("reason" = String, Query, min_length = 3, max_length = 300, description = "Written to the audit log")),
-    responses((status = 200, description = "`{\"released\": LockView}`"),
-              (status = 409, description = "held by a batch job", body = ErrorBody),
-              (status = 422, description = "not an edit-lock key (kind:id)", body = ErrorBody)))]
+    responses((status = 200, description = "`{\"released\": LockView}`"), ReleaseEditAnswers))]
 async fn force_release_edit_json(
     Admin(admin): Admin,
     path: web::Path<String>,
@@ -386,11 +388,12 @@ async fn release_expired_json(
     Ok(HttpResponse::Ok().json(Released { released }))
 }
 
+documented_answers!(LookUpNamedAnswers: AdminError[NotOurs, NotHeld]);
+
 /// `GET /api/v1/admin/named-locks/{name}`: who holds it (IS_USED_LOCK), 404 when nobody.
 #[utoipa::path(get, path = "/api/v1/admin/named-locks/{name}", tag = "admin",
     params(("name" = String, Path, description = "A lock name of this deployment (haita:{tag}:…)")),
-    responses((status = 200, body = NamedLock), (status = 404, description = "nobody holds it", body = ErrorBody),
-              (status = 422, description = "not a lock name of this deployment", body = ErrorBody)))]
+    responses((status = 200, body = NamedLock), LookUpNamedAnswers))]
 async fn lookup_named_json(
     Admin(_): Admin,
     path: web::Path<String>,
@@ -402,15 +405,16 @@ async fn lookup_named_json(
     Ok(HttpResponse::Ok().json(found.ok_or(AdminError::NotHeld(key))?))
 }
 
+documented_answers!(ReleaseNamedAnswers:
+    AdminError[NotOurs, InvalidReason, NotHeld, HolderChanged, OwnConnection, KillRefused]);
+
 /// `DELETE /api/v1/admin/named-locks/{name}?reason=…&connection_id=…` — `connection_id`, when
 /// given, must still be the holder.
 #[utoipa::path(delete, path = "/api/v1/admin/named-locks/{name}", tag = "admin",
     params(("name" = String, Path, description = "A lock name of this deployment (haita:{tag}:…)"),
            ("reason" = String, Query, min_length = 3, max_length = 300, description = "Written to the audit log"),
            ("connection_id" = Option<i64>, Query, minimum = 1, description = "The holder the admin saw; must still hold it")),
-    responses((status = 200, description = "`{\"released\": Killed}`"),
-              (status = 409, description = "the holder changed since the admin looked", body = ErrorBody),
-              (status = 422, description = "not a lock name of this deployment", body = ErrorBody)))]
+    responses((status = 200, description = "`{\"released\": Killed}`"), ReleaseNamedAnswers))]
 async fn force_release_named_json(
     Admin(admin): Admin,
     path: web::Path<String>,
@@ -423,12 +427,13 @@ async fn force_release_named_json(
     Ok(HttpResponse::Ok().json(Released { released: killed }))
 }
 
+documented_answers!(AuditAnswers: AdminError[OutOfRange]);
+
 /// The audit log, newest first; pass `older` as `before` for the next page.
 #[utoipa::path(get, path = "/api/v1/admin/audit", tag = "admin",
     params(("before" = Option<i64>, Query, minimum = 1, description = "The id of the oldest event seen"),
            ("limit" = Option<i64>, Query, minimum = 1, maximum = 200, description = "1 to 200")),
-    responses((status = 200, body = AuditPage),
-              (status = 422, description = "invalid_input: before or limit out of range", body = ErrorBody)))]
+    responses((status = 200, body = AuditPage), AuditAnswers))]
 async fn audit_json(
     Admin(_): Admin,
     query: web::Query<AuditQuery>,

@@ -12,11 +12,10 @@ pub mod service;
 pub mod session;
 pub mod throttle;
 
-use actix_web::http::StatusCode;
-
 pub use model::{Role, User};
 pub use session::SessionUser;
 
+use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
 
@@ -49,41 +48,36 @@ pub enum AuthError {
     Infra(#[from] Infra),
 }
 
+answers! { AuthError {
+    NotLoggedIn => UNAUTHORIZED "not_logged_in",
+    Forbidden => FORBIDDEN "forbidden",
+    BadCredentials => UNAUTHORIZED "bad_credentials",
+    CsrfFailed => FORBIDDEN "csrf_failed",
+    Invalid => UNPROCESSABLE_ENTITY "invalid_input",
+    UsernameTaken => CONFLICT "username_taken",
+    Throttled => TOO_MANY_REQUESTS "too_many_attempts",
+    HashingBusy => SERVICE_UNAVAILABLE "busy",
+    Session => INTERNAL_SERVER_ERROR "internal",
+    Hashing => INTERNAL_SERVER_ERROR "internal",
+} carries { CheckFailed, Infra } }
+
 impl AsProblem for AuthError {
     fn problem(&self) -> Problem {
-        use StatusCode as S;
+        let answer = self.answer();
         match self {
-            Self::NotLoggedIn => Problem::words(S::UNAUTHORIZED, "not_logged_in", "error.not_logged_in", &[]),
-            Self::Forbidden { need, .. } => {
-                Problem::words(S::FORBIDDEN, "forbidden", "auth.forbidden", &[("role", need.to_string())])
-            }
-            Self::BadCredentials => {
-                Problem::words(S::UNAUTHORIZED, "bad_credentials", "auth.bad_credentials", &[])
-            }
-            Self::CsrfFailed => Problem::words(S::FORBIDDEN, "csrf_failed", "error.csrf", &[]),
-            Self::Invalid { field, message } => {
-                Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", format!("{field}: {message}"))
-            }
-            Self::UsernameTaken(name) => Problem::words(
-                S::CONFLICT,
-                "username_taken",
-                "auth.username_taken",
-                &[("name", format!("{name:?}"))],
-            ),
+            Self::NotLoggedIn => answer.said("error.not_logged_in", &[]),
+            Self::Forbidden { need, .. } => answer.said("auth.forbidden", &[("role", need.to_string())]),
+            Self::BadCredentials => answer.said("auth.bad_credentials", &[]),
+            Self::CsrfFailed => answer.said("error.csrf", &[]),
+            Self::Invalid { field, message } => answer.saying(format!("{field}: {message}")),
+            Self::UsernameTaken(name) => answer.said("auth.username_taken", &[("name", format!("{name:?}"))]),
             Self::Throttled { retry_after_secs } => Problem {
                 retry_after: Some(*retry_after_secs),
-                ..Problem::words(
-                    S::TOO_MANY_REQUESTS,
-                    "too_many_attempts",
-                    "auth.throttled",
-                    &[("seconds", retry_after_secs.to_string())],
-                )
+                ..answer.said("auth.throttled", &[("seconds", retry_after_secs.to_string())])
             },
-            Self::HashingBusy => Problem {
-                retry_after: Some(1),
-                cause: "hashing",
-                ..Problem::words(S::SERVICE_UNAVAILABLE, "busy", "auth.hashing_busy", &[])
-            },
+            Self::HashingBusy => {
+                Problem { retry_after: Some(1), cause: "hashing", ..answer.said("auth.hashing_busy", &[]) }
+            }
             Self::CheckFailed(problem) => problem.clone(),
             Self::Infra(e) => e.problem(),
             Self::Session(_) | Self::Hashing(_) => Problem::internal(),

@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 use super::{AuthError, Role, User};
 use crate::db::cached::ListStatements;
 use crate::db::{DbConn, DbPool, cached_sql};
+use crate::http::error::AsProblem;
 use crate::http::error::Problem;
 use crate::infra::Infra;
 use crate::schema::user_sessions;

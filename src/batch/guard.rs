@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use super::lockfile::{self, Busy, LockFile, LockFileError};
 use crate::db::DbPool;
+use crate::http::answers::{Declared, answers};
+use crate::http::error::{AsProblem, Problem};
 use crate::infra::Infra;
 use crate::locking::{LockError, NamedLockGuard};
 
@@ -48,6 +50,24 @@ pub enum GuardError {
     File(#[from] LockFileError),
     #[error(transparent)]
     Infra(#[from] Infra),
+}
+
+answers! { GuardError {
+    Busy => CONFLICT "batch_running",
+    Lost => INTERNAL_SERVER_ERROR "internal",
+    File => INTERNAL_SERVER_ERROR "internal",
+} carries { Infra } }
+
+impl AsProblem for GuardError {
+    fn problem(&self) -> Problem {
+        match self {
+            Self::Busy { job, by } => {
+                self.answer().said("batch.running", &[("job", job.to_string()), ("by", by.to_string())])
+            }
+            Self::Infra(e) => e.problem(),
+            Self::Lost { .. } | Self::File(_) => Problem::internal(),
+        }
+    }
 }
 
 /// The guard of a running job.

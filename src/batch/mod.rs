@@ -20,11 +20,10 @@ pub mod runs;
 
 use std::path::{Path, PathBuf};
 
-use actix_web::http::StatusCode;
-
 use crate::db::DbConn;
 
 use crate::db::{DbPool, PooledConn};
+use crate::http::answers::{Declared, answers};
 use crate::http::error::Said;
 use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
@@ -85,20 +84,19 @@ impl BatchError {
     }
 }
 
+answers! { BatchError {
+    Invalid => UNPROCESSABLE_ENTITY "invalid_batch",
+    Failed => INTERNAL_SERVER_ERROR "internal",
+    Report => INTERNAL_SERVER_ERROR "internal",
+} carries { Guard, Infra } }
+
 impl AsProblem for BatchError {
     fn problem(&self) -> Problem {
         match self {
-            Self::Invalid(why) => why.problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch"),
-            Self::Guard(GuardError::Busy { job, by }) => Problem::words(
-                StatusCode::CONFLICT,
-                "batch_running",
-                "batch.running",
-                &[("job", job.to_string()), ("by", by.to_string())],
-            ),
-            Self::Guard(GuardError::Infra(e)) | Self::Infra(e) => e.problem(),
-            Self::Guard(GuardError::Lost { .. } | GuardError::File(_))
-            | Self::Failed(_)
-            | Self::Report(_) => Problem::internal(),
+            Self::Invalid(why) => why.problem(self.answer()),
+            Self::Guard(e) => e.problem(),
+            Self::Infra(e) => e.problem(),
+            Self::Failed(_) | Self::Report(_) => Problem::internal(),
         }
     }
 }

@@ -12,9 +12,9 @@ pub mod model;
 pub mod routes;
 pub mod service;
 
-use actix_web::http::StatusCode;
 use chrono::NaiveDate;
 
+use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::http::input::{FIRST_DAY, LAST_DAY};
 use crate::idempotency::{IdempotencyError, Refusal};
@@ -87,16 +87,27 @@ impl Refusal for BookingError {
     }
 }
 
+answers! { BookingError {
+    InvalidDate => UNPROCESSABLE_ENTITY "invalid_date",
+    PastDate => UNPROCESSABLE_ENTITY "past_date",
+    TooFarAhead => UNPROCESSABLE_ENTITY "too_far_ahead",
+    InvalidId => UNPROCESSABLE_ENTITY "invalid_id",
+    InvalidRange => UNPROCESSABLE_ENTITY "invalid_range",
+    UnknownResource => UNPROCESSABLE_ENTITY "unknown_resource",
+    ResourceNotFound => NOT_FOUND "not_found",
+    ReservationNotFound => NOT_FOUND "not_found",
+    FullyBooked => CONFLICT "fully_booked",
+    AlreadyBooked => CONFLICT "already_booked",
+    Closed => CONFLICT "closed",
+    AlreadyCancelled => CONFLICT "already_cancelled",
+    SessionEnded => UNAUTHORIZED "not_logged_in",
+} carries { Idempotency, Infra } }
+
 impl AsProblem for BookingError {
     fn problem(&self) -> Problem {
-        use StatusCode as S;
-        let invalid = |code, message: String| Problem::new(S::UNPROCESSABLE_ENTITY, code, message);
-        let said = |code, key, args: &[(&'static str, String)]| {
-            Problem::words(S::UNPROCESSABLE_ENTITY, code, key, args)
-        };
+        let answer = self.answer();
         match self {
-            Self::InvalidDate(given) => said(
-                "invalid_date",
+            Self::InvalidDate(given) => answer.said(
                 "booking.invalid_date",
                 &[
                     ("given", format!("{given:?}")),
@@ -104,43 +115,26 @@ impl AsProblem for BookingError {
                     ("last", LAST_DAY.to_string()),
                 ],
             ),
-            Self::PastDate(day) => said("past_date", "booking.past_date", &[("day", day.to_string())]),
-            Self::TooFarAhead(day) => said(
-                "too_far_ahead",
+            Self::PastDate(day) => answer.said("booking.past_date", &[("day", day.to_string())]),
+            Self::TooFarAhead(day) => answer.said(
                 "booking.too_far_ahead",
                 &[("day", day.to_string()), ("days", model::HORIZON_DAYS.to_string())],
             ),
-            Self::InvalidId(field) => invalid("invalid_id", format!("{field} must be a positive number.")),
-            Self::InvalidRange(why) => invalid("invalid_range", why.clone()),
-            Self::UnknownResource(id) => {
-                said("unknown_resource", "booking.no_resource", &[("id", id.to_string())])
+            Self::InvalidId(field) => answer.saying(format!("{field} must be a positive number.")),
+            Self::InvalidRange(why) => answer.saying(why.clone()),
+            Self::UnknownResource(id) | Self::ResourceNotFound(id) => {
+                answer.said("booking.no_resource", &[("id", id.to_string())])
             }
-            Self::ResourceNotFound(id) => {
-                Problem::words(S::NOT_FOUND, "not_found", "booking.no_resource", &[("id", id.to_string())])
+            Self::ReservationNotFound => answer.said("booking.no_reservation", &[]),
+            Self::FullyBooked { capacity } => {
+                answer.said("booking.fully_booked", &[("capacity", capacity.to_string())])
             }
-            Self::ReservationNotFound => {
-                Problem::words(S::NOT_FOUND, "not_found", "booking.no_reservation", &[])
-            }
-            Self::FullyBooked { capacity } => Problem::words(
-                S::CONFLICT,
-                "fully_booked",
-                "booking.fully_booked",
-                &[("capacity", capacity.to_string())],
-            ),
-            Self::AlreadyBooked => {
-                Problem::words(S::CONFLICT, "already_booked", "booking.already_booked", &[])
-            }
-            Self::Closed { day, reason } => Problem::words(
-                S::CONFLICT,
-                "closed",
-                "booking.closed_on",
-                &[("day", day.to_string()), ("reason", reason.clone())],
-            )
-            .with("reason", reason.clone()),
-            Self::AlreadyCancelled => {
-                Problem::words(S::CONFLICT, "already_cancelled", "booking.already_cancelled", &[])
-            }
-            Self::SessionEnded => crate::auth::AuthError::NotLoggedIn.problem(),
+            Self::AlreadyBooked => answer.said("booking.already_booked", &[]),
+            Self::Closed { day, reason } => answer
+                .said("booking.closed_on", &[("day", day.to_string()), ("reason", reason.clone())])
+                .with("reason", reason.clone()),
+            Self::AlreadyCancelled => answer.said("booking.already_cancelled", &[]),
+            Self::SessionEnded => answer.said("error.not_logged_in", &[]),
             Self::Idempotency(e) => e.problem(),
             Self::Infra(e) => e.problem(),
         }

@@ -14,8 +14,10 @@ use super::service::{self, DayAvailability};
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::session::Claimed;
-use crate::http::error::{AsProblem, ErrorBody};
+use crate::http::answers::documented_answers;
+use crate::http::error::AsProblem;
 use crate::http::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
+use crate::idempotency::IdempotencyError;
 use crate::idempotency::{IdempotencyKey, KeyHeader};
 use crate::resources::Resource;
 use crate::web::{AppState, PageContext, html, see_other};
@@ -269,14 +271,14 @@ struct AvailabilityBody {
     days: Vec<DayAvailability>,
 }
 
+documented_answers!(AvailabilityAnswers: BookingError[ResourceNotFound, InvalidDate, InvalidRange]);
+
 /// Confirmed bookings and free places per day; `mine` marks the caller's own bookings.
 #[utoipa::path(get, path = "/api/v1/resources/{id}/availability", tag = "bookings",
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id"),
            ("from" = Option<String>, Query, format = Date, description = "First day, YYYY-MM-DD (default today)"),
            ("days" = Option<u32>, Query, minimum = 1, maximum = 62, description = "1 to 62 (default 14)")),
-    responses((status = 200, body = AvailabilityBody),
-              (status = 404, description = "not_found", body = ErrorBody),
-              (status = 422, description = "invalid_date, invalid_range", body = ErrorBody)))]
+    responses((status = 200, body = AvailabilityBody), AvailabilityAnswers))]
 async fn availability_json(
     user: Option<SessionUser>,
     path: web::Path<i64>,
@@ -304,16 +306,15 @@ struct BookRequest {
     date: String,
 }
 
+documented_answers!(BookAnswers:
+    BookingError[InvalidDate, PastDate, TooFarAhead, InvalidId, UnknownResource, FullyBooked, AlreadyBooked, Closed],
+    IdempotencyError[BadKey, Reused, Unreadable]);
+
 /// Book a resource for a day, under the day's named lock. With an `Idempotency-Key`, a resend
 /// of the same request (within 24 h) gets the first answer back and books nothing.
 #[utoipa::path(post, path = "/api/v1/reservations", tag = "bookings", request_body = BookRequest,
     params(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, e.g. a UUID; per user, kept 24 h")),
-    responses((status = 201, description = "Booked; Location names it", body = Reservation),
-              (status = 400, description = "malformed_body, bad_idempotency_key", body = ErrorBody),
-              (status = 401, description = "not_logged_in", body = ErrorBody),
-              (status = 409, description = "fully_booked, already_booked, idempotency_key_used", body = ErrorBody),
-              (status = 422, description = "invalid_date, past_date, too_far_ahead, invalid_id, unknown_resource, idempotency_key_reused", body = ErrorBody),
-              (status = 503, description = "busy: the day's lock stayed held; see Retry-After", body = ErrorBody)))]
+    responses((status = 201, description = "Booked; Location names it", body = Reservation), BookAnswers))]
 async fn book_json(
     claimed: Claimed,
     KeyHeader(key): KeyHeader,
@@ -331,7 +332,7 @@ async fn book_json(
 
 /// The caller's reservations, newest day first.
 #[utoipa::path(get, path = "/api/v1/reservations", tag = "bookings",
-    responses((status = 200, body = Vec<Reservation>), (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = Vec<Reservation>)))]
 async fn my_reservations_json(
     user: SessionUser,
     state: web::Data<AppState>,
@@ -340,11 +341,12 @@ async fn my_reservations_json(
     Ok(HttpResponse::Ok().json(mine.into_iter().map(|(r, _)| r).collect::<Vec<_>>()))
 }
 
+documented_answers!(CancelAnswers: BookingError[ReservationNotFound, AlreadyCancelled]);
+
 /// Cancel one of the caller's reservations.
 #[utoipa::path(delete, path = "/api/v1/reservations/{id}", tag = "bookings",
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Reservation id")),
-    responses((status = 200, body = Reservation), (status = 404, body = ErrorBody),
-              (status = 409, description = "already_cancelled", body = ErrorBody)))]
+    responses((status = 200, body = Reservation), CancelAnswers))]
 async fn cancel_json(
     user: SessionUser,
     path: web::Path<i64>,

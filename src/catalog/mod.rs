@@ -9,8 +9,7 @@ pub mod quantity;
 pub mod routes;
 pub mod service;
 
-use actix_web::http::StatusCode;
-
+use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
 
@@ -36,48 +35,42 @@ pub enum CatalogError {
     Infra(#[from] Infra),
 }
 
+answers! { CatalogError {
+    NotFound => NOT_FOUND "not_found",
+    Stale => PRECONDITION_FAILED "stale_version",
+    InvalidFields => UNPROCESSABLE_ENTITY "invalid_fields",
+    PreconditionRequired => PRECONDITION_REQUIRED "precondition_required",
+    BadIfMatch => BAD_REQUEST "bad_if_match",
+} carries { Infra } }
+
 impl AsProblem for CatalogError {
     fn problem(&self) -> Problem {
+        let answer = self.answer();
         match self {
-            Self::NotFound(id) => Problem::words(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "order.no_product",
-                &[("id", id.to_string())],
-            ),
-            Self::Stale(current) => Problem::new(
-                StatusCode::PRECONDITION_FAILED,
-                "stale_version",
-                format!(
+            Self::NotFound(id) => answer.said("order.no_product", &[("id", id.to_string())]),
+            Self::Stale(current) => answer
+                .saying(format!(
                     "{} saved this product since you read it (it is now version {}). Nothing of yours was \
                      written; review the current values below and send your change again with their ETag.",
                     current.saved_by.as_deref().unwrap_or("Someone"),
                     current.product.version
-                ),
-            )
-            .with("etag", etag(current.product.version))
-            .with("current", serde_json::to_value(&current.product).unwrap_or_default()),
-            Self::InvalidFields(errors) => Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_fields",
-                errors.iter().map(|e| e.message.as_str()).collect::<Vec<_>>().join(" "),
-            )
-            .with(
-                "fields",
-                errors
-                    .iter()
-                    .map(|e| (e.field.to_string(), serde_json::Value::from(e.message.clone())))
-                    .collect::<serde_json::Map<_, _>>(),
-            ),
-            Self::PreconditionRequired => Problem::new(
-                StatusCode::PRECONDITION_REQUIRED,
-                "precondition_required",
+                ))
+                .with("etag", etag(current.product.version))
+                .with("current", serde_json::to_value(&current.product).unwrap_or_default()),
+            Self::InvalidFields(errors) => {
+                answer.saying(errors.iter().map(|e| e.message.as_str()).collect::<Vec<_>>().join(" ")).with(
+                    "fields",
+                    errors
+                        .iter()
+                        .map(|e| (e.field.to_string(), serde_json::Value::from(e.message.clone())))
+                        .collect::<serde_json::Map<_, _>>(),
+                )
+            }
+            Self::PreconditionRequired => answer.saying(
                 "Send If-Match with the ETag you read (GET this product first), so a save cannot overwrite \
                  somebody else's change unseen.",
             ),
-            Self::BadIfMatch(why) => {
-                Problem::new(StatusCode::BAD_REQUEST, "bad_if_match", format!("If-Match: {why}."))
-            }
+            Self::BadIfMatch(why) => answer.saying(format!("If-Match: {why}.")),
             Self::Infra(e) => e.problem(),
         }
     }

@@ -11,9 +11,10 @@ use super::model::{Product, format_cents};
 use super::service::{self, ProductWithStock};
 use super::{CatalogError, etag};
 use crate::auth::csrf::CsrfForm;
-use crate::auth::{Role, SessionUser};
+use crate::auth::{AuthError, Role, SessionUser};
+use crate::http::answers::documented_answers;
 use crate::http::error::FieldError;
-use crate::http::error::{BODY_LIMIT, ErrorBody, json_config, respond};
+use crate::http::error::{BODY_LIMIT, json_config, respond};
 use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -327,10 +328,12 @@ async fn products_json(state: web::Data<AppState>) -> Result<HttpResponse, Catal
     Ok(HttpResponse::Ok().json(load(&state).await?))
 }
 
+documented_answers!(ProductAnswers: CatalogError[NotFound]);
+
 /// One product, with its version as a strong ETag.
 #[utoipa::path(get, path = "/api/v1/products/{id}", tag = "products",
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Product id")),
-    responses((status = 200, description = "ETag: \"v{version}\"", body = Product), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "ETag: \"v{version}\"", body = Product), ProductAnswers))]
 async fn product_json(
     path: web::Path<i64>,
     state: web::Data<AppState>,
@@ -369,17 +372,16 @@ struct ProductPatch {
     price_cents: Option<i64>,
 }
 
+documented_answers!(PatchAnswers:
+    CatalogError[NotFound, BadIfMatch, Stale, InvalidFields, PreconditionRequired],
+    AuthError[Forbidden]);
+
 /// Change a product's name, description or price — only if it is still at the version named by
 /// `If-Match` (optimistic locking). Absent fields keep their values.
 #[utoipa::path(patch, path = "/api/v1/products/{id}", tag = "products", request_body = ProductPatch,
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Product id"),
            ("If-Match" = String, Header, description = "The ETag read, e.g. \"v3\"")),
-    responses((status = 200, description = "Saved; ETag is the new version", body = Product),
-              (status = 400, description = "bad_if_match, malformed_body", body = ErrorBody),
-              (status = 403, description = "staff only", body = ErrorBody),
-              (status = 412, description = "stale_version, with `current` and `etag`", body = ErrorBody),
-              (status = 422, description = "invalid_fields, with `fields`", body = ErrorBody),
-              (status = 428, description = "precondition_required: no If-Match", body = ErrorBody)))]
+    responses((status = 200, description = "Saved; ETag is the new version", body = Product), PatchAnswers))]
 async fn patch_json(
     user: SessionUser,
     req: HttpRequest,

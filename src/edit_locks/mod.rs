@@ -23,10 +23,9 @@ pub mod drafts;
 pub mod model;
 pub mod service;
 
-use actix_web::http::StatusCode;
-
 pub use model::{EditLockKey, EditLockToken, LockView, Owner};
 
+use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::i18n::Lang;
 use crate::infra::{Infra, infra_error};
@@ -94,18 +93,27 @@ fn json(value: impl serde::Serialize) -> serde_json::Value {
     serde_json::to_value(value).unwrap_or_default()
 }
 
+answers! { EditLockError {
+    InvalidKey => UNPROCESSABLE_ENTITY "invalid_key",
+    Locked => LOCKED "edit_locked",
+    TakenOver => LOCKED "edit_locked",
+    NotHeld => LOCKED "edit_lock_not_held",
+    Superseded => LOCKED "edit_lock_superseded",
+    NoSuchLock => NOT_FOUND "not_found",
+    BatchHeld => CONFLICT "batch_held",
+} carries { Infra } }
+
 impl AsProblem for EditLockError {
     fn problem(&self) -> Problem {
-        use StatusCode as S;
+        let answer = self.answer();
         match self {
-            Self::InvalidKey(key) => Problem::new(
-                S::UNPROCESSABLE_ENTITY,
-                "invalid_key",
-                format!("{key:?} is not an edit-lock key; keys look like resource:42."),
-            ),
+            Self::InvalidKey(key) => {
+                answer.saying(format!("{key:?} is not an edit-lock key; keys look like resource:42."))
+            }
             Self::Locked(lock) => {
                 let (key, args) = described(lock);
-                Problem::words(S::LOCKED, "edit_locked", key, &args)
+                answer
+                    .said(key, &args)
                     .with("holder", lock.owner_username.clone())
                     .with("expires_at", json(lock.expires_at.and_utc()))
                     .with("lock", json(lock))
@@ -122,38 +130,36 @@ impl AsProblem for EditLockError {
                     (_, Some(_)) => "lock.taken.editing.how",
                 };
                 args.extend(how.as_ref().map(|how| ("how", how.to_string())));
-                Problem::words(S::LOCKED, "edit_locked", taken, &args)
+                answer
+                    .said(taken, &args)
                     .with("holder", holder.owner_username.clone())
                     .with("expires_at", json(holder.expires_at.and_utc()))
                     .with("lock", json(holder))
                     .with("last_event", json(how))
             }
-            Self::NotHeld { key, last } => Problem::words(
-                S::LOCKED,
-                "edit_lock_not_held",
-                if last.is_some() { "lock.not_held.last" } else { "lock.not_held" },
-                &[
-                    ("key", key.to_string()),
-                    ("last", last.as_ref().map(ToString::to_string).unwrap_or_default()),
-                ],
-            )
-            .with("last_event", json(last)),
-            Self::Superseded { key, opened, current } => Problem::words(
-                S::LOCKED,
-                "edit_lock_superseded",
-                "lock.superseded",
-                &[("key", key.to_string()), ("opened", opened.to_string()), ("current", current.to_string())],
-            )
-            .with("opened_epoch", *opened)
-            .with("epoch", *current),
-            Self::NoSuchLock(key) => {
-                Problem::new(S::NOT_FOUND, "not_found", format!("Nobody holds the edit lock {key}."))
-            }
-            Self::BatchHeld(key) => Problem::new(
-                S::CONFLICT,
-                "batch_held",
-                format!("The edit lock {key} is held by a batch job and cannot be force-released."),
-            ),
+            Self::NotHeld { key, last } => answer
+                .said(
+                    if last.is_some() { "lock.not_held.last" } else { "lock.not_held" },
+                    &[
+                        ("key", key.to_string()),
+                        ("last", last.as_ref().map(ToString::to_string).unwrap_or_default()),
+                    ],
+                )
+                .with("last_event", json(last)),
+            Self::Superseded { key, opened, current } => answer
+                .said(
+                    "lock.superseded",
+                    &[
+                        ("key", key.to_string()),
+                        ("opened", opened.to_string()),
+                        ("current", current.to_string()),
+                    ],
+                )
+                .with("opened_epoch", *opened)
+                .with("epoch", *current),
+            Self::NoSuchLock(key) => answer.saying(format!("Nobody holds the edit lock {key}.")),
+            Self::BatchHeld(key) => answer
+                .saying(format!("The edit lock {key} is held by a batch job and cannot be force-released.")),
             Self::Infra(e) => e.problem(),
         }
     }

@@ -12,6 +12,7 @@ use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse};
 use serde::Serialize;
 
+use super::answers::{Answer, Declared, answers};
 use crate::i18n::Lang;
 
 #[derive(Clone, Debug, Serialize)]
@@ -71,9 +72,9 @@ impl Said {
         Self((key, args.to_vec()))
     }
 
-    /// A problem saying these words.
-    pub fn problem(&self, status: StatusCode, error: &'static str) -> Problem {
-        Problem::words(status, error, self.0.0, &self.0.1)
+    /// `answer`, saying these words.
+    pub fn problem(&self, answer: Answer) -> Problem {
+        answer.said(self.0.0, &self.0.1)
     }
 }
 
@@ -130,20 +131,12 @@ impl Problem {
     }
 
     pub fn busy(message: impl Into<String>) -> Self {
-        Self {
-            retry_after: Some(1),
-            cause: "other",
-            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message)
-        }
+        Self { retry_after: Some(1), cause: "other", ..Answer::BUSY.saying(message) }
     }
 
     /// [`Problem::busy`], said as the text `key`.
     pub fn busy_in(key: &'static str) -> Self {
-        Self {
-            retry_after: Some(1),
-            cause: "other",
-            ..Self::words(StatusCode::SERVICE_UNAVAILABLE, "busy", key, &[])
-        }
+        Self { retry_after: Some(1), cause: "other", ..Answer::BUSY.said(key, &[]) }
     }
 
     /// Names what ran out (see [`Problem::cause`]).
@@ -153,15 +146,11 @@ impl Problem {
 
     /// The database cannot be reached right now; it usually comes back by itself.
     pub fn unavailable() -> Self {
-        Self {
-            retry_after: Some(2),
-            cause: "database",
-            ..Self::words(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "error.unavailable", &[])
-        }
+        Self { retry_after: Some(2), cause: "database", ..Answer::UNAVAILABLE.said("error.unavailable", &[]) }
     }
 
     pub fn internal() -> Self {
-        Self::words(StatusCode::INTERNAL_SERVER_ERROR, "internal", "error.internal", &[])
+        Answer::INTERNAL.said("error.internal", &[])
     }
 }
 
@@ -254,48 +243,33 @@ pub enum RequestError {
     Internal(#[from] anyhow::Error),
 }
 
+answers! { RequestError {
+    MalformedBody => BAD_REQUEST "malformed_body",
+    TooLarge => PAYLOAD_TOO_LARGE "too_large",
+    UnsupportedMediaType => UNSUPPORTED_MEDIA_TYPE "unsupported_media_type",
+    BadPath => NOT_FOUND "not_found",
+    BadQuery => BAD_REQUEST "bad_query",
+    NotFound => NOT_FOUND "not_found",
+    MethodNotAllowed => METHOD_NOT_ALLOWED "method_not_allowed",
+    Internal => INTERNAL_SERVER_ERROR "internal",
+} }
+
 impl AsProblem for RequestError {
     fn problem(&self) -> Problem {
-        use StatusCode as S;
+        let answer = self.answer();
         match self {
-            Self::MalformedBody(detail) => Problem::new(
-                S::BAD_REQUEST,
-                "malformed_body",
-                format!("The request body could not be read: {detail}."),
-            ),
-            Self::TooLarge(limit) => Problem::words(
-                S::PAYLOAD_TOO_LARGE,
-                "too_large",
-                "request.too_large",
-                &[("limit", limit.to_string())],
-            ),
-            Self::UnsupportedMediaType(expected) => Problem::new(
-                S::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                format!(
-                    "Send Content-Type: {expected}. Requests that change something accept nothing else, \
-                     even without a body (send {{}} or nothing)."
-                ),
-            ),
-            Self::BadPath(detail) => Problem::words(
-                S::NOT_FOUND,
-                "not_found",
-                "request.bad_path",
-                &[("detail", plain_words(detail))],
-            ),
-            Self::BadQuery(detail) => Problem::words(
-                S::BAD_REQUEST,
-                "bad_query",
-                "request.bad_query",
-                &[("detail", plain_words(detail))],
-            ),
-            Self::NotFound => Problem::words(S::NOT_FOUND, "not_found", "error.not_found", &[]),
-            Self::MethodNotAllowed(allowed) => Problem::words(
-                S::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "request.method",
-                &[("allowed", allowed.clone())],
-            ),
+            Self::MalformedBody(detail) => {
+                answer.saying(format!("The request body could not be read: {detail}."))
+            }
+            Self::TooLarge(limit) => answer.said("request.too_large", &[("limit", limit.to_string())]),
+            Self::UnsupportedMediaType(expected) => answer.saying(format!(
+                "Send Content-Type: {expected}. Requests that change something accept nothing else, \
+                 even without a body (send {{}} or nothing)."
+            )),
+            Self::BadPath(detail) => answer.said("request.bad_path", &[("detail", plain_words(detail))]),
+            Self::BadQuery(detail) => answer.said("request.bad_query", &[("detail", plain_words(detail))]),
+            Self::NotFound => answer.said("error.not_found", &[]),
+            Self::MethodNotAllowed(allowed) => answer.said("request.method", &[("allowed", allowed.clone())]),
             Self::Internal(_) => Problem::internal(),
         }
     }

@@ -26,7 +26,6 @@
 //! may be used again. The same key with a different request is refused (422
 //! `idempotency_key_reused`), because replaying the first answer would be a lie.
 
-use actix_web::http::StatusCode;
 use actix_web::{FromRequest, HttpRequest};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
@@ -37,6 +36,7 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use crate::db::{DbConn, Sql, cached_sql};
+use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem, http_error};
 
 /// How long an answer is kept for replay, and a key stays bound to its request.
@@ -61,25 +61,21 @@ pub enum IdempotencyError {
     Unreadable,
 }
 
+answers! { IdempotencyError {
+    BadKey => BAD_REQUEST "bad_idempotency_key",
+    Reused => UNPROCESSABLE_ENTITY "idempotency_key_reused",
+    Unreadable => CONFLICT "idempotency_key_used",
+} }
+
 impl AsProblem for IdempotencyError {
     fn problem(&self) -> Problem {
+        let answer = self.answer();
         match self {
-            Self::BadKey => Problem::new(
-                StatusCode::BAD_REQUEST,
-                "bad_idempotency_key",
-                format!(
-                    "{HEADER} must be 1 to {MAX_KEY_LEN} visible ASCII characters (a random UUID is a good key)."
-                ),
-            ),
-            Self::Reused => Problem::words(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_key_reused",
-                "idempotency.reused",
-                &[],
-            ),
-            Self::Unreadable => {
-                Problem::words(StatusCode::CONFLICT, "idempotency_key_used", "idempotency.unreadable", &[])
-            }
+            Self::BadKey => answer.saying(format!(
+                "{HEADER} must be 1 to {MAX_KEY_LEN} visible ASCII characters (a random UUID is a good key)."
+            )),
+            Self::Reused => answer.said("idempotency.reused", &[]),
+            Self::Unreadable => answer.said("idempotency.unreadable", &[]),
         }
     }
 }

@@ -12,8 +12,7 @@ pub mod model;
 pub mod routes;
 pub mod service;
 
-use actix_web::http::StatusCode;
-
+use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
 use model::QuantityError;
@@ -32,24 +31,24 @@ pub enum InventoryError {
     Infra(#[from] Infra),
 }
 
+answers! { InventoryError {
+    Quantity => UNPROCESSABLE_ENTITY "invalid_quantity",
+    InvalidProductId => UNPROCESSABLE_ENTITY "invalid_id",
+    UnknownProduct => UNPROCESSABLE_ENTITY "unknown_product",
+    StockLimit => UNPROCESSABLE_ENTITY "stock_limit",
+} carries { Infra } }
+
 impl AsProblem for InventoryError {
     fn problem(&self) -> Problem {
-        let invalid = |code, message: String| Problem::new(StatusCode::UNPROCESSABLE_ENTITY, code, message);
+        let answer = self.answer();
         match self {
             Self::Quantity(e) => {
                 let (key, args) = e.words(model::QuantityOf::Receipt);
-                Problem::words(StatusCode::UNPROCESSABLE_ENTITY, "invalid_quantity", key, &args)
+                answer.said(key, &args)
             }
-            Self::InvalidProductId => invalid("invalid_id", "product_id must be a positive number.".into()),
-            Self::UnknownProduct(id) => Problem::words(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "unknown_product",
-                "order.no_product",
-                &[("id", id.to_string())],
-            ),
-            Self::StockLimit { product_id, .. } => Problem::words(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "stock_limit",
+            Self::InvalidProductId => answer.saying("product_id must be a positive number."),
+            Self::UnknownProduct(id) => answer.said("order.no_product", &[("id", id.to_string())]),
+            Self::StockLimit { product_id, .. } => answer.said(
                 "receipts.limit",
                 &[("id", product_id.to_string()), ("max", model::MAX_ON_HAND.to_string())],
             ),

@@ -8,9 +8,9 @@ use super::InventoryError;
 use super::model::Quantity;
 use super::service::{self, MovementLine, Received};
 use crate::auth::csrf::CsrfForm;
-use crate::auth::{Role, SessionUser};
+use crate::auth::{AuthError, Role, SessionUser};
 use crate::catalog::service::{ProductWithStock, list_with_stock};
-use crate::http::error::ErrorBody;
+use crate::http::answers::documented_answers;
 use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -112,12 +112,13 @@ struct ReceiptRequest {
     quantity: i64,
 }
 
+documented_answers!(ReceiptAnswers:
+    InventoryError[Quantity, InvalidProductId, UnknownProduct, StockLimit],
+    AuthError[Forbidden]);
+
 /// Receive stock (staff): increase-or-insert under the product's named lock.
 #[utoipa::path(post, path = "/api/v1/stock/receipts", tag = "stock", request_body = ReceiptRequest,
-    responses((status = 201, body = Received),
-              (status = 403, description = "staff only", body = ErrorBody),
-              (status = 422, description = "invalid_quantity, invalid_id, unknown_product, stock_limit", body = ErrorBody),
-              (status = 503, description = "busy", body = ErrorBody)))]
+    responses((status = 201, body = Received), ReceiptAnswers))]
 async fn receipt_json(
     user: SessionUser,
     body: web::Json<ReceiptRequest>,

@@ -12,8 +12,7 @@ pub mod model;
 pub mod routes;
 pub mod service;
 
-use actix_web::http::StatusCode;
-
+use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::idempotency::{IdempotencyError, Refusal};
 use crate::infra::{Infra, infra_error};
@@ -69,46 +68,44 @@ impl Refusal for OrderError {
     }
 }
 
+answers! { OrderError {
+    Empty => UNPROCESSABLE_ENTITY "empty_order",
+    TooManyLines => UNPROCESSABLE_ENTITY "too_many_lines",
+    InvalidProductId => UNPROCESSABLE_ENTITY "invalid_id",
+    Quantity => UNPROCESSABLE_ENTITY "invalid_quantity",
+    UnknownProduct => UNPROCESSABLE_ENTITY "unknown_product",
+    InsufficientStock => CONFLICT "insufficient_stock",
+    NotFound => NOT_FOUND "not_found",
+} carries { Idempotency, Infra } }
+
 impl AsProblem for OrderError {
     fn problem(&self) -> Problem {
-        use StatusCode as S;
-        let invalid = |code, message: String| Problem::new(S::UNPROCESSABLE_ENTITY, code, message);
+        let answer = self.answer();
         match self {
-            Self::Empty => Problem::words(S::UNPROCESSABLE_ENTITY, "empty_order", "order.empty", &[]),
-            Self::TooManyLines(max) => Problem::words(
-                S::UNPROCESSABLE_ENTITY,
-                "too_many_lines",
-                "order.too_many_lines",
-                &[("max", max.to_string())],
-            ),
-            Self::InvalidProductId(id) => invalid("invalid_id", format!("{id} is not a valid product id.")),
+            Self::Empty => answer.said("order.empty", &[]),
+            Self::TooManyLines(max) => answer.said("order.too_many_lines", &[("max", max.to_string())]),
+            Self::InvalidProductId(id) => answer.saying(format!("{id} is not a valid product id.")),
             Self::Quantity { product_id, error } => {
                 let (key, mut args) = error.words(crate::inventory::model::QuantityOf::OrderLine);
                 args.push(("product", product_id.to_string()));
-                Problem::words(S::UNPROCESSABLE_ENTITY, "invalid_quantity", key, &args)
-                    .with("product_id", *product_id)
+                answer.said(key, &args).with("product_id", *product_id)
             }
-            Self::UnknownProduct(id) => Problem::words(
-                S::UNPROCESSABLE_ENTITY,
-                "unknown_product",
-                "order.no_product",
-                &[("id", id.to_string())],
-            )
-            .with("product_id", *id),
-            Self::InsufficientStock { product_id, name, requested, available } => Problem::words(
-                S::CONFLICT,
-                "insufficient_stock",
-                if *available == 0 { "order.out_of_stock" } else { "order.only_left" },
-                &[
-                    ("name", name.clone()),
-                    ("requested", requested.to_string()),
-                    ("available", available.to_string()),
-                ],
-            )
-            .with("product_id", *product_id)
-            .with("available", *available)
-            .with("requested", *requested),
-            Self::NotFound(_) => Problem::words(S::NOT_FOUND, "not_found", "order.not_found", &[]),
+            Self::UnknownProduct(id) => {
+                answer.said("order.no_product", &[("id", id.to_string())]).with("product_id", *id)
+            }
+            Self::InsufficientStock { product_id, name, requested, available } => answer
+                .said(
+                    if *available == 0 { "order.out_of_stock" } else { "order.only_left" },
+                    &[
+                        ("name", name.clone()),
+                        ("requested", requested.to_string()),
+                        ("available", available.to_string()),
+                    ],
+                )
+                .with("product_id", *product_id)
+                .with("available", *available)
+                .with("requested", *requested),
+            Self::NotFound(_) => answer.said("order.not_found", &[]),
             Self::Idempotency(e) => e.problem(),
             Self::Infra(e) => e.problem(),
         }

@@ -13,8 +13,9 @@ use super::service::{self, OrderView, Placed};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::catalog::routes::{OrderRefused, render_products_page};
+use crate::http::answers::documented_answers;
 use crate::http::error::AsProblem;
-use crate::http::error::ErrorBody;
+use crate::idempotency::IdempotencyError;
 use crate::idempotency::{self, IdempotencyKey, KeyHeader};
 use crate::locking::retry::RetryPolicy;
 use crate::web::{AppState, PageContext, html, see_other};
@@ -145,18 +146,16 @@ struct LineRequest {
     quantity: i64,
 }
 
+documented_answers!(OrderAnswers:
+    OrderError[InsufficientStock, Quantity, InvalidProductId, UnknownProduct, Empty, TooManyLines],
+    IdempotencyError[BadKey, Reused, Unreadable]);
+
 /// Order several products at once: all lines or nothing. Duplicate lines are merged. With an
 /// `Idempotency-Key`, a resend of the same order (within 24 h) gets the first answer back and
 /// takes nothing from stock.
 #[utoipa::path(post, path = "/api/v1/orders", tag = "orders", request_body = OrderRequest,
     params(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, e.g. a UUID; per user, kept 24 h")),
-    responses((status = 201, description = "Placed; X-Transaction-Attempts says how often the transaction ran", body = OrderView),
-              (status = 400, description = "malformed_body, bad_idempotency_key", body = ErrorBody),
-              (status = 401, body = ErrorBody),
-              (status = 409, description = "insufficient_stock, with product_id, available, requested; idempotency_key_used", body = ErrorBody),
-              (status = 413, description = "too_large", body = ErrorBody),
-              (status = 422, description = "invalid_quantity, invalid_id, unknown_product, empty_order, too_many_lines, idempotency_key_reused", body = ErrorBody),
-              (status = 503, description = "busy: lock conflicts outlasted the retries", body = ErrorBody)))]
+    responses((status = 201, description = "Placed; X-Transaction-Attempts says how often the transaction ran", body = OrderView), OrderAnswers))]
 async fn order_json(
     user: SessionUser,
     KeyHeader(key): KeyHeader,
@@ -174,7 +173,7 @@ async fn order_json(
 }
 
 /// The caller's orders, newest first.
-#[utoipa::path(get, path = "/api/v1/orders", tag = "orders", responses((status = 200, body = Vec<OrderView>), (status = 401, body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/orders", tag = "orders", responses((status = 200, body = Vec<OrderView>)))]
 async fn orders_json(user: SessionUser, state: web::Data<AppState>) -> Result<HttpResponse, OrderError> {
     Ok(HttpResponse::Ok().json(mine(&state, &user).await?))
 }

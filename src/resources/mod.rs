@@ -14,13 +14,13 @@ pub mod editing;
 pub mod model;
 pub mod routes;
 
-use actix_web::http::StatusCode;
 use chrono::NaiveDate;
 
 pub use model::{FieldError, Resource};
 
 use crate::auth::AuthError;
 use crate::edit_locks::EditLockError;
+use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
 
@@ -47,45 +47,48 @@ pub enum ResourceError {
     Infra(#[from] Infra),
 }
 
+answers! { ResourceError {
+    NotFound => NOT_FOUND "not_found",
+    EpochRequired => PRECONDITION_REQUIRED "precondition_required",
+    BadEpoch => BAD_REQUEST "bad_epoch",
+    NoDraft => NOT_FOUND "not_found",
+    Invalid => UNPROCESSABLE_ENTITY "invalid_input",
+    CapacityBelowBookings => UNPROCESSABLE_ENTITY "capacity_below_bookings",
+} carries { Auth, EditLock, Infra } }
+
 impl AsProblem for ResourceError {
     fn problem(&self) -> Problem {
-        use StatusCode as S;
+        let answer = self.answer();
         match self {
             Self::Auth(e) => e.problem(),
             Self::EditLock(e) => e.problem(),
-            Self::NotFound(id) => {
-                Problem::words(S::NOT_FOUND, "not_found", "booking.no_resource", &[("id", id.to_string())])
-            }
-            Self::EpochRequired => Problem::new(
-                S::PRECONDITION_REQUIRED,
-                "precondition_required",
+            Self::NotFound(id) => answer.said("booking.no_resource", &[("id", id.to_string())]),
+            Self::EpochRequired => answer.saying(
                 "Send the Edit-Lock-Epoch header: the epoch of the edit lock you are saving under, \
                  as acquiring it answered.",
             ),
-            Self::BadEpoch(given) => Problem::new(
-                S::BAD_REQUEST,
-                "bad_epoch",
-                format!("The edit-lock epoch {given:?} is not a whole number."),
-            ),
-            Self::NoDraft(_) => Problem::words(S::NOT_FOUND, "not_found", "resource_form.no_draft", &[]),
+            Self::BadEpoch(given) => {
+                answer.saying(format!("The edit-lock epoch {given:?} is not a whole number."))
+            }
+            Self::NoDraft(_) => answer.said("resource_form.no_draft", &[]),
             Self::Invalid(errors) => {
                 let message =
                     errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>();
-                Problem::new(S::UNPROCESSABLE_ENTITY, "invalid_input", message.join("; "))
+                answer
+                    .saying(message.join("; "))
                     .with("fields", serde_json::to_value(errors).unwrap_or_default())
             }
-            Self::CapacityBelowBookings { capacity, day, confirmed } => Problem::words(
-                S::UNPROCESSABLE_ENTITY,
-                "capacity_below_bookings",
-                "field.capacity_below_bookings",
-                &[
-                    ("capacity", capacity.to_string()),
-                    ("day", day.to_string()),
-                    ("confirmed", confirmed.to_string()),
-                ],
-            )
-            .with("day", day.to_string())
-            .with("confirmed", *confirmed),
+            Self::CapacityBelowBookings { capacity, day, confirmed } => answer
+                .said(
+                    "field.capacity_below_bookings",
+                    &[
+                        ("capacity", capacity.to_string()),
+                        ("day", day.to_string()),
+                        ("confirmed", confirmed.to_string()),
+                    ],
+                )
+                .with("day", day.to_string())
+                .with("confirmed", *confirmed),
             Self::Infra(e) => e.problem(),
         }
     }

@@ -11,7 +11,8 @@ varies the envelope, deterministically, for every operation it finds in the docu
 - hostile path and query values: numbers past 64 bits, signs, exponents, SQL, NUL, signed years.
 
 Every answer must be below 500, listed in the operation's responses, and, when refused, JSON with
-`error` and `message` and no change to any table.
+`error` and `message`, its `error` one of the codes the document lists for that status, and no
+change to any table.
 """
 
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 import requests
 
 from dbdigest import Digest
+from documented import undocumented_code
 
 WRITES = {"post", "put", "patch", "delete"}
 HOSTILE_IDS = ["0", "-1", "+1", "1e3", "0x10", "99999999999999999999", "9223372036854775808",
@@ -72,6 +74,13 @@ def run(base: str, fuzz_url: str, cookies: dict[str, str | None]) -> Result:
             changed = Digest.diff(before, digest.take())
             if changed:
                 result.problems.append(f"{where}: refused, yet changed {', '.join(changed)}")
+        if r.status_code >= 400:
+            try:
+                why = undocumented_code(documented, r.status_code, r.json())
+            except ValueError:
+                why = None
+            if why:
+                result.problems.append(f"{where}: {why}")
 
     admin, customer = cookies["admin"], cookies["customer"]
     for template, item in document["paths"].items():

@@ -1,8 +1,9 @@
 """Schemathesis hooks for haita's API fuzzer (loaded by run.py through SCHEMATHESIS_HOOKS).
 
 Schemathesis already fails a run on a 5xx, a dropped connection, and an answer that the OpenAPI
-document does not describe. This module adds the one check it cannot know about: a request that
-was refused (any 4xx) must not have changed the database. Each request is bracketed by a digest of
+document does not describe. This module adds two checks it cannot know about: a request that
+was refused (any 4xx) must not have changed the database, and an error's `error` code must be one
+the document lists for its status (each error response's description is its list of codes). Each request is bracketed by a digest of
 every table (CHECKSUM TABLE) taken just before and just after it; the fuzzer sends one request at a
 time, so nothing else writes in between.
 
@@ -31,6 +32,7 @@ from schemathesis.core import NOT_SET
 from schemathesis.openapi.checks import MissingHeaderNotRejected
 
 from dbdigest import Digest
+from documented import undocumented_code
 
 _digest = Digest.from_env()
 _before: dict[int, dict[str, int]] = {}
@@ -84,6 +86,21 @@ def refusal_changes_nothing(ctx, response, case):
         raise AssertionError(
             f"refused with {response.status_code}, yet the request changed: {', '.join(changed)}"
         )
+    return None
+
+
+@schemathesis.check
+def error_code_is_documented(ctx, response, case):
+    """An error's `error` code is one its status lists in the document."""
+    if response.status_code < 400:
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    why = undocumented_code(case.operation.definition.raw.get("responses", {}), response.status_code, body)
+    if why:
+        raise AssertionError(why)
     return None
 
 

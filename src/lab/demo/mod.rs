@@ -31,8 +31,6 @@ mod race;
 pub mod routes;
 mod strategies;
 
-use actix_web::http::StatusCode;
-
 // What the rest of the lab (the CLI, `bench bookings`) and the tests may use; the rest is the
 // demo's own.
 pub use lanes::Lanes;
@@ -43,6 +41,7 @@ pub use race::{
 };
 pub use strategies::{Answer, Attempt, Queue, Seen, Strategy};
 
+use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
 use crate::lab::locks::redis::LeaseError;
@@ -94,68 +93,54 @@ impl DemoError {
     }
 }
 
+answers! { DemoError {
+    Invalid => UNPROCESSABLE_ENTITY "invalid_input",
+    RaceOnly(s) if s.is_correct() => UNPROCESSABLE_ENTITY "race_only",
+    RaceOnly => UNPROCESSABLE_ENTITY "unsafe_strategy",
+    RaceRunning => CONFLICT "busy",
+    CoolingDown => TOO_MANY_REQUESTS "too_many_races",
+    RaceNotFound => NOT_FOUND "not_found",
+    FullyBooked => CONFLICT "fully_booked",
+    DemoResourceFull => CONFLICT "demo_resource_full",
+    UnknownDemoResource => UNPROCESSABLE_ENTITY "unknown_resource",
+    Busy => SERVICE_UNAVAILABLE "busy",
+    FencedOff => CONFLICT "lease_lost",
+    Lease(LeaseError::TimedOut { .. }) => SERVICE_UNAVAILABLE "busy",
+    Lease => SERVICE_UNAVAILABLE "unavailable",
+    Internal => INTERNAL_SERVER_ERROR "internal",
+} carries { Infra } }
+
 impl AsProblem for DemoError {
     fn problem(&self) -> Problem {
-        use StatusCode as S;
+        let answer = self.answer();
         match self {
-            Self::Invalid { field, message } => Problem::words(
-                S::UNPROCESSABLE_ENTITY,
-                "invalid_input",
-                "demo.err.invalid",
-                &[("field", (*field).to_string()), ("message", message.clone())],
-            ),
-            Self::RaceOnly(s) => Problem::new(
-                S::UNPROCESSABLE_ENTITY,
-                if s.is_correct() { "race_only" } else { "unsafe_strategy" },
-                format!("{s} only runs inside a race on /demo: {}.", s.race_only().unwrap_or("")),
-            ),
-            Self::RaceRunning => Problem {
-                retry_after: Some(5),
-                ..Problem::words(S::CONFLICT, "busy", "demo.err.running", &[])
-            },
+            Self::Invalid { field, message } => answer
+                .said("demo.err.invalid", &[("field", (*field).to_string()), ("message", message.clone())]),
+            Self::RaceOnly(s) => answer
+                .saying(format!("{s} only runs inside a race on /demo: {}.", s.race_only().unwrap_or(""))),
+            Self::RaceRunning => Problem { retry_after: Some(5), ..answer.said("demo.err.running", &[]) },
             Self::CoolingDown(secs) => Problem {
                 retry_after: Some(u32::try_from(*secs).unwrap_or(u32::MAX)),
-                ..Problem::words(
-                    S::TOO_MANY_REQUESTS,
-                    "too_many_races",
-                    "demo.err.cooling",
-                    &[("secs", secs.to_string())],
-                )
+                ..answer.said("demo.err.cooling", &[("secs", secs.to_string())])
             },
-            Self::RaceNotFound(id) => {
-                Problem::words(S::NOT_FOUND, "not_found", "demo.err.no_race", &[("id", id.to_string())])
+            Self::RaceNotFound(id) => answer.said("demo.err.no_race", &[("id", id.to_string())]),
+            Self::FullyBooked => answer.saying("That day of the demo resource is fully booked."),
+            Self::DemoResourceFull(id) => answer.saying(format!(
+                "Demo resource {id} holds its maximum of {} bookings; run a race for fresh demo resources.",
+                routes::MAX_BOOKINGS_PER_DEMO_RESOURCE
+            )),
+            Self::UnknownDemoResource(id) => {
+                answer.saying(format!("There is no demo resource with id {id}."))
             }
-            Self::FullyBooked => {
-                Problem::new(S::CONFLICT, "fully_booked", "That day of the demo resource is fully booked.")
-            }
-            Self::DemoResourceFull(id) => Problem::new(
-                S::CONFLICT,
-                "demo_resource_full",
-                format!(
-                    "Demo resource {id} holds its maximum of {} bookings; run a race for fresh demo resources.",
-                    routes::MAX_BOOKINGS_PER_DEMO_RESOURCE
-                ),
-            ),
-            Self::UnknownDemoResource(id) => Problem::new(
-                S::UNPROCESSABLE_ENTITY,
-                "unknown_resource",
-                format!("There is no demo resource with id {id}."),
-            ),
             Self::Busy(_) | Self::Lease(LeaseError::TimedOut { .. }) => {
                 Problem::busy("The demo resource is busy; please try again in a moment.")
             }
-            Self::FencedOff(_) => Problem::new(
-                S::CONFLICT,
-                "lease_lost",
+            Self::FencedOff(_) => answer.saying(
                 "Your lock on that day expired before your booking was written, and the booking was refused.",
             ),
             Self::Lease(LeaseError::Redis(_)) => Problem {
                 retry_after: Some(5),
-                ..Problem::new(
-                    S::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "The demo's Redis server did not answer; please try again in a moment.",
-                )
+                ..answer.saying("The demo's Redis server did not answer; please try again in a moment.")
             },
             Self::Infra(e) => e.problem(),
             Self::Internal(_) => Problem::internal(),

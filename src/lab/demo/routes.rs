@@ -20,7 +20,8 @@ use super::race::{self, RaceReport, RaceSpec};
 use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
-use crate::http::error::{AsProblem, ErrorBody, Problem};
+use crate::http::answers::documented_answers;
+use crate::http::error::{AsProblem, Problem};
 use crate::http::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::i18n::Lang;
 use crate::infra::Infra;
@@ -368,14 +369,13 @@ struct RaceRequest {
     pause_ms: Option<u32>,
 }
 
+documented_answers!(RaceAnswers: DemoError[Invalid, RaceRunning, CoolingDown]);
+
 /// Run a race (login required; one at a time per instance). `strategy` is a name, a list of
 /// names, or "all".
 #[utoipa::path(post, path = "/api/v1/demo/races", tag = "demo", request_body = RaceRequest,
     responses((status = 201, description = "The report: per strategy attempts, confirmed, double bookings, busy \
-                answers, deadlocks retried, leaked locks, p50/p99 and elapsed time; Location names it"),
-              (status = 401, body = ErrorBody),
-              (status = 409, description = "busy: a race is already running on this instance", body = ErrorBody),
-              (status = 422, description = "unknown strategy, or a bound exceeded", body = ErrorBody)))]
+                answers, deadlocks retried, leaked locks, p50/p99 and elapsed time; Location names it"), RaceAnswers))]
 async fn race_json(
     user: SessionUser,
     body: web::Json<RaceRequest>,
@@ -406,9 +406,11 @@ async fn live_json(board: web::Data<RaceBoard>) -> HttpResponse {
     HttpResponse::Ok().json(board.now())
 }
 
+documented_answers!(RaceByIdAnswers: DemoError[RaceNotFound]);
+
 /// A stored race report.
 #[utoipa::path(get, path = "/api/v1/demo/races/{id}", tag = "demo", params(("id" = i64, Path, minimum = 1, example = 1)),
-    responses((status = 200, description = "The report, as POST returned it"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "The report, as POST returned it"), RaceByIdAnswers))]
 async fn race_by_id_json(
     path: web::Path<i64>,
     state: web::Data<AppState>,
@@ -445,12 +447,13 @@ struct Booked {
     status: &'static str,
 }
 
+documented_answers!(DemoBookAnswers:
+    DemoError[Invalid, RaceOnly, FullyBooked, DemoResourceFull, UnknownDemoResource, FencedOff, Busy, Lease]);
+
 /// One booking of a demo resource by one of the correct strategies, on the app's own pool. The
 /// unsafe ones are refused here: on the shared pool the pitfall would leak locks into it.
 #[utoipa::path(post, path = "/api/v1/demo/bookings", tag = "demo", request_body = BookRequest,
-    responses((status = 201, description = "Booked"),
-              (status = 409, description = "fully_booked, or demo_resource_full", body = ErrorBody),
-              (status = 422, description = "an unsafe strategy, or bad input", body = ErrorBody)))]
+    responses((status = 201, description = "Booked"), DemoBookAnswers))]
 async fn book_json(
     user: SessionUser,
     body: web::Json<BookRequest>,

@@ -23,11 +23,12 @@ pub(super) async fn resources_json(state: web::Data<AppState>) -> Result<HttpRes
     Ok(HttpResponse::Ok().json(all_resources(&state).await?))
 }
 
+documented_answers!(LockAnswers: ResourceError[NotFound], EditLockError[NoSuchLock], AuthError[Forbidden]);
+
 /// The resource's edit lock, if any (staff).
 #[utoipa::path(get, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
-    responses((status = 200, body = LockView), (status = 404, description = "no lock, or no such resource", body = ErrorBody),
-              (status = 403, description = "staff only", body = ErrorBody)))]
+    responses((status = 200, body = LockView), LockAnswers))]
 pub(super) async fn lock_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -39,14 +40,15 @@ pub(super) async fn lock_json(
     Ok(HttpResponse::Ok().json(lock))
 }
 
+documented_answers!(AcquireAnswers: ResourceError[NotFound], EditLockError[Locked], AuthError[Forbidden]);
+
 /// Acquire (201), renew my own (200), or take over an expired one (201); 423 while someone
 /// else's lock is live.
 #[utoipa::path(post, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
     responses((status = 201, description = "Acquired, or an expired lock taken over", body = LockView),
               (status = 200, description = "Already mine; expiry extended", body = LockView),
-              (status = 403, description = "staff only", body = ErrorBody),
-              (status = 423, description = "edit_locked, with holder and expires_at", body = ErrorBody)))]
+              AcquireAnswers))]
 pub(super) async fn acquire_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -71,13 +73,17 @@ pub(super) struct HeartbeatQuery {
     epoch: Option<i64>,
 }
 
+documented_answers!(HeartbeatAnswers:
+    ResourceError[NotFound],
+    EditLockError[TakenOver, NotHeld, Superseded],
+    AuthError[Forbidden]);
+
 /// Heartbeat: extend my lock by the TTL. With `epoch`, a page whose lock was ended and taken
 /// again since (by this session, in another tab) learns it: 423 `edit_lock_superseded`.
 #[utoipa::path(put, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id"),
            ("epoch" = Option<i64>, Query, description = "The epoch the caller's editor was opened under")),
-    responses((status = 200, body = LockView), (status = 423, description = "not mine (taken over, released or expired), or edit_lock_superseded", body = ErrorBody),
-              (status = 403, description = "staff only", body = ErrorBody)))]
+    responses((status = 200, body = LockView), HeartbeatAnswers))]
 pub(super) async fn heartbeat_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -98,13 +104,14 @@ pub(super) struct ReleaseQuery {
     if_heartbeat: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+documented_answers!(ReleaseAnswers: EditLockError[Locked], AuthError[Forbidden]);
+
 /// Releases my lock; 204 also when there was none, or when `if_heartbeat` no longer matches
 /// (releasing is idempotent). Someone else's lock is never released here: 423.
 #[utoipa::path(delete, path = "/api/v1/resources/{id}/edit-lock", tag = "resources",
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id"),
            ("if_heartbeat" = Option<String>, Query, description = "Release only if this is still the last heartbeat")),
-    responses((status = 204), (status = 423, description = "someone else's lock", body = ErrorBody),
-              (status = 403, description = "staff only", body = ErrorBody)))]
+    responses((status = 204), ReleaseAnswers))]
 pub(super) async fn release_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -133,17 +140,17 @@ pub(super) struct ResourcePatch {
     capacity: Option<i64>,
 }
 
+documented_answers!(PatchAnswers:
+    ResourceError[NotFound, BadEpoch, Invalid, CapacityBelowBookings, EpochRequired],
+    EditLockError[Locked, TakenOver, NotHeld, Superseded],
+    AuthError[Forbidden]);
+
 /// Changes a resource; only the holder of its edit lock may, and only under the acquisition named
 /// by `Edit-Lock-Epoch` (423 otherwise). The lock is kept.
 #[utoipa::path(patch, path = "/api/v1/resources/{id}", tag = "resources", request_body = ResourcePatch,
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id"),
            ("Edit-Lock-Epoch" = i64, Header, description = "The epoch of the edit lock, as acquiring it answered")),
-    responses((status = 200, body = Resource),
-              (status = 400, description = "bad_epoch", body = ErrorBody),
-              (status = 422, description = "invalid input, or capacity below a future day's bookings", body = ErrorBody),
-              (status = 423, description = "edit_locked: only the lock holder may save; edit_lock_superseded: the lock was acquired again since that epoch", body = ErrorBody),
-              (status = 428, description = "precondition_required: no Edit-Lock-Epoch", body = ErrorBody),
-              (status = 403, description = "staff only", body = ErrorBody)))]
+    responses((status = 200, body = Resource), PatchAnswers))]
 pub(super) async fn patch_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -184,11 +191,12 @@ impl DraftRequest {
     }
 }
 
+documented_answers!(DraftAnswers: ResourceError[NotFound, NoDraft], AuthError[Forbidden]);
+
 /// My kept draft of this resource (staff): what I typed and did not save, when and why it was kept.
 #[utoipa::path(get, path = "/api/v1/resources/{id}/draft", tag = "resources",
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
-    responses((status = 200, body = Draft<ResourceInput>), (status = 404, description = "no draft kept, or no such resource", body = ErrorBody),
-              (status = 403, description = "staff only", body = ErrorBody)))]
+    responses((status = 200, body = Draft<ResourceInput>), DraftAnswers))]
 pub(super) async fn draft_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -199,14 +207,14 @@ pub(super) async fn draft_json(
     Ok(HttpResponse::Ok().json(draft))
 }
 
+documented_answers!(KeepDraftAnswers: ResourceError[NotFound, Invalid], AuthError[Forbidden]);
+
 /// Keep what I typed in the editor as my draft (staff; the editor's script sends it with its
 /// heartbeat, and at once when the lock is lost). Needs no lock: a draft is mine, not the
 /// record's. It is offered back when I next open the editor.
 #[utoipa::path(put, path = "/api/v1/resources/{id}/draft", tag = "resources", request_body = DraftRequest,
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
-    responses((status = 204, description = "Kept"), (status = 404, body = ErrorBody),
-              (status = 422, description = "a field longer than the form allows", body = ErrorBody),
-              (status = 403, description = "staff only", body = ErrorBody)))]
+    responses((status = 204, description = "Kept"), KeepDraftAnswers))]
 pub(super) async fn keep_draft_json(
     user: SessionUser,
     path: web::Path<i64>,
@@ -219,10 +227,12 @@ pub(super) async fn keep_draft_json(
     Ok(HttpResponse::NoContent().finish())
 }
 
+documented_answers!(DiscardDraftAnswers: AuthError[Forbidden]);
+
 /// Discard my kept draft of this resource (staff); 204 also when there was none.
 #[utoipa::path(delete, path = "/api/v1/resources/{id}/draft", tag = "resources",
     params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id")),
-    responses((status = 204), (status = 403, description = "staff only", body = ErrorBody)))]
+    responses((status = 204), DiscardDraftAnswers))]
 pub(super) async fn discard_draft_json(
     user: SessionUser,
     path: web::Path<i64>,

@@ -16,11 +16,12 @@ use super::model::{DESCRIPTION_MAX, ResourceChanges, ResourceInput};
 use super::{FieldError, Resource, ResourceError};
 use crate::audit::AuditEvent;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
-use crate::auth::{Role, SessionUser};
+use crate::auth::{AuthError, Role, SessionUser};
 use crate::edit_locks::drafts::Draft;
 use crate::edit_locks::service::{self, Acquired, Policy};
-use crate::edit_locks::{EditLockKey, LockView, Owner};
-use crate::http::error::{BODY_LIMIT, ErrorBody, json_config};
+use crate::edit_locks::{EditLockError, EditLockKey, LockView, Owner};
+use crate::http::answers::documented_answers;
+use crate::http::error::{BODY_LIMIT, json_config};
 use crate::locking::Turn;
 use crate::web::{AppState, PageContext, html, see_other};
 
