@@ -299,12 +299,19 @@ async fn local_time_script() -> HttpResponse {
         .body(include_str!("../static/local_time.js"))
 }
 
-/// Headers on every answer. The pages load scripts, styles and images from this origin only
+/// Headers on every answer that has not set them itself. The pages load scripts, styles and images from this origin only
 /// (no inline script anywhere), so the policy can be strict: an injected `<script>` or a page
 /// framed by another site does nothing. HSTS only when the app is served over HTTPS
 /// (`COOKIE_SECURE`), else it would lock a plain-HTTP deployment out of browsers for a year.
+///
+/// `Cache-Control: no-store` on everything but the static assets (which set their own): a page
+/// or an answer may show a logged-in person's data, and even an anonymous page carries the
+/// session's CSRF token, so no browser or proxy cache may keep one for the next person at the
+/// machine. Deciding per answer whether it depended on the session would be one more thing a
+/// new handler could forget.
 fn security_headers(https: bool) -> DefaultHeaders {
     let headers = DefaultHeaders::new()
+        .add(("Cache-Control", "no-store"))
         .add(("X-Content-Type-Options", "nosniff"))
         .add(("X-Frame-Options", "DENY"))
         .add(("Referrer-Policy", "same-origin"))

@@ -57,3 +57,20 @@ async fn an_api_write_through_a_percent_encoded_path_must_be_json_too() {
     let json = staff.send(Method::POST, &format!("/%61pi/v1/resources/{resource}/edit-lock")).await;
     assert_eq!(json.status(), 201);
 }
+
+/// the static assets keep their own caching.
+#[actix_web::test]
+async fn answers_for_a_session_are_never_stored_by_caches() {
+    let app = TestApp::spawn().await;
+    app.resource("Cached room", 1);
+    let client = app.client(0);
+    client.login(&app.user("cached", Role::Staff)).await;
+    for path in ["/", "/resources", "/api/v1/session", "/api/v1/resources", "/login", "/no-such-page"] {
+        let response = client.get(path).await;
+        assert_eq!(header(&response, "cache-control"), "no-store", "{path} ({})", response.status());
+    }
+    let refused = client.send(Method::POST, "/api/v1/resources/999999/edit-lock").await;
+    assert_eq!(header(&refused, "cache-control"), "no-store", "an error answer too");
+    let style = client.get("/static/style.css").await;
+    assert_eq!(header(&style, "cache-control"), "public, max-age=3600");
+}
