@@ -45,6 +45,9 @@ pub enum AuthError {
     /// The session could not be checked (the database busy or down); the answer to give.
     #[error("the session could not be checked: {}", .0.message)]
     CheckFailed(Problem),
+    /// A logout the database did not record (busy or down): the session is still open.
+    #[error("logout not recorded: {0}")]
+    LogoutFailed(Infra),
     #[error(transparent)]
     Infra(#[from] Infra),
 }
@@ -85,6 +88,11 @@ impl AsProblem for AuthError {
                 ..Problem::words(S::SERVICE_UNAVAILABLE, "busy", "auth.hashing_busy", &[])
             },
             Self::CheckFailed(problem) => problem.clone(),
+            Self::LogoutFailed(_) => Problem {
+                retry_after: Some(2),
+                cause: "database",
+                ..Problem::words(S::SERVICE_UNAVAILABLE, "logout_failed", "auth.logout_failed", &[])
+            },
             Self::Infra(e) => e.problem(),
             Self::Session(_) | Self::Hashing(_) => Problem::internal(),
         }

@@ -58,6 +58,53 @@ async fn an_api_write_through_a_percent_encoded_path_must_be_json_too() {
     assert_eq!(json.status(), 201);
 }
 
+/// once the database is back, and then the session's row is gone for every copy of the cookie.
+#[actix_web::test]
+async fn logout_while_the_database_is_down_says_so_and_ends_the_session_once_it_is_back() {
+    let mut server = OwnServer::start();
+    let db = TestDb::on_server(&server.url());
+    let app = TestApp::spawn_on(db, 1, |_| {}).await;
+    let user = app.user("leaving", Role::Customer);
+    let (api, browser) = (app.client(0), app.client(0));
+    api.login(&user).await;
+    browser.login(&user).await;
+    let token = browser.csrf_token("/").await;
+    assert_eq!(count(&app.db, "user_sessions"), 2);
+
+    let server = actix_web::rt::task::spawn_blocking(move || {
+        server.kill();
+        server
+    })
+    .await
+    .expect("kill");
+    let refused = api.send(Method::DELETE, "/api/v1/session").await;
+    assert_eq!(refused.status(), 503, "a logout the database did not record");
+    assert!(!header(&refused, "retry-after").is_empty(), "with Retry-After");
+    let body: Value = refused.json().await.expect("json");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("still logged in"), "a sentence saying so: {body}");
+    let form = browser.post_form("/logout", &[("csrf_token", &token)]).await;
+    assert_eq!(form.status(), 503, "the logout button, too");
+    assert!(form.text().await.expect("page").contains("still logged in"));
+
+    let mut server = server;
+    let server = actix_web::rt::task::spawn_blocking(move || {
+        server.run();
+        server
+    })
+    .await
+    .expect("restart");
+    poll::until_async("the kept session to be seen again", Duration::from_secs(60), async || {
+        api.get("/api/v1/session").await.status() == 200
+    })
+    .await;
+    assert_eq!(api.send(Method::DELETE, "/api/v1/session").await.status(), 204);
+    assert_eq!(api.get("/api/v1/session").await.status(), 401);
+    assert_eq!(browser.post_form("/logout", &[("csrf_token", &token)]).await.status(), 303);
+    assert_eq!(count(&app.db, "user_sessions"), 0, "both sessions' rows are gone");
+    drop(server);
+}
+
 /// the static assets keep their own caching.
 #[actix_web::test]
 async fn answers_for_a_session_are_never_stored_by_caches() {
