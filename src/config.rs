@@ -90,6 +90,11 @@ pub struct Env {
     /// recording them costs.
     #[arg(long, env = "METRICS", default_value_t = true, action = clap::ArgAction::Set, value_parser = flag)]
     metrics: bool,
+    /// At least 16 characters: /metrics answers only requests with `Authorization: Bearer` and
+    /// this token. Unset, /metrics is served to anyone in DEMO_MODE and to nobody otherwise
+    /// (404): pool saturation and lock waits help time an attack. Generate: openssl rand -hex 32
+    #[arg(long, env = "METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
     /// Password checks (argon2) that may run at once (default: one per core). A login that finds
     /// no free slot within 5 s is answered 503 busy.
     #[arg(long, env = "HASHING_SLOTS", value_parser = clap::value_parser!(u64).range(1..=256))]
@@ -256,6 +261,9 @@ pub struct Config {
     pub coalesce_bookings: bool,
     /// `METRICS`.
     pub metrics: bool,
+    /// `METRICS_TOKEN`: the bearer token `/metrics` asks for; without one, `/metrics` is served
+    /// only in `DEMO_MODE`.
+    pub metrics_token: Option<String>,
     /// `HASHING_SLOTS`, default one per core.
     pub hashing_slots: usize,
     /// `LOGIN_ATTEMPTS_PER_MINUTE` and `LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS`.
@@ -300,6 +308,7 @@ impl std::fmt::Debug for Config {
             row_lock_wait_secs,
             coalesce_bookings,
             metrics,
+            metrics_token,
             hashing_slots,
             login_attempts_per_username,
             login_attempts_per_address,
@@ -323,6 +332,7 @@ impl std::fmt::Debug for Config {
             .field("row_lock_wait_secs", row_lock_wait_secs)
             .field("coalesce_bookings", coalesce_bookings)
             .field("metrics", metrics)
+            .field("metrics_token", &metrics_token.as_ref().map(|_| "[set, not shown]"))
             .field("hashing_slots", hashing_slots)
             .field("login_attempts_per_username", login_attempts_per_username)
             .field("login_attempts_per_address", login_attempts_per_address)
@@ -386,6 +396,16 @@ impl TryFrom<Env> for Config {
             }
             key => key.map(String::into_bytes),
         };
+        let metrics_token = match env.metrics_token.filter(|token| !token.is_empty()) {
+            Some(token) if token.len() < 16 => {
+                return Err(ConfigError::of(
+                    "METRICS_TOKEN",
+                    "<hidden>",
+                    format!("needs at least 16 characters, got {} (try `openssl rand -hex 32`)", token.len()),
+                ));
+            }
+            token => token,
+        };
         Ok(Self {
             database_url: env.database_url,
             bind: env.bind,
@@ -396,6 +416,7 @@ impl TryFrom<Env> for Config {
             row_lock_wait_secs: env.row_lock_wait_secs,
             coalesce_bookings: env.booking_coalescing,
             metrics: env.metrics,
+            metrics_token,
             hashing_slots,
             login_attempts_per_username: env.login_attempts_per_minute,
             login_attempts_per_address: env.login_attempts_per_minute_per_address,
@@ -493,6 +514,8 @@ mod tests {
         }
         let short = parse(&[("SESSION_KEY", "short")]).expect_err("short key").to_string();
         assert!(short.contains("SESSION_KEY") && short.contains("at least 64") && !short.contains("short\""));
+        let short = parse(&[("METRICS_TOKEN", "short")]).expect_err("short token").to_string();
+        assert!(short.contains("METRICS_TOKEN") && short.contains("at least 16"), "{short}");
         let no_dir = parse(&[("BATCH_LOCK", "file")]).expect_err("no dir").to_string();
         assert!(no_dir.contains("BATCH_LOCK_DIR"), "{no_dir}");
     }

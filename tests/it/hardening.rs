@@ -105,6 +105,43 @@ async fn logout_while_the_database_is_down_says_so_and_ends_the_session_once_it_
     drop(server);
 }
 
+/// lock waits help time an attack. The answer says how to switch it on.
+#[actix_web::test]
+async fn metrics_are_not_public_outside_demo_mode() {
+    let app = TestApp::spawn_instances(1, |c| c.metrics_token = None).await;
+    let response = app.client(0).get("/metrics").await;
+    assert_eq!(response.status(), 404);
+    let body: Value = response.json().await.expect("json");
+    assert!(body["message"].as_str().is_some_and(|m| m.contains("METRICS_TOKEN")), "{body}");
+    let demo = TestApp::spawn_instances(1, |c| {
+        c.demo_mode = true;
+        c.metrics_token = None;
+    })
+    .await;
+    let response = demo.client(0).get("/metrics").await;
+    assert_eq!(response.status(), 200, "a local demo shows them to anyone");
+}
+
+/// with `WWW-Authenticate` otherwise), in DEMO_MODE too.
+#[actix_web::test]
+async fn metrics_answer_only_the_bearer_token() {
+    for demo_mode in [false, true] {
+        let app = TestApp::spawn_instances(1, |c| c.demo_mode = demo_mode).await;
+        let client = app.client(0);
+        for token in [None, Some("wrong-token-wrong-token-wrong"), Some("")] {
+            let mut request = client.http.get(client.url("/metrics"));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            let response = request.send().await.expect("GET /metrics");
+            assert_eq!(response.status(), 401, "demo {demo_mode}, token {token:?}");
+            assert_eq!(header(&response, "www-authenticate"), "Bearer realm=\"metrics\"");
+            assert_eq!(crate::common::error_code(response).await, "metrics_token");
+        }
+        assert!(client.metrics().await.contains("haita_pool_connections"), "served with the token");
+    }
+}
+
 /// the static assets keep their own caching.
 #[actix_web::test]
 async fn answers_for_a_session_are_never_stored_by_caches() {
