@@ -30,6 +30,8 @@ fn count(db: &TestDb, table: &str) -> i64 {
         .n
 }
 
+/// The router decodes `%61` to `a` before it matches, so `/%61pi/v1/…` is the API: a write sent
+/// there as text/plain (what another site can make a browser send) is refused like one sent to
 /// `/api/v1/…`, and takes no edit lock.
 #[actix_web::test]
 async fn an_api_write_through_a_percent_encoded_path_must_be_json_too() {
@@ -58,6 +60,8 @@ async fn an_api_write_through_a_percent_encoded_path_must_be_json_too() {
     assert_eq!(json.status(), 201);
 }
 
+/// A logout the database cannot record is not reported as done: 503 with Retry-After and a
+/// sentence saying the session is still open, and the cookie kept, so the person logs out again
 /// once the database is back, and then the session's row is gone for every copy of the cookie.
 #[actix_web::test]
 async fn logout_while_the_database_is_down_says_so_and_ends_the_session_once_it_is_back() {
@@ -105,6 +109,7 @@ async fn logout_while_the_database_is_down_says_so_and_ends_the_session_once_it_
     drop(server);
 }
 
+/// Outside DEMO_MODE and without METRICS_TOKEN, `/metrics` is not served: pool saturation and
 /// lock waits help time an attack. The answer says how to switch it on.
 #[actix_web::test]
 async fn metrics_are_not_public_outside_demo_mode() {
@@ -122,6 +127,7 @@ async fn metrics_are_not_public_outside_demo_mode() {
     assert_eq!(response.status(), 200, "a local demo shows them to anyone");
 }
 
+/// With METRICS_TOKEN, `/metrics` answers only `Authorization: Bearer` with that token (401
 /// with `WWW-Authenticate` otherwise), in DEMO_MODE too.
 #[actix_web::test]
 async fn metrics_answer_only_the_bearer_token() {
@@ -142,6 +148,8 @@ async fn metrics_answer_only_the_bearer_token() {
     }
 }
 
+/// Every answer that may depend on the session says `Cache-Control: no-store`, so no browser
+/// or proxy cache keeps a logged-in page (or a CSRF token) for the next person at the machine;
 /// the static assets keep their own caching.
 #[actix_web::test]
 async fn answers_for_a_session_are_never_stored_by_caches() {
@@ -157,4 +165,105 @@ async fn answers_for_a_session_are_never_stored_by_caches() {
     assert_eq!(header(&refused, "cache-control"), "no-store", "an error answer too");
     let style = client.get("/static/style.css").await;
     assert_eq!(header(&style, "cache-control"), "public, max-age=3600");
+}
+
+/// `haita serve` with DEMO_MODE=1 says loudly, before it serves, that it is a demo: published
+/// passwords, a generated session key, plain HTTP.
+#[actix_web::test]
+async fn serve_in_demo_mode_warns_loudly_at_start() {
+    let db = TestDb::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_haita"))
+        .arg("serve")
+        .env("DATABASE_URL", &db.url)
+        .env("DEMO_MODE", "1")
+        .env("BIND", "127.0.0.1:0")
+        .env("RUST_LOG", "info")
+        .env_remove("SESSION_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("haita serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (lines, read) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut before_serving = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match read.recv_timeout(left) {
+            Ok(line) if line.contains("serving on") => break,
+            Ok(line) => before_serving.push(line),
+            Err(e) => {
+                let _ = child.kill();
+                panic!("waited for `serving on` in vain ({e}); the log: {before_serving:#?}");
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let warned: Vec<&String> =
+        before_serving.iter().filter(|l| l.contains("WARN") && l.contains("DEMO_MODE")).collect();
+    assert!(warned.len() >= 3, "several lines of warning naming DEMO_MODE: {before_serving:#?}");
+    let said = before_serving.join("\n");
+    assert!(said.contains("not for production") && said.contains("published"), "{said}");
+}
+
+/// Outside DEMO_MODE, `haita serve` without DATABASE_URL stops at once with a sentence naming
+/// it, rather than trying the local server's `root` without a password.
+#[test]
+fn serve_without_database_url_outside_demo_mode_refuses_naming_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_haita"))
+        .arg("serve")
+        .env_remove("DATABASE_URL")
+        .env_remove("DEMO_MODE")
+        .env("SESSION_KEY", "k".repeat(64))
+        .env("BIND", "127.0.0.1:0")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("haita serve");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "refused: {said}");
+    assert!(said.contains("DATABASE_URL is not set") && said.contains("DEMO_MODE"), "{said}");
+}
+
+/// The compose file's production profile: no DEMO_MODE, no `--seed`, and every secret from the
+/// environment, with compose refusing to start when one is missing (`${VAR:?message}`).
+#[test]
+fn the_production_compose_profile_has_no_demo_and_takes_its_secrets_from_the_environment() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docker-compose.yml"))
+        .expect("docker-compose.yml");
+    let compose: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+    let services = compose["services"].as_mapping().expect("services");
+    let production: Vec<_> = services
+        .iter()
+        .filter(|(_, s)| {
+            s["profiles"].as_sequence().is_some_and(|p| p.iter().any(|p| p.as_str() == Some("production")))
+        })
+        .collect();
+    assert!(!production.is_empty(), "a service in the profile `production`");
+    for (name, service) in production {
+        let command: Vec<&str> =
+            service["command"].as_sequence().expect("command").iter().filter_map(|a| a.as_str()).collect();
+        assert!(command.contains(&"serve") && !command.contains(&"--seed"), "{name:?}: {command:?}");
+        let environment = service["environment"].as_mapping().expect("environment");
+        assert!(
+            environment.get("DEMO_MODE").is_none(),
+            "{name:?}: no DEMO_MODE in production, not even switched off"
+        );
+        for secret in ["DATABASE_URL", "SESSION_KEY", "METRICS_TOKEN"] {
+            let value = environment.get(secret).and_then(|v| v.as_str()).unwrap_or_default();
+            assert!(
+                value.starts_with(&format!("${{{secret}:?")) && value.len() > secret.len() + 12,
+                "{name:?}: {secret} must come from the environment, with a message if it is missing: {value:?}"
+            );
+        }
+    }
 }
