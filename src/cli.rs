@@ -106,6 +106,17 @@ enum BatchCommand {
     },
 }
 
+/// Logged line by line when `serve` starts in `DEMO_MODE`, so that nobody mistakes a demo for
+/// a deployment: every line is a warning of its own in the log.
+const DEMO_MODE_WARNING: &str = "\
+************************************************************************************
+DEMO_MODE is on: this instance is a local demo, not for production.
+DEMO_MODE: the demo accounts log in with the passwords published on the login page.
+DEMO_MODE: without SESSION_KEY the session key is random; cookies are not Secure.
+DEMO_MODE: /metrics is public without METRICS_TOKEN; the race demo is open to anyone.
+DEMO_MODE: for a deployment unset it (docs/configuration.md, docs/security.md).
+************************************************************************************";
+
 /// The exit status of a batch run refused because another run holds the job (`EX_TEMPFAIL`).
 pub const EXIT_BUSY: u8 = 75;
 
@@ -150,8 +161,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             #[cfg(feature = "lab")]
             seed,
         } => {
-            if !config.demo_mode {
+            if config.demo_mode {
+                for line in DEMO_MODE_WARNING.lines() {
+                    log::warn!("{line}");
+                }
+            } else {
                 crate::session_key(&config)?; // refuse a deployment without one before anything else
+            }
+            if let crate::config::BatchLock::File(dir) = &config.batch_lock {
+                crate::batch::lockfile::check_dir(dir)?;
             }
             let pool = crate::prepare_database(&config)?;
             #[cfg(feature = "lab")]

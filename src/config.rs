@@ -17,12 +17,16 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 #[derive(Debug, thiserror::Error)]
-#[error("configuration: {name}={value:?} is invalid: {reason}")]
-pub struct ConfigError {
-    name: String,
-    value: String,
-    reason: String,
+pub enum ConfigError {
+    #[error("configuration: {name}={value:?} is invalid: {reason}")]
+    Invalid { name: String, value: String, reason: String },
+    #[error("configuration: {name} is not set: {reason}")]
+    Missing { name: &'static str, reason: &'static str },
 }
+
+/// The database of a local demo when `DATABASE_URL` is not set: the local server's `root`
+/// without a password. Only in `DEMO_MODE`: a production start must name its database.
+pub const DEMO_DATABASE_URL: &str = "mysql://root@127.0.0.1:3306/haita";
 
 /// Which guard makes sure only one instance runs a batch job at a time (`BATCH_LOCK`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,14 +54,11 @@ enum BatchLockKind {
 )]
 pub struct Env {
     /// mysql://user:password@host:port/database (MySQL 8.0+, MariaDB 10.6+), or postgres://… to
-    /// run on PostgreSQL 15+. The database is created if it does not exist.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "mysql://root@127.0.0.1:3306/haita",
-        hide_env_values = true
-    )]
-    database_url: String,
+    /// run on PostgreSQL 15+. The database is created if it does not exist. Required unless
+    /// DEMO_MODE=1, where it defaults to mysql://root@127.0.0.1:3306/haita (the local server's
+    /// root without a password: a demo's account, never a production default).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
     /// Address the HTTP server listens on; port 0 picks a free port.
     #[arg(long, env = "BIND", default_value = "127.0.0.1:8080")]
     bind: String,
@@ -90,6 +91,11 @@ pub struct Env {
     /// recording them costs.
     #[arg(long, env = "METRICS", default_value_t = true, action = clap::ArgAction::Set, value_parser = flag)]
     metrics: bool,
+    /// At least 16 characters: /metrics answers only requests with `Authorization: Bearer` and
+    /// this token. Unset, /metrics is served to anyone in DEMO_MODE and to nobody otherwise
+    /// (404): pool saturation and lock waits help time an attack. Generate: openssl rand -hex 32
+    #[arg(long, env = "METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
     /// Password checks (argon2) that may run at once (default: one per core). A login that finds
     /// no free slot within 5 s is answered 503 busy.
     #[arg(long, env = "HASHING_SLOTS", value_parser = clap::value_parser!(u64).range(1..=256))]
@@ -228,11 +234,11 @@ impl ConfigError {
             .unwrap_or(flag);
         let reason = std::error::Error::source(error)
             .map_or_else(|| error.kind().as_str().unwrap_or("not accepted").to_string(), ToString::to_string);
-        Self { name, value: text(ContextKind::InvalidValue), reason }
+        Self::Invalid { name, value: text(ContextKind::InvalidValue), reason }
     }
 
     fn of(name: &str, value: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { name: name.into(), value: value.into(), reason: reason.into() }
+        Self::Invalid { name: name.into(), value: value.into(), reason: reason.into() }
     }
 }
 
@@ -256,6 +262,9 @@ pub struct Config {
     pub coalesce_bookings: bool,
     /// `METRICS`.
     pub metrics: bool,
+    /// `METRICS_TOKEN`: the bearer token `/metrics` asks for; without one, `/metrics` is served
+    /// only in `DEMO_MODE`.
+    pub metrics_token: Option<String>,
     /// `HASHING_SLOTS`, default one per core.
     pub hashing_slots: usize,
     /// `LOGIN_ATTEMPTS_PER_MINUTE` and `LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS`.
@@ -300,6 +309,7 @@ impl std::fmt::Debug for Config {
             row_lock_wait_secs,
             coalesce_bookings,
             metrics,
+            metrics_token,
             hashing_slots,
             login_attempts_per_username,
             login_attempts_per_address,
@@ -323,6 +333,7 @@ impl std::fmt::Debug for Config {
             .field("row_lock_wait_secs", row_lock_wait_secs)
             .field("coalesce_bookings", coalesce_bookings)
             .field("metrics", metrics)
+            .field("metrics_token", &metrics_token.as_ref().map(|_| "[set, not shown]"))
             .field("hashing_slots", hashing_slots)
             .field("login_attempts_per_username", login_attempts_per_username)
             .field("login_attempts_per_address", login_attempts_per_address)
@@ -346,7 +357,7 @@ impl Config {
 
     /// The declared defaults, for a given database: what the demo and the tests start from.
     pub fn for_database(database_url: impl Into<String>) -> Self {
-        let env = Env { database_url: database_url.into(), ..Env::defaults() };
+        let env = Env { database_url: Some(database_url.into()), ..Env::defaults() };
         let config = Self::try_from(env)
             .unwrap_or_else(|e| panic!("the declared defaults must make a configuration: {e}"));
         // Tests and benchmarks serve plain HTTP on the loopback.
@@ -386,8 +397,30 @@ impl TryFrom<Env> for Config {
             }
             key => key.map(String::into_bytes),
         };
+        let metrics_token = match env.metrics_token.filter(|token| !token.is_empty()) {
+            Some(token) if token.len() < 16 => {
+                return Err(ConfigError::of(
+                    "METRICS_TOKEN",
+                    "<hidden>",
+                    format!("needs at least 16 characters, got {} (try `openssl rand -hex 32`)", token.len()),
+                ));
+            }
+            token => token,
+        };
+        let database_url = match env.database_url.filter(|url| !url.is_empty()) {
+            Some(url) => url,
+            None if env.demo_mode => DEMO_DATABASE_URL.into(),
+            None => {
+                return Err(ConfigError::Missing {
+                    name: "DATABASE_URL",
+                    reason: "outside DEMO_MODE the app has no default database; set it to \
+                             mysql://user:password@host:port/database (or postgres://…) for the \
+                             app's own account",
+                });
+            }
+        };
         Ok(Self {
-            database_url: env.database_url,
+            database_url,
             bind: env.bind,
             pool_size: env.pool_size,
             pool_timeout: Duration::from_secs(env.pool_timeout_secs),
@@ -396,6 +429,7 @@ impl TryFrom<Env> for Config {
             row_lock_wait_secs: env.row_lock_wait_secs,
             coalesce_bookings: env.booking_coalescing,
             metrics: env.metrics,
+            metrics_token,
             hashing_slots,
             login_attempts_per_username: env.login_attempts_per_minute,
             login_attempts_per_address: env.login_attempts_per_minute_per_address,
@@ -493,6 +527,8 @@ mod tests {
         }
         let short = parse(&[("SESSION_KEY", "short")]).expect_err("short key").to_string();
         assert!(short.contains("SESSION_KEY") && short.contains("at least 64") && !short.contains("short\""));
+        let short = parse(&[("METRICS_TOKEN", "short")]).expect_err("short token").to_string();
+        assert!(short.contains("METRICS_TOKEN") && short.contains("at least 16"), "{short}");
         let no_dir = parse(&[("BATCH_LOCK", "file")]).expect_err("no dir").to_string();
         assert!(no_dir.contains("BATCH_LOCK_DIR"), "{no_dir}");
     }
@@ -563,11 +599,25 @@ mod tests {
             parse(&[("POOL_SIZE", "40"), ("HASHING_SLOTS", "3"), ("DEMO_MODE", "1")]).expect("valid");
         assert_eq!((config.lock_waiters_max, config.blocking_threads), (10, 43));
         assert!(config.demo_mode && !config.cookie_secure, "a demo is served over plain HTTP");
-        let production = parse(&[("BOOKING_COALESCING", "false"), ("BATCH_LOCK", "DB")]).expect("valid");
-        let emptied = parse(&[("DEMO_MODE", ""), ("METRICS", ""), ("COOKIE_SECURE", "Off")]).expect("valid");
+        let db = ("DATABASE_URL", "mysql://app:pw@db/haita");
+        let production = parse(&[db, ("BOOKING_COALESCING", "false"), ("BATCH_LOCK", "DB")]).expect("valid");
+        let emptied =
+            parse(&[db, ("DEMO_MODE", ""), ("METRICS", ""), ("COOKIE_SECURE", "Off")]).expect("valid");
         assert!(!emptied.demo_mode && !emptied.metrics && !emptied.cookie_secure, "set but empty is no");
         assert!(production.cookie_secure && !production.coalesce_bookings && !production.demo_mode);
         assert_eq!(production.batch_lock, BatchLock::Db);
+    }
+
+    /// Outside a demo there is no default database: `root` without a password is a local
+    /// demo's account, and a production start must say which database it means.
+    #[test]
+    fn outside_demo_mode_database_url_must_be_set() {
+        let refused = parse(&[("SESSION_KEY", &"k".repeat(64))]).expect_err("no DATABASE_URL").to_string();
+        assert!(refused.contains("DATABASE_URL") && refused.contains("DEMO_MODE"), "{refused}");
+        let demo = parse(&[("DEMO_MODE", "1")]).expect("a demo has its default");
+        assert_eq!(demo.database_url, "mysql://root@127.0.0.1:3306/haita");
+        let given = parse(&[("DATABASE_URL", "mysql://app:pw@db/haita")]).expect("set");
+        assert_eq!(given.database_url, "mysql://app:pw@db/haita");
     }
 
     #[test]

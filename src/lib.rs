@@ -273,10 +273,66 @@ async fn health(state: aweb::Data<AppState>) -> HttpResponse {
 }
 
 /// Prometheus text format. Pool gauges are read at scrape time; nothing here touches the database.
-async fn metrics_text(state: aweb::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(state.metrics.render(state.pool.state()))
+///
+/// Not for anyone: pool saturation and lock waits help an attacker time a flood. With
+/// `METRICS_TOKEN` only a request carrying it (`Authorization: Bearer …`, compared in constant
+/// time) is answered; without one, only a demo serves them.
+async fn metrics_text(req: actix_web::HttpRequest, state: aweb::Data<AppState>) -> HttpResponse {
+    let refused = match (&state.config.metrics_token, state.config.demo_mode) {
+        (Some(token), _) if bearer_is(&req, token) => None,
+        (Some(_), _) => Some(MetricsRefused::WrongToken),
+        (None, true) => None,
+        (None, false) => Some(MetricsRefused::Off),
+    };
+    match refused {
+        None => HttpResponse::Ok()
+            .content_type("text/plain; version=0.0.4; charset=utf-8")
+            .body(state.metrics.render(state.pool.state())),
+        Some(refused @ MetricsRefused::WrongToken) => {
+            let mut response = http::error::respond(&refused);
+            response.headers_mut().insert(
+                actix_web::http::header::WWW_AUTHENTICATE,
+                actix_web::http::header::HeaderValue::from_static("Bearer realm=\"metrics\""),
+            );
+            response
+        }
+        Some(refused) => http::error::respond(&refused),
+    }
+}
+
+/// Whether the request's `Authorization` is `Bearer {token}`.
+fn bearer_is(req: &actix_web::HttpRequest, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    req.headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| given.trim().as_bytes().ct_eq(token.as_bytes()).into())
+}
+
+/// Why `/metrics` was not served.
+#[derive(Debug, thiserror::Error)]
+enum MetricsRefused {
+    #[error("METRICS_TOKEN not set outside DEMO_MODE")]
+    Off,
+    #[error("missing or wrong metrics token")]
+    WrongToken,
+}
+
+http::answers::answers! { MetricsRefused {
+    Off => NOT_FOUND "not_found",
+    WrongToken => UNAUTHORIZED "metrics_token",
+} }
+
+impl http::error::AsProblem for MetricsRefused {
+    fn problem(&self) -> http::error::Problem {
+        use http::answers::Declared;
+        let answer = self.answer();
+        match self {
+            Self::Off => answer.said("metrics.off", &[]),
+            Self::WrongToken => answer.said("metrics.token_needed", &[]),
+        }
+    }
 }
 
 async fn openapi_json(state: aweb::Data<AppState>) -> HttpResponse {
@@ -299,12 +355,19 @@ async fn local_time_script() -> HttpResponse {
         .body(include_str!("../static/local_time.js"))
 }
 
-/// Headers on every answer. The pages load scripts, styles and images from this origin only
+/// Headers on every answer that has not set them itself. The pages load scripts, styles and images from this origin only
 /// (no inline script anywhere), so the policy can be strict: an injected `<script>` or a page
 /// framed by another site does nothing. HSTS only when the app is served over HTTPS
 /// (`COOKIE_SECURE`), else it would lock a plain-HTTP deployment out of browsers for a year.
+///
+/// `Cache-Control: no-store` on everything but the static assets (which set their own): a page
+/// or an answer may show a logged-in person's data, and even an anonymous page carries the
+/// session's CSRF token, so no browser or proxy cache may keep one for the next person at the
+/// machine. Deciding per answer whether it depended on the session would be one more thing a
+/// new handler could forget.
 fn security_headers(https: bool) -> DefaultHeaders {
     let headers = DefaultHeaders::new()
+        .add(("Cache-Control", "no-store"))
         .add(("X-Content-Type-Options", "nosniff"))
         .add(("X-Frame-Options", "DENY"))
         .add(("Referrer-Policy", "same-origin"))

@@ -11,6 +11,7 @@ use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::{AuthError, Role, SessionUser, User, service, session};
 use crate::http::answers::documented_answers;
 use crate::http::error::AsProblem;
+use crate::infra::Infra;
 use crate::web::{AppState, PageContext, html, local_path, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -130,11 +131,10 @@ async fn login_form(
 
 async fn logout_form(
     CsrfForm(_): CsrfForm<TokenOnly>,
-    user: Option<SessionUser>,
     session: Session,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    end_session(&state, &session, user, false).await?;
+    end_session(&state, &session, false).await?;
     Ok(see_other("/"))
 }
 
@@ -150,14 +150,17 @@ async fn start_session(state: &AppState, session: &Session, user: User) -> Resul
 }
 
 /// Ends this session (or all of the user's) in the database, then forgets the cookie.
-async fn end_session(
-    state: &AppState,
-    session: &Session,
-    user: Option<SessionUser>,
-    everywhere: bool,
-) -> Result<(), AuthError> {
-    if let Some(user) = user {
-        state.db(move |conn| Ok::<_, AuthError>(session::close(conn, &user, everywhere)?)).await?;
+///
+/// The row is what makes a session: a cookie forgotten while its row stays would leave every
+/// copy of it logged in. So the ticket goes straight to the `DELETE` (no session check first,
+/// which the database being down would turn into "nobody logged in"), and when the database
+/// cannot be reached the answer says so (503, `logout_failed`) and the cookie is kept, for the
+/// person to log out again once it is back.
+async fn end_session(state: &AppState, session: &Session, everywhere: bool) -> Result<(), AuthError> {
+    if let Some(ticket) = session::ticket_of(session) {
+        state.db(move |conn| Ok::<_, Infra>(session::close(conn, &ticket, everywhere)?)).await.map_err(
+            |e| if e.is_unavailable() || e.is_busy() { AuthError::LogoutFailed(e) } else { e.into() },
+        )?;
     }
     session::log_out(session);
     Ok(())
@@ -210,15 +213,17 @@ struct LogoutQuery {
     everywhere: Option<bool>,
 }
 
+documented_answers!(LogoutAnswers: AuthError[LogoutFailed]);
+
 /// Log out: this session, or with `?everywhere=true` every session of the user. Takes effect on
 /// the next request of each, on every instance.
-#[utoipa::path(delete, path = "/api/v1/session", tag = "session", params(LogoutQuery), responses((status = 204)))]
+#[utoipa::path(delete, path = "/api/v1/session", tag = "session", params(LogoutQuery),
+    responses((status = 204), LogoutAnswers))]
 async fn logout_json(
-    user: Option<SessionUser>,
     query: web::Query<LogoutQuery>,
     session: Session,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, AuthError> {
-    end_session(&state, &session, user, query.everywhere.unwrap_or(false)).await?;
+    end_session(&state, &session, query.everywhere.unwrap_or(false)).await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -11,6 +11,10 @@
 //! for the requests without a body too (taking an edit lock, releasing expired ones): a form
 //! or `fetch(…, {mode: "no-cors"})` on another site could otherwise send them as a "simple"
 //! request with the user's cookie. The session cookie is also `SameSite=Lax`.
+//!
+//! Whether a request is an API write is read from the path as the router reads it, decoded:
+//! `POST /%61pi/v1/…` reaches the same handler as `POST /api/v1/…`, so it must meet the same rule
+//! (an earlier version read the raw path and let it through).
 
 use actix_session::{Session, SessionExt};
 use actix_web::body::MessageBody;
@@ -40,7 +44,10 @@ pub async fn json_only_api_writes(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     use actix_web::http::Method;
     let writes = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
-    if writes && req.path().starts_with("/api/") && !is_json(req.headers()) {
+    // `match_info` holds the path the router matches: percent-encoded letters decoded.
+    let routed = req.match_info().as_str();
+    let api = routed.starts_with("/api/") || req.path().starts_with("/api/");
+    if writes && api && !is_json(req.headers()) {
         return Err(RequestError::UnsupportedMediaType("application/json").into());
     }
     next.call(req).await

@@ -44,6 +44,9 @@ pub enum AuthError {
     /// The session could not be checked (the database busy or down); the answer to give.
     #[error("the session could not be checked: {}", .0.message)]
     CheckFailed(Problem),
+    /// A logout the database did not record (busy or down): the session is still open.
+    #[error("logout not recorded: {0}")]
+    LogoutFailed(Infra),
     #[error(transparent)]
     Infra(#[from] Infra),
 }
@@ -57,6 +60,7 @@ answers! { AuthError {
     UsernameTaken => CONFLICT "username_taken",
     Throttled => TOO_MANY_REQUESTS "too_many_attempts",
     HashingBusy => SERVICE_UNAVAILABLE "busy",
+    LogoutFailed => SERVICE_UNAVAILABLE "logout_failed",
     Session => INTERNAL_SERVER_ERROR "internal",
     Hashing => INTERNAL_SERVER_ERROR "internal",
 } carries { CheckFailed, Infra } }
@@ -79,6 +83,9 @@ impl AsProblem for AuthError {
                 Problem { retry_after: Some(1), cause: "hashing", ..answer.said("auth.hashing_busy", &[]) }
             }
             Self::CheckFailed(problem) => problem.clone(),
+            Self::LogoutFailed(_) => {
+                Problem { retry_after: Some(2), cause: "database", ..answer.said("auth.logout_failed", &[]) }
+            }
             Self::Infra(e) => e.problem(),
             Self::Session(_) | Self::Hashing(_) => Problem::internal(),
         }

@@ -273,14 +273,21 @@ pub fn open(conn: &mut DbConn, user_id: i64) -> QueryResult<String> {
     Ok(session_id)
 }
 
-/// Ends one session (logging out), or every session of its user (`everywhere`).
-pub fn close(conn: &mut DbConn, user: &SessionUser, everywhere: bool) -> QueryResult<usize> {
-    let mine = user_sessions::table.filter(user_sessions::user_id.eq(user.id));
-    if everywhere {
-        diesel::delete(mine).execute(conn)
-    } else {
-        diesel::delete(mine.filter(user_sessions::id.eq(&user.session_id))).execute(conn)
+/// Ends the ticket's session (logging out), or, when that session is still live, every session
+/// of its user (`everywhere`): a cookie whose session has already ended ends nothing else.
+///
+/// Takes the ticket, not a checked [`SessionUser`]: a logout must reach the database whether or
+/// not the session check did, and it reports whether it got there (see `account::routes`).
+pub fn close(conn: &mut DbConn, ticket: &Ticket, everywhere: bool) -> QueryResult<usize> {
+    let mine = user_sessions::table.filter(user_sessions::user_id.eq(ticket.user_id));
+    let this = mine.filter(user_sessions::id.eq(&ticket.session_id));
+    if !everywhere {
+        return diesel::delete(this).execute(conn);
     }
+    crate::db::transaction(conn, |conn| {
+        let live = diesel::delete(this.filter(user_sessions::expires_at.gt(now()))).execute(conn)?;
+        Ok(if live == 0 { 0 } else { live + diesel::delete(mine).execute(conn)? })
+    })
 }
 
 /// Starts a fresh cookie for the session `session_id` of `user`: renewed, cleared, with a new

@@ -32,12 +32,18 @@
 //! The expiry is judged by the reader's clock. Hosts that share a directory are expected to run
 //! NTP; the lifetime (minutes) dwarfs any sane drift, and the heartbeat renews it every third.
 //!
+//! The directory must be this account's own and writable by nobody else ([`check_dir`]): anyone
+//! who can create files there could plant the lock file, or a symlink in its place, and block
+//! the job or redirect its writes. Lock files are opened with `O_NOFOLLOW`, so a symlink planted
+//! all the same is refused, never followed.
+//!
 //! [`TimestampedLock`] is the variant this replaces, kept to show why: its file name holds the
 //! current second, so two processes starting in different seconds create different files and
 //! both "hold the lock".
 
 use std::fs::{self, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -85,6 +91,57 @@ pub enum LockFileError {
     /// The holder's file no longer carries its token: it expired and was taken over.
     #[error("the lock {0} was taken over")]
     Lost(PathBuf),
+    /// The directory is not safe for locks ([`check_dir`]).
+    #[error(
+        "{path}: refused as a lock directory: {reason}. Other accounts could plant or replace its \
+         lock files; use a directory of this account's own that nobody else may write to \
+         (chmod go-w)"
+    )]
+    UnsafeDir { path: PathBuf, reason: String },
+}
+
+/// Refuses a lock directory that another account could write to: one not owned by this process's
+/// user, or writable by its group or by others (a sticky `/tmp` included: others may still create
+/// the lock's name there first).
+pub fn check_dir(dir: &Path) -> Result<(), LockFileError> {
+    let meta = fs::metadata(dir).map_err(io(dir))?;
+    let unsafe_dir = |reason: String| Err(LockFileError::UnsafeDir { path: dir.to_path_buf(), reason });
+    if !meta.is_dir() {
+        return unsafe_dir("it is not a directory".into());
+    }
+    if let Some(me) = effective_uid()
+        && meta.uid() != me
+    {
+        return unsafe_dir(format!("it belongs to uid {}, not to this process's uid {me}", meta.uid()));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        let who = if mode & 0o002 != 0 { "others" } else { "its group" };
+        return unsafe_dir(format!("it is writable by {who} (mode {mode:04o})"));
+    }
+    Ok(())
+}
+
+/// Creates `dir` (and its parents) if missing, the last one private to this account (0700),
+/// then checks it with [`check_dir`].
+pub fn ensure_private_dir(dir: &Path) -> Result<(), LockFileError> {
+    if !dir.exists() {
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(dir))?;
+    }
+    check_dir(dir)
+}
+
+/// This process's effective uid: the owner of `/proc/self` (Linux), read without an unsafe
+/// call; `None` without `/proc`, where only the mode is checked.
+fn effective_uid() -> Option<u32> {
+    fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
+/// Open options that refuse a symlink in the file's place (`O_NOFOLLOW`: `ELOOP`).
+pub fn no_follow() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.custom_flags(libc::O_NOFOLLOW);
+    options
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LockFileError + '_ {
@@ -118,6 +175,7 @@ impl LockFile {
     /// Takes the lock of `job` in `dir` for `ttl` (renew it with [`LockFile::renew`]), taking
     /// over a stale one. `Ok(Err(Busy))` when someone else holds it.
     pub fn acquire(dir: &Path, job: &str, ttl: Duration) -> Result<Result<Self, Busy>, LockFileError> {
+        check_dir(dir)?;
         let path = Self::path(dir, job);
         let holder = Holder::me(ttl);
         if create_exclusive(&path, &holder)? {
@@ -248,7 +306,7 @@ fn create_exclusive(path: &Path, holder: &Holder) -> Result<bool, LockFileError>
 }
 
 fn write_synced(path: &Path, holder: &Holder, exclusive: bool) -> Result<(), LockFileError> {
-    let mut options = OpenOptions::new();
+    let mut options = no_follow();
     options.write(true);
     if exclusive {
         options.create_new(true);
@@ -264,7 +322,11 @@ fn write_synced(path: &Path, holder: &Holder, exclusive: bool) -> Result<(), Loc
 /// The holder written in `path`; `None` if the file is gone or not (yet) a whole record (its
 /// creator is between `O_EXCL` and its write).
 pub fn read_holder(path: &Path) -> Result<Option<Holder>, LockFileError> {
-    match fs::read(path) {
+    let read = no_follow().read(true).open(path).and_then(|mut file| {
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map(|_| bytes)
+    });
+    match read {
         Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io(path)(e)),
@@ -283,7 +345,7 @@ impl TimestampedLock {
     pub fn acquire(dir: &Path, job: &str) -> Result<Option<Self>, LockFileError> {
         let second = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let path = dir.join(format!("haita-batch-{job}.{second}.lock"));
-        match OpenOptions::new().write(true).create_new(true).open(&path) {
+        match no_follow().write(true).create_new(true).open(&path) {
             Ok(_) => Ok(Some(Self { path })),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(None),
             Err(e) => Err(io(&path)(e)),
@@ -429,6 +491,36 @@ mod tests {
             let on_disk = read_holder(&path).expect("io").expect("a lock file");
             assert_eq!(on_disk.token, holders[0].holder().token, "round {round}: the file is the holder's");
         }
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A directory others may write to is refused, with a sentence saying why: anyone who can
+    /// create files there can plant the lock (or a symlink in its place) and block or redirect
+    /// the job.
+    #[test]
+    fn a_lock_directory_others_may_write_to_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).expect("chmod");
+        let refused = LockFile::acquire(&dir, "job", TTL).expect_err("refused").to_string();
+        assert!(refused.contains("writable by") && refused.contains("0777"), "{refused}");
+        assert!(!LockFile::path(&dir, "job").exists(), "no lock file was created");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).expect("chmod");
+        assert!(LockFile::acquire(&dir, "job", TTL).expect("io").is_ok(), "a private directory is fine");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A lock file replaced by a symlink is not followed: the read refuses it rather than
+    /// reading (or the job trusting) whatever file it points to.
+    #[test]
+    fn a_lock_file_that_is_a_symlink_is_not_followed() {
+        let dir = scratch();
+        let elsewhere = dir.join("elsewhere.json");
+        let planted = Holder { expires_ms: u64::MAX, ..Holder::me(TTL) };
+        fs::write(&elsewhere, serde_json::to_vec(&planted).expect("json")).expect("write");
+        std::os::unix::fs::symlink(&elsewhere, LockFile::path(&dir, "job")).expect("symlink");
+        let refused = LockFile::acquire(&dir, "job", TTL);
+        assert!(matches!(refused, Err(LockFileError::Io { .. })), "refused, not followed: {refused:?}");
         let _ = fs::remove_dir_all(&dir);
     }
 

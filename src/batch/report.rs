@@ -2,6 +2,10 @@
 //! into a temporary file in the same directory, fsync, then `rename` over the final name (atomic
 //! on POSIX file systems and on NFS), then fsync of the directory so the rename itself survives
 //! a crash. A reader opens either the previous complete report or the new complete one.
+//!
+//! The reports are opened in spreadsheets, and their cells hold what people typed (a product's
+//! name, a closure's reason): a cell a spreadsheet would run as a formula is written as text
+//! ([`csv_field`]).
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -25,12 +29,24 @@ pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> std::io::Res
     written.map(|()| target)
 }
 
-/// One CSV field, quoted when it must be (RFC 4180).
+/// One CSV field, quoted when it must be (RFC 4180), and never a formula: a value starting
+/// with `=`, `+`, `-`, `@`, a tab or a carriage return gets a leading `'` (OWASP's advice on CSV
+/// injection), so a spreadsheet shows `=HYPERLINK(…)` typed as a product name instead of running
+/// it. A plain negative number (`-5`, `-12.50`) is no formula and stays a number.
 pub fn csv_field(value: &str) -> String {
-    if value.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", value.replace('"', "\"\""))
-    } else {
-        value.to_string()
+    let value = if starts_like_a_formula(value) { format!("'{value}") } else { value.to_string() };
+    if value.contains([',', '"', '\n', '\r']) { format!("\"{}\"", value.replace('"', "\"\"")) } else { value }
+}
+
+fn starts_like_a_formula(value: &str) -> bool {
+    let number = |text: &str| {
+        let (whole, fraction) = text.split_once('.').unwrap_or((text, "0"));
+        !whole.is_empty() && [whole, fraction].iter().all(|part| part.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match value.as_bytes().first() {
+        Some(b'-') => !number(&value[1..]),
+        Some(b'=' | b'+' | b'@' | b'\t' | b'\r') => true,
+        _ => false,
     }
 }
 
@@ -87,5 +103,22 @@ mod tests {
         assert_eq!(csv_field("plain"), "plain");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+
+    /// OWASP's CSV injection advice: a cell a spreadsheet would read as a formula (starting with
+    /// `=`, `+`, `-`, `@`, a tab or a carriage return) starts with a single quote instead, so it
+    /// is shown as text. Numbers stay numbers.
+    #[test]
+    fn cells_a_spreadsheet_would_run_as_formulas_are_neutralised() {
+        assert_eq!(csv_field("=HYPERLINK(\"http://x\")"), "\"'=HYPERLINK(\"\"http://x\"\")\"");
+        assert_eq!(csv_field("+1+cmd|' /C calc'!A0"), "'+1+cmd|' /C calc'!A0");
+        assert_eq!(csv_field("-2+3"), "'-2+3");
+        assert_eq!(csv_field("@SUM(A1:A9)"), "'@SUM(A1:A9)");
+        assert_eq!(csv_field("\t=1"), "'\t=1");
+        assert_eq!(csv_field("\r=1"), "\"'\r=1\"");
+        assert_eq!(csv_field("=1,2"), "\"'=1,2\"");
+        for plain in ["-5", "-12.50", "0", "Room = 1", "a-b", ""] {
+            assert_eq!(csv_field(plain), plain, "left as it is");
+        }
     }
 }

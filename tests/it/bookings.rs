@@ -230,7 +230,7 @@ async fn a_day_whose_lock_stays_held_answers_busy_and_other_days_still_book() {
     assert_eq!(error_code(busy).await, "busy");
     assert_eq!(invariants::confirmed_on(&app.db, resource, day), 0, "a busy answer writes nothing");
     // Operators see it too: /metrics counts the timed-out GET_LOCK under its scope.
-    let metrics = client.get("/metrics").await.text().await.expect("metrics");
+    let metrics = client.metrics().await;
     assert!(
         metrics.lines().any(|l| l.starts_with("haita_named_lock_acquisitions_total")
             && l.contains("outcome=\"timed_out\"")

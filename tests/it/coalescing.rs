@@ -168,7 +168,7 @@ async fn a_hot_day_is_booked_in_batches_and_never_overbooked() {
 
 /// (batches, bookings in them) from this instance's `/metrics`.
 async fn batch_stats(client: &Client) -> (f64, f64) {
-    let metrics = client.get("/metrics").await.text().await.expect("metrics");
+    let metrics = client.metrics().await;
     let value = |name: &str| {
         metrics
             .lines()

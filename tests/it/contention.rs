@@ -67,7 +67,7 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
             "a hot-day booking to wait at the server and the others to queue behind it",
             Duration::from_secs(30),
             async || {
-                let metrics = bystander.get("/metrics").await.text().await.expect("metrics");
+                let metrics = bystander.metrics().await;
                 invariants::named_lock_waiters(&app.db) >= 1
                     && gauge(&metrics, "haita_lock_queue_depth{scope=\"book\"}") >= 15.0
             },
@@ -84,7 +84,7 @@ async fn a_stuck_booking_lock_starves_nothing_else() {
              {products} in {products_took:?}, order {order} in {:?}",
             timed.elapsed() - booking_took - products_took
         );
-        let metrics = bystander.get("/metrics").await.text().await.expect("metrics");
+        let metrics = bystander.metrics().await;
         (booking, products, order, metrics)
     };
     let (answers, (booking, products, order, metrics)) = futures::future::join(hot, bystanders).await;
@@ -153,7 +153,7 @@ async fn past_the_waiting_budget_a_request_for_a_held_lock_is_refused_at_once() 
     }))
     .await;
     assert!(answers.iter().all(|(s, c)| *s == 503 && c == "busy"), "{answers:?}");
-    let metrics = clients[0].get("/metrics").await.text().await.expect("metrics");
+    let metrics = clients[0].metrics().await;
     let refused: f64 = metrics
         .lines()
         .filter(|l| l.starts_with("haita_lock_waiters_refused_total") && l.contains("scope=\"book\""))

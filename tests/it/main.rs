@@ -16,6 +16,7 @@ mod contention;
 mod demo;
 mod edit_locks;
 mod grants;
+mod hardening;
 mod idempotency;
 mod inventory;
 mod lab_apart;

@@ -12,7 +12,7 @@ use crate::common::{Client, TestApp, future_day};
 
 /// The value of the sample `name{labels…}` whose labels include every one of `labels`.
 async fn sample(client: &Client, name: &str, labels: &[&str]) -> f64 {
-    let text = client.get("/metrics").await.text().await.expect("metrics");
+    let text = client.metrics().await;
     text.lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
         .filter(|l| labels.iter().all(|label| l.contains(label)))

@@ -533,7 +533,7 @@ async fn measure_cell(
         if plan.app {
             let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
             let (cpu, server) = (CpuClock::start(app_server), ServerWork::start(&bench.app_pool)?);
-            let hops_before = blocking_hops(base).await?;
+            let hops_before = blocking_hops(app_server).await?;
             let mut app = match plan.driver {
                 Driver::Builtin => {
                     let mut app = measure_app(base, &clients[..n], &target, plan.window).await;
@@ -552,7 +552,7 @@ async fn measure_cell(
             let answered = (app.tally.booked + app.tally.refused).max(1) as f64;
             // The demo endpoint's own hop is not in the counts: shown as NaN, not as too few.
             app.hops = match cell.strategy {
-                Strategy::NamedLock => (blocking_hops(base).await? - hops_before) / answered,
+                Strategy::NamedLock => (blocking_hops(app_server).await? - hops_before) / answered,
                 _ => f64::NAN,
             };
             server.per_answer(&bench.app_pool, &mut app)?;
@@ -564,8 +564,15 @@ async fn measure_cell(
 
 /// The blocking hops the server has made for bookings so far: one per coalesced booking batch
 /// and one per session-check batch (the two drainers' histograms count their batches).
-async fn blocking_hops(base: &str) -> anyhow::Result<f64> {
-    let text = reqwest::get(format!("{base}/metrics")).await?.text().await?;
+async fn blocking_hops(server: &ServerProcess) -> anyhow::Result<f64> {
+    let text = reqwest::Client::new()
+        .get(format!("{}/metrics", server.base_url()))
+        .bearer_auth(server.metrics_token())
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
     let count = |name: &str| -> f64 {
         text.lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())

@@ -15,6 +15,9 @@ use crate::config::Config;
 pub struct ServerProcess {
     child: Child,
     port: u16,
+    /// Its `METRICS_TOKEN`, fresh per run: the bench scrapes `/metrics` with it, whatever the
+    /// environment it was started from says.
+    metrics_token: String,
 }
 
 impl ServerProcess {
@@ -25,6 +28,7 @@ impl ServerProcess {
         let port = free_port()?;
         let log = std::env::temp_dir().join(format!("haita-bench-server-{}.log", std::process::id()));
         let session_key: String = (0..64).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+        let metrics_token: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
         let mut command = Command::new(std::env::current_exe().context("locating the haita binary")?);
         command
             .arg("serve")
@@ -33,6 +37,7 @@ impl ServerProcess {
             .env("DEMO_MODE", "1")
             .env("DEMO_LOCK_DIR", lock_dir())
             .env("SESSION_KEY", session_key)
+            .env("METRICS_TOKEN", &metrics_token)
             .env("POOL_SIZE", config.pool_size.to_string())
             .env("POOL_TIMEOUT_SECS", config.pool_timeout.as_secs().to_string())
             .env("LOCK_WAIT_SECS", config.lock_wait.as_secs().to_string())
@@ -48,7 +53,7 @@ impl ServerProcess {
             command.env("WORKERS", workers.to_string());
         }
         let child = command.spawn().context("starting `haita serve`")?;
-        let mut server = Self { child, port };
+        let mut server = Self { child, port, metrics_token };
         server
             .wait_until_healthy(Duration::from_secs(60))
             .with_context(|| format!("the server's log is {}", log.display()))?;
@@ -58,6 +63,11 @@ impl ServerProcess {
 
     pub fn base_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The bearer token its `/metrics` asks for.
+    pub fn metrics_token(&self) -> &str {
+        &self.metrics_token
     }
 
     /// CPU time (user + system) the server process has used so far, all its threads included.

@@ -10,12 +10,13 @@
 //! would lock *it* while a newcomer creates and locks a new file of the same name, and both would
 //! hold "the" lock. The race deletes its own after its last attempt.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::poll;
+use crate::batch::lockfile::{ensure_private_dir, no_follow};
 
 /// A held `flock` (exclusive). Dropping it unlocks the file.
 pub struct FileLock {
@@ -26,12 +27,17 @@ pub struct FileLock {
 impl FileLock {
     /// Locks the file for `name` in `dir` (creating both if needed), asking again while another
     /// open file holds it, for at most `wait`. `Ok(None)`: the wait ran out.
+    ///
+    /// The directory must be this account's own and writable by nobody else (the default one is
+    /// in the shared temporary directory, where another account could have made it first), and
+    /// a symlink in the lock file's place is refused, not followed: the batch lock files' rules
+    /// (`batch::lockfile::check_dir`).
     pub fn acquire(dir: &Path, name: &str, wait: Duration) -> io::Result<Option<Self>> {
-        std::fs::create_dir_all(dir)?;
+        ensure_private_dir(dir).map_err(io::Error::other)?;
         let path = path_of(dir, name);
         // Each attempt opens the file for itself: flock locks belong to an open file, so two
         // threads sharing one `File` would share its lock.
-        let file = OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+        let file = no_follow().create(true).truncate(false).write(true).open(&path)?;
         let locked = poll(wait, || match file.try_lock() {
             Ok(()) => Ok(Some(())),
             Err(TryLockError::WouldBlock) => Ok(None),
@@ -63,4 +69,23 @@ pub fn path_of(dir: &Path, name: &str) -> PathBuf {
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
         .collect();
     dir.join(format!("{plain}.lock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lock file planted as a symlink is not followed: opening it fails, and the file it
+    /// points to is neither created nor opened for writing.
+    #[test]
+    fn a_lock_file_that_is_a_symlink_is_not_followed() {
+        let dir = std::env::temp_dir().join(format!("haita-flock-{}", super::super::token()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let target = dir.join("not-a-lock-file");
+        std::os::unix::fs::symlink(&target, path_of(&dir, "day")).expect("symlink");
+        let opened = FileLock::acquire(&dir, "day", Duration::from_millis(10));
+        assert!(opened.is_err(), "the symlink must not be followed");
+        assert!(!target.exists(), "nothing was created where the symlink points");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -115,9 +115,14 @@ pub fn test_config(database_url: &str) -> Config {
         // Every test client logs in from 127.0.0.1; the throttle has tests of its own.
         login_attempts_per_address: std::num::NonZeroU32::MAX,
         login_attempts_per_username: std::num::NonZeroU32::MAX,
+        // `/metrics` answers only with it outside DEMO_MODE: see `Client::metrics`.
+        metrics_token: Some(METRICS_TOKEN.into()),
         ..Config::for_database(database_url)
     }
 }
+
+/// The tests' `METRICS_TOKEN`.
+pub const METRICS_TOKEN: &str = "test-metrics-token-0123456789";
 
 /// One or more instances of the real app on one test database.
 pub struct TestApp {
@@ -308,6 +313,19 @@ impl Client {
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.http.get(self.url(path)).send().await.expect("GET")
+    }
+
+    /// This instance's `/metrics` page, scraped as Prometheus does (with the bearer token).
+    pub async fn metrics(&self) -> String {
+        let response = self
+            .http
+            .get(self.url("/metrics"))
+            .bearer_auth(METRICS_TOKEN)
+            .send()
+            .await
+            .expect("GET /metrics");
+        assert_eq!(response.status(), 200, "/metrics with the token");
+        response.text().await.expect("metrics")
     }
 
     pub async fn post_json(&self, path: &str, body: &Value) -> reqwest::Response {
