@@ -199,7 +199,11 @@ mod retry {
     use haita::db::{DbConn, Engine};
     use haita::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
 
-    use crate::common::{TestDb, create_resource, test_config};
+    use crate::common::invariants::{a_transaction_waits_for_a_lock, lock_wait_poll_interval};
+    use crate::common::{TestDb, create_resource, poll, test_config};
+
+    /// How long a side waits to see the other blocked: far beyond any reasonable wait.
+    const WAIT: Duration = Duration::from_secs(20);
 
     fn fast() -> RetryPolicy {
         RetryPolicy {
@@ -243,12 +247,20 @@ mod retry {
 
         // The engines pick the victim differently, and the test arranges for the light
         // transaction to be it on each. InnoDB rolls back the transaction that has changed fewer
-        // rows: the "heavy" one changes two, so the other is chosen. PostgreSQL aborts the
-        // session whose deadlock check runs first, after `deadlock_timeout` of waiting: the one
-        // that began waiting first, so there the light transaction must wait first.
-        let (heavy_pause, light_pause) = match db.pool.engine() {
-            Engine::Mysql => (Duration::ZERO, Duration::from_millis(300)),
-            Engine::Postgres => (Duration::from_millis(300), Duration::ZERO),
+        // rows: the "heavy" one changes two, so the other is chosen; there the light one closes
+        // the cycle once the heavy one is seen waiting. PostgreSQL aborts the session whose
+        // deadlock check runs first, after `deadlock_timeout` of waiting: the one that began
+        // waiting first, so there the heavy one closes the cycle once the light one is seen waiting.
+        let (heavy_waits_for_a_waiter, light_waits_for_a_waiter) = match db.pool.engine() {
+            Engine::Mysql => (false, true),
+            Engine::Postgres => (true, false),
+        };
+        let interval = lock_wait_poll_interval(&db);
+        let until_the_other_waits = move |url: &str| {
+            let mut watcher = DbConn::open(url).expect("connect");
+            poll::until_every("the other transaction to wait for a row lock", WAIT, interval, || {
+                a_transaction_waits_for_a_lock(&mut watcher)
+            });
         };
         let heavy = std::thread::spawn({
             let (url, both_hold_one) = (db.url.clone(), both_hold_one.clone());
@@ -258,7 +270,9 @@ mod retry {
                     touch_row(conn, a)?;
                     touch_row(conn, c)?;
                     both_hold_one.wait();
-                    std::thread::sleep(heavy_pause);
+                    if heavy_waits_for_a_waiter {
+                        until_the_other_waits(&url);
+                    }
                     touch_row(conn, b) // waits for the light transaction: half of the cycle
                 })
             }
@@ -272,7 +286,9 @@ mod retry {
                 lock_row(conn, b)?;
                 if std::mem::take(&mut first_attempt) {
                     both_hold_one.wait();
-                    std::thread::sleep(light_pause);
+                    if light_waits_for_a_waiter {
+                        until_the_other_waits(&db.url);
+                    }
                 }
                 lock_row(conn, a)
             })

@@ -40,7 +40,12 @@ pub fn within_every(deadline: Duration, interval: Duration, mut check: impl FnMu
 /// Waits until `check` is true; panics naming `what` (what the test waited for) if it is not
 /// within `deadline`. Blocks the thread: in an async test, use [`until_async`].
 pub fn until(what: &str, deadline: Duration, check: impl FnMut() -> bool) {
-    assert!(within(deadline, check), "waited {deadline:?} for {what}, in vain");
+    until_every(what, deadline, INTERVAL, check);
+}
+
+/// [`until`], asking every `interval`.
+pub fn until_every(what: &str, deadline: Duration, interval: Duration, check: impl FnMut() -> bool) {
+    assert!(within_every(deadline, interval, check), "waited {deadline:?} for {what}, in vain");
 }
 
 /// [`until`] for async tests: `check` may await (an HTTP request), and the wait between checks
