@@ -136,7 +136,8 @@ impl Dialect for Mysql {
         conn.batch_execute(&format!("KILL CONNECTION {id}"))
     }
 
-    /// 1095 "You are not owner of thread": another account's session, and no `CONNECTION_ADMIN`.
+    /// 1095 "You are not owner of thread": another account's session (the app has no
+    /// `CONNECTION_ADMIN`).
     fn refused_to_end(&self, error: &DbError) -> bool {
         error.to_string().contains("not owner of thread")
     }

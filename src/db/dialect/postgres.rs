@@ -162,7 +162,7 @@ impl Dialect for Postgres {
         if ended { Ok(()) } else { Err(DbError::QueryBuilderError(format!("no session {id} to end").into())) }
     }
 
-    /// No `pg_signal_backend`, or a superuser's session.
+    /// Another role's session (the app has no `pg_signal_backend`), or a superuser's.
     fn refused_to_end(&self, error: &DbError) -> bool {
         error.to_string().contains("permission denied to terminate")
     }
