@@ -121,8 +121,18 @@ async fn the_app_needs_no_more_than_the_grants_of_the_init_script() {
     let (app_user, holder_user) = (format!("haita_g_{suffix}"), format!("haita_h_{suffix}"));
     let app_account = server.account(&app_user);
     let holder_account = server.account(&holder_user);
-    root.batch_execute(&server.create(&app_account, "app-password")).expect("app account");
-    root.batch_execute(&server.create(&holder_account, "holder-password")).expect("holder account");
+    let create =
+        [server.create(&app_account, "app-password"), server.create(&holder_account, "holder-password")];
+    // Dropped from here on, even if an assertion below fails.
+    let accounts = Accounts {
+        server,
+        accounts: vec![app_account.clone(), holder_account.clone()],
+        root_url: scratch.url.clone(),
+    };
+    for create in create {
+        root.batch_execute(&create).unwrap_or_else(|e| panic!("{create}: {e}"));
+    }
+    let server = &accounts.server;
     let statements = server.grants(&app_account, &scratch.name);
     let expected = match server {
         Server::Mysql => 3,
@@ -133,8 +143,6 @@ async fn the_app_needs_no_more_than_the_grants_of_the_init_script() {
         root.batch_execute(grant).unwrap_or_else(|e| panic!("{grant}: {e}"));
     }
     let forbidden = server.forbidden();
-    let _accounts =
-        Accounts { server, accounts: vec![app_account, holder_account], root_url: scratch.url.clone() };
 
     // The app starts on the empty database with that account: creates nothing it may not,
     // applies every migration, passes its server check.
