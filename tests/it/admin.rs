@@ -297,6 +297,25 @@ async fn another_accounts_session_is_not_killed(db: TestDb) {
     assert!(server::release(&mut theirs, &name));
     drop(theirs);
 
+    if engine == Engine::Mysql {
+        // The app's own account, but outside its database (a person's CLI as the same user):
+        // not the app's session either. (A PostgreSQL advisory lock belongs to one database.)
+        let mut elsewhere = DbConn::open(&accounts::url_without_database(&app.db.url)).expect("session");
+        assert!(server::try_lock(&mut elsewhere, &name));
+        let elsewhere_id = server::connection_id(&mut elsewhere).expect("id");
+        let refused = admin
+            .send(
+                reqwest::Method::DELETE,
+                &format!("/api/v1/admin/named-locks/{name}?reason=not%20ours&connection_id={elsewhere_id}"),
+            )
+            .await;
+        assert_eq!(refused.status(), 409);
+        let body: Value = refused.json().await.expect("json");
+        assert_eq!(body["error"], "not_our_session", "{body}");
+        assert!(body["message"].as_str().is_some_and(|m| m.contains("no database")), "{body}");
+        assert!(server::release(&mut elsewhere, &name), "still its lock");
+    }
+
     // Our own account's session, in our own database, is still ours to end.
     let mut ours = app.db.session_holding(&name);
     let our_id = server::connection_id(&mut ours).expect("id");

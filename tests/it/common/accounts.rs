@@ -69,3 +69,10 @@ pub fn url_as(url: &str, user: &str, password: &str, database: &str) -> String {
     url.set_path(database);
     url.to_string()
 }
+
+/// `url` as it is, but connected to no database.
+pub fn url_without_database(url: &str) -> String {
+    let mut url = Url::parse(url).expect("database URL");
+    url.set_path("");
+    url.to_string()
+}
