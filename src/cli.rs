@@ -148,6 +148,21 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// A database seeded once for a demo keeps its demo accounts, whose passwords are published.
+/// Outside `DEMO_MODE` they cannot log in (`auth::service::verify`) and their sessions end here;
+/// the operator is told they are there, to delete them.
+fn warn_of_demo_users(pool: &crate::db::DbPool) -> anyhow::Result<()> {
+    let (demo_users, sessions) = crate::auth::service::retire_demo_users(&mut *pool.get()?)?;
+    if demo_users > 0 {
+        log::warn!(
+            "the database holds {demo_users} demo users (made by `seed`, their passwords published); \
+             outside DEMO_MODE they cannot log in ({sessions} session(s) of theirs ended). Delete them \
+             if this is not a demo."
+        );
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Config = cli.command {
         print!("{}", crate::config::Env::help());
@@ -172,6 +187,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 crate::batch::lockfile::check_dir(dir)?;
             }
             let pool = crate::prepare_database(&config)?;
+            if !config.demo_mode {
+                warn_of_demo_users(&pool)?;
+            }
             #[cfg(feature = "lab")]
             {
                 crate::lab::prepare(&pool)?;

@@ -92,9 +92,10 @@ async fn check_credentials(
         .await?;
     state.logins.admit_account(user.as_ref().map_or(typed.as_str(), |u| u.username.as_str()))?;
     let slot = state.logins.hashing_slot().await?;
+    let demo_accounts = state.config.demo_mode;
     crate::web::blocking(move || {
         let _slot = slot; // held until the hash is checked, even if the client has gone
-        service::verify(user, &password)
+        service::verify(user, &password, demo_accounts)
     })
     .await
 }

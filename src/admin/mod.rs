@@ -85,7 +85,13 @@ pub enum AdminError {
     HolderChanged { name: String, expected: i64, now: i64 },
     #[error("named lock {0} is held by the admin's own connection")]
     OwnConnection(String),
-    /// The server refused the KILL: the app's account may end only its own sessions.
+    /// The holder is another account's session, or one in another database: not the app's to
+    /// end. `None` where the server does not show it to the app's account.
+    #[error(
+        "connection {holder}, which holds {name}, is a session of {account:?} in {database:?}, not the app's"
+    )]
+    NotOurSession { name: String, holder: i64, account: Option<String>, database: Option<String> },
+    /// The server refused the KILL of a session of our own (it should not; it has the last word).
     #[error("the server refused to end connection {holder}, which holds {name}")]
     KillRefused { name: String, holder: i64 },
     #[error(transparent)]
@@ -99,6 +105,7 @@ answers! { AdminError {
     NotHeld => NOT_FOUND "not_found",
     HolderChanged => CONFLICT "holder_changed",
     OwnConnection => CONFLICT "own_connection",
+    NotOurSession => CONFLICT "not_our_session",
     KillRefused => CONFLICT "kill_refused",
 } carries { Auth, EditLock, Infra } }
 
@@ -124,6 +131,19 @@ impl AsProblem for AdminError {
             Self::OwnConnection(name) => {
                 answer.said("admin.err.own_connection", &[("name", name.to_string())])
             }
+            Self::NotOurSession { name, holder, account, database } => answer.said(
+                match (account, database) {
+                    (None, _) => "admin.err.not_our_session_unseen",
+                    (Some(_), None) => "admin.err.not_our_session_no_database",
+                    (Some(_), Some(_)) => "admin.err.not_our_session",
+                },
+                &[
+                    ("name", name.to_string()),
+                    ("holder", holder.to_string()),
+                    ("account", account.clone().unwrap_or_default()),
+                    ("database", database.clone().unwrap_or_default()),
+                ],
+            ),
             Self::KillRefused { name, holder } => answer.said(
                 "admin.err.kill_refused",
                 &[("name", name.to_string()), ("holder", holder.to_string())],

@@ -82,7 +82,8 @@ pub struct Killed {
 
 /// Frees `name` by ending the session that holds it (`KILL CONNECTION`), after checking — right
 /// before the kill — that the holder is still the connection the admin saw (`expected`, when
-/// given) and not our own. The window between that check and the kill is one round trip; a
+/// given), not the one serving this request, and a session of the app's own account in its own
+/// database. The window between that check and the kill is one round trip; a
 /// server offers nothing atomic to narrow it further.
 pub fn force_release(
     conn: &mut DbConn,
@@ -99,13 +100,31 @@ pub fn force_release(
     if let Some(expected) = expected.filter(|e| *e != holder) {
         return Err(AdminError::HolderChanged { name: name.as_str().to_string(), expected, now: holder });
     }
-    if holder == dialect.session_id(conn)? {
+    let own = dialect.session_id(conn)?;
+    if holder == own {
         return Err(AdminError::OwnConnection(name.as_str().to_string()));
     }
+    // A name with our prefix is no proof of whose session holds it: any session on the server
+    // may take any name (a person's CLI, another application). Only a session of the app's own
+    // account in its own database is ours to end; anyone else's is left alone, whatever the
+    // account's privileges would allow.
+    let ours = dialect.session_owner(conn, own)?;
+    let theirs = dialect.session_owner(conn, holder)?;
+    if theirs.is_none() && dialect.holder_of(conn, name.as_str())? != Some(holder) {
+        return Err(AdminError::NotHeld(name.as_str().to_string())); // it ended in between
+    }
+    if theirs.is_none() || theirs != ours {
+        return Err(AdminError::NotOurSession {
+            name: name.as_str().to_string(),
+            holder,
+            account: theirs.as_ref().and_then(|t| t.account.clone()),
+            database: theirs.and_then(|t| t.database),
+        });
+    }
     if let Err(e) = dialect.end_session(conn, holder) {
-        // 1094 "Unknown thread id": the session ended by itself in between. 1095 "You are not
-        // owner of thread": another account's session, and no CONNECTION_ADMIN (on PostgreSQL,
-        // "permission denied to terminate process": no pg_signal_backend, or a superuser's).
+        // 1094 "Unknown thread id": the session ended by itself in between. A refusal ("You are
+        // not owner of thread", "permission denied to terminate process") is not expected for a
+        // session of our own account, but the server has the last word.
         return match dialect.holder_of(conn, name.as_str())? {
             None => Err(AdminError::NotHeld(name.as_str().to_string())),
             Some(_) if dialect.refused_to_end(&e) => {

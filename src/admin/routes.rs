@@ -406,7 +406,7 @@ async fn lookup_named_json(
 }
 
 documented_answers!(ReleaseNamedAnswers:
-    AdminError[NotOurs, InvalidReason, NotHeld, HolderChanged, OwnConnection, KillRefused]);
+    AdminError[NotOurs, InvalidReason, NotHeld, HolderChanged, OwnConnection, NotOurSession, KillRefused]);
 
 /// `DELETE /api/v1/admin/named-locks/{name}?reason=…&connection_id=…` — `connection_id`, when
 /// given, must still be the holder.

@@ -19,9 +19,16 @@ pub fn find_for_login(conn: &mut DbConn, username: &str) -> Result<Option<User>,
 
 /// The slow part of a login: no database, only CPU. A missing user costs the same time as a
 /// wrong password, so response times do not tell which usernames exist.
-pub fn verify(user: Option<User>, given: &str) -> Result<User, AuthError> {
+///
+/// A demo account (`is_demo`, made by the lab's seed with a published password) logs in only
+/// while `demo_accounts` is on (`DEMO_MODE`): a database seeded once for a demo keeps them, and
+/// their passwords are in the README. Refused, it gets a wrong password's answer after the same
+/// hash check, so neither the answer nor its time tells that the account exists.
+pub fn verify(user: Option<User>, given: &str, demo_accounts: bool) -> Result<User, AuthError> {
     match user {
-        Some(user) if password::verify(given, &user.password_hash) => Ok(user),
+        Some(user) if password::verify(given, &user.password_hash) && (demo_accounts || !user.is_demo) => {
+            Ok(user)
+        }
         Some(_) => Err(AuthError::BadCredentials),
         None => {
             password::verify_against_nothing(given);
@@ -77,6 +84,18 @@ pub fn create_user(conn: &mut DbConn, spec: &UserSpec<'_>) -> Result<User, AuthE
         })?;
         Ok(User::by_username(username).select(User::as_select()).first(conn)?)
     })
+}
+
+/// Outside `DEMO_MODE`, at start: ends every session of a demo account (one opened while the
+/// demo ran would otherwise outlive it by up to a session's lifetime) and says how many demo
+/// accounts the database holds, for `serve` to warn of them.
+pub fn retire_demo_users(conn: &mut DbConn) -> Result<(i64, usize), AuthError> {
+    use crate::schema::user_sessions;
+    let demo = users::table.filter(users::is_demo.eq(true));
+    let ended =
+        diesel::delete(user_sessions::table.filter(user_sessions::user_id.eq_any(demo.select(users::id))))
+            .execute(conn)?;
+    Ok((demo.count().get_result(conn)?, ended))
 }
 
 /// The demo accounts, for the login page's hint. Empty unless `seed` created them.

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use haita::auth::Role;
-use haita::db::Engine;
 use haita::db::dialect::postgres::ADVISORY_LABEL;
+use haita::db::{DbConn, Engine};
 use haita::edit_locks::service::{self, Policy};
 use haita::edit_locks::{EditLockKey, Owner};
 use haita::locking::{LockName, Turn};
@@ -14,7 +14,8 @@ use rand::Rng;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Client, TestApp, TestDb, TestUser, error_code, invariants, lock_epoch_in, on_both_engines, server,
+    Client, TestApp, TestDb, TestUser, accounts, error_code, invariants, lock_epoch_in, on_both_engines,
+    server,
 };
 
 async fn logged_in(app: &TestApp, name: &str, role: Role) -> (TestUser, Client) {
@@ -240,6 +241,95 @@ async fn a_leaked_named_lock_is_listed_with_its_connection_and_the_admins_force_
         "the leaking session was ended"
     );
     assert_eq!(invariants::audit_actions(&app.db, &listed), ["named_lock.force_released"]);
+}
+
+on_both_engines!(
+    a_session_of_another_database_account_holding_our_lock_is_not_killed,
+    a_session_of_another_database_account_holding_our_lock_is_not_killed_on_postgres
+        => another_accounts_session_is_not_killed
+);
+
+/// A name with our prefix says nothing about who took it: any session on the server may ask for
+/// it (a person's CLI, another application). The force release ends only sessions of the app's
+/// own account in its own database; another's is refused with a sentence naming whose it is,
+/// and keeps its lock. Our own leaked session is freed as before.
+async fn another_accounts_session_is_not_killed(db: TestDb) {
+    let app = TestApp::spawn_on(db, 1, |_| {}).await;
+    let (_, admin) = logged_in(&app, "root", Role::Admin).await;
+    let name = app.db.pool.names().name("test", &format!("{:016x}", rand::rng().random::<u64>()));
+    let engine = app.db.pool.engine();
+    let other = accounts::Account::create(&mut app.db.raw_connection(), &app.db.url, "haita_o_");
+    // MySQL's named locks are server-wide, so the other account needs no database (and has no
+    // grant on ours); PostgreSQL's advisory locks belong to a database, which PUBLIC may join.
+    let database = if engine == Engine::Postgres { app.db.name.as_str() } else { "" };
+    let mut theirs = DbConn::open(&other.url(&app.db.url, database)).expect("their session");
+    assert!(server::try_lock(&mut theirs, &name));
+    let their_id = server::connection_id(&mut theirs).expect("id");
+
+    let refused = admin
+        .send(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/admin/named-locks/{name}?reason=not%20ours&connection_id={their_id}"),
+        )
+        .await;
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.expect("json");
+    assert_eq!(body["error"], "not_our_session", "{body}");
+    let said = body["message"].as_str().expect("message");
+    assert!(said.contains(&other.user) && said.contains(&their_id.to_string()), "whose session: {said}");
+    assert_eq!(
+        server::holder_of(&mut app.db.raw_connection(), name.as_str()).expect("holder"),
+        Some(their_id),
+        "their lock is still held"
+    );
+    assert!(
+        haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT 1").execute(&mut theirs).is_ok(),
+        "their session lives on"
+    );
+    let page = post_form(
+        &admin,
+        "/admin/named-locks/force-release",
+        &[("name", name.as_str()), ("connection_id", &their_id.to_string()), ("reason", "not ours")],
+    )
+    .await;
+    assert_eq!(page.status(), 409, "the screen's button is refused the same way");
+    assert!(page.text().await.expect("page").contains(&other.user), "and says whose session it is");
+    assert!(server::release(&mut theirs, &name));
+    drop(theirs);
+
+    if engine == Engine::Mysql {
+        // The app's own account, but outside its database (a person's CLI as the same user):
+        // not the app's session either. (A PostgreSQL advisory lock belongs to one database.)
+        let mut elsewhere = DbConn::open(&accounts::url_without_database(&app.db.url)).expect("session");
+        assert!(server::try_lock(&mut elsewhere, &name));
+        let elsewhere_id = server::connection_id(&mut elsewhere).expect("id");
+        let refused = admin
+            .send(
+                reqwest::Method::DELETE,
+                &format!("/api/v1/admin/named-locks/{name}?reason=not%20ours&connection_id={elsewhere_id}"),
+            )
+            .await;
+        assert_eq!(refused.status(), 409);
+        let body: Value = refused.json().await.expect("json");
+        assert_eq!(body["error"], "not_our_session", "{body}");
+        assert!(body["message"].as_str().is_some_and(|m| m.contains("no database")), "{body}");
+        assert!(server::release(&mut elsewhere, &name), "still its lock");
+    }
+
+    // Our own account's session, in our own database, is still ours to end.
+    let mut ours = app.db.session_holding(&name);
+    let our_id = server::connection_id(&mut ours).expect("id");
+    let killed = admin
+        .send(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/admin/named-locks/{name}?reason=leaked&connection_id={our_id}"),
+        )
+        .await;
+    assert_eq!(killed.status(), 200);
+    assert!(
+        haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT 1").execute(&mut ours).is_err(),
+        "our leaked session was ended"
+    );
 }
 
 /// Named locks are server-wide: another deployment (another database on the same server) holds

@@ -159,6 +159,79 @@ async fn demo_accounts_are_listed_on_the_login_page_only_when_seeded_and_in_demo
     }
 }
 
+/// A database seeded once for a demo keeps its demo accounts, whose passwords are published.
+/// Outside `DEMO_MODE` they cannot log in: the answer is a wrong password's, word for word, and
+/// `serve` warns at start how many of them the database holds. In `DEMO_MODE` they work.
+#[cfg(feature = "lab")]
+#[actix_web::test]
+async fn demo_accounts_cannot_log_in_outside_demo_mode_and_serve_counts_them_at_start() {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let app = TestApp::spawn_instances(2, |c| {
+        c.demo_mode = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0
+    })
+    .await;
+    haita::lab::seed::run(&app.db.pool).expect("seed, as in DEMO_MODE");
+    let (demo, production) = (app.client(0), app.client(1));
+    let published = json!({"username": "admin", "password": "admin-demo"});
+    let wrong = json!({"username": "admin", "password": "not-the-password"});
+
+    let refused = production.post_json("/api/v1/session", &published).await;
+    assert_eq!(refused.status(), 401, "the published password outside DEMO_MODE");
+    let refused: Value = refused.json().await.expect("json");
+    assert_eq!(refused["error"], "bad_credentials");
+    let mistyped: Value = production.post_json("/api/v1/session", &wrong).await.json().await.expect("json");
+    assert_eq!(refused, mistyped, "the same answer as a wrong password");
+    assert_eq!(production.get("/api/v1/admin/locks").await.status(), 401, "no admin API");
+    let token = production.csrf_token("/login").await;
+    let form = production
+        .post_form("/login", &[("csrf_token", &token), ("username", "alice"), ("password", "alice-demo")])
+        .await;
+    assert_eq!(form.status(), 401, "nor through the login form");
+
+    assert_eq!(demo.post_json("/api/v1/session", &published).await.status(), 200, "in DEMO_MODE");
+    assert_eq!(demo.get("/api/v1/admin/locks").await.status(), 200);
+
+    // `serve` without DEMO_MODE on that database says so before it serves.
+    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_haita"))
+        .arg("serve")
+        .env("DATABASE_URL", &app.db.url)
+        .env("BIND", "127.0.0.1:0")
+        .env("SESSION_KEY", "k".repeat(64))
+        .env("RUST_LOG", "info")
+        .env_remove("DEMO_MODE")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("haita serve");
+    let stderr = serve.stderr.take().expect("stderr");
+    let (lines, read) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while let Ok(line) = read.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+        let serving = line.contains("serving on");
+        log.push(line);
+        if serving {
+            break;
+        }
+    }
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let count = haita::lab::seed::DEMO_USERS.len();
+    assert!(log.iter().any(|l| l.contains("serving on")), "it serves: {log:#?}");
+    assert!(
+        log.iter().any(|l| l.contains("WARN") && l.contains(&format!("{count} demo users"))),
+        "a warning naming how many demo users exist: {log:#?}"
+    );
+}
+
 /// Outside `DEMO_MODE` the app will not start without `SESSION_KEY`, and the demo data cannot
 /// be written; with it, it starts with a generated key.
 #[cfg(feature = "lab")]

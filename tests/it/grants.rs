@@ -1,7 +1,8 @@
 //! The app runs with only the grants of `docker/mysql-init.sql` (`docker/postgres-init.sql` on
 //! PostgreSQL): an account created with exactly those (and nothing else) migrates an empty
-//! database, books, lists a named lock held by another account's session and ends that session
-//! from the admin screen; it can touch nothing else.
+//! database, books, lists a named lock held by another account's session and says whose it is
+//! (without ending it), and ends a leaked session of its own from the admin screen; it can touch
+//! nothing else.
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
@@ -16,44 +17,37 @@ use crate::common::{Client, base_database_url, future_day, server, test_config};
 
 /// The server the test runs on, and its way of making accounts with an init script's grants.
 enum Server {
-    Mysql { mariadb: bool },
+    Mysql,
     Postgres,
 }
 
 impl Server {
     fn of(root: &mut DbConn) -> Self {
         match root.engine() {
-            Engine::Mysql => Self::Mysql {
-                mariadb: diesel::select(diesel::dsl::sql::<diesel::sql_types::Bool>(
-                    "VERSION() LIKE '%MariaDB%'",
-                ))
-                .get_result::<bool>(root)
-                .expect("version"),
-            },
+            Engine::Mysql => Self::Mysql,
             Engine::Postgres => Self::Postgres,
         }
     }
 
     fn account(&self, user: &str) -> String {
         match self {
-            Self::Mysql { .. } => format!("'{user}'@'%'"),
+            Self::Mysql => format!("'{user}'@'%'"),
             Self::Postgres => user.to_string(),
         }
     }
 
     fn create(&self, account: &str, password: &str) -> String {
         match self {
-            Self::Mysql { .. } => format!("CREATE USER {account} IDENTIFIED BY '{password}'"),
+            Self::Mysql => format!("CREATE USER {account} IDENTIFIED BY '{password}'"),
             Self::Postgres => format!("CREATE ROLE {account} LOGIN PASSWORD '{password}'"),
         }
     }
 
     /// The init script's GRANT statements, for `account` on `database` instead of the script's
-    /// `haita` on `haita`. MariaDB spells the privilege to kill other accounts' sessions
-    /// `CONNECTION ADMIN`.
+    /// `haita` on `haita`.
     fn grants(&self, account: &str, database: &str) -> Vec<String> {
         let script = match self {
-            Self::Mysql { .. } => include_str!("../../docker/mysql-init.sql"),
+            Self::Mysql => include_str!("../../docker/mysql-init.sql"),
             Self::Postgres => include_str!("../../docker/postgres-init.sql"),
         };
         script
@@ -63,15 +57,8 @@ impl Server {
             })
             .filter(|statement| statement.trim_start().starts_with("GRANT"))
             .map(|statement| match self {
-                Self::Mysql { mariadb } => {
-                    let statement = statement
-                        .replace("'haita'@'%'", account)
-                        .replace("`haita`.*", &format!("`{database}`.*"));
-                    if *mariadb {
-                        statement.replace("CONNECTION_ADMIN", "CONNECTION ADMIN")
-                    } else {
-                        statement
-                    }
+                Self::Mysql => {
+                    statement.replace("'haita'@'%'", account).replace("`haita`.*", &format!("`{database}`.*"))
                 }
                 Self::Postgres => statement
                     .replace("TO haita", &format!("TO {account}"))
@@ -83,7 +70,7 @@ impl Server {
     /// Statements the app's account must be refused: outside its database, or server-wide.
     fn forbidden(&self) -> [&'static str; 2] {
         match self {
-            Self::Mysql { .. } => ["SELECT COUNT(*) FROM mysql.user", "CREATE DATABASE haita_g_forbidden"],
+            Self::Mysql => ["SELECT COUNT(*) FROM mysql.user", "CREATE DATABASE haita_g_forbidden"],
             Self::Postgres => ["SELECT COUNT(*) FROM pg_authid", "CREATE DATABASE haita_g_forbidden"],
         }
     }
@@ -92,7 +79,7 @@ impl Server {
     /// (the tables its migrations made, its grants).
     fn drop(&self, account: &str) -> String {
         match self {
-            Self::Mysql { .. } => format!("DROP USER IF EXISTS {account}"),
+            Self::Mysql => format!("DROP USER IF EXISTS {account}"),
             Self::Postgres => format!("DROP OWNED BY {account}; DROP ROLE IF EXISTS {account}"),
         }
     }
@@ -134,16 +121,28 @@ async fn the_app_needs_no_more_than_the_grants_of_the_init_script() {
     let (app_user, holder_user) = (format!("haita_g_{suffix}"), format!("haita_h_{suffix}"));
     let app_account = server.account(&app_user);
     let holder_account = server.account(&holder_user);
-    root.batch_execute(&server.create(&app_account, "app-password")).expect("app account");
-    root.batch_execute(&server.create(&holder_account, "holder-password")).expect("holder account");
+    let create =
+        [server.create(&app_account, "app-password"), server.create(&holder_account, "holder-password")];
+    // Dropped from here on, even if an assertion below fails.
+    let accounts = Accounts {
+        server,
+        accounts: vec![app_account.clone(), holder_account.clone()],
+        root_url: scratch.url.clone(),
+    };
+    for create in create {
+        root.batch_execute(&create).unwrap_or_else(|e| panic!("{create}: {e}"));
+    }
+    let server = &accounts.server;
     let statements = server.grants(&app_account, &scratch.name);
-    assert_eq!(statements.len(), 3, "the script's grants: {statements:?}");
+    let expected = match server {
+        Server::Mysql => 3,
+        Server::Postgres => 2,
+    };
+    assert_eq!(statements.len(), expected, "the script's grants: {statements:?}");
     for grant in &statements {
         root.batch_execute(grant).unwrap_or_else(|e| panic!("{grant}: {e}"));
     }
     let forbidden = server.forbidden();
-    let _accounts =
-        Accounts { server, accounts: vec![app_account, holder_account], root_url: scratch.url.clone() };
 
     // The app starts on the empty database with that account: creates nothing it may not,
     // applies every migration, passes its server check.
@@ -203,11 +202,31 @@ async fn the_app_needs_no_more_than_the_grants_of_the_init_script() {
         "PROCESS (pg_read_all_stats) shows whose session it is"
     );
 
+    // It is not the app's to end: refused, saying whose it is, and the lock stays held.
     let release = format!("/api/v1/admin/named-locks/{name}?reason=grants%20test&connection_id={holder_id}");
-    let released = admin.send(reqwest::Method::DELETE, &release).await;
-    assert_eq!(released.status(), 200, "KILL (pg_terminate_backend) of another account's session");
+    let refused = admin.send(reqwest::Method::DELETE, &release).await;
+    assert_eq!(refused.status(), 409, "another account's session is not killed");
+    let body: serde_json::Value = refused.json().await.expect("json");
+    assert_eq!(body["error"], "not_our_session");
+    assert!(body["message"].as_str().is_some_and(|m| m.contains(&holder_user)), "whose session: {body}");
     assert!(
-        haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT 1").execute(&mut holder).is_err(),
-        "the holder's session was ended"
+        haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT 1").execute(&mut holder).is_ok(),
+        "the holder's session lives on"
+    );
+    assert!(server::release(&mut holder, &name));
+    drop(holder);
+
+    // A leaked session of the app's own account, in its database: ended with no privilege to
+    // end anyone else's (no CONNECTION_ADMIN, no pg_signal_backend).
+    let mut leaked =
+        DbConn::open(&url_as(&scratch.url, &app_user, "app-password", &scratch.name)).expect("app session");
+    assert!(server::try_lock(&mut leaked, &name));
+    let leaked_id = server::connection_id(&mut leaked).expect("id");
+    let release = format!("/api/v1/admin/named-locks/{name}?reason=grants%20test&connection_id={leaked_id}");
+    let released = admin.send(reqwest::Method::DELETE, &release).await;
+    assert_eq!(released.status(), 200, "KILL (pg_terminate_backend) of the app's own leaked session");
+    assert!(
+        haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT 1").execute(&mut leaked).is_err(),
+        "the leaked session was ended"
     );
 }

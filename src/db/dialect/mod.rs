@@ -84,6 +84,12 @@ pub trait Dialect: Send + Sync {
     /// of a privilege.
     fn refused_to_end(&self, error: &DbError) -> bool;
 
+    /// Whose session `id` is: the account it logged in as and the database it is in, as the
+    /// server's process list tells this session; `None` when it shows no such session here
+    /// (it has ended, or the account may not see other accounts' sessions). Asked of
+    /// [`session_id`](Self::session_id), it is the app's own account and database.
+    fn session_owner(&self, conn: &mut DbConn, id: i64) -> QueryResult<Option<SessionOwner>>;
+
     /// The live named locks whose names start with `prefix`, and who holds them.
     fn list_named_locks(&self, conn: &mut DbConn, prefix: &str) -> QueryResult<NamedLockListing>;
 
@@ -215,6 +221,19 @@ pub struct NamedLock {
     pub db: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
     pub command: Option<String>,
+}
+
+/// Whose a server session is (`Dialect::session_owner`): what decides whether the app may end
+/// it. A lock name says nothing about that, since any session on the server may take any name.
+#[derive(Clone, Debug, PartialEq, Eq, diesel::QueryableByName)]
+pub struct SessionOwner {
+    /// The account (MySQL `PROCESSLIST.USER`, PostgreSQL `usename`).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub account: Option<String>,
+    /// The database it is in (`PROCESSLIST.DB`, `datname`); none for a MySQL session that chose
+    /// none.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub database: Option<String>,
 }
 
 /// The live named locks, and where the server told them from.

@@ -6,9 +6,9 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error as DbError;
-use diesel::sql_types::{BigInt, Integer, Text};
+use diesel::sql_types::{BigInt, Integer, Text, Untyped};
 
-use super::{Asked, Deadlock, Dialect, NamedLock, NamedLockListing, ServerFacts, innodb};
+use super::{Asked, Deadlock, Dialect, NamedLock, NamedLockListing, ServerFacts, SessionOwner, innodb};
 use crate::db::cached_sql;
 use crate::db::conn::{DbConn, Engine};
 
@@ -136,9 +136,20 @@ impl Dialect for Mysql {
         conn.batch_execute(&format!("KILL CONNECTION {id}"))
     }
 
-    /// 1095 "You are not owner of thread": another account's session, and no `CONNECTION_ADMIN`.
+    /// 1095 "You are not owner of thread": another account's session (the app has no
+    /// `CONNECTION_ADMIN`).
     fn refused_to_end(&self, error: &DbError) -> bool {
         error.to_string().contains("not owner of thread")
+    }
+
+    /// `information_schema.PROCESSLIST` shows other accounts' sessions only with `PROCESS`.
+    fn session_owner(&self, conn: &mut DbConn, id: i64) -> QueryResult<Option<SessionOwner>> {
+        cached_sql::<Untyped>(
+            "SELECT USER AS account, DB AS `database` FROM information_schema.PROCESSLIST WHERE ID = ?",
+        )
+        .bind::<BigInt, _>(id)
+        .get_result(conn)
+        .optional()
     }
 
     /// Where the server tells who holds which named lock:

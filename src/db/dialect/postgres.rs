@@ -10,7 +10,7 @@ use diesel::result::Error as DbError;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text, Untyped};
 use sha2::{Digest, Sha256};
 
-use super::{Asked, Deadlock, Dialect, NamedLock, NamedLockListing, Party, ServerFacts};
+use super::{Asked, Deadlock, Dialect, NamedLock, NamedLockListing, Party, ServerFacts, SessionOwner};
 use crate::db::conn::{DbConn, Engine};
 use crate::db::errors::is_lock_timeout;
 use crate::db::{cached_sql, transaction};
@@ -162,9 +162,20 @@ impl Dialect for Postgres {
         if ended { Ok(()) } else { Err(DbError::QueryBuilderError(format!("no session {id} to end").into())) }
     }
 
-    /// No `pg_signal_backend`, or a superuser's session.
+    /// Another role's session (the app has no `pg_signal_backend`), or a superuser's.
     fn refused_to_end(&self, error: &DbError) -> bool {
         error.to_string().contains("permission denied to terminate")
+    }
+
+    /// `pg_stat_activity` shows every session's role and database to any role.
+    fn session_owner(&self, conn: &mut DbConn, id: i64) -> QueryResult<Option<SessionOwner>> {
+        cached_sql::<Untyped>(
+            "SELECT CAST(usename AS TEXT) AS account, CAST(datname AS TEXT) AS database \
+             FROM pg_stat_activity WHERE pid = CAST(? AS INTEGER)",
+        )
+        .bind::<BigInt, _>(id)
+        .get_result(conn)
+        .optional()
     }
 
     /// The advisory locks of this database, from `pg_locks` and `pg_stat_activity`. A key is a

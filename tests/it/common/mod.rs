@@ -1,6 +1,7 @@
 //! The harness: a fresh database per test, the real app on a random port, HTTP clients with
 //! their own cookie jars, and the invariant checks of `docs/README.md`.
 
+pub mod accounts;
 pub mod browser;
 pub mod invariants;
 pub mod own_server;
