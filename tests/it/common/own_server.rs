@@ -60,9 +60,14 @@ impl OwnServer {
         let out = install.stdout(Stdio::null()).stderr(Stdio::piped()).output().expect("mariadb-install-db");
         drop(installing);
         assert!(out.status.success(), "mariadb-install-db: {}", String::from_utf8_lossy(&out.stderr));
-        let port = free_port();
-        let mut server = Self { dir, port, child: None, engine: haita::db::Engine::Mysql };
-        server.run();
+        let mut server = Self { dir, port: free_port(), child: None, engine: haita::db::Engine::Mysql };
+        // A free port can be taken before mariadbd binds it (by another test's server or app
+        // starting at the same moment); mariadbd then exits, and a fresh port is tried.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !server.try_run_mariadb() {
+            assert!(Instant::now() < deadline, "mariadbd did not start; see {}", server.dir.display());
+            server.port = free_port();
+        }
         let socket = server.socket();
         let sql = "CREATE USER 'haita'@'127.0.0.1' IDENTIFIED BY 'haita'; \
                    GRANT ALL PRIVILEGES ON *.* TO 'haita'@'127.0.0.1';";
@@ -158,6 +163,12 @@ impl OwnServer {
 
     /// Starts `mariadbd` on the existing data directory and waits until it accepts connections.
     fn run_mariadb(&mut self) {
+        assert!(self.try_run_mariadb(), "mariadbd exited at start; see {}", self.dir.display());
+    }
+
+    /// Starts `mariadbd` and waits until its own socket accepts connections (the TCP port alone
+    /// could be another server's); false when it exited instead (its port was taken).
+    fn try_run_mariadb(&mut self) -> bool {
         let mut command = Command::new(binary("mariadbd"));
         command.args(["--no-defaults", "--bind-address=127.0.0.1", "--skip-name-resolve"]);
         command.arg(format!("--datadir={}", self.dir.join("data").display()));
@@ -170,13 +181,17 @@ impl OwnServer {
         if is_root() {
             command.arg("--user=root");
         }
-        let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("mariadbd");
-        self.child = Some(child);
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("mariadbd");
         let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while std::os::unix::net::UnixStream::connect(self.socket()).is_err() {
+            if child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
             assert!(Instant::now() < deadline, "mariadbd did not start; see {}", self.dir.display());
             std::thread::sleep(Duration::from_millis(50));
         }
+        self.child = Some(child);
+        true
     }
 
     /// `kill -9`: the server vanishes mid-statement, as in a crash. For PostgreSQL that is the
