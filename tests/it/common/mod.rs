@@ -295,7 +295,20 @@ pub struct Client {
 
 impl Client {
     pub fn new(base: &str) -> Self {
+        Self::with_headers(base, reqwest::header::HeaderMap::new())
+    }
+
+    /// A client behind a proxy that says it came from `address` (`X-Forwarded-For`), as a
+    /// TLS-terminating proxy in front of the app does for every client.
+    pub fn forwarded_for(base: &str, address: &str) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("x-forwarded-for", address.parse().expect("header value"));
+        Self::with_headers(base, headers)
+    }
+
+    fn with_headers(base: &str, headers: reqwest::header::HeaderMap) -> Self {
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             .cookie_store(true)
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(60))
