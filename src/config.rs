@@ -100,13 +100,21 @@ pub struct Env {
     /// no free slot within 5 s is answered 503 busy.
     #[arg(long, env = "HASHING_SLOTS", value_parser = clap::value_parser!(u64).range(1..=256))]
     hashing_slots: Option<u64>,
-    /// Login attempts per minute per username, successful or not; past them, 429 with
-    /// Retry-After, before any database or hashing work.
-    #[arg(long, env = "LOGIN_ATTEMPTS_PER_MINUTE", default_value_t = NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN))]
-    login_attempts_per_minute: NonZeroU32,
-    /// Login attempts per minute per client address.
-    #[arg(long, env = "LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS", default_value_t = NonZeroU32::new(60).unwrap_or(NonZeroU32::MIN))]
-    login_attempts_per_minute_per_address: NonZeroU32,
+    /// Failed logins of one account from one client address (an IPv6 address counts as its /64)
+    /// within LOGIN_FAILURE_WINDOW_SECS; past them that pair alone is answered 429 with
+    /// Retry-After. Successful logins never count and clear the pair; other addresses are never
+    /// refused for it. Counted in the database, so shared by every instance.
+    #[arg(long, env = "LOGIN_FAILURES_PER_ADDRESS", default_value_t = NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN))]
+    login_failures_per_address: NonZeroU32,
+    /// How long a failed login is remembered (seconds).
+    #[arg(long, env = "LOGIN_FAILURE_WINDOW_SECS", default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    login_failure_window_secs: u64,
+    /// Comma-separated CIDRs of the proxies in front of the app (e.g. 10.0.0.0/8,::1/128). A
+    /// request from one of them is counted against the right-most X-Forwarded-For address that
+    /// is not a trusted proxy; any other request against its TCP peer, whatever it says. Empty:
+    /// no proxy is trusted.
+    #[arg(long, env = "TRUSTED_PROXIES", value_delimiter = ',', value_parser = cidr)]
+    trusted_proxies: Vec<ipnet::IpNet>,
     /// Lifetime of a pessimistic edit lock without a heartbeat (seconds, at least 5: the edit
     /// page beats every third of it, and a lock that expired between two beats of a healthy page
     /// would be lost to the first passer-by).
@@ -158,6 +166,14 @@ fn flag(text: &str) -> Result<bool, String> {
         "0" | "false" | "no" | "off" | "" => Ok(false),
         _ => Err("use 1 or 0".into()),
     }
+}
+
+/// One CIDR of `TRUSTED_PROXIES`; a bare address is its own /32 or /128.
+fn cidr(text: &str) -> Result<ipnet::IpNet, String> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| "not a CIDR such as 10.0.0.0/8 or an address".into())
 }
 
 impl Env {
@@ -267,9 +283,12 @@ pub struct Config {
     pub metrics_token: Option<String>,
     /// `HASHING_SLOTS`, default one per core.
     pub hashing_slots: usize,
-    /// `LOGIN_ATTEMPTS_PER_MINUTE` and `LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS`.
-    pub login_attempts_per_username: NonZeroU32,
-    pub login_attempts_per_address: NonZeroU32,
+    /// `LOGIN_FAILURES_PER_ADDRESS`: failed logins of one account from one address per window.
+    pub login_failures: NonZeroU32,
+    /// `LOGIN_FAILURE_WINDOW_SECS`.
+    pub login_failure_window: Duration,
+    /// `TRUSTED_PROXIES`: whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// `EDIT_LOCK_TTL_SECS`.
     pub edit_lock_ttl: Duration,
     /// `BATCH_LOCK` and `BATCH_LOCK_DIR`.
@@ -311,8 +330,9 @@ impl std::fmt::Debug for Config {
             metrics,
             metrics_token,
             hashing_slots,
-            login_attempts_per_username,
-            login_attempts_per_address,
+            login_failures,
+            login_failure_window,
+            trusted_proxies,
             edit_lock_ttl,
             batch_lock,
             session_key,
@@ -335,8 +355,9 @@ impl std::fmt::Debug for Config {
             .field("metrics", metrics)
             .field("metrics_token", &metrics_token.as_ref().map(|_| "[set, not shown]"))
             .field("hashing_slots", hashing_slots)
-            .field("login_attempts_per_username", login_attempts_per_username)
-            .field("login_attempts_per_address", login_attempts_per_address)
+            .field("login_failures", login_failures)
+            .field("login_failure_window", login_failure_window)
+            .field("trusted_proxies", trusted_proxies)
             .field("edit_lock_ttl", edit_lock_ttl)
             .field("batch_lock", batch_lock)
             .field("session_key", &session_key.as_ref().map(|_| "[set, not shown]"))
@@ -431,8 +452,9 @@ impl TryFrom<Env> for Config {
             metrics: env.metrics,
             metrics_token,
             hashing_slots,
-            login_attempts_per_username: env.login_attempts_per_minute,
-            login_attempts_per_address: env.login_attempts_per_minute_per_address,
+            login_failures: env.login_failures_per_address,
+            login_failure_window: Duration::from_secs(env.login_failure_window_secs),
+            trusted_proxies: env.trusted_proxies,
             edit_lock_ttl: Duration::from_secs(env.edit_lock_ttl_secs),
             batch_lock,
             session_key,

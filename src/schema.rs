@@ -108,6 +108,17 @@ diesel::table! {
 }
 
 diesel::table! {
+    login_failures (id) {
+        id -> Bigint,
+        #[max_length = 64]
+        account -> Char,
+        #[max_length = 64]
+        address -> Varchar,
+        failed_at -> Timestamp,
+    }
+}
+
+diesel::table! {
     order_lines (order_id, product_id) {
         order_id -> Bigint,
         product_id -> Bigint,
@@ -267,6 +278,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     edit_lock_epochs,
     edit_locks,
     idempotency_keys,
+    login_failures,
     order_lines,
     orders,
     price_revision_items,

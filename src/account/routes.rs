@@ -1,15 +1,16 @@
 //! Login and logout: HTML pages and the JSON session endpoints.
 
 use actix_session::Session;
-use std::net::IpAddr;
 
 use actix_web::{HttpRequest, HttpResponse, Responder, web};
 use askama::Template;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::csrf::{CsrfForm, TokenOnly};
+use crate::auth::throttle::{Attempt, LoginKey};
 use crate::auth::{AuthError, Role, SessionUser, User, service, session};
 use crate::http::answers::documented_answers;
+use crate::http::client_address::ClientAddress;
 use crate::http::error::AsProblem;
 use crate::infra::Infra;
 use crate::web::{AppState, PageContext, html, local_path, see_other};
@@ -76,28 +77,58 @@ struct Credentials {
     next: Option<String>,
 }
 
-/// Throttle, fetch the hash (and give the connection back), then verify on a hashing slot.
+/// Count the attempt and fetch the hash in one trip (giving the connection back), then verify on
+/// a hashing slot. A wrong password is answered after the account's delay, and stays counted;
+/// an attempt that was not checked is taken back (`crate::auth::throttle`).
 async fn check_credentials(
     state: &AppState,
-    address: Option<IpAddr>,
+    address: Option<ClientAddress>,
     username: String,
     password: String,
-) -> Result<User, AuthError> {
-    state.logins.admit_address(address)?;
-    let (user, typed) = state
+) -> Result<(User, Attempt), AuthError> {
+    let policy = state.logins.policy();
+    let key = LoginKey::new(&username, address);
+    let (user, attempt) = state
         .db(move |conn| {
-            let user = service::find_for_login(conn, &username)?;
-            Ok::<_, AuthError>((user, username))
+            let attempt = policy.begin(conn, key)?;
+            match service::find_for_login(conn, &username) {
+                Ok(user) => Ok((user, attempt)),
+                Err(e) => {
+                    attempt.not_checked(conn);
+                    Err(e)
+                }
+            }
         })
         .await?;
-    state.logins.admit_account(user.as_ref().map_or(typed.as_str(), |u| u.username.as_str()))?;
-    let slot = state.logins.hashing_slot().await?;
     let demo_accounts = state.config.demo_mode;
-    crate::web::blocking(move || {
-        let _slot = slot; // held until the hash is checked, even if the client has gone
-        service::verify(user, &password, demo_accounts)
-    })
-    .await
+    let checked = match state.logins.hashing_slot().await {
+        Ok(slot) => {
+            crate::web::blocking(move || {
+                let _slot = slot; // held until the hash is checked, even if the client has gone
+                service::verify(user, &password, demo_accounts)
+            })
+            .await
+        }
+        Err(busy) => Err(busy),
+    };
+    match checked {
+        Ok(user) => Ok((user, attempt)),
+        Err(AuthError::BadCredentials) => {
+            // Not synchronisation: the account's bounded delay before answering a failure.
+            actix_web::rt::time::sleep(attempt.delay_if_wrong).await;
+            Err(AuthError::BadCredentials)
+        }
+        Err(unchecked) => {
+            let taken_back = state.db(move |conn| {
+                attempt.not_checked(conn);
+                Ok::<_, AuthError>(())
+            });
+            if let Err(e) = taken_back.await {
+                log::warn!("an unchecked login stays counted as a failure: {e}");
+            }
+            Err(unchecked)
+        }
+    }
 }
 
 async fn login_form(
@@ -107,10 +138,10 @@ async fn login_form(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let next = local_path(form.next.as_deref()).to_string();
-    let address = req.peer_addr().map(|a| a.ip());
+    let address = ClientAddress::of_request(&req, &state.config.trusted_proxies);
     match check_credentials(&state, address, form.username.clone(), form.password).await {
-        Ok(user) => {
-            start_session(&state, &session, user).await?;
+        Ok((user, attempt)) => {
+            start_session(&state, &session, user, attempt).await?;
             Ok(see_other(&next))
         }
         Err(refused @ AuthError::BadCredentials) => {
@@ -139,10 +170,17 @@ async fn logout_form(
     Ok(see_other("/"))
 }
 
-/// Opens the session's row (off the executor), then writes the cookie that names it.
-async fn start_session(state: &AppState, session: &Session, user: User) -> Result<SessionUser, AuthError> {
+/// Forgives the pair's failures and opens the session's row (off the executor, in one trip), then
+/// writes the cookie that names it.
+async fn start_session(
+    state: &AppState,
+    session: &Session,
+    user: User,
+    attempt: Attempt,
+) -> Result<SessionUser, AuthError> {
     let (user, session_id) = state
         .db(move |conn| {
+            attempt.succeeded(conn);
             let session_id = session::open(conn, user.id)?;
             Ok::<_, AuthError>((user, session_id))
         })
@@ -191,9 +229,9 @@ async fn login_json(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let body = body.into_inner();
-    let address = req.peer_addr().map(|a| a.ip());
-    let user = check_credentials(&state, address, body.username, body.password).await?;
-    let logged_in = start_session(&state, &session, user).await?;
+    let address = ClientAddress::of_request(&req, &state.config.trusted_proxies);
+    let (user, attempt) = check_credentials(&state, address, body.username, body.password).await?;
+    let logged_in = start_session(&state, &session, user, attempt).await?;
     Ok(HttpResponse::Ok().json(SessionBody { user: &logged_in }))
 }
 

@@ -1,91 +1,89 @@
-//! Logging in without taking the app down: a bounded hashing pool and per-key throttles.
+//! Logging in without letting anyone block a login, or guess at leisure.
+//!
+//! Password guessing is slowed by counting *failures*, never successes, per account **and**
+//! client address (an IPv6 client per /64, the address read through `TRUSTED_PROXIES`:
+//! `crate::http::client_address`):
+//!
+//! - a pair past `LOGIN_FAILURES_PER_ADDRESS` failures within `LOGIN_FAILURE_WINDOW_SECS` is
+//!   answered 429 with `Retry-After`, before any hashing; that pair only: the same account from
+//!   any other address logs in at once, so nobody can lock an account (or a whole proxy's worth of
+//!   users) out by failing on purpose;
+//! - an account failing from many addresses at once only answers its failures a little later
+//!   ([`ACCOUNT_DELAY_STEP`] per failure past the allowance, at most [`ACCOUNT_DELAY_MAX`]): a
+//!   speed bump for a serial script, never a refusal, and never a wait for a right password;
+//! - a successful login deletes its pair's failures.
+//!
+//! The failures are rows of `login_failures`, so every instance counts the same ones: three
+//! instances do not give an attacker three allowances. An attempt writes its row *before* its
+//! password is checked and then counts the rows, its own included, so guesses sent all at once
+//! are counted as they arrive: of any allowance + 1 of them, the one counted last sees them all.
+//! A right password deletes the row again (with the pair's others); an attempt refused or not
+//! checked deletes its own.
+//!
+//! The account is keyed by the typed name folded as the `users.username` column compares names
+//! ([`fold`]), whether or not such a user exists: keyed by the stored name, `bób` and `bob` would
+//! share a count only when `bob` exists, which would tell who does.
 //!
 //! Checking a password is deliberately slow (argon2: tens of milliseconds of CPU). Done while
 //! holding a pooled connection, a burst of logins would hold the pool hostage; done by as many
-//! threads as there are requests, it would take every core from everyone else. So:
-//!
-//! - the password hash is fetched and the connection given back *before* verifying;
-//! - verifications run at most [`LoginGate::new`]'s `hashing_slots` at a time (about one per
-//!   core); a login that cannot get a slot within [`HASHING_WAIT`] is answered 503 busy;
-//! - login attempts are throttled per account and per client address (the TCP peer; behind a
-//!   proxy, that is the proxy) with `governor`'s GCRA limiters: past the quota the answer is 429
-//!   with `Retry-After`, before any hashing or database work. Every attempt counts, successful or
-//!   not: a person logs in a few times a minute, a password-guessing script thousands of times.
+//! threads as there are requests, it would take every core from everyone else. So the hash is
+//! fetched and the connection given back *before* verifying, and verifications run at most
+//! [`LoginGate::new`]'s `hashing_slots` at a time (about one per core); a login that cannot get a
+//! slot within [`HASHING_WAIT`] is answered 503 busy.
 
-use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use chrono::NaiveDateTime;
+use diesel::RunQueryDsl;
+use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
+use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::char::is_combining_mark;
 
 use super::AuthError;
+use crate::db::{DbConn, cached_sql, transaction_read_committed};
+use crate::http::client_address::ClientAddress;
 
 /// How long a login waits for a hashing slot before answering 503 busy: a burst of people
-/// logging in at once (a class starting) waits its turn; a storm is cut short by the throttles
+/// logging in at once (a class starting) waits its turn; a storm is cut short by the throttle
 /// long before it could queue this long.
 pub const HASHING_WAIT: Duration = Duration::from_secs(5);
 
-/// Keys kept by a limiter before the idle ones are dropped (bounded memory under a spray of
-/// made-up usernames or addresses).
-const MAX_TRACKED_KEYS: usize = 100_000;
+/// The extra wait before answering a failure, per failure of the account (from any address)
+/// past one pair's allowance.
+pub const ACCOUNT_DELAY_STEP: Duration = Duration::from_millis(100);
+
+/// The most an account's failures ever add to a failed login's answer: a delay, never a lockout.
+pub const ACCOUNT_DELAY_MAX: Duration = Duration::from_secs(2);
+
+/// One in this many attempts deletes the rows older than the window, so the table stays about as
+/// large as one window's failures without a statement on every login.
+const EXPIRE_ONE_IN: i64 = 16;
 
 pub struct LoginGate {
     hashing: Arc<Semaphore>,
-    by_username: DefaultKeyedRateLimiter<String>,
-    by_address: DefaultKeyedRateLimiter<IpAddr>,
-    clock: DefaultClock,
+    policy: Policy,
+}
+
+/// How many failures a pair gets, and for how long they are remembered.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    pub failures: NonZeroU32,
+    pub window: Duration,
 }
 
 impl LoginGate {
-    /// `per_username` and `per_address`: login attempts per minute (bursts of that size allowed).
-    pub fn new(hashing_slots: usize, per_username: NonZeroU32, per_address: NonZeroU32) -> Self {
-        Self {
-            hashing: Arc::new(Semaphore::new(hashing_slots.max(1))),
-            by_username: RateLimiter::keyed(Quota::per_minute(per_username)),
-            by_address: RateLimiter::keyed(Quota::per_minute(per_address)),
-            clock: DefaultClock::default(),
-        }
+    /// `failures` per account and address within `window`.
+    pub fn new(hashing_slots: usize, failures: NonZeroU32, window: Duration) -> Self {
+        Self { hashing: Arc::new(Semaphore::new(hashing_slots.max(1))), policy: Policy { failures, window } }
     }
 
-    /// Counts one attempt from `address`; refuses it (429) past the address's quota. Checked
-    /// first, so an address already over its quota cannot use up an account's allowance too
-    /// (which would let one address lock anybody out).
-    pub fn admit_address(&self, address: Option<IpAddr>) -> Result<(), AuthError> {
-        let over = address.and_then(|a| self.by_address.check_key(&a).err());
-        if self.by_address.len() > MAX_TRACKED_KEYS {
-            self.by_address.retain_recent();
-        }
-        self.refuse_for(over)
-    }
-
-    /// Counts one attempt at the account `account`; refuses it (429) past the account's quota.
-    /// Pass the username *as stored* when the user exists: the column's collation makes
-    /// `ALICE`, `álice` and `ａｌｉｃｅ` all log in as `alice`, and each spelling must not get
-    /// an allowance of its own.
-    pub fn admit_account(&self, account: &str) -> Result<(), AuthError> {
-        let over = self.by_username.check_key(&account.trim().to_lowercase()).err();
-        if self.by_username.len() > MAX_TRACKED_KEYS {
-            self.by_username.retain_recent();
-        }
-        self.refuse_for(over)
-    }
-
-    fn refuse_for(
-        &self,
-        over: Option<governor::NotUntil<<DefaultClock as Clock>::Instant>>,
-    ) -> Result<(), AuthError> {
-        match over {
-            None => Ok(()),
-            Some(not_until) => {
-                let wait = not_until.wait_time_from(self.clock.now());
-                Err(AuthError::Throttled {
-                    retry_after_secs: u32::try_from(wait.as_secs().saturating_add(1)).unwrap_or(u32::MAX),
-                })
-            }
-        }
+    /// What [`Policy::begin`] needs, to move into the blocking task that talks to the database.
+    pub fn policy(&self) -> Policy {
+        self.policy
     }
 
     /// A slot to verify one password in, waited for (async, holding nothing) at most
@@ -99,41 +97,175 @@ impl LoginGate {
     }
 }
 
+/// A typed username as the `users.username` column compares it (MariaDB's `utf8mb4_unicode_ci`,
+/// the ICU collation `haita_ci` on PostgreSQL): compatibility forms unified (`ｂｏｂ`), accents
+/// dropped (`bób`), case folded (`BOB`), spaces around trimmed. All four are `bob`.
+pub fn fold(typed: &str) -> String {
+    typed.trim().nfkd().filter(|c| !is_combining_mark(*c)).collect::<String>().to_lowercase().nfc().collect()
+}
+
+/// Whose failures an attempt counts as: the folded account (hashed, so the table has a fixed
+/// width whatever was typed) and the client address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoginKey {
+    account: String,
+    address: String,
+}
+
+impl LoginKey {
+    /// `address` is `None` only for a request without a peer (never over TCP).
+    pub fn new(typed_username: &str, address: Option<ClientAddress>) -> Self {
+        let digest = Sha256::digest(fold(typed_username).as_bytes());
+        let account = digest.iter().map(|b| format!("{b:02x}")).collect();
+        Self { account, address: address.map_or_else(|| "unknown".into(), |a| a.to_string()) }
+    }
+}
+
+/// An admitted attempt: its row in `login_failures`, counted as a failure until
+/// [`succeeded`](Attempt::succeeded) or [`not_checked`](Attempt::not_checked) says otherwise.
+#[derive(Debug)]
+pub struct Attempt {
+    id: i64,
+    key: LoginKey,
+    /// How long to wait before answering, should the password be wrong.
+    pub delay_if_wrong: Duration,
+}
+
+/// The pair's and the account's rows within the window, this attempt's own included.
+const COUNT: &str = "SELECT COUNT(CASE WHEN address = ? THEN 1 END), \
+       MIN(CASE WHEN address = ? THEN failed_at END), COUNT(*), {now} \
+     FROM login_failures WHERE account = ? AND failed_at > {now} - {? microseconds}";
+
+impl Policy {
+    /// Writes the attempt's row, then counts: past the pair's allowance, the row is taken back
+    /// and the answer is 429 with the wait until the pair's oldest failure leaves the window.
+    pub fn begin(self, conn: &mut DbConn, key: LoginKey) -> Result<Attempt, AuthError> {
+        let id = rand::random::<i64>();
+        if id.rem_euclid(EXPIRE_ONE_IN) == 0 {
+            self.expire(conn);
+        }
+        cached_sql::<()>(
+            "INSERT INTO login_failures (id, account, address, failed_at) VALUES (?, ?, ?, {now})",
+        )
+        .bind::<BigInt, _>(id)
+        .bind::<Text, _>(&key.account)
+        .bind::<Text, _>(&key.address)
+        .execute(conn)?;
+        let window = i64::try_from(self.window.as_micros()).unwrap_or(i64::MAX);
+        let (pair, oldest, account, now) =
+            cached_sql::<(BigInt, Nullable<Timestamp>, BigInt, Timestamp)>(COUNT)
+                .bind::<Text, _>(&key.address)
+                .bind::<Text, _>(&key.address)
+                .bind::<Text, _>(&key.account)
+                .bind::<BigInt, _>(window)
+                .get_result::<(i64, Option<NaiveDateTime>, i64, NaiveDateTime)>(conn)?;
+        let allowance = i64::from(self.failures.get());
+        if pair > allowance {
+            Attempt { id, key, delay_if_wrong: Duration::ZERO }.not_checked(conn);
+            return Err(AuthError::Throttled { retry_after_secs: self.retry_after(oldest, now) });
+        }
+        Ok(Attempt { id, key, delay_if_wrong: account_delay(account - 1, allowance) })
+    }
+
+    /// Seconds until the pair's oldest failure leaves the window (at least 1).
+    fn retry_after(self, oldest: Option<NaiveDateTime>, now: NaiveDateTime) -> u32 {
+        let window = chrono::TimeDelta::from_std(self.window).unwrap_or(chrono::TimeDelta::MAX);
+        let left = oldest.map_or(window, |oldest| (oldest + window) - now);
+        u32::try_from(left.num_seconds().saturating_add(1).max(1)).unwrap_or(u32::MAX)
+    }
+
+    /// Deletes the failures older than the window. At READ COMMITTED: under REPEATABLE READ the
+    /// range delete would lock the gap new failures are inserted into. Housekeeping only (the
+    /// counts never read old rows), so a failure is logged, never answered.
+    fn expire(self, conn: &mut DbConn) {
+        let window = i64::try_from(self.window.as_micros()).unwrap_or(i64::MAX);
+        let expired = transaction_read_committed(conn, |conn| {
+            cached_sql::<()>("DELETE FROM login_failures WHERE failed_at < {now} - {? microseconds}")
+                .bind::<BigInt, _>(window)
+                .execute(conn)
+        });
+        if let Err(e) = expired {
+            log::warn!("old login failures not deleted this time: {e}");
+        }
+    }
+}
+
+/// The extra wait of a failure when the account has `failures` others within the window, from
+/// any address: nothing within one pair's allowance, then a step per failure, bounded.
+pub fn account_delay(failures: i64, allowance: i64) -> Duration {
+    let past = u32::try_from((failures - allowance).max(0)).unwrap_or(u32::MAX);
+    ACCOUNT_DELAY_STEP.saturating_mul(past).min(ACCOUNT_DELAY_MAX)
+}
+
+impl Attempt {
+    /// The password was right: the pair's failures (this attempt's row with them) are forgiven.
+    /// The person is logged in whatever happens here, so a failure is logged, not answered.
+    pub fn succeeded(self, conn: &mut DbConn) {
+        let deleted = cached_sql::<()>("DELETE FROM login_failures WHERE account = ? AND address = ?")
+            .bind::<Text, _>(&self.key.account)
+            .bind::<Text, _>(&self.key.address)
+            .execute(conn);
+        if let Err(e) = deleted {
+            log::warn!("a login's failures were not forgiven: {e}");
+        }
+    }
+
+    /// The password was not checked (refused, no hashing slot, the database failed): the
+    /// attempt is not a failure.
+    pub fn not_checked(self, conn: &mut DbConn) {
+        let deleted = cached_sql::<()>("DELETE FROM login_failures WHERE id = ?")
+            .bind::<BigInt, _>(self.id)
+            .execute(conn);
+        if let Err(e) = deleted {
+            log::warn!("a login attempt's row was not taken back: {e}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn gate(per_username: u32, per_address: u32) -> LoginGate {
-        let n = |v| NonZeroU32::new(v).expect("non-zero");
-        LoginGate::new(1, n(per_username), n(per_address))
+    #[test]
+    fn typed_names_fold_as_the_username_column_compares_them() {
+        for spelling in ["bob", "BOB", " Bob ", "bób", "BÓB", "ｂｏｂ", "bo\u{301}b"] {
+            assert_eq!(fold(spelling), "bob", "{spelling:?}");
+        }
+        assert_ne!(fold("bobby"), "bob");
+        assert_eq!(fold("アリス"), "アリス", "letters without accents are kept");
     }
 
     #[test]
-    fn attempts_past_the_username_quota_are_refused_with_a_wait() {
-        let gate = gate(3, 100);
-        for _ in 0..3 {
-            assert!(gate.admit_account("alice").is_ok());
-        }
-        match gate.admit_account(" Alice ") {
-            Err(AuthError::Throttled { retry_after_secs }) => assert!((1..=61).contains(&retry_after_secs)),
-            other => panic!("expected 429, got {other:?}"),
-        }
-        assert!(gate.admit_account("bob").is_ok(), "other usernames are not affected");
+    fn the_key_is_the_same_for_every_spelling_whether_or_not_anyone_has_the_name() {
+        let here = ClientAddress::of([192, 0, 2, 1].into());
+        assert_eq!(LoginKey::new("bób", Some(here)), LoginKey::new("bob", Some(here)));
+        assert_eq!(LoginKey::new("Zéd", Some(here)), LoginKey::new("zed", Some(here)));
+        assert_ne!(
+            LoginKey::new("bob", Some(here)),
+            LoginKey::new("bob", Some(ClientAddress::of([192, 0, 2, 2].into())))
+        );
     }
 
     #[test]
-    fn attempts_past_the_address_quota_are_refused_whatever_the_username() {
-        let gate = gate(100, 2);
-        let here: IpAddr = [192, 0, 2, 1].into();
-        assert!(gate.admit_address(Some(here)).is_ok());
-        assert!(gate.admit_address(Some(here)).is_ok());
-        assert!(matches!(gate.admit_address(Some(here)), Err(AuthError::Throttled { .. })));
-        assert!(gate.admit_address(Some([192, 0, 2, 2].into())).is_ok(), "another address is not");
+    fn an_accounts_failures_only_ever_delay_a_little() {
+        assert_eq!(account_delay(0, 10), Duration::ZERO);
+        assert_eq!(account_delay(10, 10), Duration::ZERO);
+        assert_eq!(account_delay(13, 10), 3 * ACCOUNT_DELAY_STEP);
+        assert_eq!(account_delay(1_000_000, 10), ACCOUNT_DELAY_MAX, "bounded, never a lockout");
+    }
+
+    #[test]
+    fn retry_after_is_when_the_oldest_failure_leaves_the_window() {
+        let policy = Policy { failures: NonZeroU32::MIN, window: Duration::from_secs(60) };
+        let now = chrono::DateTime::from_timestamp(1_000_000, 0).expect("time").naive_utc();
+        assert_eq!(policy.retry_after(Some(now - chrono::TimeDelta::seconds(50)), now), 11);
+        assert_eq!(policy.retry_after(Some(now - chrono::TimeDelta::seconds(90)), now), 1);
+        assert_eq!(policy.retry_after(None, now), 61);
     }
 
     #[actix_web::test]
     async fn hashing_slots_are_bounded() {
-        let gate = gate(10, 10);
+        let gate = LoginGate::new(1, NonZeroU32::MIN, Duration::from_secs(60));
         let held = gate.hashing_slot().await.expect("free slot");
         assert_eq!(gate.hashing.available_permits(), 0);
         drop(held);

@@ -7,6 +7,7 @@
 //! own toolkit for handlers (state, page context, the HTML error page) is `crate::web`.
 
 pub mod answers;
+pub mod client_address;
 pub mod error;
 pub mod input;
 pub mod utc;

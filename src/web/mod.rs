@@ -31,7 +31,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// This instance's per-key queues in front of every named lock, and its waiting budget.
     pub locks: Arc<LockQueue>,
-    /// This instance's login throttles and password-hashing slots.
+    /// The login throttle's policy (its counts are in the database) and this instance's
+    /// password-hashing slots.
     pub logins: Arc<LoginGate>,
     /// This instance's session checks, answered together.
     pub sessions: Arc<SessionChecks>,
@@ -46,8 +47,8 @@ impl AppState {
         metrics.pool_max.set(i64::from(config.pool_size));
         let logins = Arc::new(LoginGate::new(
             config.hashing_slots,
-            config.login_attempts_per_username,
-            config.login_attempts_per_address,
+            config.login_failures,
+            config.login_failure_window,
         ));
         Self { pool, metrics, config: Arc::new(config), locks, logins, sessions: Arc::default() }
     }

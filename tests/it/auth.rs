@@ -386,13 +386,14 @@ async fn the_openapi_document_describes_every_json_endpoint() {
     }
 }
 
-/// 48 clients guess one account's password in a loop. The per-username throttle answers 429
-/// (with Retry-After) after a handful of attempts, so only those few reach the database and the
-/// password hasher; a bystander's product list is served meanwhile.
+/// 48 clients from one address guess one account's password in a loop, all at once. The
+/// throttle counts each attempt before its password is checked, so past a handful the pair is
+/// answered 429 (with Retry-After): only those few reach the password hasher; a bystander's
+/// product list is served meanwhile.
 #[actix_web::test]
 async fn a_password_guessing_storm_is_throttled_before_any_hashing() {
     let app = TestApp::spawn_instances(1, |c| {
-        c.login_attempts_per_username = std::num::NonZeroU32::new(5).expect("non-zero");
+        c.login_failures = std::num::NonZeroU32::new(5).expect("non-zero");
         c.hashing_slots = 1;
     })
     .await;

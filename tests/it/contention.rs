@@ -184,8 +184,7 @@ impl AppProcess {
             .env("SESSION_KEY", "test-session-key-test-session-key-test-session-key-test-session-key!")
             // Production defaults otherwise; the test talks plain HTTP to it.
             .env("COOKIE_SECURE", "0")
-            .env("LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS", "100000")
-            .env("LOGIN_ATTEMPTS_PER_MINUTE", "100000")
+            .env("LOGIN_FAILURES_PER_ADDRESS", "100000")
             .env("RUST_LOG", "error")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

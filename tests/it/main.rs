@@ -23,6 +23,7 @@ mod lab_apart;
 mod languages;
 mod local_time;
 mod locking;
+mod login_throttle;
 mod metrics;
 mod orders;
 mod outage;

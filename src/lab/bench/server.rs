@@ -41,8 +41,7 @@ impl ServerProcess {
             .env("POOL_SIZE", config.pool_size.to_string())
             .env("POOL_TIMEOUT_SECS", config.pool_timeout.as_secs().to_string())
             .env("LOCK_WAIT_SECS", config.lock_wait.as_secs().to_string())
-            .env("LOGIN_ATTEMPTS_PER_MINUTE", u32::MAX.to_string())
-            .env("LOGIN_ATTEMPTS_PER_MINUTE_PER_ADDRESS", u32::MAX.to_string())
+            .env("LOGIN_FAILURES_PER_ADDRESS", u32::MAX.to_string())
             // One access-log line per request would be part of what is measured.
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())

@@ -113,9 +113,9 @@ pub fn test_config(database_url: &str) -> Config {
         workers: Some(2),
         // Shared by all instances of one test, so a session cookie works on every instance.
         session_key: Some(b"test-session-key-test-session-key-test-session-key-test-session-key!".to_vec()),
-        // Every test client logs in from 127.0.0.1; the throttle has tests of its own.
-        login_attempts_per_address: std::num::NonZeroU32::MAX,
-        login_attempts_per_username: std::num::NonZeroU32::MAX,
+        // Every test client logs in from 127.0.0.1, some with wrong passwords on purpose; the
+        // throttle has tests of its own (`login_throttle`).
+        login_failures: std::num::NonZeroU32::MAX,
         // `/metrics` answers only with it outside DEMO_MODE: see `Client::metrics`.
         metrics_token: Some(METRICS_TOKEN.into()),
         ..Config::for_database(database_url)
@@ -295,7 +295,20 @@ pub struct Client {
 
 impl Client {
     pub fn new(base: &str) -> Self {
+        Self::with_headers(base, reqwest::header::HeaderMap::new())
+    }
+
+    /// A client behind a proxy that says it came from `address` (`X-Forwarded-For`), as a
+    /// TLS-terminating proxy in front of the app does for every client.
+    pub fn forwarded_for(base: &str, address: &str) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("x-forwarded-for", address.parse().expect("header value"));
+        Self::with_headers(base, headers)
+    }
+
+    fn with_headers(base: &str, headers: reqwest::header::HeaderMap) -> Self {
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             .cookie_store(true)
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(60))
