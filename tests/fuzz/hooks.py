@@ -16,9 +16,11 @@ prose rather than in schema (see `complete` in src/openapi.rs):
   resource) is answered 428 Precondition Required (RFC 6585), the status made for exactly that,
   which Schemathesis's missing-header check does not know.
 
-One refusal is allowed to write, and only to one table: a booking or order refused for a business
-reason ("fully booked", "out of stock") with an `Idempotency-Key` stores that answer in
-`idempotency_keys`, so that a resend gets it back instead of running again (src/idempotency).
+Two refusals are allowed to write, each only to one table: a booking or order refused for a
+business reason ("fully booked", "out of stock") with an `Idempotency-Key` stores that answer in
+`idempotency_keys`, so that a resend gets it back instead of running again (src/idempotency); and a
+login refused for a wrong password is a row of `login_failures`, which is how the throttle counts
+failures on every instance (src/auth/throttle.rs).
 
 It also counts the requests it saw and those that changed a table, so that run.py can prove the
 run was as large as promised and that the digest does see writes.
@@ -82,6 +84,9 @@ def refusal_changes_nothing(ctx, response, case):
     keyed = any(name.lower() == "idempotency-key" for name in (case.headers or {}))
     if keyed and changed == ["idempotency_keys"] and response.status_code in (409, 422):
         return None  # the refusal's stored answer, and nothing else
+    login = case.method.upper() == "POST" and case.path == "/api/v1/session"
+    if login and changed == ["login_failures"] and response.status_code == 401:
+        return None  # the failed login itself, counted by the throttle, and nothing else
     if changed:
         raise AssertionError(
             f"refused with {response.status_code}, yet the request changed: {', '.join(changed)}"
