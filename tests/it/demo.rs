@@ -582,7 +582,7 @@ fn sessions_on(database: &str, conn: &mut haita::db::DbConn) -> i64 {
     }
     const SESSIONS: Sql = Sql::per_engine(
         "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()",
-        "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+        "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = ? AND pid <> pg_backend_pid()",
     );
     haita::db::cached_sql::<diesel::sql_types::Untyped>(SESSIONS)
         .bind::<diesel::sql_types::Text, _>(database)
