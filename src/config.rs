@@ -109,6 +109,15 @@ pub struct Env {
     /// How long a failed login is remembered (seconds).
     #[arg(long, env = "LOGIN_FAILURE_WINDOW_SECS", default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     login_failure_window_secs: u64,
+    /// Confirmed bookings of today or later one user may hold at once; past them a booking is
+    /// answered 409 booking_quota until one is cancelled (or its day has passed). Counted under a
+    /// lock of the user's row, so concurrent requests never overshoot it.
+    #[arg(long, env = "MAX_FUTURE_BOOKINGS_PER_USER", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_future_bookings_per_user: u32,
+    /// Orders one user may place within any 60 seconds; past them an order is answered 429
+    /// order_rate with Retry-After. Counted under a lock of the user's row, so exactly.
+    #[arg(long, env = "MAX_ORDERS_PER_MINUTE_PER_USER", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_orders_per_minute_per_user: u32,
     /// Comma-separated CIDRs of the proxies in front of the app (e.g. 10.0.0.0/8,::1/128). A
     /// request from one of them is counted against the right-most X-Forwarded-For address that
     /// is not a trusted proxy; any other request against its TCP peer, whatever it says. Empty:
@@ -287,6 +296,10 @@ pub struct Config {
     pub login_failures: NonZeroU32,
     /// `LOGIN_FAILURE_WINDOW_SECS`.
     pub login_failure_window: Duration,
+    /// `MAX_FUTURE_BOOKINGS_PER_USER`: confirmed bookings of today or later per user.
+    pub max_future_bookings: u32,
+    /// `MAX_ORDERS_PER_MINUTE_PER_USER`: orders per user within any 60 seconds.
+    pub max_orders_per_minute: u32,
     /// `TRUSTED_PROXIES`: whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// `EDIT_LOCK_TTL_SECS`.
@@ -332,6 +345,8 @@ impl std::fmt::Debug for Config {
             hashing_slots,
             login_failures,
             login_failure_window,
+            max_future_bookings,
+            max_orders_per_minute,
             trusted_proxies,
             edit_lock_ttl,
             batch_lock,
@@ -357,6 +372,8 @@ impl std::fmt::Debug for Config {
             .field("hashing_slots", hashing_slots)
             .field("login_failures", login_failures)
             .field("login_failure_window", login_failure_window)
+            .field("max_future_bookings", max_future_bookings)
+            .field("max_orders_per_minute", max_orders_per_minute)
             .field("trusted_proxies", trusted_proxies)
             .field("edit_lock_ttl", edit_lock_ttl)
             .field("batch_lock", batch_lock)
@@ -454,6 +471,8 @@ impl TryFrom<Env> for Config {
             hashing_slots,
             login_failures: env.login_failures_per_address,
             login_failure_window: Duration::from_secs(env.login_failure_window_secs),
+            max_future_bookings: env.max_future_bookings_per_user,
+            max_orders_per_minute: env.max_orders_per_minute_per_user,
             trusted_proxies: env.trusted_proxies,
             edit_lock_ttl: Duration::from_secs(env.edit_lock_ttl_secs),
             batch_lock,

@@ -99,7 +99,7 @@ impl Application {
         metrics::set_enabled(config.metrics);
         let state = aweb::Data::new(AppState::new(pool.clone(), config));
         // This instance's queues of bookings per day, served in batches.
-        let coalescer = aweb::Data::new(bookings::coalesce::Coalescer::default());
+        let coalescer = aweb::Data::new(bookings::coalesce::Coalescer::new(state.config.max_future_bookings));
         // One per instance, shared by its workers: at most one demo race at a time, and its
         // progress for everyone watching.
         #[cfg(feature = "lab")]

@@ -8,6 +8,7 @@
 pub mod csrf;
 pub mod model;
 pub mod password;
+pub mod quota;
 pub mod service;
 pub mod session;
 pub mod throttle;

@@ -63,15 +63,15 @@ struct Day {
 pub struct Coalescer {
     days: Mutex<HashMap<LockName, Day>>,
     places: std::sync::atomic::AtomicU64,
-}
-
-impl Default for Coalescer {
-    fn default() -> Self {
-        Self { days: Mutex::new(HashMap::new()), places: std::sync::atomic::AtomicU64::new(1) }
-    }
+    /// `MAX_FUTURE_BOOKINGS_PER_USER`, checked for each request of a batch as if it ran alone.
+    max_future: u32,
 }
 
 impl Coalescer {
+    pub fn new(max_future: u32) -> Self {
+        Self { days: Mutex::new(HashMap::new()), places: std::sync::atomic::AtomicU64::new(1), max_future }
+    }
+
     /// Books `resource_id` on `date` for the user of `ticket`, in the day's next batch.
     pub async fn book(
         self: &Arc<Self>,
@@ -106,6 +106,7 @@ impl Coalescer {
                 name: name.clone(),
                 resource_id,
                 date,
+                max_future: self.max_future,
             };
             actix_web::rt::spawn(drain.run());
         }
@@ -131,9 +132,9 @@ impl Coalescer {
                     return Err(LockError::TimedOut { name, waited: wait }.into());
                 }
                 let turn = locks.turn(name, remaining).await?;
-                let pool = pool.clone();
+                let (pool, max_future) = (pool.clone(), self.max_future);
                 actix_web::web::block(crate::metrics::carried(move || {
-                    service::book(&pool, turn, &ticket, resource_id, date, None)
+                    service::book(&pool, turn, &ticket, resource_id, date, None, max_future)
                 }))
                 .await?
             }
@@ -188,6 +189,7 @@ struct Drain {
     name: LockName,
     resource_id: i64,
     date: BookingDate,
+    max_future: u32,
 }
 
 impl Drain {
@@ -215,9 +217,10 @@ impl Drain {
             let deadline = batch.iter().map(|w| w.deadline).min().unwrap_or_else(Instant::now);
             let turn = self.locks.turn_queued_elsewhere(self.name.clone(), deadline);
             let tickets: Vec<Ticket> = batch.iter().map(|w| w.ticket.clone()).collect();
-            let (pool, resource_id, date) = (self.pool.clone(), self.resource_id, self.date);
+            let (pool, resource_id, date, max_future) =
+                (self.pool.clone(), self.resource_id, self.date, self.max_future);
             let decided = actix_web::web::block(crate::metrics::carried(move || {
-                service::book_batch(&pool, turn, resource_id, date, &tickets)
+                service::book_batch(&pool, turn, resource_id, date, &tickets, max_future)
             }))
             .await;
             match decided {

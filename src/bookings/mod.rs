@@ -49,6 +49,10 @@ pub enum BookingError {
     Closed { day: NaiveDate, reason: String },
     #[error("already cancelled")]
     AlreadyCancelled,
+    /// The user already holds `held` confirmed bookings of today or later, the most one person
+    /// may hold (`MAX_FUTURE_BOOKINGS_PER_USER`, [`service::book`]).
+    #[error("already holding {held} future bookings, the most one user may hold")]
+    Quota { held: i64 },
     /// The request's session ended (logged out, expired, ended by an admin) before it booked.
     #[error("the session has ended")]
     SessionEnded,
@@ -70,6 +74,7 @@ impl BookingError {
             Self::FullyBooked { .. }
                 | Self::AlreadyBooked
                 | Self::Closed { .. }
+                | Self::Quota { .. }
                 | Self::PastDate(_)
                 | Self::TooFarAhead(_)
                 | Self::InvalidDate(_)
@@ -100,6 +105,7 @@ answers! { BookingError {
     AlreadyBooked => CONFLICT "already_booked",
     Closed => CONFLICT "closed",
     AlreadyCancelled => CONFLICT "already_cancelled",
+    Quota => CONFLICT "booking_quota",
     SessionEnded => UNAUTHORIZED "not_logged_in",
 } carries { Idempotency, Infra } }
 
@@ -134,6 +140,9 @@ impl AsProblem for BookingError {
                 .said("booking.closed_on", &[("day", day.to_string()), ("reason", reason.clone())])
                 .with("reason", reason.clone()),
             Self::AlreadyCancelled => answer.said("booking.already_cancelled", &[]),
+            Self::Quota { held } => {
+                answer.said("booking.quota", &[("held", held.to_string())]).with("held", *held)
+            }
             Self::SessionEnded => answer.said("error.not_logged_in", &[]),
             Self::Idempotency(e) => e.problem(),
             Self::Infra(e) => e.problem(),

@@ -61,8 +61,11 @@ async fn book(
         coalescer.book(&state.pool, &state.locks, wait, ticket, resource_id, date).await
     } else {
         let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
+        let max_future = state.config.max_future_bookings;
         state
-            .with_pool(move |pool| service::book(pool, turn, &ticket, resource_id, date, once.as_ref()))
+            .with_pool(move |pool| {
+                service::book(pool, turn, &ticket, resource_id, date, once.as_ref(), max_future)
+            })
             .await
     };
     if let Err(BookingError::SessionEnded) = booked {
@@ -307,7 +310,7 @@ struct BookRequest {
 }
 
 documented_answers!(BookAnswers:
-    BookingError[InvalidDate, PastDate, TooFarAhead, InvalidId, UnknownResource, FullyBooked, AlreadyBooked, Closed],
+    BookingError[InvalidDate, PastDate, TooFarAhead, InvalidId, UnknownResource, FullyBooked, AlreadyBooked, Closed, Quota],
     IdempotencyError[BadKey, Reused, Unreadable]);
 
 /// Book a resource for a day, under the day's named lock. With an `Idempotency-Key`, a resend

@@ -1,6 +1,6 @@
 //! The booking rules and the locking that makes them hold under concurrency.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
 use chrono::NaiveDate;
@@ -46,6 +46,15 @@ use crate::schema::{reservations, resource_closures, resources};
 ///
 /// With an idempotency key (`once`), step 3 runs at most once per key: a retry gets the first
 /// answer back, booked or refused, and books nothing ([`crate::idempotency`]).
+///
+/// The user may hold at most `max_future` confirmed bookings of today or later
+/// (`MAX_FUTURE_BOOKINGS_PER_USER`), past which the booking is refused with
+/// [`BookingError::Quota`]. The day's lock cannot make that count exact: two requests of one user
+/// for two *different* days hold two different day locks and would both count the same total.
+/// So step 3 starts by locking the user's row ([`crate::auth::quota`]), and the count is read
+/// after it: a second request of the same user, whatever its day, waits there until the first has
+/// committed, and then counts the first one's booking too. A replayed idempotent request gets its
+/// stored answer, never a quota refusal: the claim comes before the count.
 pub fn book(
     pool: &DbPool,
     turn: Turn,
@@ -53,12 +62,13 @@ pub fn book(
     resource_id: i64,
     date: BookingDate,
     once: Option<&Once>,
+    max_future: u32,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
     // The day's lock lives exactly as long as the check-then-insert transaction: on PostgreSQL
     // the transaction-scoped advisory lock, let go by the COMMIT itself.
     crate::locking::in_one_transaction(pool, turn, Isolation::SessionDefault, |conn| {
-        check_then_insert(conn, ticket, resource_id, date, once)
+        check_then_insert(conn, ticket, resource_id, date, once, max_future)
     })
     .and_then(std::convert::identity)
 }
@@ -75,6 +85,11 @@ struct Day {
     closed: Option<String>,
     /// Whether each request's session is live, in arrival order.
     live: Vec<bool>,
+    /// The requesting users' confirmed bookings of today or later, counted after their rows were
+    /// locked ([`crate::auth::quota`]); a user without any is missing.
+    held: HashMap<i64, i64>,
+    /// `MAX_FUTURE_BOOKINGS_PER_USER`.
+    max_future: i64,
 }
 
 /// Capacity, the day's count, whether the (first) requesting user is among them, whether the
@@ -100,7 +115,9 @@ static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
              (SELECT COUNT(*) FROM reservations x \
                WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed' AND x.user_id = ?) AS mine, \
              (SELECT c.reason FROM resource_closures c WHERE c.resource_id = r.id AND c.day = ?) AS closed, \
-             (SELECT COUNT(*) FROM user_sessions s WHERE {}) AS live \
+             (SELECT COUNT(*) FROM user_sessions s WHERE {}) AS live, \
+             (SELECT COUNT(*) FROM reservations x \
+               WHERE x.user_id = ? AND x.day >= ? AND x.status = 'confirmed') AS held \
              FROM resources r WHERE r.id = ? {{share}}",
             session::LIVE_SESSION
         ),
@@ -118,14 +135,27 @@ static READ_BOOKED: LazyLock<ListStatements> = LazyLock::new(|| {
     )
 });
 
+/// The confirmed bookings of today or later of a batch's other users (the first one's are
+/// counted by [`READ_DAY`]).
+static READ_HELD: LazyLock<ListStatements> = LazyLock::new(|| {
+    ListStatements::new(
+        "SELECT user_id, COUNT(*) FROM reservations \
+         WHERE status = 'confirmed' AND day >= ? AND user_id IN ({list}) GROUP BY user_id",
+        &[4, 8, 16, super::coalesce::MAX_BATCH],
+    )
+});
+
 /// Reads the day for the requests of `tickets` (in arrival order); `None` when the resource
-/// does not exist. One statement for a single request (the common case); a batch adds one for
-/// its other users, and one more only when some of its sessions have ended.
+/// does not exist. One statement for a single request (the common case); a batch adds two for
+/// its other users (their bookings that day, their future bookings), and one more only when some
+/// of its sessions have ended. Only ever called after the users' rows were locked
+/// ([`crate::auth::quota::lock_users`]), so the future bookings it counts are final until COMMIT.
 fn read_day(
     conn: &mut DbConn,
     resource_id: i64,
     date: BookingDate,
     tickets: &[Ticket],
+    max_future: u32,
 ) -> Result<Option<Day>, BookingError> {
     // A batch holds one request at least and never more than MAX_BATCH, which the longest
     // texts take: anything else is a bug here, not something a request did.
@@ -135,27 +165,37 @@ fn read_day(
     let users: Vec<i64> = tickets.iter().map(Ticket::user_id).collect();
     let mut sessions: Vec<&str> = tickets.iter().map(Ticket::session_id).collect();
     let (read_day, padded) = READ_DAY.padded(&sessions).ok_or_else(bad_batch)?;
-    type Row = (i32, i64, i64, Option<String>, i64);
-    let row: Option<Row> = cached_sql::<(Integer, BigInt, BigInt, Nullable<Text>, BigInt)>(read_day)
+    let today = today();
+    type Row = (i32, i64, i64, Option<String>, i64, i64);
+    let row: Option<Row> = cached_sql::<(Integer, BigInt, BigInt, Nullable<Text>, BigInt, BigInt)>(read_day)
         .bind::<Date, _>(date.day())
         .bind::<Date, _>(date.day())
         .bind::<BigInt, _>(users[0])
         .bind::<Date, _>(date.day())
         .bind::<Timestamp, _>(session::live_after())
         .bind_each::<Text, _>(padded)
+        .bind::<BigInt, _>(users[0])
+        .bind::<Date, _>(today)
         .bind::<BigInt, _>(resource_id)
         .get_result(conn)
         .optional()?;
-    let Some((capacity, confirmed, mine, closed, live)) = row else { return Ok(None) };
+    let Some((capacity, confirmed, mine, closed, live, first_held)) = row else { return Ok(None) };
+    let mut held = HashMap::from([(users[0], first_held)]);
     let mut booked: HashSet<i64> = if mine > 0 { HashSet::from([users[0]]) } else { HashSet::new() };
     if let Some(others) = users.get(1..).filter(|others| !others.is_empty()) {
-        let (sql, others) = READ_BOOKED.padded(others).ok_or_else(bad_batch)?;
+        let (sql, padded) = READ_BOOKED.padded(others).ok_or_else(bad_batch)?;
         let found: Vec<i64> = cached_sql::<BigInt>(sql)
             .bind::<BigInt, _>(resource_id)
             .bind::<Date, _>(date.day())
-            .bind_each::<BigInt, _>(others)
+            .bind_each::<BigInt, _>(padded)
             .load(conn)?;
         booked.extend(found);
+        let (sql, padded) = READ_HELD.padded(others).ok_or_else(bad_batch)?;
+        let counted: Vec<(i64, i64)> = cached_sql::<(BigInt, BigInt)>(sql)
+            .bind::<Date, _>(today)
+            .bind_each::<BigInt, _>(padded)
+            .load(conn)?;
+        held.extend(counted);
     }
     // The count is of distinct sessions (a double click sends one session twice).
     sessions.sort_unstable();
@@ -165,7 +205,8 @@ fn read_day(
     } else {
         session::current(conn, tickets)?.iter().map(Option::is_some).collect()
     };
-    Ok(Some(Day { capacity, confirmed, booked, closed, live }))
+    let max_future = i64::from(max_future);
+    Ok(Some(Day { capacity, confirmed, booked, closed, live, held, max_future }))
 }
 
 const INSERT: &str = "INSERT INTO reservations (resource_id, user_id, day, status, created_at) \
@@ -200,32 +241,37 @@ fn insert_if_free(
     ticket: &Ticket,
     resource_id: i64,
     date: BookingDate,
-    once: Option<&Once>,
+    max_future: u32,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(held.name().scope(), "book");
-    crate::db::transaction(held.conn(), |conn| check_then_insert(conn, ticket, resource_id, date, once))
-        .and_then(std::convert::identity)
+    crate::db::transaction(held.conn(), |conn| {
+        check_then_insert(conn, ticket, resource_id, date, None, max_future)
+    })
+    .and_then(std::convert::identity)
 }
 
-/// The transaction's work for one request: read the day, decide, insert. Only ever run in a
-/// transaction that holds the day's lock ([`insert_if_free`], [`book`]).
+/// The transaction's work for one request: lock the user's row, read the day, decide, insert.
+/// Only ever run in a transaction that holds the day's lock ([`insert_if_free`], [`book`]).
+///
+/// The user's row is locked first, before the idempotency claim and the day's read: it must
+/// precede every read of the transaction (see [`crate::auth::quota`]), and a resend that only
+/// gets its stored answer pays one cheap row lock for it.
 fn check_then_insert(
     conn: &mut DbConn,
     ticket: &Ticket,
     resource_id: i64,
     date: BookingDate,
     once: Option<&Once>,
+    max_future: u32,
 ) -> Result<Result<Reservation, BookingError>, BookingError> {
+    crate::auth::quota::lock_users(conn, &[ticket.user_id()])?;
     idempotency::once(conn, once, |conn| {
         let tickets = std::slice::from_ref(ticket);
-        let day =
-            read_day(conn, resource_id, date, tickets)?.ok_or(BookingError::UnknownResource(resource_id))?;
+        let day = read_day(conn, resource_id, date, tickets, max_future)?
+            .ok_or(BookingError::UnknownResource(resource_id))?;
         match day.verdicts(tickets)[0] {
             Verdict::Insert => Ok(insert(conn, ticket.user_id(), resource_id, date)?),
-            Verdict::AlreadyBooked => Err(BookingError::AlreadyBooked),
-            Verdict::FullyBooked => Err(BookingError::FullyBooked { capacity: day.capacity }),
-            Verdict::Closed => Err(day.closed_error(date)),
-            Verdict::SessionEnded => Err(BookingError::SessionEnded),
+            refused => Err(day.refusal(refused, ticket, date)),
         }
     })
 }
@@ -236,13 +282,26 @@ pub enum Verdict {
     Insert,
     AlreadyBooked,
     FullyBooked,
+    /// The user holds `MAX_FUTURE_BOOKINGS_PER_USER` future bookings already.
+    OverQuota,
     Closed,
     SessionEnded,
 }
 
 impl Day {
-    fn closed_error(&self, date: BookingDate) -> BookingError {
-        BookingError::Closed { day: date.day(), reason: self.closed.clone().unwrap_or_default() }
+    /// What a refused request of `ticket` is answered.
+    fn refusal(&self, verdict: Verdict, ticket: &Ticket, date: BookingDate) -> BookingError {
+        match verdict {
+            Verdict::AlreadyBooked | Verdict::Insert => BookingError::AlreadyBooked,
+            Verdict::FullyBooked => BookingError::FullyBooked { capacity: self.capacity },
+            Verdict::OverQuota => {
+                BookingError::Quota { held: self.held.get(&ticket.user_id()).copied().unwrap_or(0) }
+            }
+            Verdict::Closed => {
+                BookingError::Closed { day: date.day(), reason: self.closed.clone().unwrap_or_default() }
+            }
+            Verdict::SessionEnded => BookingError::SessionEnded,
+        }
     }
 
     /// The verdict of each request of `tickets` (as read by [`read_day`]): a request whose
@@ -254,7 +313,9 @@ impl Day {
         }
         let live_users: Vec<i64> =
             tickets.iter().zip(&self.live).filter(|(_, live)| **live).map(|(t, _)| t.user_id()).collect();
-        let mut decided = decide_batch(self.capacity, self.confirmed, &self.booked, &live_users).into_iter();
+        let quota = Quota { max: self.max_future, held: &self.held };
+        let mut decided =
+            decide_batch(self.capacity, self.confirmed, &self.booked, &quota, &live_users).into_iter();
         self.live
             .iter()
             .map(
@@ -266,23 +327,42 @@ impl Day {
     }
 }
 
+/// The per-user cap on future bookings as a batch sees it: `max`, and what each user holds
+/// already (a user missing from `held` holds none).
+pub struct Quota<'a> {
+    pub max: i64,
+    pub held: &'a HashMap<i64, i64>,
+}
+
 /// The booking rules for several requests of one resource and day, in arrival order, against
-/// the day as it stands (`confirmed` bookings, of which `booked` users hold one). The same
-/// checks, in the same order, as running the requests one after another: the user's own
-/// booking first, then the capacity, each request seeing the ones before it.
-pub fn decide_batch(capacity: i32, confirmed: i64, booked: &HashSet<i64>, users: &[i64]) -> Vec<Verdict> {
+/// the day as it stands (`confirmed` bookings, of which `booked` users hold one) and the users'
+/// future bookings (`quota`). The same checks, in the same order, as running the requests one
+/// after another: the user's own booking first, then the capacity, then the user's quota, each
+/// request seeing the ones before it — a user twice in a batch counts the first one's booking.
+pub fn decide_batch(
+    capacity: i32,
+    confirmed: i64,
+    booked: &HashSet<i64>,
+    quota: &Quota<'_>,
+    users: &[i64],
+) -> Vec<Verdict> {
     let mut confirmed = confirmed;
     let mut booked = booked.clone();
+    let mut held = quota.held.clone();
     users
         .iter()
         .map(|user| {
+            let mine = held.entry(*user).or_insert(0);
             if booked.contains(user) {
                 Verdict::AlreadyBooked
             } else if confirmed >= i64::from(capacity) {
                 Verdict::FullyBooked
+            } else if *mine >= quota.max {
+                Verdict::OverQuota
             } else {
                 booked.insert(*user);
                 confirmed += 1;
+                *mine += 1;
                 Verdict::Insert
             }
         })
@@ -303,10 +383,11 @@ pub fn book_batch(
     resource_id: i64,
     date: BookingDate,
     tickets: &[Ticket],
+    max_future: u32,
 ) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
     let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
-    let answers = match insert_batch_if_free(&mut held, resource_id, date, tickets) {
+    let answers = match insert_batch_if_free(&mut held, resource_id, date, tickets, max_future) {
         Ok(answers) => answers,
         // A deadlock (with a capacity change, say) is about this transaction, not about any one
         // request: each is served on its own, in order, under the same lock.
@@ -317,7 +398,7 @@ pub fn book_batch(
                 .and_then(|error| crate::deadlocks::capture(held.conn(), pool.url(), "booking batch", error));
             let answers: Vec<_> = tickets
                 .iter()
-                .map(|ticket| insert_if_free(&mut held, ticket, resource_id, date, None))
+                .map(|ticket| insert_if_free(&mut held, ticket, resource_id, date, max_future))
                 .collect();
             if let Some(report) = report {
                 let booked = answers.iter().filter(|a| a.is_ok()).count();
@@ -334,26 +415,29 @@ pub fn book_batch(
     Ok(answers)
 }
 
-/// Check-then-insert for a whole batch, under the day's lock (hence the guard).
+/// Check-then-insert for a whole batch, under the day's lock (hence the guard). The rows of all
+/// the batch's users are locked first, in ascending id (two batches of two days sharing users
+/// then queue instead of deadlocking), so each user's quota is decided as if their request ran
+/// alone: no other request of theirs, on any day, counts or inserts until this one commits.
 fn insert_batch_if_free(
     held: &mut NamedLockGuard,
     resource_id: i64,
     date: BookingDate,
     tickets: &[Ticket],
+    max_future: u32,
 ) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
     debug_assert_eq!(held.name().scope(), "book");
     crate::db::transaction(held.conn(), |conn| {
-        let day =
-            read_day(conn, resource_id, date, tickets)?.ok_or(BookingError::UnknownResource(resource_id))?;
+        let users: Vec<i64> = tickets.iter().map(Ticket::user_id).collect();
+        crate::auth::quota::lock_users(conn, &users)?;
+        let day = read_day(conn, resource_id, date, tickets, max_future)?
+            .ok_or(BookingError::UnknownResource(resource_id))?;
         tickets
             .iter()
             .zip(day.verdicts(tickets))
             .map(|(ticket, verdict)| match verdict {
                 Verdict::Insert => Ok(Ok(insert(conn, ticket.user_id(), resource_id, date)?)),
-                Verdict::AlreadyBooked => Ok(Err(BookingError::AlreadyBooked)),
-                Verdict::FullyBooked => Ok(Err(BookingError::FullyBooked { capacity: day.capacity })),
-                Verdict::Closed => Ok(Err(day.closed_error(date))),
-                Verdict::SessionEnded => Ok(Err(BookingError::SessionEnded)),
+                refused => Ok(Err(day.refusal(refused, ticket, date))),
             })
             .collect()
     })
@@ -469,12 +553,18 @@ pub use crate::resources::model::today;
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
 
-    use super::{Verdict, decide_batch};
+    use super::{Quota, Verdict};
 
     fn none() -> HashSet<i64> {
         HashSet::new()
+    }
+
+    /// No user holds anything and the cap is far away.
+    fn decide_batch(capacity: i32, confirmed: i64, booked: &HashSet<i64>, users: &[i64]) -> Vec<Verdict> {
+        let held = HashMap::new();
+        super::decide_batch(capacity, confirmed, booked, &Quota { max: 30, held: &held }, users)
     }
 
     #[test]
@@ -493,5 +583,15 @@ mod tests {
         assert_eq!(decide_batch(5, 1, &HashSet::from([1]), &[1, 2]), [AlreadyBooked, Insert]);
         // The user's own booking is checked before the capacity, as a single request would.
         assert_eq!(decide_batch(1, 1, &HashSet::from([1]), &[1]), [AlreadyBooked]);
+    }
+
+    #[test]
+    fn a_user_at_the_cap_is_refused_and_one_under_it_books_once() {
+        use Verdict::*;
+        let held = HashMap::from([(1, 3), (2, 2)]);
+        let quota = Quota { max: 3, held: &held };
+        assert_eq!(super::decide_batch(9, 0, &none(), &quota, &[1, 2, 3]), [OverQuota, Insert, Insert]);
+        // A full day is said before the quota: cancelling another booking would not help.
+        assert_eq!(super::decide_batch(0, 0, &none(), &quota, &[1]), [FullyBooked]);
     }
 }

@@ -143,7 +143,13 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
             let pool = crate::prepare_database(&config)?;
             super::prepare(&pool)?;
             let names: Vec<&str> = strategy.iter().map(String::as_str).collect();
-            let spec = super::demo::RaceSpec::parse(&names, clients, attempts, pause_ms)?;
+            let spec = super::demo::RaceSpec::parse(
+                &names,
+                clients,
+                attempts,
+                pause_ms,
+                &super::demo::Bounds::LOGGED_IN,
+            )?;
             // The table comes at the end; meanwhile each strategy says when it is through.
             let said = |progress: super::demo::Progress<'_>| {
                 if let super::demo::Progress::Done { result, .. } = progress {

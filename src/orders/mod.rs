@@ -35,6 +35,10 @@ pub enum OrderError {
     UnknownProduct(i64),
     #[error("only {available} of product {product_id} left, {requested} requested")]
     InsufficientStock { product_id: i64, name: String, requested: u32, available: u32 },
+    /// The user placed `max` orders within the last minute (`MAX_ORDERS_PER_MINUTE_PER_USER`);
+    /// the oldest of them leaves it in `retry_after` seconds.
+    #[error("{max} orders within a minute already; try again in {retry_after} s")]
+    TooFast { max: u32, retry_after: u32 },
     #[error("order {0} not found")]
     NotFound(i64),
     #[error(transparent)]
@@ -57,6 +61,7 @@ impl OrderError {
                 | Self::Quantity { .. }
                 | Self::UnknownProduct(_)
                 | Self::InsufficientStock { .. }
+                | Self::TooFast { .. }
         )
     }
 }
@@ -76,6 +81,7 @@ answers! { OrderError {
     UnknownProduct => UNPROCESSABLE_ENTITY "unknown_product",
     InsufficientStock => CONFLICT "insufficient_stock",
     NotFound => NOT_FOUND "not_found",
+    TooFast => TOO_MANY_REQUESTS "order_rate",
 } carries { Idempotency, Infra } }
 
 impl AsProblem for OrderError {
@@ -106,6 +112,12 @@ impl AsProblem for OrderError {
                 .with("available", *available)
                 .with("requested", *requested),
             Self::NotFound(_) => answer.said("order.not_found", &[]),
+            Self::TooFast { max, retry_after } => Problem {
+                retry_after: Some(*retry_after),
+                ..answer
+                    .said("order.too_fast", &[("max", max.to_string()), ("seconds", retry_after.to_string())])
+                    .with("max", *max)
+            },
             Self::Idempotency(e) => e.problem(),
             Self::Infra(e) => e.problem(),
         }

@@ -41,9 +41,10 @@ async fn place(
 ) -> Result<Placed, OrderError> {
     let user_id = user.id;
     let once = key.map(|key| key.bind(user_id, &cart.describe()));
+    let max_per_minute = state.config.max_orders_per_minute;
     state
         .with_pool(move |pool| {
-            service::place_order(pool, &RetryPolicy::default(), user_id, &cart, once.as_ref())
+            service::place_order(pool, &RetryPolicy::default(), user_id, &cart, once.as_ref(), max_per_minute)
         })
         .await
 }
@@ -101,7 +102,13 @@ async fn order_form(
                 message: problem.message_in(ctx.lang),
                 status: problem.status,
             };
-            render_products_page(&state, ctx.shown_as("/products".into()), None, Some(order)).await
+            let mut page =
+                render_products_page(&state, ctx.shown_as("/products".into()), None, Some(order)).await?;
+            // Too many orders a minute: the page says when, and so does the header.
+            if let Some(secs) = problem.retry_after {
+                page.headers_mut().insert(actix_web::http::header::RETRY_AFTER, secs.into());
+            }
+            Ok(page)
         }
         Err(other) => Err(other.into()),
     }
@@ -147,7 +154,7 @@ struct LineRequest {
 }
 
 documented_answers!(OrderAnswers:
-    OrderError[InsufficientStock, Quantity, InvalidProductId, UnknownProduct, Empty, TooManyLines],
+    OrderError[InsufficientStock, Quantity, InvalidProductId, UnknownProduct, Empty, TooManyLines, TooFast],
     IdempotencyError[BadKey, Reused, Unreadable]);
 
 /// Order several products at once: all lines or nothing. Duplicate lines are merged. With an

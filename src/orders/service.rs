@@ -47,19 +47,31 @@ pub struct Placed {
 /// deadlock or lock wait timeout, as `policy` allows. With an idempotency key (`once`), the
 /// order is placed at most once per key: a resend gets the first answer back
 /// ([`crate::idempotency`]).
+///
+/// One user places at most `max_per_minute` orders within any 60 seconds
+/// (`MAX_ORDERS_PER_MINUTE_PER_USER`); past them the order is refused with
+/// [`OrderError::TooFast`] and a `Retry-After`. Exact under concurrency: the transaction first
+/// locks the user's row ([`crate::auth::quota`]), so the user's orders are counted and placed one
+/// after another. A resend with an idempotency key gets its stored answer before the count.
 pub fn place_order(
     pool: &DbPool,
     policy: &RetryPolicy,
     user_id: i64,
     cart: &Cart,
     once: Option<&Once>,
+    max_per_minute: u32,
 ) -> Result<Placed, OrderError> {
     let mut conn = pool.get()?;
     let mut evidence = Vec::new();
     let attempted = retry_on_lock_conflict(policy, || {
         let began = Instant::now();
         let attempt = crate::db::transaction(&mut conn, |conn| {
-            idempotency::once(conn, once, |conn| take_from_stock(conn, user_id, cart))
+            // First, before any read: see `crate::auth::quota`.
+            crate::auth::quota::lock_users(conn, &[user_id])?;
+            idempotency::once(conn, once, |conn| {
+                within_rate(conn, user_id, max_per_minute)?;
+                take_from_stock(conn, user_id, cart)
+            })
         })
         .and_then(std::convert::identity);
         // Row locks last until the transaction ends: from BEGIN to COMMIT is the longest they
@@ -92,6 +104,33 @@ static CATALOG: LazyLock<ListStatements> = LazyLock::new(|| {
         &[1, 4, 16, Cart::MAX_LINES],
     )
 });
+
+/// The user's orders of the last minute, and when the oldest of them was placed. `created_at`
+/// is written by the app's clock ([`take_from_stock`]), so the window is measured by it too.
+const RECENT: &str = "SELECT COUNT(*), MIN(created_at) FROM orders WHERE user_id = ? AND created_at > ?";
+
+/// The window `MAX_ORDERS_PER_MINUTE_PER_USER` counts in.
+const RATE_WINDOW: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+/// Refuses the order when the user placed `max` orders within the last minute already, saying
+/// when the oldest of them leaves it. Only ever run after the user's row was locked.
+fn within_rate(conn: &mut DbConn, user_id: i64, max: u32) -> Result<(), OrderError> {
+    let now = crate::db::now_micros();
+    let (recent, oldest): (i64, Option<chrono::NaiveDateTime>) =
+        cached_sql::<(BigInt, diesel::sql_types::Nullable<Timestamp>)>(RECENT)
+            .bind::<BigInt, _>(user_id)
+            .bind::<Timestamp, _>(now - RATE_WINDOW)
+            .get_result(conn)?;
+    match oldest {
+        Some(oldest) if recent >= i64::from(max) => {
+            let left = (oldest + RATE_WINDOW - now).num_milliseconds();
+            // Whole seconds, rounded up, and at least one: a client waiting that long is let in.
+            let retry_after = u32::try_from((left + 999) / 1000).unwrap_or(1).max(1);
+            Err(OrderError::TooFast { max, retry_after })
+        }
+        _ => Ok(()),
+    }
+}
 
 const TAKE: &str = "UPDATE stock_levels SET on_hand = on_hand - ? WHERE product_id = ?";
 const INSERT_ORDER: &str = "INSERT INTO orders (user_id, total_cents, created_at) VALUES (?, ?, ?)";

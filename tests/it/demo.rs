@@ -537,11 +537,11 @@ async fn a_visitor_without_an_account_may_start_the_standard_race_and_is_ratione
     let app = TestApp::spawn_lab().await;
     let visitor = app.client(0);
     let token = visitor.csrf_token("/demo").await;
-    let started = visitor.post_form("/demo/races", &[("csrf_token", &token), ("clients", "256")]).await;
+    let started = visitor.post_form("/demo/races", &[("csrf_token", &token)]).await;
     assert_eq!(started.status(), 303);
     let live: Value = visitor.get("/api/v1/demo/races/live").await.json().await.expect("live");
     assert_eq!(live["race"]["started_by"], "a visitor");
-    assert_eq!(live["race"]["clients"], 32, "a visitor gets the standard race, whatever the form says");
+    assert_eq!(live["race"]["clients"], 8, "a visitor gets the small race");
     let names: Vec<&str> = live["race"]["strategies"]
         .as_array()
         .expect("strategies")
@@ -568,6 +568,96 @@ async fn a_visitor_without_an_account_may_start_the_standard_race_and_is_ratione
         401,
         "the API still wants an account"
     );
+}
+
+/// The most connections a visitor's race may hold at once (`race::Bounds::VISITOR`).
+const VISITOR_CONNECTIONS: i64 = 4;
+
+/// Sessions connected to the test's database, other than the one asking.
+fn sessions_on(database: &str, conn: &mut haita::db::DbConn) -> i64 {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    const SESSIONS: Sql = Sql::per_engine(
+        "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()",
+        "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = ? AND pid <> pg_backend_pid()",
+    );
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(SESSIONS)
+        .bind::<diesel::sql_types::Text, _>(database)
+        .get_result::<Count>(conn)
+        .expect("sessions")
+        .n
+}
+
+/// A visitor may not ask for a bigger race than a visitor's (422, said on the page), their race
+/// holds at most four connections of its own at once, counted by the server while it runs, and
+/// the same address waits the visitors' longer cooldown before the next one. Before, a visitor's
+/// race took every strategy to `POOL_SIZE` connections (24 here), and the cooldown was 30 s.
+#[actix_web::test]
+async fn a_visitors_race_is_bounded_and_holds_at_most_its_connection_budget() {
+    let db = crate::common::TestDb::new();
+    haita::lab::prepare(&db.pool).expect("lab migrations");
+    let app = TestApp::spawn_on(db, 1, |c| {
+        c.demo_mode = true;
+        c.pool_size = 24;
+    })
+    .await;
+    let visitor = app.client(0);
+    let token = visitor.csrf_token("/demo").await;
+    let too_big = visitor.post_form("/demo/races", &[("csrf_token", &token), ("clients", "64")]).await;
+    assert_eq!(too_big.status(), 422, "more clients than a visitor may ask for");
+    assert!(too_big.text().await.expect("page").contains("between 1 and 8"), "the page names the bound");
+
+    // Sample the server's sessions on the test database from the start of the race to its end.
+    let racing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (racing, url, name) = (racing.clone(), app.db.url.clone(), app.db.name.clone());
+        std::thread::spawn(move || {
+            let mut conn = haita::db::DbConn::open(&url).expect("the sampler's session");
+            let mut peak = 0;
+            while racing.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(sessions_on(&name, &mut conn));
+                std::thread::sleep(poll::INTERVAL);
+            }
+            peak
+        })
+    };
+    let started = visitor.post_form("/demo/races", &[("csrf_token", &token)]).await;
+    assert_eq!(started.status(), 303, "a visitor's race within the bounds");
+    let id = race_over(&visitor).await;
+    racing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.join().expect("sampler");
+
+    // The app's own pool and the test's pool only grow while the race runs: read at the end,
+    // they are at least what they were at the peak, so what is left over is the race's own.
+    let metrics = visitor.metrics().await;
+    let app_pool: i64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("haita_pool_connections "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("haita_pool_connections");
+    let test_pool = i64::from(app.db.pool.state().connections);
+    let race_sessions = peak - app_pool - test_pool;
+    assert!(
+        race_sessions <= VISITOR_CONNECTIONS,
+        "the race held {race_sessions} sessions of its own at once (peak {peak}, app pool {app_pool}, test pool {test_pool})"
+    );
+    let report: Value = visitor.get(&format!("/api/v1/demo/races/{id}")).await.json().await.expect("report");
+    for result in report["results"].as_array().expect("results") {
+        assert!(result["pool_size"].as_i64() <= Some(VISITOR_CONNECTIONS), "{result}");
+    }
+
+    let again = visitor.post_form("/demo/races", &[("csrf_token", &token)]).await;
+    assert_eq!(again.status(), 429, "the same address, right after its race");
+    let retry_after: u64 = again
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After");
+    assert!(retry_after > 30, "a visitor's own cooldown is longer than a user's 30 s: {retry_after}");
 }
 
 #[actix_web::test]

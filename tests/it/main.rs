@@ -28,6 +28,7 @@ mod metrics;
 mod orders;
 mod outage;
 mod phones;
+mod quotas;
 #[cfg(feature = "lab")]
 mod screenshots;
 mod statements;

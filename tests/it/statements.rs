@@ -1,6 +1,7 @@
 //! What the hot paths cost the server, counted by the server: in steady state nothing is
 //! prepared (every statement is reused from the connection's cache) and a booking takes at most
-//! seven statements: `GET_LOCK`, the transaction, `RELEASE_LOCK` on MySQL; on PostgreSQL six,
+//! eight statements: `GET_LOCK`, the transaction (its first statement locks the user's row, for
+//! the per-user quota), `RELEASE_LOCK` on MySQL; on PostgreSQL seven,
 //! its lock being transaction-scoped (`pg_try_advisory_xact_lock` inside the transaction, no
 //! release to send). `LAST_INSERT_ID()` is `lastval()` there.
 //!
@@ -146,7 +147,7 @@ fn day(n: u64) -> String {
 fn book(pool: &DbPool, user: &Ticket, resource_id: i64, days_ahead: u64) -> Result<(), bookings::Verdict> {
     let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
     let turn = Turn::alone(pool.names().booking(resource_id, date.day()), Duration::from_secs(5));
-    match bookings::book(pool, turn, user, resource_id, date, None) {
+    match bookings::book(pool, turn, user, resource_id, date, None, 30) {
         Ok(_) => Ok(()),
         Err(haita::bookings::BookingError::FullyBooked { .. }) => Err(bookings::Verdict::FullyBooked),
         Err(haita::bookings::BookingError::AlreadyBooked) => Err(bookings::Verdict::AlreadyBooked),
@@ -157,7 +158,7 @@ fn book(pool: &DbPool, user: &Ticket, resource_id: i64, days_ahead: u64) -> Resu
 
 /// Includes the session check: the day's read checks the booking's ticket too.
 #[test]
-fn a_booking_prepares_nothing_in_steady_state_and_takes_seven_statements() {
+fn a_booking_prepares_nothing_in_steady_state_and_takes_eight_statements() {
     let db = TestDb::new();
     let user = log_in_directly(&db, create_user(&db, "counted", haita::auth::Role::Customer).id);
     let other = log_in_directly(&db, create_user(&db, "other", haita::auth::Role::Customer).id);
@@ -177,29 +178,31 @@ fn a_booking_prepares_nothing_in_steady_state_and_takes_seven_statements() {
             book(&pool, &user, resource, day).expect("a free day");
         }
     });
-    // GET_LOCK, START TRANSACTION, the day's read, INSERT, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
-    booked.assert_cached(10 * (6 + lock_release(&pool)));
+    // GET_LOCK, START TRANSACTION, the user's row FOR UPDATE (the quota), the day's read,
+    // INSERT, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
+    booked.assert_cached(10 * (7 + lock_release(&pool)));
 
     let refused = Commands::of(&pool, || {
         for day in 2..=11 {
             assert_eq!(book(&pool, &other, resource, day), Err(bookings::Verdict::FullyBooked));
         }
     });
-    // GET_LOCK, START TRANSACTION, the day's read, ROLLBACK, RELEASE_LOCK.
-    refused.assert_cached(10 * (4 + lock_release(&pool)));
+    // GET_LOCK, START TRANSACTION, the user's row, the day's read, ROLLBACK, RELEASE_LOCK.
+    refused.assert_cached(10 * (5 + lock_release(&pool)));
 
     let ended = Commands::of(&pool, || {
         for day in 12..=21 {
             assert_eq!(book(&pool, &gone, resource, day), Err(bookings::Verdict::SessionEnded));
         }
     });
-    // The same five, and the sessions' own check once the day's read counted one short.
-    ended.assert_cached(10 * (5 + lock_release(&pool)));
+    // The same six, and the sessions' own check once the day's read counted one short.
+    ended.assert_cached(10 * (6 + lock_release(&pool)));
 }
 
-/// An idempotency key costs its claim and its answer; a resend costs the claim and one read.
+/// An idempotency key costs its claim and its answer; a resend costs the user's row lock, the
+/// claim and one read.
 #[test]
-fn a_keyed_booking_takes_two_statements_more_and_its_resend_six() {
+fn a_keyed_booking_takes_two_statements_more_and_its_resend_seven() {
     use haita::idempotency::IdempotencyKey;
     let db = TestDb::new();
     let user = log_in_directly(&db, create_user(&db, "keyed", haita::auth::Role::Customer).id);
@@ -211,21 +214,21 @@ fn a_keyed_booking_takes_two_statements_more_and_its_resend_six() {
         let once = IdempotencyKey::parse(&format!("key-{days_ahead}"))
             .expect("key")
             .bind(user.user_id(), &format!("book {resource} {days_ahead}"));
-        bookings::book(&pool, turn, &user, resource, date, Some(&once)).expect("booked or replayed").id
+        bookings::book(&pool, turn, &user, resource, date, Some(&once), 30).expect("booked or replayed").id
     };
     keyed(1);
     keyed(1);
 
     let (mut booked, mut replayed) = (Vec::new(), Vec::new());
     let fresh = Commands::of(&pool, || booked.extend((2..=11).map(keyed)));
-    // GET_LOCK, START TRANSACTION, the claim, the day's read, INSERT, LAST_INSERT_ID, the
-    // answer, COMMIT, RELEASE_LOCK.
-    fresh.assert_cached(10 * (8 + lock_release(&pool)));
+    // GET_LOCK, START TRANSACTION, the user's row, the claim, the day's read, INSERT,
+    // LAST_INSERT_ID, the answer, COMMIT, RELEASE_LOCK.
+    fresh.assert_cached(10 * (9 + lock_release(&pool)));
 
     let resent = Commands::of(&pool, || replayed.extend((2..=11).map(keyed)));
-    // GET_LOCK, START TRANSACTION, the claim (a duplicate), the stored answer, COMMIT,
-    // RELEASE_LOCK.
-    resent.assert_cached(10 * (5 + lock_release(&pool)));
+    // GET_LOCK, START TRANSACTION, the user's row, the claim (a duplicate), the stored answer,
+    // COMMIT, RELEASE_LOCK.
+    resent.assert_cached(10 * (6 + lock_release(&pool)));
     assert_eq!(replayed, booked, "each resend answers its first booking");
 }
 
@@ -240,14 +243,15 @@ fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
     let batch = |days_ahead: u64| {
         let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
         let turn = Turn::alone(pool.names().booking(resource, date.day()), Duration::from_secs(5));
-        let answers = bookings::book_batch(&pool, turn, resource, date, &users).expect("batch");
+        let answers = bookings::book_batch(&pool, turn, resource, date, &users, 30).expect("batch");
         assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 3, "capacity 3");
     };
     batch(1);
     let counted = Commands::of(&pool, || (2..=6).for_each(batch));
-    // GET_LOCK, START TRANSACTION, two reads, three INSERTs with their LAST_INSERT_ID, COMMIT,
-    // RELEASE_LOCK.
-    counted.assert_cached(5 * 12);
+    // GET_LOCK, START TRANSACTION, the users' rows FOR UPDATE, three reads (the day, the other
+    // users' bookings that day, their future bookings for the quota), three INSERTs with their
+    // LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
+    counted.assert_cached(5 * 14);
 }
 
 #[test]
@@ -261,7 +265,7 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
     let pool = single_connection_pool(&db);
     let order = || {
         let cart = Cart::parse(&[(product, 1)]).expect("cart");
-        haita::orders::service::place_order(&pool, &Default::default(), customer.id, &cart, None)
+        haita::orders::service::place_order(&pool, &Default::default(), customer.id, &cart, None, 100)
             .expect("order");
     };
     let receive = || {
@@ -273,9 +277,10 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
     receive();
 
     let ordered = Commands::of(&pool, || (0..10).for_each(|_| order()));
-    // START TRANSACTION, the catalog, the stock row FOR UPDATE, UPDATE, INSERT order,
-    // LAST_INSERT_ID, INSERT line, INSERT ledger movement, COMMIT.
-    ordered.assert_cached(10 * 9);
+    // START TRANSACTION, the user's row FOR UPDATE and the user's orders of the last minute
+    // (the rate), the catalog, the stock row FOR UPDATE, UPDATE, INSERT order, LAST_INSERT_ID,
+    // INSERT line, INSERT ledger movement, COMMIT.
+    ordered.assert_cached(10 * 11);
 
     let received = Commands::of(&pool, || (0..10).for_each(|_| receive()));
     // The product's existence, GET_LOCK, SET TRANSACTION ISOLATION LEVEL READ COMMITTED (no gap

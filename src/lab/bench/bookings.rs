@@ -646,6 +646,8 @@ fn measure_raw(
                                         key.resource_id,
                                         day,
                                         None,
+                                        // Measures the locking: a benchmark's customer has no cap.
+                                        u32::MAX,
                                     )
                                 });
                             tally.record(began, classify_booking(&result), || format!("{:?}", result.err()));

@@ -11,14 +11,18 @@
 //! the instance that answers them. A watcher costs an open response and nothing else: no thread,
 //! no connection, no query.
 
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
 use actix_web::web;
 use chrono::NaiveDateTime;
 use serde::Serialize;
 use tokio::sync::watch;
 
 use super::DemoError;
-use super::race::{Progress, RaceReport, RaceSpec, Tally};
+use super::race::{self, Progress, RaceReport, RaceSpec, Tally};
 use super::strategies::Strategy;
+use crate::http::client_address::ClientAddress;
 
 /// What `/demo` shows of this instance's races right now.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -81,18 +85,35 @@ pub enum Finished {
 /// One per instance, shared by its workers (registered in `Application::build`).
 pub struct RaceBoard {
     state: watch::Sender<Live>,
+    /// When each visitor's address last started a race here, for [`race::VISITOR_COOLDOWN`].
+    /// Entries older than the cooldown are dropped as races start, and races start one at a time
+    /// at most every [`race::COOLDOWN`] for visitors, so it holds a handful of addresses.
+    visitors: std::sync::Mutex<HashMap<ClientAddress, Instant>>,
 }
 
 impl Default for RaceBoard {
     fn default() -> Self {
-        Self { state: watch::Sender::new(Live::default()) }
+        Self { state: watch::Sender::new(Live::default()), visitors: std::sync::Mutex::default() }
     }
 }
 
 impl RaceBoard {
+    /// How long the visitor at `address` must still wait before starting another race here.
+    pub fn visitor_cooldown_left(&self, address: ClientAddress) -> Option<Duration> {
+        let mut visitors = self.visitors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        visitors.retain(|_, started| started.elapsed() < race::VISITOR_COOLDOWN);
+        visitors.get(&address).map(|started| race::VISITOR_COOLDOWN.saturating_sub(started.elapsed()))
+    }
+
     /// The instance's race slot, for a race of `spec` started by `started_by`; refused while
     /// another race runs. The check and the claim are one step under the channel's lock.
-    pub fn take(board: &web::Data<Self>, spec: &RaceSpec, started_by: &str) -> Result<RaceTicket, DemoError> {
+    /// A visitor's race (`visitor`: their address) starts their cooldown with the race.
+    pub fn take(
+        board: &web::Data<Self>,
+        spec: &RaceSpec,
+        started_by: &str,
+        visitor: Option<ClientAddress>,
+    ) -> Result<RaceTicket, DemoError> {
         let mut taken = false;
         board.state.send_if_modified(|live| {
             if live.race.is_some() {
@@ -119,6 +140,10 @@ impl RaceBoard {
             true
         });
         if taken {
+            if let Some(address) = visitor {
+                let mut visitors = board.visitors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                visitors.insert(address, Instant::now());
+            }
             Ok(RaceTicket { board: board.clone(), ended: false })
         } else {
             Err(DemoError::RaceRunning)

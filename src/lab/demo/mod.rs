@@ -36,8 +36,8 @@ mod strategies;
 pub use lanes::Lanes;
 pub use live::RaceBoard;
 pub use race::{
-    KEEP_RACES, MAX_ATTEMPTS, MAX_CLIENTS, MAX_PAUSE_MS, Progress, RaceReport, RaceSpec, StrategyResult,
-    Tally, create_resource, run as run_race,
+    Bounds, KEEP_RACES, MAX_ATTEMPTS, MAX_CLIENTS, MAX_PAUSE_MS, MAX_RACE_CONNECTIONS, Progress, RaceReport,
+    RaceSpec, StrategyResult, Tally, create_resource, run as run_race,
 };
 pub use strategies::{Answer, Attempt, Queue, Seen, Strategy};
 

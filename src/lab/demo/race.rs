@@ -12,9 +12,14 @@
 //! race's pool and `SELECT 1`) every few milliseconds and samples how many connections the
 //! clients hold: the contention that leaks out of a strategy into the rest of an app.
 //!
-//! Each strategy runs on a pool of its own, as large as the app's (`POOL_SIZE`) or the number of
-//! clients if smaller: the pool-pitfall strategy leaves locks held by idle pooled sessions, and
-//! those must never reach the app's pool. After the run, every day's lock is checked: one still
+//! Each strategy runs on a pool of its own, as large as the race's connection budget
+//! ([`Bounds::connections`], at most [`MAX_RACE_CONNECTIONS`]; less for a visitor's race), the
+//! app's pool (`POOL_SIZE`) or the number of clients, whichever is smallest: the pool-pitfall
+//! strategy leaves locks held by idle pooled sessions, and those must never reach the app's pool.
+//! The strategies run one after another and each pool is closed before the next opens, so a
+//! whole race never holds more connections of its own than that budget at once (its reporter and
+//! its bookkeeping borrow from the app's pool, within `POOL_SIZE`). Before, each strategy opened
+//! up to `POOL_SIZE` connections, as many again as the app, whoever started the race. After the run, every day's lock is checked: one still
 //! held by a session of this run is a leaked lock, and exactly those sessions are closed (`KILL`;
 //! on PostgreSQL `pg_terminate_backend`) before the pool is dropped.
 
@@ -61,8 +66,38 @@ const REPORT_EVERY: Duration = Duration::from_millis(250);
 pub const CAPACITY: i32 = 1;
 
 /// How long after their previous race a user may start another through the app (a race holds up
-/// to 256 threads and as many connections for up to 80 s; the CLI is the operator's own).
+/// to 256 threads and [`MAX_RACE_CONNECTIONS`] connections for up to 130 s; the CLI is the
+/// operator's own).
 pub const COOLDOWN: Duration = Duration::from_secs(30);
+/// The connections a race may hold at once, whoever starts it: its budget, not the app's.
+pub const MAX_RACE_CONNECTIONS: u32 = 16;
+/// How long after a visitor's race another may start from the same address (an IPv6 /64), on the
+/// instance that ran it: a visitor cannot keep the race slot busy, and other visitors get a turn.
+/// From the race's start; a visitor's race is small enough to last seconds.
+pub const VISITOR_COOLDOWN: Duration = Duration::from_secs(120);
+
+/// How big a race one may start, and the connections it may hold at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub max_clients: u32,
+    pub max_attempts: u32,
+    pub max_pause_ms: u32,
+    /// The race's connection budget: no strategy's pool is larger.
+    pub connections: u32,
+}
+
+impl Bounds {
+    /// A logged-in user's race and the operator's (`haita demo race`).
+    pub const LOGGED_IN: Self = Self {
+        max_clients: MAX_CLIENTS,
+        max_attempts: MAX_ATTEMPTS,
+        max_pause_ms: MAX_PAUSE_MS,
+        connections: MAX_RACE_CONNECTIONS,
+    };
+    /// A visitor's race (nobody logged in): small and short, enough to see every strategy's
+    /// outcome. Anyone can start it, so it must cost little: 8 clients, 64 attempts, 4 connections.
+    pub const VISITOR: Self = Self { max_clients: 8, max_attempts: 64, max_pause_ms: 20, connections: 4 };
+}
 /// Races kept, with their demo resources and bookings; older ones are deleted after each race.
 pub const KEEP_RACES: i64 = 20;
 
@@ -73,15 +108,19 @@ pub struct RaceSpec {
     pub clients: u32,
     pub attempts: u32,
     pub pause_ms: u32,
+    /// The connections the race may hold at once ([`Bounds::connections`]).
+    pub connections: u32,
 }
 
 impl RaceSpec {
-    /// `names`: strategy names, or `all`. Missing numbers take the defaults.
+    /// `names`: strategy names, or `all`. Missing numbers take the defaults, within `bounds`;
+    /// numbers beyond `bounds` are refused, naming the field and the bound.
     pub fn parse(
         names: &[&str],
         clients: Option<u32>,
         attempts: Option<u32>,
         pause_ms: Option<u32>,
+        bounds: &Bounds,
     ) -> Result<Self, DemoError> {
         let mut strategies = Vec::new();
         for name in names {
@@ -110,11 +149,23 @@ impl RaceSpec {
                 })
             }
         };
+        let b = bounds;
         Ok(Self {
             strategies,
-            clients: bounded("clients", clients, DEFAULT_CLIENTS, 1..=MAX_CLIENTS)?,
-            attempts: bounded("attempts", attempts, DEFAULT_ATTEMPTS, 1..=MAX_ATTEMPTS)?,
-            pause_ms: bounded("pause_ms", pause_ms, DEFAULT_PAUSE_MS, 0..=MAX_PAUSE_MS)?,
+            clients: bounded("clients", clients, DEFAULT_CLIENTS.min(b.max_clients), 1..=b.max_clients)?,
+            attempts: bounded(
+                "attempts",
+                attempts,
+                DEFAULT_ATTEMPTS.min(b.max_attempts),
+                1..=b.max_attempts,
+            )?,
+            pause_ms: bounded(
+                "pause_ms",
+                pause_ms,
+                DEFAULT_PAUSE_MS.min(b.max_pause_ms),
+                0..=b.max_pause_ms,
+            )?,
+            connections: b.connections,
         })
     }
 
@@ -638,7 +689,7 @@ fn run_strategy(
     let resource_id = create_resource(&mut *pool.get()?, strategy, CAPACITY)?;
     let first_day = far_day();
     let race_pool = db::build_pool(&Config {
-        pool_size: spec.clients.min(config.pool_size),
+        pool_size: spec.clients.min(config.pool_size).min(spec.connections).max(1),
         pool_timeout: TIME_CAP,
         ..config.clone()
     })
@@ -970,20 +1021,35 @@ mod tests {
 
     #[test]
     fn specs_are_bounded_with_a_message_naming_the_field() {
-        let spec = RaceSpec::parse(&["all"], None, None, None).expect("defaults");
+        let parse = |names: &[&str], clients, attempts, pause| {
+            RaceSpec::parse(names, clients, attempts, pause, &Bounds::LOGGED_IN)
+        };
+        let spec = parse(&["all"], None, None, None).expect("defaults");
         assert_eq!(spec.strategies.len(), Strategy::ALL.len());
         assert_eq!((spec.clients, spec.attempts, spec.pause_ms), (32, 128, 5));
+        assert_eq!(spec.connections, MAX_RACE_CONNECTIONS);
         for (clients, attempts, pause, field) in [
             (Some(0), None, None, "clients"),
             (Some(257), None, None, "clients"),
             (None, Some(10_001), None, "attempts"),
             (None, None, Some(1_001), "pause_ms"),
         ] {
-            let err = RaceSpec::parse(&["no-lock"], clients, attempts, pause).expect_err("out of range");
+            let err = parse(&["no-lock"], clients, attempts, pause).expect_err("out of range");
             assert!(err.to_string().contains(field), "{err}");
         }
-        assert!(RaceSpec::parse(&[], None, None, None).is_err());
-        let twice = RaceSpec::parse(&["no-lock", "all"], None, None, None).expect("dedup");
+        assert!(parse(&[], None, None, None).is_err());
+        let twice = parse(&["no-lock", "all"], None, None, None).expect("dedup");
         assert_eq!(twice.strategies.len(), Strategy::ALL.len());
+    }
+
+    #[test]
+    fn a_visitors_race_is_small_and_holds_few_connections() {
+        let visitor =
+            |clients, attempts| RaceSpec::parse(&["all"], clients, attempts, None, &Bounds::VISITOR);
+        let spec = visitor(None, None).expect("defaults");
+        assert_eq!((spec.clients, spec.attempts, spec.connections), (8, 64, 4));
+        let err = visitor(Some(9), None).expect_err("more clients than a visitor may ask for");
+        assert!(err.to_string().contains("between 1 and 8"), "{err}");
+        assert!(visitor(None, Some(65)).is_err(), "more attempts than a visitor may ask for");
     }
 }

@@ -21,6 +21,7 @@ use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::http::answers::documented_answers;
+use crate::http::client_address::ClientAddress;
 use crate::http::error::{AsProblem, Problem};
 use crate::http::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::i18n::Lang;
@@ -55,18 +56,26 @@ const VISITOR: &str = "a visitor";
 /// Starts a race of `spec` for `who` on a blocking thread, once the user's cooldown and the
 /// instance's race slot allow it. Await the handle for the report, or drop it: the race runs to
 /// its end either way and frees the slot when it does.
+///
+/// A visitor (`visitor`: their address) waits [`race::VISITOR_COOLDOWN`] between two races of
+/// their own on this instance, checked first so that they are told the longer wait; and all
+/// visitors together, as "a visitor", the shared [`race::COOLDOWN`] between theirs.
 async fn start_race(
     state: &AppState,
     board: &web::Data<RaceBoard>,
     outside: &web::Data<OutsideLocks>,
     who: String,
     spec: RaceSpec,
+    visitor: Option<ClientAddress>,
 ) -> Result<JoinHandle<Result<RaceReport, DemoError>>, DemoError> {
+    if let Some(left) = visitor.and_then(|address| board.visitor_cooldown_left(address)) {
+        return Err(DemoError::CoolingDown(left.as_secs().max(1)));
+    }
     let asked_for = who.clone();
     if let Some(left) = state.db(move |conn| race::cooldown_left(conn, &asked_for)).await? {
         return Err(DemoError::CoolingDown(left.as_secs().max(1)));
     }
-    let ticket = RaceBoard::take(board, &spec, &who)?;
+    let ticket = RaceBoard::take(board, &spec, &who, visitor)?;
     let (pool, config, outside) = (state.pool.clone(), state.config.clone(), outside.clone());
     Ok(actix_web::rt::task::spawn_blocking(move || {
         let report = race::run(&pool, &config, &outside, &spec, &who, &|progress| ticket.progress(progress));
@@ -122,12 +131,14 @@ struct RaceForm {
 }
 
 impl RaceForm {
-    fn defaults() -> Self {
+    /// The form as first shown: the defaults within what the reader may ask for.
+    fn defaults(logged_in: bool) -> Self {
+        let bounds = if logged_in { race::Bounds::LOGGED_IN } else { race::Bounds::VISITOR };
         Self {
             strategies: Strategy::ALL.iter().map(|s| s.name().to_string()).collect(),
-            clients: race::DEFAULT_CLIENTS.to_string(),
-            attempts: race::DEFAULT_ATTEMPTS.to_string(),
-            pause_ms: race::DEFAULT_PAUSE_MS.to_string(),
+            clients: race::DEFAULT_CLIENTS.min(bounds.max_clients).to_string(),
+            attempts: race::DEFAULT_ATTEMPTS.min(bounds.max_attempts).to_string(),
+            pause_ms: race::DEFAULT_PAUSE_MS.min(bounds.max_pause_ms).to_string(),
         }
     }
 
@@ -203,7 +214,8 @@ async fn demo_page(
     state: web::Data<AppState>,
     board: web::Data<RaceBoard>,
 ) -> actix_web::Result<HttpResponse> {
-    render_demo_page(ctx, &state, &board, query.race, RaceForm::defaults(), None).await
+    let form = RaceForm::defaults(ctx.user.is_some());
+    render_demo_page(ctx, &state, &board, query.race, form, None).await
 }
 
 /// The page, with the race `race` (or the latest), and a refused race's form and reason.
@@ -246,9 +258,14 @@ async fn render_demo_page(
     Ok(response)
 }
 
-/// The form sends one `strategy` field per ticked box, so it is read as pairs.
-fn spec_from_form(fields: &[(String, String)]) -> Result<RaceSpec, DemoError> {
-    let names: Vec<&str> = fields.iter().filter(|(k, _)| k == "strategy").map(|(_, v)| v.as_str()).collect();
+/// The form sends one `strategy` field per ticked box, so it is read as pairs. A visitor's form
+/// has no boxes: every strategy then.
+fn spec_from_form(fields: &[(String, String)], bounds: &race::Bounds) -> Result<RaceSpec, DemoError> {
+    let mut names: Vec<&str> =
+        fields.iter().filter(|(k, _)| k == "strategy").map(|(_, v)| v.as_str()).collect();
+    if names.is_empty() && *bounds == race::Bounds::VISITOR {
+        names.push("all");
+    }
     let number = |field: &'static str| -> Result<Option<u32>, DemoError> {
         match fields.iter().find(|(k, _)| k == field).map(|(_, v)| v.trim()) {
             None | Some("") => Ok(None),
@@ -258,34 +275,41 @@ fn spec_from_form(fields: &[(String, String)]) -> Result<RaceSpec, DemoError> {
             }),
         }
     };
-    RaceSpec::parse(&names, number("clients")?, number("attempts")?, number("pause_ms")?)
+    RaceSpec::parse(&names, number("clients")?, number("attempts")?, number("pause_ms")?, bounds)
 }
 
 /// Starts a race and sends the browser to watch it (`#live`). A logged-in user races what the
-/// form asks; a visitor (the page offers them one button) the standard race of every strategy.
-/// A race the form may not start (bad numbers, another race running, too soon after the user's
-/// last one) is answered on the page itself, with the form as typed.
+/// form asks; a visitor (the page offers them one button) a small race of every strategy
+/// ([`race::Bounds::VISITOR`]: numbers beyond it are refused, whatever the request says), at most
+/// once per [`race::VISITOR_COOLDOWN`] from one address. A race the form may not start (bad
+/// numbers, another race running, too soon after the user's last one) is answered on the page
+/// itself, with the form as typed.
 async fn race_form(
     ctx: PageContext,
+    req: actix_web::HttpRequest,
     CsrfForm(fields): CsrfForm<Vec<(String, String)>>,
     state: web::Data<AppState>,
     board: web::Data<RaceBoard>,
     outside: web::Data<OutsideLocks>,
 ) -> actix_web::Result<HttpResponse> {
     let started = match &ctx.user {
-        Some(user) => match spec_from_form(&fields) {
-            Ok(spec) => start_race(&state, &board, &outside, user.username.clone(), spec).await,
+        Some(user) => match spec_from_form(&fields, &race::Bounds::LOGGED_IN) {
+            Ok(spec) => start_race(&state, &board, &outside, user.username.clone(), spec, None).await,
             Err(invalid) => Err(invalid),
         },
-        None => match RaceSpec::parse(&["all"], None, None, None) {
-            Ok(spec) => start_race(&state, &board, &outside, VISITOR.to_string(), spec).await,
+        None => match spec_from_form(&fields, &race::Bounds::VISITOR) {
+            Ok(spec) => {
+                let address = ClientAddress::of_request(&req, &state.config.trusted_proxies);
+                let (who, visitor) = (VISITOR.to_string(), address);
+                start_race(&state, &board, &outside, who, spec, visitor).await
+            }
             Err(e) => Err(e),
         },
     };
     match started {
         Ok(_running) => Ok(see_other("/demo#live")),
         Err(refused @ (DemoError::Invalid { .. } | DemoError::RaceRunning | DemoError::CoolingDown(_))) => {
-            let form = if ctx.user.is_some() { RaceForm::typed(&fields) } else { RaceForm::defaults() };
+            let form = if ctx.user.is_some() { RaceForm::typed(&fields) } else { RaceForm::defaults(false) };
             let ctx = ctx.shown_as("/demo".into());
             render_demo_page(ctx, &state, &board, None, form, Some(refused.problem())).await
         }
@@ -387,8 +411,8 @@ async fn race_json(
         StrategyChoice::One(name) => vec![name.as_str()],
         StrategyChoice::Many(names) => names.iter().map(String::as_str).collect(),
     };
-    let spec = RaceSpec::parse(&names, body.clients, body.attempts, body.pause_ms)?;
-    let running = start_race(&state, &board, &outside, user.username.clone(), spec).await?;
+    let spec = RaceSpec::parse(&names, body.clients, body.attempts, body.pause_ms, &race::Bounds::LOGGED_IN)?;
+    let running = start_race(&state, &board, &outside, user.username.clone(), spec, None).await?;
     let report = running.await.map_err(|e| anyhow::anyhow!("the race's thread failed: {e}"))??;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/api/v1/demo/races/{}", report.id)))

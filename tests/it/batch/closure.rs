@@ -220,7 +220,9 @@ async fn a_waiting_closure_waits_for_the_editor_and_no_booking_lands_on_a_closed
 /// closure would count a day while a booking of it is in flight, and that booking would land.
 #[actix_web::test]
 async fn no_booking_lands_on_a_closed_day_however_many_customers_race_the_closure() {
-    let app = TestApp::spawn().await;
+    // Each customer books up to ninety days here: more than one person may hold (the quota has
+    // tests of its own, `quotas`).
+    let app = TestApp::spawn_instances(1, |c| c.max_future_bookings = 1000).await;
     let rooms: Vec<i64> = (0..3).map(|i| app.resource(&format!("Raced room {i}"), 1000)).collect();
     let (from, days) = (future_day(), 30);
     let root = app.user("root", Role::Admin);
