@@ -10,7 +10,6 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Text, Untyped};
 use rand::Rng;
@@ -53,14 +52,14 @@ pub fn run(database_url: &str, clients: usize, seconds: u64) -> anyhow::Result<V
     let config = Config { pool_size: u32::try_from(clients + 2)?, ..Config::for_database(&scratch.url) };
     let pool = db::build_pool(&config)?;
     crate::run_migrations(&pool)?;
-    let (user_id, hot, spread) = prepare(&mut *pool.get()?)?;
+    let (users, hot, spread) = prepare(&mut *pool.get()?, clients)?;
 
     let duration = Duration::from_secs(seconds);
     let mut results = Vec::new();
     for (workload, products) in [("hot", vec![hot]), ("spread", spread)] {
         for path in [Path::App, Path::Raw] {
             let prepared_before = statements_prepared(&mut *pool.get()?)?;
-            let mut measured = measure(&pool, workload, path, user_id, &products, clients, duration);
+            let mut measured = measure(&pool, workload, path, &users, &products, clients, duration);
             let prepared = statements_prepared(&mut *pool.get()?)?;
             measured.prepares_per_order = prepared
                 .zip(prepared_before)
@@ -90,13 +89,19 @@ fn statements_prepared(conn: &mut DbConn) -> anyhow::Result<Option<u64>> {
     Ok(Some(status.value.parse()?))
 }
 
-/// A buyer, one hot product and 64 spread products, all with plenty of stock (and the ledger
-/// rows that stock implies).
-fn prepare(conn: &mut DbConn) -> anyhow::Result<(i64, i64, Vec<i64>)> {
-    conn.batch_execute(
-        "INSERT INTO users (username, display_name, password_hash, role) VALUES ('bench', 'bench', '-', 'customer')",
-    )?;
-    let user_id: i64 = crate::db::last_insert_id(conn)?;
+/// A buyer per client (one person's orders queue on their user row, `crate::auth::quota`: a
+/// single buyer would measure that queue, not the stock rows), one hot product and 64 spread
+/// products, all with plenty of stock (and the ledger rows that stock implies).
+fn prepare(conn: &mut DbConn, clients: usize) -> anyhow::Result<(Vec<i64>, i64, Vec<i64>)> {
+    let mut users = Vec::new();
+    for i in 0..clients.max(1) {
+        cached_sql::<()>(
+            "INSERT INTO users (username, display_name, password_hash, role) VALUES (?, 'bench', '-', 'customer')",
+        )
+        .bind::<Text, _>(format!("bench-{i}"))
+        .execute(conn)?;
+        users.push(crate::db::last_insert_id(conn)?);
+    }
     let mut ids = Vec::new();
     for i in 0..=SPREAD_PRODUCTS {
         cached_sql::<()>("INSERT INTO products (sku, name, description, price_cents) VALUES (?, ?, '', 100)")
@@ -117,22 +122,23 @@ fn prepare(conn: &mut DbConn) -> anyhow::Result<(i64, i64, Vec<i64>)> {
         ids.push(id);
     }
     let hot = ids.remove(0);
-    Ok((user_id, hot, ids))
+    Ok((users, hot, ids))
 }
 
 fn measure(
     pool: &DbPool,
     workload: &'static str,
     path: Path,
-    user_id: i64,
+    users: &[i64],
     products: &[i64],
     clients: usize,
     duration: Duration,
 ) -> Measured {
     let start = Arc::new(Barrier::new(clients));
     let threads: Vec<_> = (0..clients)
-        .map(|_| {
+        .map(|client| {
             let (pool, start, products) = (pool.clone(), start.clone(), products.to_vec());
+            let user_id = users[client % users.len()];
             std::thread::spawn(move || {
                 let mut latencies = Vec::new();
                 let mut failed = 0;
