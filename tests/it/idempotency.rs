@@ -10,7 +10,7 @@ use haita::auth::Role;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::common::{Client, TestApp, error_code, future_day, invariants};
+use crate::common::{Client, TestApp, book_with_key, error_code, future_day, invariants};
 
 /// The same logged-in session (one cookie jar) talking to instance `i % n`: a client whose
 /// retries a load balancer spreads over the instances.
@@ -40,22 +40,6 @@ where
         })
     });
     futures::future::join_all(tasks).await.into_iter().flat_map(|r| r.expect("client task")).collect()
-}
-
-async fn book_with_key(
-    client: &Client,
-    key: &str,
-    resource: i64,
-    day: chrono::NaiveDate,
-) -> reqwest::Response {
-    client
-        .http
-        .post(client.url("/api/v1/reservations"))
-        .header("Idempotency-Key", key)
-        .json(&json!({"resource_id": resource, "date": day.to_string()}))
-        .send()
-        .await
-        .expect("POST")
 }
 
 async fn order_with_key(client: &Client, key: &str, lines: &[(i64, i64)]) -> reqwest::Response {

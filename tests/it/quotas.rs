@@ -11,7 +11,7 @@ use haita::auth::Role;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::common::{Client, TestApp, TestDb, error_code, on_both_engines};
+use crate::common::{Client, TestApp, TestDb, book_with_key, error_code, on_both_engines};
 
 /// The cap the booking tests run with.
 const CAP: u32 = 5;
@@ -152,22 +152,6 @@ async fn order_with_key(client: &Client, key: &str, product: i64) -> reqwest::Re
         .post(client.url("/api/v1/orders"))
         .header("Idempotency-Key", key)
         .json(&json!({"lines": [{"product_id": product, "quantity": 1}]}))
-        .send()
-        .await
-        .expect("POST")
-}
-
-async fn book_with_key(
-    client: &Client,
-    key: &str,
-    resource: i64,
-    day: chrono::NaiveDate,
-) -> reqwest::Response {
-    client
-        .http
-        .post(client.url("/api/v1/reservations"))
-        .header("Idempotency-Key", key)
-        .json(&json!({"resource_id": resource, "date": day.to_string()}))
         .send()
         .await
         .expect("POST")

@@ -446,3 +446,20 @@ pub async fn error_code(response: reqwest::Response) -> String {
     assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "error without message: {body}");
     body["error"].as_str().expect("error code").to_string()
 }
+
+/// Books `resource` on `day` through the JSON API with an `Idempotency-Key`.
+pub async fn book_with_key(
+    client: &Client,
+    key: &str,
+    resource: i64,
+    day: chrono::NaiveDate,
+) -> reqwest::Response {
+    client
+        .http
+        .post(client.url("/api/v1/reservations"))
+        .header("Idempotency-Key", key)
+        .json(&serde_json::json!({"resource_id": resource, "date": day.to_string()}))
+        .send()
+        .await
+        .expect("POST")
+}
