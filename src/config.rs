@@ -125,8 +125,8 @@ pub struct Env {
     #[arg(long, env = "TRUSTED_PROXIES", value_delimiter = ',', value_parser = cidr)]
     trusted_proxies: Vec<ipnet::IpNet>,
     /// Lifetime of a pessimistic edit lock without a heartbeat (seconds, at least 5: the edit
-    /// page beats every third of it, and a lock that expired between two beats of a healthy page
-    /// would be lost to the first passer-by).
+    /// page beats every third of it, and at least every 15 s, and a lock that expired between two
+    /// beats of a healthy page would be lost to the first passer-by).
     #[arg(long, env = "EDIT_LOCK_TTL_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(5..=86_400))]
     edit_lock_ttl_secs: u64,
     /// How a batch job makes sure only one instance runs it: db, a named lock held by the run's

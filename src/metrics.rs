@@ -253,8 +253,6 @@ pub enum Family {
     Queue,
     /// Row locks: `SELECT … FOR UPDATE` inside a transaction.
     Row,
-    /// Pessimistic edit locks (rows in `edit_locks`), held across requests.
-    Edit,
 }
 
 impl Family {
@@ -263,7 +261,6 @@ impl Family {
             Self::Named => "named",
             Self::Queue => "queue",
             Self::Row => "row",
-            Self::Edit => "edit",
         }
     }
 }

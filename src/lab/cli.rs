@@ -1,5 +1,5 @@
 //! The lab's subcommands: `haita seed | demo race | bench bookings | coalescing | stuck-holder |
-//! orders`, flattened into the product's CLI (`crate::cli`) when the `lab` feature is on.
+//! batch | closure | metrics | orders`, flattened into the product's CLI (`crate::cli`) when the `lab` feature is on.
 
 use clap::Subcommand;
 

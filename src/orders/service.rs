@@ -44,7 +44,8 @@ pub struct Placed {
 
 /// Places `cart` for `user_id`: either every line is taken from stock and recorded, or nothing
 /// is (a shortfall answers 409 and leaves no trace). Runs the whole transaction again after a
-/// deadlock or lock wait timeout, as `policy` allows. With an idempotency key (`once`), the
+/// deadlock, as `policy` allows; a lock wait timeout ends it at once
+/// ([`crate::locking::retry`]). With an idempotency key (`once`), the
 /// order is placed at most once per key: a resend gets the first answer back
 /// ([`crate::idempotency`]).
 ///
