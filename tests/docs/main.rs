@@ -84,9 +84,15 @@ fn parse_marker(line: &str) -> Option<Result<Marker, String>> {
     let marker = match kind {
         "illustration" => Ok(Marker::Illustration),
         "code" => match words.as_slice() {
-            [path, item] => Ok(Marker::Code { path: path.to_string(), item: item.to_string(), part: Part::Whole }),
-            [path, item, "body"] => Ok(Marker::Code { path: path.to_string(), item: item.to_string(), part: Part::Body }),
-            [path, item, "head"] => Ok(Marker::Code { path: path.to_string(), item: item.to_string(), part: Part::Head }),
+            [path, item] => {
+                Ok(Marker::Code { path: path.to_string(), item: item.to_string(), part: Part::Whole })
+            }
+            [path, item, "body"] => {
+                Ok(Marker::Code { path: path.to_string(), item: item.to_string(), part: Part::Body })
+            }
+            [path, item, "head"] => {
+                Ok(Marker::Code { path: path.to_string(), item: item.to_string(), part: Part::Head })
+            }
             _ => Err(format!("`{inner}`: expected `code: PATH ITEM [body|head]`")),
         },
         "sql" => {
@@ -103,12 +109,15 @@ fn parse_marker(line: &str) -> Option<Result<Marker, String>> {
                     }
                 }
                 if !bad {
-                    marker = Some(Marker::Sql { path: path.to_string(), item: item.to_string(), nth, engine });
+                    marker =
+                        Some(Marker::Sql { path: path.to_string(), item: item.to_string(), nth, engine });
                 }
             }
             marker.ok_or_else(|| format!("`{inner}`: expected `sql: PATH ITEM [N] [mysql|postgres]`"))
         }
-        "checked" if !words.is_empty() => Ok(Marker::Checked { paths: words.iter().map(|w| w.to_string()).collect() }),
+        "checked" if !words.is_empty() => {
+            Ok(Marker::Checked { paths: words.iter().map(|w| w.to_string()).collect() })
+        }
         "checked" => Err(format!("`{inner}`: expected `checked: PATH [PATH…]`")),
         // Other comments (figures, notes) are not block markers.
         _ => return None,
@@ -137,13 +146,19 @@ fn blocks(lines: &[&str]) -> (Vec<Block>, Vec<(usize, String)>) {
             let lang = trimmed[fence.len()..].trim().to_string();
             let close = (i + 1..lines.len()).find(|&j| lines[j].trim() == fence).unwrap_or(lines.len());
             let marker = i.checked_sub(1).and_then(|m| parse_marker(lines[m]).map(|parsed| (m, parsed)));
-            let content: String = lines[i + 1..close.min(lines.len())].iter().map(|l| format!("{l}\n")).collect();
+            let content: String =
+                lines[i + 1..close.min(lines.len())].iter().map(|l| format!("{l}\n")).collect();
             found.push(Block { marker, open: i, close, lang, content });
             i = close + 1;
             continue;
         }
-        if parse_marker(lines[i]).is_some() && !lines.get(i + 1).is_some_and(|n| n.trim_start().starts_with("```")) {
-            stray.push((i, "a block marker must stand on the line directly before a fenced block".to_string()));
+        if parse_marker(lines[i]).is_some()
+            && !lines.get(i + 1).is_some_and(|n| n.trim_start().starts_with("```"))
+        {
+            stray.push((
+                i,
+                "a block marker must stand on the line directly before a fenced block".to_string(),
+            ));
         }
         i += 1;
     }
@@ -157,8 +172,12 @@ fn generate(source: &Source, marker: &Marker) -> Result<Option<String>, String> 
         Marker::Sql { path, item, nth, engine } => {
             let text = source::item_sql(source, path, item, *nth)?;
             let text = match engine.as_deref() {
-                Some("mysql") => haita::db::dialect::expand(haita::db::Engine::Mysql.dialect(), &text).into_owned(),
-                Some(_) => haita::db::dialect::expand(haita::db::Engine::Postgres.dialect(), &text).into_owned(),
+                Some("mysql") => {
+                    haita::db::dialect::expand(haita::db::Engine::Mysql.dialect(), &text).into_owned()
+                }
+                Some(_) => {
+                    haita::db::dialect::expand(haita::db::Engine::Postgres.dialect(), &text).into_owned()
+                }
                 None => text,
             };
             Ok(Some(sql::format(&text)))
@@ -192,7 +211,8 @@ fn unchecked_lines(source: &Source, paths: &[String], content: &str) -> Result<V
         let statement = line.split("--").next().unwrap_or("").trim();
         for piece in statement.split('…') {
             // Edges cut by an elision: `x IN (?, …)` leaves `x IN (?,`.
-            let piece = piece.trim().trim_end_matches([';', ',', '(', ' ']).trim_start_matches([')', ',', ';', ' ']);
+            let piece =
+                piece.trim().trim_end_matches([';', ',', '(', ' ']).trim_start_matches([')', ',', ';', ' ']);
             let wanted = sql::normalise(piece);
             // Pieces that are only punctuation (`(`, `);`) say nothing.
             if !wanted.chars().any(char::is_alphanumeric) {
@@ -259,7 +279,8 @@ fn short_diff(old: &str, new: &str) -> String {
 
 /// A figure marker's name and engine: `booking.mysql`.
 fn figure_value(name: &str) -> Result<u64, String> {
-    let (figure, engine) = name.rsplit_once('.').ok_or_else(|| format!("figure {name:?}: expected NAME.ENGINE"))?;
+    let (figure, engine) =
+        name.rsplit_once('.').ok_or_else(|| format!("figure {name:?}: expected NAME.ENGINE"))?;
     let found = figures::STATEMENTS
         .iter()
         .find(|f| f.name == figure)
@@ -342,7 +363,8 @@ fn check_page(source: &Source, shown: &str, text: &str) -> (String, Vec<String>)
             Err(e) => problems.push(format!("{shown}:{}: {e}", at + 1)),
             Ok(Some(wanted)) => {
                 // A block inside a list item is indented as its fence is.
-                let indent = &lines[block.open][..lines[block.open].len() - lines[block.open].trim_start().len()];
+                let indent =
+                    &lines[block.open][..lines[block.open].len() - lines[block.open].trim_start().len()];
                 let wanted: String = wanted
                     .lines()
                     .map(|l| if l.is_empty() { "\n".to_string() } else { format!("{indent}{l}\n") })
@@ -362,7 +384,9 @@ fn check_page(source: &Source, shown: &str, text: &str) -> (String, Vec<String>)
                     match unchecked_lines(source, paths, &block.content) {
                         Err(e) => problems.push(format!("{shown}:{}: {e}", at + 1)),
                         Ok(missing) => problems.extend(
-                            missing.into_iter().map(|m| format!("{shown}:{}: {} {m}", at + 1, lines[*at].trim())),
+                            missing
+                                .into_iter()
+                                .map(|m| format!("{shown}:{}: {} {m}", at + 1, lines[*at].trim())),
                         ),
                     }
                 }
@@ -462,7 +486,12 @@ fn every_symbol_in_the_prose_resolves() {
             ));
         }
     }
-    assert!(problems.is_empty(), "{} stale reference(s) in the prose:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} stale reference(s) in the prose:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 #[cfg(test)]
@@ -477,12 +506,17 @@ mod proofs {
     #[test]
     fn a_block_that_differs_from_its_item_is_reported_and_rewritten() {
         let source = Source::load(root());
-        let current = source::item_text(&source, "src/config.rs", "DEMO_DATABASE_URL", Part::Whole).expect("item");
+        let current =
+            source::item_text(&source, "src/config.rs", "DEMO_DATABASE_URL", Part::Whole).expect("item");
         assert!(current.contains("pub const DEMO_DATABASE_URL"), "{current}");
         let stale = "<!-- code: src/config.rs DEMO_DATABASE_URL -->\n```rust\npub const DEMO_DATABASE_URL: &str = \"x\";\n```\n";
         let (rewritten, problems) = check_page(&source, "stale.md", stale);
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].contains("run scripts/dev docs") && problems[0].contains("- pub const"), "{}", problems[0]);
+        assert!(
+            problems[0].contains("run scripts/dev docs") && problems[0].contains("- pub const"),
+            "{}",
+            problems[0]
+        );
         assert!(rewritten.contains(&current), "{rewritten}");
         assert!(check_page(&source, "stale.md", &rewritten).1.is_empty());
     }
@@ -503,7 +537,8 @@ mod proofs {
     #[test]
     fn a_wrong_figure_is_reported_and_rewritten() {
         let booking = figures::statements("booking").mysql;
-        let page = format!("costs <!-- figure: booking.mysql -->{}<!-- /figure --> statements\n", booking + 1);
+        let page =
+            format!("costs <!-- figure: booking.mysql -->{}<!-- /figure --> statements\n", booking + 1);
         let (rewritten, problems) = check_page(&Source::load(root()), "stale.md", &page);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(rewritten.contains(&format!("-->{booking}<!--")), "{rewritten}");
@@ -518,7 +553,8 @@ mod proofs {
                     `404 fully_booked`, `LOCK_WAIT_SECS` and `LOCK_WAIT_SEC`, `src/db/cached.rs` and \
                     `src/db/cache.rs`, `src/db/cached.rs:12`, \
                     `sixty_four_clients_on_two_instances_never_overbook_a_day` and \
-                    `sixty_four_clients_on_two_instances_always_overbook_a_day`, `on_hand` and `on_hands`\n\
+                    `sixty_four_clients_on_two_instances_always_overbook_a_day`, `on_hand` and `on_hands`, \
+                    `NamedLockGuard` and `NamedLockGuards`, `insert_if_free(…)` and `insert_if_fre(…)`\n\
                     ```text\n`LockName::inside_a_block`\n```\n";
         let found: Vec<String> = index.problems(page).into_iter().map(|(_, span, _)| span).collect();
         assert_eq!(
@@ -532,6 +568,8 @@ mod proofs {
                 "src/db/cached.rs:12",
                 "sixty_four_clients_on_two_instances_always_overbook_a_day",
                 "on_hands",
+                "NamedLockGuards",
+                "insert_if_fre(…)",
             ]
         );
     }

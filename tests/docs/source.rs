@@ -173,7 +173,9 @@ fn select<'a>(items: &'a [Item], selector: &[&str]) -> Vec<Found<'a>> {
                             found.extend(select(inner, rest));
                         }
                     }
-                    Item::Impl(imp) if rest.len() == 1 && self_type_name(&imp.self_ty).as_deref() == Some(first) => {
+                    Item::Impl(imp)
+                        if rest.len() == 1 && self_type_name(&imp.self_ty).as_deref() == Some(first) =>
+                    {
                         found.extend(
                             imp.items
                                 .iter()
@@ -247,7 +249,8 @@ pub fn item_text(source: &Source, path: &str, selector: &str, part: Part) -> Res
         Part::Whole => Ok(cut(&file.text, start, end)),
         Part::Body | Part::Head => {
             let body = found.body().ok_or_else(|| format!("{path} {selector} is not a fn with a body"))?;
-            let (open, close) = (body.brace_token.span.open().start().line, body.brace_token.span.close().start().line);
+            let (open, close) =
+                (body.brace_token.span.open().start().line, body.brace_token.span.close().start().line);
             if part == Part::Head {
                 Ok(cut(&file.text, start, open))
             } else if close > open + 1 {
@@ -265,8 +268,26 @@ pub fn item_text(source: &Source, path: &str, selector: &str, part: Part) -> Res
 /// with one of the words statements start with.
 pub fn looks_like_sql(text: &str) -> bool {
     const STARTS: &[&str] = &[
-        "SELECT ", "INSERT ", "UPDATE ", "DELETE ", "WITH ", "START ", "COMMIT", "ROLLBACK", "SET ", "DO ",
-        "LOCK ", "SHOW ", "CREATE ", "ALTER ", "DROP ", "REPLACE ", "KILL ", "BEGIN", "SAVEPOINT", "RELEASE ",
+        "SELECT ",
+        "INSERT ",
+        "UPDATE ",
+        "DELETE ",
+        "WITH ",
+        "START ",
+        "COMMIT",
+        "ROLLBACK",
+        "SET ",
+        "DO ",
+        "LOCK ",
+        "SHOW ",
+        "CREATE ",
+        "ALTER ",
+        "DROP ",
+        "REPLACE ",
+        "KILL ",
+        "BEGIN",
+        "SAVEPOINT",
+        "RELEASE ",
     ];
     let t = text.trim_start();
     STARTS.iter().any(|s| t.starts_with(s))
@@ -444,9 +465,13 @@ pub fn names_in_code(source: &Source, path: &str) -> Result<BTreeSet<String>, St
 /// statement unless `nth` says otherwise.
 pub fn item_sql(source: &Source, path: &str, selector: &str, nth: usize) -> Result<String, String> {
     let (_, found) = find(source, path, selector)?;
-    let statements: Vec<String> = literals_of(source, &found).into_iter().filter(|s| looks_like_sql(s)).collect();
+    let statements: Vec<String> =
+        literals_of(source, &found).into_iter().filter(|s| looks_like_sql(s)).collect();
     statements.get(nth - 1).cloned().ok_or_else(|| {
-        format!("{path} {selector} holds {} statement(s) as string literals, not a statement number {nth}", statements.len())
+        format!(
+            "{path} {selector} holds {} statement(s) as string literals, not a statement number {nth}",
+            statements.len()
+        )
     })
 }
 
@@ -656,7 +681,8 @@ impl<'ast> Visit<'ast> for Collector<'_> {
     fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
         let args: Vec<&Expr> = call.args.iter().collect();
         for pair in args.windows(2) {
-            if let (Expr::Path(status), Expr::Lit(syn::ExprLit { lit: Lit::Str(code), .. })) = (pair[0], pair[1])
+            if let (Expr::Path(status), Expr::Lit(syn::ExprLit { lit: Lit::Str(code), .. })) =
+                (pair[0], pair[1])
                 && let Some(last) = status.path.segments.last()
                 && status_number(&last.ident.to_string()).is_some()
             {
@@ -717,8 +743,11 @@ impl Names {
             if path.starts_with("tests/docs/") {
                 continue;
             }
-            let mut collector =
-                Collector { names: &mut names, module: module_path(path), in_tests_dir: path.starts_with("tests/") };
+            let mut collector = Collector {
+                names: &mut names,
+                module: module_path(path),
+                in_tests_dir: path.starts_with("tests/"),
+            };
             // The file itself is a module of its parent.
             if let Some(last) = collector.module.last().cloned() {
                 collector.names.declared.insert(last);

@@ -204,7 +204,8 @@ pub fn normalise(text: &str) -> String {
     for token in tokens {
         let t = if token.starts_with('\'')
             || token.starts_with('$') && token.len() > 1 && token[1..].chars().all(|c| c.is_ascii_digit())
-            || token.chars().all(|c| c.is_ascii_digit() || c == '.') && token.chars().any(|c| c.is_ascii_digit())
+            || token.chars().all(|c| c.is_ascii_digit() || c == '.')
+                && token.chars().any(|c| c.is_ascii_digit())
             || token == "{list}"
         {
             "?".to_string()
@@ -246,7 +247,8 @@ pub fn names(line: &str) -> Vec<&str> {
     for part in line.split('\'').step_by(2) {
         for word in part.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
             let lower = word.chars().next().is_some_and(|c| c.is_ascii_lowercase());
-            let function = word.contains('_') && word.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit());
+            let function = word.contains('_')
+                && word.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit());
             if lower || function {
                 out.push(word);
             }
@@ -277,7 +279,10 @@ mod tests {
 
     #[test]
     fn values_placeholders_and_lists_compare_equal() {
-        assert_eq!(normalise("WHERE id IN (3, 8) AND day = '2026-12-24'"), normalise("where id in ({list}) and day = $2"));
+        assert_eq!(
+            normalise("WHERE id IN (3, 8) AND day = '2026-12-24'"),
+            normalise("where id in ({list}) and day = $2")
+        );
         assert_eq!(normalise("SELECT  GET_LOCK('haita:x', 5)"), normalise("SELECT GET_LOCK(?, ?)"));
     }
 }

@@ -23,8 +23,11 @@
 //!   with the registry's `haita_` prefix), a word of `migrations/` (tables, columns), or one of
 //!   [`ALLOWED`].
 //!
-//! Single lower-case words without an underscore (`book`, `version`) are not checked: they are
-//! as often English as code.
+//! - a **CamelCase name** (`NamedLockGuard`): a type, trait or variant of the tree, or one of
+//!   [`ALLOWED`] (diesel's).
+//!
+//! A call (`insert_if_free(…)`) is checked as its name. A single lower-case word (`book`) is
+//! checked like any snake-case name, and passes as easily: most are words of some literal.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -54,8 +57,8 @@ const SQL_WORDS: &[&str] = &[
     "ER_USER_LOCK_DEADLOCK",
 ];
 
-/// Snake-case words of the prose that are not the project's identifiers but are written as
-/// code: the servers' variables and tables, and words of other tools.
+/// Names of the prose that are not the project's identifiers but are written as code: the
+/// servers' variables and functions, and other crates' items.
 const ALLOWED: &[&str] = &[
     "innodb_lock_wait_timeout",
     "lock_timeout",
@@ -83,6 +86,12 @@ const ALLOWED: &[&str] = &[
     "innodb_rollback_on_timeout",
     "web::block",
     "File::try_lock",
+    // diesel's types and traits, named where the pages explain what the app builds on.
+    "Insertable",
+    "Integer",
+    "Timestamp",
+    "MysqlConnection",
+    "PgConnection",
 ];
 
 /// The root's files a span may name without a folder.
@@ -149,6 +158,7 @@ impl Index {
         others.extend(["Dockerfile", "docker-compose.yml", ".env.example"].iter().map(|f| root.join(f)));
         for file in &others {
             let text = fs::read_to_string(file).unwrap_or_default();
+            words.extend(words_of(&text).map(str::to_string));
             settings.extend(
                 words_of(&text)
                     .filter(|w| w.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
@@ -230,23 +240,43 @@ impl Index {
                 ))
             };
         }
-        if is_snake(span) && span.contains('_') {
-            let known = self.names.declared.contains(span)
-                || self.names.tests.contains(span)
-                || self.words.contains(span)
+        // `name(…)`: a call, checked as its name.
+        let name = match span.split_once('(') {
+            Some((name, _)) if span.ends_with(')') => name,
+            _ => span,
+        };
+        if is_snake(name) {
+            let known = self.names.declared.contains(name)
+                || self.names.tests.contains(name)
+                || self.words.contains(name)
                 // A metric: the registry's `haita` prefix and a name registered in src/metrics.rs.
-                || span.strip_prefix("haita_").is_some_and(|m| self.words.contains(m))
-                || self.settings.contains(&span.to_uppercase())
-                || self.names.consts.contains(&span.to_uppercase())
-                || ALLOWED.contains(&span);
-            return match (known, span.split('_').count() >= 4) {
+                || name.strip_prefix("haita_").is_some_and(|m| self.words.contains(m))
+                || self.settings.contains(&name.to_uppercase())
+                || self.names.consts.contains(&name.to_uppercase())
+                || ALLOWED.contains(&name);
+            return match (known, name.split('_').count() >= 4) {
                 (true, _) => Ok(()),
-                (false, true) => Err("no test (a fn of tests/, a #[test], or one declared by a macro of tests/) \
+                (false, true) => {
+                    Err("no test (a fn of tests/, a #[test], or one declared by a macro of tests/) \
                                       and no identifier of the tree has this name"
-                    .to_string()),
-                (false, false) => Err("no identifier of src/ or tests/, column of migrations/, setting, or word of \
+                        .to_string())
+                }
+                (false, false) => {
+                    Err("no identifier of src/ or tests/, column of migrations/, setting, or word of \
                                        ALLOWED (tests/docs/symbols.rs) is called this"
-                    .to_string()),
+                        .to_string())
+                }
+            };
+        }
+        if is_camel(name) {
+            return if self.names.declared.contains(name)
+                || self.words.contains(name)
+                || ALLOWED.contains(&name)
+            {
+                Ok(())
+            } else {
+                Err("no type, trait or variant of src/ or tests/ (or word of ALLOWED) is called this"
+                    .to_string())
             };
         }
         Ok(())
@@ -258,13 +288,11 @@ impl Index {
             && !line.is_empty()
             && line.chars().all(|c| c.is_ascii_digit() || c == '-')
         {
-            return Err("a line number goes stale with the next edit above it: name the item instead".to_string());
+            return Err(
+                "a line number goes stale with the next edit above it: name the item instead".to_string()
+            );
         }
-        if self.root.join(file).exists() {
-            Ok(())
-        } else {
-            Err(format!("{file} does not exist"))
-        }
+        if self.root.join(file).exists() { Ok(()) } else { Err(format!("{file} does not exist")) }
     }
 }
 
@@ -301,7 +329,10 @@ fn rust_path(span: &str) -> Option<Vec<String>> {
     }
     if span.len() > head.len() {
         let rest = &span[head.len()..];
-        let balanced = rest.starts_with('(') || rest.starts_with("::<") || rest.starts_with('!') || rest.starts_with('{');
+        let balanced = rest.starts_with('(')
+            || rest.starts_with("::<")
+            || rest.starts_with('!')
+            || rest.starts_with('{');
         if !balanced {
             return None;
         }
@@ -327,6 +358,13 @@ fn setting(span: &str) -> Option<&str> {
         return Some(name);
     }
     (screaming(span) && span.contains('_') && !span.starts_with('_') && !span.ends_with('_')).then_some(span)
+}
+
+/// `NamedLockGuard`, `Turn`: an upper-case letter, then letters and digits with a lower-case one.
+fn is_camel(s: &str) -> bool {
+    s.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && s.chars().any(|c| c.is_ascii_lowercase())
+        && s.chars().all(|c| c.is_ascii_alphanumeric())
 }
 
 fn is_snake(s: &str) -> bool {
@@ -416,7 +454,10 @@ mod tests {
     #[test]
     fn spans_are_sorted_by_their_shape() {
         assert_eq!(rust_path("cached_sql::<ST>(text)"), None);
-        assert_eq!(rust_path("db::transaction(conn, |conn| …)"), Some(vec!["db".into(), "transaction".into()]));
+        assert_eq!(
+            rust_path("db::transaction(conn, |conn| …)"),
+            Some(vec!["db".into(), "transaction".into()])
+        );
         assert_eq!(rust_path("Namespace::booking"), Some(vec!["Namespace".into(), "booking".into()]));
         assert_eq!(rust_path("a :: b"), None);
         assert_eq!(setting("DEMO_MODE=1"), Some("DEMO_MODE"));
@@ -426,6 +467,9 @@ mod tests {
         assert_eq!(answer("409: fully_booked"), Some((409, "fully_booked")));
         assert_eq!(repository_path("src/db/cached.rs#L3"), Some("src/db/cached.rs#L3"));
         assert_eq!(repository_path("migrations/*/"), None);
-        assert_eq!(spans("a `x` b\n```\n`y`\n```\n<!-- `z` -->\n``c `d` e``\n"), [(1, "x".into()), (6, "c `d` e".into())]);
+        assert_eq!(
+            spans("a `x` b\n```\n`y`\n```\n<!-- `z` -->\n``c `d` e``\n"),
+            [(1, "x".into()), (6, "c `d` e".into())]
+        );
     }
 }

@@ -124,11 +124,11 @@ impl Commands {
 /// The figure `name` of `tests/it/figures.rs` (the pages state the same numbers) on the pool's
 /// engine.
 fn figure(pool: &DbPool, name: &str) -> u64 {
-    let figure = figures::statements(name);
-    match pool.engine() {
-        Engine::Mysql => figure.mysql,
-        Engine::Postgres => figure.postgres,
-    }
+    let engine = match pool.engine() {
+        Engine::Mysql => "mysql",
+        Engine::Postgres => "postgres",
+    };
+    figures::statements(name).on_engine(engine).expect("a figure per engine")
 }
 
 /// The day `n` days from today, as the booking form sends it.
