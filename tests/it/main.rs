@@ -15,6 +15,7 @@ mod contention;
 #[cfg(feature = "lab")]
 mod demo;
 mod edit_locks;
+mod figures;
 mod grants;
 mod hardening;
 mod idempotency;

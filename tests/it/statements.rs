@@ -21,6 +21,7 @@ use haita::db::{self, DbPool, Engine, cached_sql};
 use haita::locking::Turn;
 
 use crate::common::{TestDb, create_resource, create_user, log_in_directly, test_config};
+use crate::figures;
 
 /// One connection, so the session's counters are the pool's.
 fn single_connection_pool(db: &TestDb) -> DbPool {
@@ -120,23 +121,14 @@ impl Commands {
     }
 }
 
-/// The `SET TRANSACTION ISOLATION LEVEL READ COMMITTED` that MySQL needs before a transaction
-/// that must not take gap locks: 1 there, 0 on PostgreSQL, whose sessions start in READ
-/// COMMITTED (and have no gap locks).
-fn isolation_switch(pool: &DbPool) -> u64 {
-    match pool.engine() {
-        Engine::Mysql => 1,
-        Engine::Postgres => 0,
-    }
-}
-
-/// The `RELEASE_LOCK` of a single booking or a receipt: 1 on MySQL, 0 on PostgreSQL, where
-/// their lock is transaction-scoped and goes with the COMMIT or ROLLBACK.
-fn lock_release(pool: &DbPool) -> u64 {
-    match pool.engine() {
-        Engine::Mysql => 1,
-        Engine::Postgres => 0,
-    }
+/// The figure `name` of `tests/it/figures.rs` (the pages state the same numbers) on the pool's
+/// engine.
+fn figure(pool: &DbPool, name: &str) -> u64 {
+    let engine = match pool.engine() {
+        Engine::Mysql => "mysql",
+        Engine::Postgres => "postgres",
+    };
+    figures::statements(name).on_engine(engine).expect("a figure per engine")
 }
 
 /// The day `n` days from today, as the booking form sends it.
@@ -180,7 +172,7 @@ fn a_booking_prepares_nothing_in_steady_state_and_takes_eight_statements() {
     });
     // GET_LOCK, START TRANSACTION, the user's row FOR UPDATE (the quota), the day's read,
     // INSERT, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
-    booked.assert_cached(10 * (7 + lock_release(&pool)));
+    booked.assert_cached(10 * figure(&pool, "booking"));
 
     let refused = Commands::of(&pool, || {
         for day in 2..=11 {
@@ -188,7 +180,7 @@ fn a_booking_prepares_nothing_in_steady_state_and_takes_eight_statements() {
         }
     });
     // GET_LOCK, START TRANSACTION, the user's row, the day's read, ROLLBACK, RELEASE_LOCK.
-    refused.assert_cached(10 * (5 + lock_release(&pool)));
+    refused.assert_cached(10 * figure(&pool, "booking_refused"));
 
     let ended = Commands::of(&pool, || {
         for day in 12..=21 {
@@ -196,7 +188,7 @@ fn a_booking_prepares_nothing_in_steady_state_and_takes_eight_statements() {
         }
     });
     // The same six, and the sessions' own check once the day's read counted one short.
-    ended.assert_cached(10 * (6 + lock_release(&pool)));
+    ended.assert_cached(10 * figure(&pool, "booking_session_ended"));
 }
 
 /// An idempotency key costs its claim and its answer; a resend costs the user's row lock, the
@@ -223,12 +215,12 @@ fn a_keyed_booking_takes_two_statements_more_and_its_resend_seven() {
     let fresh = Commands::of(&pool, || booked.extend((2..=11).map(keyed)));
     // GET_LOCK, START TRANSACTION, the user's row, the claim, the day's read, INSERT,
     // LAST_INSERT_ID, the answer, COMMIT, RELEASE_LOCK.
-    fresh.assert_cached(10 * (9 + lock_release(&pool)));
+    fresh.assert_cached(10 * figure(&pool, "booking_keyed"));
 
     let resent = Commands::of(&pool, || replayed.extend((2..=11).map(keyed)));
     // GET_LOCK, START TRANSACTION, the user's row, the claim (a duplicate), the stored answer,
     // COMMIT, RELEASE_LOCK.
-    resent.assert_cached(10 * (6 + lock_release(&pool)));
+    resent.assert_cached(10 * figure(&pool, "booking_keyed_resend"));
     assert_eq!(replayed, booked, "each resend answers its first booking");
 }
 
@@ -251,7 +243,7 @@ fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
     // GET_LOCK, START TRANSACTION, the users' rows FOR UPDATE, three reads (the day, the other
     // users' bookings that day, their future bookings for the quota), three INSERTs with their
     // LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
-    counted.assert_cached(5 * 14);
+    counted.assert_cached(5 * figure(&pool, "booking_batch_of_five"));
 }
 
 #[test]
@@ -280,13 +272,13 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
     // START TRANSACTION, the user's row FOR UPDATE and the user's orders of the last minute
     // (the rate), the catalog, the stock row FOR UPDATE, UPDATE, INSERT order, LAST_INSERT_ID,
     // INSERT line, INSERT ledger movement, COMMIT.
-    ordered.assert_cached(10 * 11);
+    ordered.assert_cached(10 * figure(&pool, "order"));
 
     let received = Commands::of(&pool, || (0..10).for_each(|_| receive()));
     // The product's existence, GET_LOCK, SET TRANSACTION ISOLATION LEVEL READ COMMITTED (no gap
     // locks: the named lock serialises the product), START TRANSACTION, the stock row FOR UPDATE,
     // UPDATE, INSERT movement, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
-    received.assert_cached(10 * (8 + isolation_switch(&pool) + lock_release(&pool)));
+    received.assert_cached(10 * figure(&pool, "receipt"));
 }
 
 #[test]
@@ -315,7 +307,10 @@ fn an_edit_lock_prepares_nothing_in_steady_state() {
     // row FOR UPDATE, the next epoch, INSERT, the lock as shown, the audit event, COMMIT,
     // RELEASE_LOCK. Heartbeat: UPDATE, the lock as shown. Release: START TRANSACTION, DELETE, the
     // audit event, COMMIT.
-    counted.assert_cached(5 * (15 + isolation_switch(&pool)));
+    let parts = ["edit_lock_acquire", "edit_lock_heartbeat", "edit_lock_release"];
+    let cycle = figure(&pool, "edit_lock_cycle");
+    assert_eq!(parts.iter().map(|p| figure(&pool, p)).sum::<u64>(), cycle, "figures.rs adds up");
+    counted.assert_cached(5 * cycle);
 }
 
 /// `cached_sql` binds each value to its placeholder, in order, and a count that does not match

@@ -1,0 +1,79 @@
+//! Statements per request, in one place. `statements.rs` asserts each against the server's own
+//! counters, and the docs test (`tests/docs`) checks every page that states one, where the
+//! number is marked `<!-- figure: booking.mysql -->8<!-- /figure -->`. Change a path's
+//! statements and its figure here, and `scripts/dev docs` rewrites the pages.
+//!
+//! Included by both test crates with `#[path]`, so it is plain data and one lookup.
+
+/// One request's statements on each engine, in steady state (every statement cached).
+#[derive(Debug, Clone, Copy)]
+pub struct Figure {
+    pub name: &'static str,
+    /// On MySQL/MariaDB (`Questions`).
+    pub mysql: u64,
+    /// On PostgreSQL (as diesel runs them, `BEGIN` and `COMMIT` included).
+    pub postgres: u64,
+}
+
+/// MySQL sends `RELEASE_LOCK` after a booking's or a receipt's COMMIT, and `SET TRANSACTION
+/// ISOLATION LEVEL READ COMMITTED` before a transaction that must take no gap locks; on
+/// PostgreSQL the lock is transaction-scoped and sessions are at READ COMMITTED already.
+pub const STATEMENTS: &[Figure] = &[
+    // GET_LOCK, START TRANSACTION, the user's row FOR UPDATE (the quota), the day's read, INSERT,
+    // LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
+    Figure { name: "booking", mysql: 8, postgres: 7 },
+    // GET_LOCK, START TRANSACTION, the user's row, the day's read, ROLLBACK, RELEASE_LOCK.
+    Figure { name: "booking_refused", mysql: 6, postgres: 5 },
+    // The same six, and which sessions ended.
+    Figure { name: "booking_session_ended", mysql: 7, postgres: 6 },
+    // A booking, its idempotency key's claim and its stored answer.
+    Figure { name: "booking_keyed", mysql: 10, postgres: 9 },
+    // GET_LOCK, START TRANSACTION, the user's row, the claim (a duplicate), the stored answer,
+    // COMMIT, RELEASE_LOCK.
+    Figure { name: "booking_keyed_resend", mysql: 7, postgres: 6 },
+    // Five requests on a day with three places: GET_LOCK, START TRANSACTION, the users' rows,
+    // three reads (the day, the others' bookings that day, their future bookings), three INSERTs
+    // with their ids, COMMIT, RELEASE_LOCK.
+    Figure { name: "booking_batch_of_five", mysql: 14, postgres: 14 },
+    // START TRANSACTION, the user's row FOR UPDATE, their orders of the last minute, the
+    // catalog, the stock row FOR UPDATE, UPDATE, the order, its id, its line, its ledger
+    // movement, COMMIT.
+    Figure { name: "order", mysql: 11, postgres: 11 },
+    // The product's existence, GET_LOCK, SET TRANSACTION ISOLATION LEVEL READ COMMITTED, START
+    // TRANSACTION, the stock row FOR UPDATE, UPDATE, the ledger movement, its id, COMMIT,
+    // RELEASE_LOCK.
+    Figure { name: "receipt", mysql: 10, postgres: 8 },
+    // GET_LOCK, SET TRANSACTION ISOLATION LEVEL READ COMMITTED, START TRANSACTION, the row FOR
+    // UPDATE, the next epoch, INSERT, the lock as shown, its audit event, COMMIT, RELEASE_LOCK.
+    Figure { name: "edit_lock_acquire", mysql: 10, postgres: 9 },
+    // UPDATE, the lock as shown.
+    Figure { name: "edit_lock_heartbeat", mysql: 2, postgres: 2 },
+    // START TRANSACTION, DELETE, the audit event, COMMIT.
+    Figure { name: "edit_lock_release", mysql: 4, postgres: 4 },
+    // Taken, kept alive once and released: the three above.
+    Figure { name: "edit_lock_cycle", mysql: 16, postgres: 15 },
+];
+
+/// The figure of `name`.
+///
+/// # Panics
+/// When there is none: a test or a page names a figure this table does not hold.
+pub fn statements(name: &str) -> Figure {
+    STATEMENTS
+        .iter()
+        .find(|f| f.name == name)
+        .copied()
+        .unwrap_or_else(|| panic!("tests/it/figures.rs has no figure {name:?}"))
+}
+
+impl Figure {
+    /// The figure on the engine named `engine` (`mysql`, `postgres`), as the pages' markers
+    /// name it.
+    pub fn on_engine(self, engine: &str) -> Option<u64> {
+        match engine {
+            "mysql" => Some(self.mysql),
+            "postgres" => Some(self.postgres),
+            _ => None,
+        }
+    }
+}
