@@ -33,7 +33,7 @@ use crate::schema::{reservations, resource_closures, resources};
 /// 4. release the lock (dropping the guard) only after the commit.
 ///
 /// That is MySQL's order. On PostgreSQL the lock is transaction-scoped
-/// ([`crate::locking::in_one_transaction`]): steps 1 and 2 swap (the transaction's first
+/// ([`crate::locking::transaction_under_lock`]): steps 1 and 2 swap (the transaction's first
 /// statement takes the lock, which is right at READ COMMITTED, where each statement reads what
 /// has committed when it starts) and step 4 is the COMMIT itself.
 ///
@@ -67,7 +67,7 @@ pub fn book(
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
     // The day's lock lives exactly as long as the check-then-insert transaction: on PostgreSQL
     // the transaction-scoped advisory lock, let go by the COMMIT itself.
-    crate::locking::in_one_transaction(pool, turn, Isolation::SessionDefault, |conn| {
+    crate::locking::transaction_under_lock(pool, turn, Isolation::SessionDefault, |conn| {
         check_then_insert(conn, ticket, resource_id, date, once, max_future)
     })
     .and_then(std::convert::identity)

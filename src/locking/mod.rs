@@ -2,7 +2,7 @@
 //!
 //! - [`NamedLockGuard`]: a MySQL named lock (`GET_LOCK`) held on one pooled connection for as
 //!   long as the guard lives; the work done under it runs on that same connection.
-//! - [`in_one_transaction`]: a named lock held for exactly one transaction (a single booking, a
+//! - [`transaction_under_lock`]: a named lock held for exactly one transaction (a single booking, a
 //!   stock receipt): PostgreSQL's transaction-scoped advisory lock, released by the
 //!   transaction's end (the guard on MySQL).
 //! - [`LockName`]: the only way to build a lock name: namespaced, case-stable, at most 64
@@ -24,4 +24,4 @@ mod transaction_scoped;
 pub use crate::db::lock_names::{self as names, LockName, Namespace};
 pub use named::{AcquireError, LockError, NamedLockGuard};
 pub use queue::{LockQueue, Turn};
-pub use transaction_scoped::{Isolation, in_one_transaction};
+pub use transaction_scoped::{Isolation, transaction_under_lock};
