@@ -213,16 +213,16 @@ fn record_acquired(
     lock: &LockView,
     batch: bool,
 ) -> Result<(), EditLockError> {
-    if let Acquired::TookOver(previous) = acquired {
-        if previous.expired {
-            let detail = format!(
-                "lock of {} expired at {} (last heartbeat {}); seen by the next acquirer",
-                previous.owner_username,
-                at(previous.expires_at),
-                at(previous.heartbeat_at)
-            );
-            audit::record(conn, Some(owner.user_id), Action::EditLockExpired, key.as_str(), &detail)?;
-        }
+    if let Acquired::TookOver(previous) = acquired
+        && previous.expired
+    {
+        let detail = format!(
+            "lock of {} expired at {} (last heartbeat {}); seen by the next acquirer",
+            previous.owner_username,
+            at(previous.expires_at),
+            at(previous.heartbeat_at)
+        );
+        audit::record(conn, Some(owner.user_id), Action::EditLockExpired, key.as_str(), &detail)?;
     }
     let (action, detail) = audit_entry(acquired, lock, batch);
     audit::record(conn, Some(owner.user_id), action, key.as_str(), &detail)?;
