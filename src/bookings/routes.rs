@@ -42,7 +42,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 /// Books for the request's user, by one of two paths that run the same steps:
 /// - [`service::book`], the lesson, for a request with an idempotency key (every form sends
-///   one) and for every request with `COALESCE_BOOKINGS=0`. A keyed request runs on its own
+///   one) and for every request with `BOOKING_COALESCING=false`. A keyed request runs on its own
 ///   under the day's lock, never in a coalesced batch: its stored answer belongs to one
 ///   transaction of one request.
 /// - the coalescer ([`Coalescer::book`], then `service::book_batch`) for the others: the

@@ -60,9 +60,9 @@ use crate::schema::{reservations, resource_closures, resources};
 ///   ([`crate::idempotency`]). The claim comes after step 3 (the user's row lock must precede
 ///   every read of the transaction), so a replayed request gets its stored answer, never a
 ///   quota refusal.
-/// - **Coalescing** (instead of this function): without a key, and with `COALESCE_BOOKINGS` on,
+/// - **Coalescing** (instead of this function): without a key, and with `BOOKING_COALESCING` on,
 ///   requests for one day are booked in batches, steps 1–8 once for many ([`book_batch`]). Here
-///   come the keyed requests, all of them with `COALESCE_BOOKINGS=0`, and any the coalescer
+///   come the keyed requests, all of them with `BOOKING_COALESCING=false`, and any the coalescer
 ///   hands back.
 ///
 /// The quota: the user may hold at most `max_future` confirmed bookings of today or later
