@@ -51,7 +51,7 @@ use crate::schema::{reservations, resource_closures, resources};
 ///   every connection.
 /// - **Ask with 0 first** (inside step 1): the lock is asked for without waiting; only a lock
 ///   held elsewhere is waited for, within the turn and the waiting budget
-///   (`locking::ask_then_wait`).
+///   (`locking::named::ask_then_wait`).
 /// - **The session check folded into the read** (step 4): whether the ticket's session is still
 ///   live is one more column of the day's read, not a statement of its own; a session that has
 ///   ended books nothing ([`BookingError::SessionEnded`]).
