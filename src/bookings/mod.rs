@@ -5,7 +5,7 @@
 //! no row to `SELECT … FOR UPDATE` before the first booking exists, and locking the resource row
 //! would serialise every date of that resource. So the check-then-insert runs under a named lock
 //! keyed by resource *and date* — `GET_LOCK('haita:{tag}:book:{resource}:{date}')` — held on the very
-//! connection that runs the transaction (`service.rs`, `crate::locking`).
+//! connection that runs the transaction (`service::book`, the lesson, and `crate::locking`).
 
 pub mod coalesce;
 pub mod model;

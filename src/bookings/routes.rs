@@ -40,11 +40,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/v1/reservations/{id}", web::delete().to(cancel_json));
 }
 
-/// Books for the request's user. The session is checked by the booking itself, in its read of
-/// the day (`service::book`), so a booking request makes one hop to the blocking pool, not two.
+/// Books for the request's user, by one of two paths that run the same steps:
+/// - [`service::book`], the lesson, for a request with an idempotency key (every form sends
+///   one) and for every request with `BOOKING_COALESCING=false`. A keyed request runs on its own
+///   under the day's lock, never in a coalesced batch: its stored answer belongs to one
+///   transaction of one request.
+/// - the coalescer ([`Coalescer::book`], then `service::book_batch`) for the others: the
+///   requests of one day booked under one lock, in arrival order.
 ///
-/// A request with an idempotency key runs on its own under the day's lock, never in a coalesced
-/// batch: its stored answer belongs to one transaction of one request.
+/// The session is checked by the booking itself, in its read of the day, so a booking request
+/// makes one hop to the blocking pool, not two.
 async fn book(
     state: &AppState,
     coalescer: &std::sync::Arc<Coalescer>,

@@ -1,4 +1,9 @@
 //! The booking rules and the locking that makes them hold under concurrency.
+//!
+//! Read [`book`] first: the lesson, check-then-insert under the day's named lock, step by step.
+//! Its steps 4 to 6 are [`check_then_insert`] (the day's read, the rules of
+//! [`decide_in_arrival_order`], the insert), which [`book_batch`], the coalesced path, runs
+//! for many requests under one lock.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
@@ -21,40 +26,51 @@ use crate::schema::{reservations, resource_closures, resources};
 
 /// Books `resource_id` on `date` for the user of `ticket`: at most `capacity` confirmed bookings
 /// per day and at most one per user and day, however many requests arrive at once, on however
-/// many instances of the app.
+/// many instances of the app. **This is the lesson** (`docs/named-lock-check-then-insert.md`):
+/// read it top to bottom.
 ///
-/// The order of the steps is the lesson:
-/// 0. (before this, off the pool) wait in memory for this instance's turn at the day's lock;
-/// 1. take the date's named lock on a pooled connection (bounded wait → 503 busy);
-/// 2. *then* start the transaction on that same connection, so its snapshot is taken after the
-///    previous holder committed (under REPEATABLE READ a snapshot taken before the lock would
-///    still see the old count);
-/// 3. count, check, insert, commit;
-/// 4. release the lock (dropping the guard) only after the commit.
+/// 1. Take the day's named lock — `haita:{tag}:book:{resource}:{date}`, on a pooled connection,
+///    bounded wait (→ 503 busy) — and
+/// 2. BEGIN on that same connection. The lock is held for exactly this one transaction
+///    ([`transaction_under_lock`](crate::locking::transaction_under_lock)). On MySQL the
+///    lock comes first, so that the transaction's snapshot is taken after the previous holder
+///    committed (under REPEATABLE READ a snapshot taken before the lock would still see the old
+///    count). On PostgreSQL BEGIN comes first and the transaction-scoped advisory lock is its
+///    first statement, which is right at READ COMMITTED, where each statement reads what has
+///    committed when it starts.
+/// 3. Lock the user's row (`SELECT … FOR UPDATE` on `users`): the per-user quota counted in
+///    step 4 is then exact ([`crate::auth::quota`]).
+/// 4. Read the day, 5. decide, 6. insert if the day and the user allow it:
+///    [`check_then_insert`], the very steps a coalesced batch runs for each of its requests.
+/// 7. COMMIT (a refusal: ROLLBACK), then
+/// 8. release the lock — on PostgreSQL the COMMIT itself lets go of it.
 ///
-/// That is MySQL's order. On PostgreSQL the lock is transaction-scoped
-/// ([`crate::locking::in_one_transaction`]): steps 1 and 2 swap (the transaction's first
-/// statement takes the lock, which is right at READ COMMITTED, where each statement reads what
-/// has committed when it starts) and step 4 is the COMMIT itself.
+/// The layers around it, each named where it applies:
+/// - **The per-key queue** (before step 1, off the pool): the caller waited in memory for this
+///   instance's turn at the day's lock ([`Turn`], `locking::queue`), so one hot day cannot take
+///   every connection.
+/// - **Ask with 0 first** (inside step 1): the lock is asked for without waiting; only a lock
+///   held elsewhere is waited for, within the turn and the waiting budget
+///   (`locking::named::ask_then_wait`).
+/// - **The session check folded into the read** (step 4): whether the ticket's session is still
+///   live is one more column of the day's read, not a statement of its own; a session that has
+///   ended books nothing ([`BookingError::SessionEnded`]).
+/// - **Idempotency** (around steps 4–6): with a key (`once`), they run at most once per key, and
+///   a retry gets the first answer back, booked or refused, and books nothing
+///   ([`crate::idempotency`]). The claim comes after step 3 (the user's row lock must precede
+///   every read of the transaction), so a replayed request gets its stored answer, never a
+///   quota refusal.
+/// - **Coalescing** (instead of this function): without a key, and with `BOOKING_COALESCING` on,
+///   requests for one day are booked in batches, steps 1–8 once for many ([`book_batch`]). Here
+///   come the keyed requests, all of them with `BOOKING_COALESCING=false`, and any the coalescer
+///   hands back.
 ///
-/// Requests served one by one come here: those with an idempotency key, all of them with
-/// `COALESCE_BOOKINGS=0`, and any the coalescer hands back; the others are booked in batches
-/// ([`book_batch`]).
-///
-/// The ticket is checked in step 3's read: a session that has ended books nothing
-/// ([`BookingError::SessionEnded`]), and a live one costs no statement of its own.
-///
-/// With an idempotency key (`once`), step 3 runs at most once per key: a retry gets the first
-/// answer back, booked or refused, and books nothing ([`crate::idempotency`]).
-///
-/// The user may hold at most `max_future` confirmed bookings of today or later
+/// The quota: the user may hold at most `max_future` confirmed bookings of today or later
 /// (`MAX_FUTURE_BOOKINGS_PER_USER`), past which the booking is refused with
-/// [`BookingError::Quota`]. The day's lock cannot make that count exact: two requests of one user
-/// for two *different* days hold two different day locks and would both count the same total.
-/// So step 3 starts by locking the user's row ([`crate::auth::quota`]), and the count is read
-/// after it: a second request of the same user, whatever its day, waits there until the first has
-/// committed, and then counts the first one's booking too. A replayed idempotent request gets its
-/// stored answer, never a quota refusal: the claim comes before the count.
+/// [`BookingError::Quota`]. The day's lock cannot make that count exact: two requests of one
+/// user for two *different* days hold two different day locks and would both count the same
+/// total. Hence step 3: a second request of the same user, whatever its day, waits there until
+/// the first has committed, and then counts the first one's booking too.
 pub fn book(
     pool: &DbPool,
     turn: Turn,
@@ -65,12 +81,62 @@ pub fn book(
     max_future: u32,
 ) -> Result<Reservation, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
-    // The day's lock lives exactly as long as the check-then-insert transaction: on PostgreSQL
-    // the transaction-scoped advisory lock, let go by the COMMIT itself.
-    crate::locking::in_one_transaction(pool, turn, Isolation::SessionDefault, |conn| {
-        check_then_insert(conn, ticket, resource_id, date, once, max_future)
+    // 1. Take the day's lock and 2. BEGIN (on PostgreSQL: BEGIN, then the lock).
+    crate::locking::transaction_under_lock(pool, turn, Isolation::SessionDefault, |conn| {
+        // 3. Lock the user's row: the quota of step 4 counts after it.
+        crate::auth::quota::lock_users(conn, &[ticket.user_id()])?;
+        // Idempotency: steps 4 to 6 at most once per key (without a key, they just run).
+        idempotency::once(conn, once, |conn| {
+            // 4. Read the day, 5. decide, 6. insert if granted.
+            alone(check_then_insert(conn, resource_id, date, std::slice::from_ref(ticket), max_future)?)
+        })
     })
+    // 7. COMMIT, or ROLLBACK on a refusal, and 8. release: both done as the call returns.
     .and_then(std::convert::identity)
+}
+
+/// Steps 4 to 6 of [`book`], for the requests of `tickets` in arrival order (a single booking is
+/// a batch of one): read the day, decide each request against it, insert the granted ones.
+/// Only ever run in a transaction that holds the day's lock and has locked the users' rows
+/// ([`book`], [`book_batch`]).
+///
+/// The outer error is the transaction's (a statement failed, the resource does not exist); each
+/// inner result is one request's answer.
+fn check_then_insert(
+    conn: &mut DbConn,
+    resource_id: i64,
+    date: BookingDate,
+    tickets: &[Ticket],
+    max_future: u32,
+) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
+    // 4. Read the day: capacity, the count, the closure, the users' bookings, the sessions.
+    let day = read_day(conn, resource_id, date, tickets, max_future)?
+        .ok_or(BookingError::UnknownResource(resource_id))?;
+    // 5. Decide each request in arrival order, each seeing the ones before it.
+    let verdicts = day.decide(tickets);
+    // 6. Insert the granted ones; the refused get their answer.
+    tickets
+        .iter()
+        .zip(verdicts)
+        .map(|(ticket, verdict)| match verdict {
+            Verdict::Insert => Ok(Ok(insert(conn, ticket.user_id(), resource_id, date)?)),
+            refused => Ok(Err(day.refusal(refused, ticket, date))),
+        })
+        .collect()
+}
+
+/// The answer of the one request [`check_then_insert`] was given.
+fn alone(mut answers: Vec<Result<Reservation, BookingError>>) -> Result<Reservation, BookingError> {
+    match (answers.pop(), answers.is_empty()) {
+        (Some(answer), true) => answer,
+        _ => Err(bad_batch()),
+    }
+}
+
+/// A batch holds one request at least and never more than `coalesce::MAX_BATCH`, which the
+/// longest statement texts take: anything else is a bug here, not something a request did.
+fn bad_batch() -> BookingError {
+    BookingError::Infra(diesel::result::Error::QueryBuilderError("batch empty or too long".into()).into())
 }
 
 /// A day of one resource as the booking rules see it, read under the day's lock.
@@ -157,11 +223,6 @@ fn read_day(
     tickets: &[Ticket],
     max_future: u32,
 ) -> Result<Option<Day>, BookingError> {
-    // A batch holds one request at least and never more than MAX_BATCH, which the longest
-    // texts take: anything else is a bug here, not something a request did.
-    let bad_batch = || {
-        BookingError::Infra(diesel::result::Error::QueryBuilderError("batch empty or too long".into()).into())
-    };
     let users: Vec<i64> = tickets.iter().map(Ticket::user_id).collect();
     let mut sessions: Vec<&str> = tickets.iter().map(Ticket::session_id).collect();
     let (read_day, padded) = READ_DAY.padded(&sessions).ok_or_else(bad_batch)?;
@@ -234,49 +295,7 @@ fn insert(conn: &mut DbConn, user_id: i64, resource_id: i64, date: BookingDate) 
     })
 }
 
-/// Check-then-insert. Correct only while `held` is the lock of this resource and day — which is
-/// why it takes the guard: without the lock there is nothing to call it with.
-fn insert_if_free(
-    held: &mut NamedLockGuard,
-    ticket: &Ticket,
-    resource_id: i64,
-    date: BookingDate,
-    max_future: u32,
-) -> Result<Reservation, BookingError> {
-    debug_assert_eq!(held.name().scope(), "book");
-    crate::db::transaction(held.conn(), |conn| {
-        check_then_insert(conn, ticket, resource_id, date, None, max_future)
-    })
-    .and_then(std::convert::identity)
-}
-
-/// The transaction's work for one request: lock the user's row, read the day, decide, insert.
-/// Only ever run in a transaction that holds the day's lock ([`insert_if_free`], [`book`]).
-///
-/// The user's row is locked first, before the idempotency claim and the day's read: it must
-/// precede every read of the transaction (see [`crate::auth::quota`]), and a resend that only
-/// gets its stored answer pays one cheap row lock for it.
-fn check_then_insert(
-    conn: &mut DbConn,
-    ticket: &Ticket,
-    resource_id: i64,
-    date: BookingDate,
-    once: Option<&Once>,
-    max_future: u32,
-) -> Result<Result<Reservation, BookingError>, BookingError> {
-    crate::auth::quota::lock_users(conn, &[ticket.user_id()])?;
-    idempotency::once(conn, once, |conn| {
-        let tickets = std::slice::from_ref(ticket);
-        let day = read_day(conn, resource_id, date, tickets, max_future)?
-            .ok_or(BookingError::UnknownResource(resource_id))?;
-        match day.verdicts(tickets)[0] {
-            Verdict::Insert => Ok(insert(conn, ticket.user_id(), resource_id, date)?),
-            refused => Err(day.refusal(refused, ticket, date)),
-        }
-    })
-}
-
-/// What one request of a batch gets, decided exactly as [`insert_if_free`] would decide it.
+/// What one request gets: step 5 of [`book`], for one request or each of a batch's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Insert,
@@ -304,9 +323,10 @@ impl Day {
         }
     }
 
-    /// The verdict of each request of `tickets` (as read by [`read_day`]): a request whose
-    /// session has ended books nothing and takes no place from the ones after it.
-    fn verdicts(&self, tickets: &[Ticket]) -> Vec<Verdict> {
+    /// Step 5 of [`book`]: the verdict of each request of `tickets` (as read by [`read_day`]),
+    /// by [`decide_in_arrival_order`]. A request whose session has ended books nothing and takes
+    /// no place from the ones after it.
+    fn decide(&self, tickets: &[Ticket]) -> Vec<Verdict> {
         if self.closed.is_some() {
             let closed = |&live: &bool| if live { Verdict::Closed } else { Verdict::SessionEnded };
             return self.live.iter().map(closed).collect();
@@ -315,7 +335,8 @@ impl Day {
             tickets.iter().zip(&self.live).filter(|(_, live)| **live).map(|(t, _)| t.user_id()).collect();
         let quota = Quota { max: self.max_future, held: &self.held };
         let mut decided =
-            decide_batch(self.capacity, self.confirmed, &self.booked, &quota, &live_users).into_iter();
+            decide_in_arrival_order(self.capacity, self.confirmed, &self.booked, &quota, &live_users)
+                .into_iter();
         self.live
             .iter()
             .map(
@@ -334,12 +355,13 @@ pub struct Quota<'a> {
     pub held: &'a HashMap<i64, i64>,
 }
 
-/// The booking rules for several requests of one resource and day, in arrival order, against
-/// the day as it stands (`confirmed` bookings, of which `booked` users hold one) and the users'
-/// future bookings (`quota`). The same checks, in the same order, as running the requests one
-/// after another: the user's own booking first, then the capacity, then the user's quota, each
-/// request seeing the ones before it — a user twice in a batch counts the first one's booking.
-pub fn decide_batch(
+/// The booking rules, with no database in sight: the requests of one resource and day (one, or a
+/// batch's), in arrival order, against the day as it stands (`confirmed` bookings, of which
+/// `booked` users hold one) and the users' future bookings (`quota`). For each request: the
+/// user's own booking first, then the capacity, then the user's quota, each request seeing the
+/// ones before it — a user twice in a batch counts the first one's booking. So a batch gets
+/// exactly the answers its requests would have got one after another.
+pub fn decide_in_arrival_order(
     capacity: i32,
     confirmed: i64,
     booked: &HashSet<i64>,
@@ -369,14 +391,18 @@ pub fn decide_batch(
         .collect()
 }
 
-/// Books the users of `tickets` (in arrival order) on one resource and day under one lock and one
-/// transaction: one `GET_LOCK`, one read of the day, one commit for all of them, instead of one
-/// each. Every request still gets its own answer, the one it would have got alone in that order.
+/// Coalescing, the layer that books many requests at once (`bookings::coalesce` gathers them):
+/// the users of `tickets`, in arrival order, on one resource and day, with the steps of [`book`]
+/// run once for all of them — one lock, one read of the day, one commit, instead of one each.
+/// Every request still gets its own answer, the one it would have got alone in that order
+/// ([`decide_in_arrival_order`]).
+///
+/// The lock is the session's, held by a guard, on both engines: it must outlive the transaction.
+/// If the batch's transaction is chosen as a deadlock victim, no request is failed for it: each
+/// is then run on its own, in order, under the same lock ([`one_by_one_after_deadlock`]).
 ///
 /// The outer error is what every request of the batch would have met anyway (the lock stayed
-/// held, the resource does not exist, a row stayed locked). If the batch's transaction is
-/// chosen as a deadlock victim, no request is failed for it: each is then run on its own, in
-/// order, under the same lock, exactly as without coalescing.
+/// held, the resource does not exist, a row stayed locked).
 pub fn book_batch(
     pool: &DbPool,
     turn: Turn,
@@ -386,61 +412,73 @@ pub fn book_batch(
     max_future: u32,
 ) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
     debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
-    let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
-    let answers = match insert_batch_if_free(&mut held, resource_id, date, tickets, max_future) {
+    let users: Vec<i64> = tickets.iter().map(Ticket::user_id).collect();
+    // 1. Take the day's lock, held by a guard that outlives the transaction.
+    let mut day_lock = NamedLockGuard::acquire_pooled(pool, turn)?;
+    // 2. BEGIN on the connection that holds it.
+    let decided = crate::db::transaction(day_lock.conn(), |conn| {
+        // 3. Lock all the users' rows, in ascending id: two batches of two days sharing users
+        //    queue instead of deadlocking, and each user's quota is decided as if alone.
+        crate::auth::quota::lock_users(conn, &users)?;
+        // 4. Read the day once, 5. decide each request in arrival order, 6. insert the granted.
+        check_then_insert(conn, resource_id, date, tickets, max_future)
+    }); // 7. COMMIT
+    let answers = match decided {
         Ok(answers) => answers,
         // A deadlock (with a capacity change, say) is about this transaction, not about any one
-        // request: each is served on its own, in order, under the same lock.
+        // request.
         Err(batch_failed) if batch_failed.lock_conflict() == Some(LockConflict::Deadlock) => {
-            log::warn!("a batch of {} bookings deadlocked; serving each on its own", tickets.len());
-            let report = batch_failed
-                .database_error()
-                .and_then(|error| crate::deadlocks::capture(held.conn(), pool.url(), "booking batch", error));
-            let answers: Vec<_> = tickets
-                .iter()
-                .map(|ticket| insert_if_free(&mut held, ticket, resource_id, date, max_future))
-                .collect();
-            if let Some(report) = report {
-                let booked = answers.iter().filter(|a| a.is_ok()).count();
-                let outcome = format!("served one by one: {booked} of {} booked", tickets.len());
-                crate::deadlocks::settle(held.conn(), report, &outcome);
-            }
-            answers
+            one_by_one_after_deadlock(
+                &mut day_lock,
+                pool,
+                &batch_failed,
+                resource_id,
+                date,
+                tickets,
+                max_future,
+            )
         }
         // Anything else (a row lock held past its timeout, a lost connection) would meet every
         // single request too; the callers answer it, each within its own deadline.
         Err(other) => return Err(other),
     };
-    drop(held); // committed above; only now may the next batch look at this day
+    // 8. Release: committed above; only now may the next batch look at this day.
+    drop(day_lock);
     Ok(answers)
 }
 
-/// Check-then-insert for a whole batch, under the day's lock (hence the guard). The rows of all
-/// the batch's users are locked first, in ascending id (two batches of two days sharing users
-/// then queue instead of deadlocking), so each user's quota is decided as if their request ran
-/// alone: no other request of theirs, on any day, counts or inserts until this one commits.
-fn insert_batch_if_free(
-    held: &mut NamedLockGuard,
+/// The batch's fallback when its transaction lost a deadlock: steps 2 to 7 of [`book`] for each
+/// request on its own, in arrival order, under the lock the batch still holds — exactly as
+/// without coalescing. The deadlock is recorded (`crate::deadlocks`) with what became of it.
+fn one_by_one_after_deadlock(
+    day_lock: &mut NamedLockGuard,
+    pool: &DbPool,
+    batch_failed: &BookingError,
     resource_id: i64,
     date: BookingDate,
     tickets: &[Ticket],
     max_future: u32,
-) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
-    debug_assert_eq!(held.name().scope(), "book");
-    crate::db::transaction(held.conn(), |conn| {
-        let users: Vec<i64> = tickets.iter().map(Ticket::user_id).collect();
-        crate::auth::quota::lock_users(conn, &users)?;
-        let day = read_day(conn, resource_id, date, tickets, max_future)?
-            .ok_or(BookingError::UnknownResource(resource_id))?;
-        tickets
-            .iter()
-            .zip(day.verdicts(tickets))
-            .map(|(ticket, verdict)| match verdict {
-                Verdict::Insert => Ok(Ok(insert(conn, ticket.user_id(), resource_id, date)?)),
-                refused => Ok(Err(day.refusal(refused, ticket, date))),
+) -> Vec<Result<Reservation, BookingError>> {
+    debug_assert_eq!(day_lock.name().scope(), "book");
+    log::warn!("a batch of {} bookings deadlocked; serving each on its own", tickets.len());
+    let report = batch_failed
+        .database_error()
+        .and_then(|error| crate::deadlocks::capture(day_lock.conn(), pool.url(), "booking batch", error));
+    let answers: Vec<_> = tickets
+        .iter()
+        .map(|ticket| {
+            crate::db::transaction(day_lock.conn(), |conn| {
+                crate::auth::quota::lock_users(conn, &[ticket.user_id()])?;
+                alone(check_then_insert(conn, resource_id, date, std::slice::from_ref(ticket), max_future)?)
             })
-            .collect()
-    })
+        })
+        .collect();
+    if let Some(report) = report {
+        let booked = answers.iter().filter(|a| a.is_ok()).count();
+        let outcome = format!("served one by one: {booked} of {} booked", tickets.len());
+        crate::deadlocks::settle(day_lock.conn(), report, &outcome);
+    }
+    answers
 }
 
 /// Cancels the user's own confirmed reservation. Freeing a place needs no lock: it can only
@@ -562,27 +600,27 @@ mod tests {
     }
 
     /// No user holds anything and the cap is far away.
-    fn decide_batch(capacity: i32, confirmed: i64, booked: &HashSet<i64>, users: &[i64]) -> Vec<Verdict> {
+    fn decide(capacity: i32, confirmed: i64, booked: &HashSet<i64>, users: &[i64]) -> Vec<Verdict> {
         let held = HashMap::new();
-        super::decide_batch(capacity, confirmed, booked, &Quota { max: 30, held: &held }, users)
+        super::decide_in_arrival_order(capacity, confirmed, booked, &Quota { max: 30, held: &held }, users)
     }
 
     #[test]
     fn a_batch_fills_the_day_in_arrival_order_and_refuses_the_rest() {
         use Verdict::*;
-        assert_eq!(decide_batch(2, 0, &none(), &[1, 2, 3]), [Insert, Insert, FullyBooked]);
+        assert_eq!(decide(2, 0, &none(), &[1, 2, 3]), [Insert, Insert, FullyBooked]);
         // Someone outside the batch (user 9) holds one of the three places.
-        assert_eq!(decide_batch(3, 1, &none(), &[1, 2, 3]), [Insert, Insert, FullyBooked]);
-        assert_eq!(decide_batch(1, 0, &none(), &[]), []);
+        assert_eq!(decide(3, 1, &none(), &[1, 2, 3]), [Insert, Insert, FullyBooked]);
+        assert_eq!(decide(1, 0, &none(), &[]), []);
     }
 
     #[test]
     fn one_booking_per_user_holds_within_a_batch_and_against_the_day() {
         use Verdict::*;
-        assert_eq!(decide_batch(5, 0, &none(), &[1, 1, 2]), [Insert, AlreadyBooked, Insert]);
-        assert_eq!(decide_batch(5, 1, &HashSet::from([1]), &[1, 2]), [AlreadyBooked, Insert]);
+        assert_eq!(decide(5, 0, &none(), &[1, 1, 2]), [Insert, AlreadyBooked, Insert]);
+        assert_eq!(decide(5, 1, &HashSet::from([1]), &[1, 2]), [AlreadyBooked, Insert]);
         // The user's own booking is checked before the capacity, as a single request would.
-        assert_eq!(decide_batch(1, 1, &HashSet::from([1]), &[1]), [AlreadyBooked]);
+        assert_eq!(decide(1, 1, &HashSet::from([1]), &[1]), [AlreadyBooked]);
     }
 
     #[test]
@@ -590,8 +628,11 @@ mod tests {
         use Verdict::*;
         let held = HashMap::from([(1, 3), (2, 2)]);
         let quota = Quota { max: 3, held: &held };
-        assert_eq!(super::decide_batch(9, 0, &none(), &quota, &[1, 2, 3]), [OverQuota, Insert, Insert]);
+        assert_eq!(
+            super::decide_in_arrival_order(9, 0, &none(), &quota, &[1, 2, 3]),
+            [OverQuota, Insert, Insert]
+        );
         // A full day is said before the quota: cancelling another booking would not help.
-        assert_eq!(super::decide_batch(0, 0, &none(), &quota, &[1]), [FullyBooked]);
+        assert_eq!(super::decide_in_arrival_order(0, 0, &none(), &quota, &[1]), [FullyBooked]);
     }
 }

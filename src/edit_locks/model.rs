@@ -139,9 +139,9 @@ impl LockView {
 }
 
 /// Proof that `owner` holds the unexpired edit lock `key`, and that the edit-lock row is locked
-/// `FOR UPDATE` by the current transaction. Only [`super::service::claim`] makes one.
+/// `FOR UPDATE` by the current transaction. Only [`super::service::recheck_for_save`] makes one.
 ///
-/// It is valid until the transaction that claimed it ends: until then a takeover, a release or
+/// It is valid until the transaction that made it ends: until then a takeover, a release or
 /// an admin's force release of this lock waits for our row lock, so whatever is done with the
 /// token is done by the holder. Functions that change a locked thing take `&EditLockToken`;
 /// without the lock there is nothing to call them with.

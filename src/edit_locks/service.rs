@@ -1,5 +1,8 @@
-//! The life of an edit lock: acquire (or take over), heartbeat, release, claim for a save, and the
-//! admin's force release. Every change writes its audit event in the same transaction.
+//! The life of an edit lock, one function per step, each read top to bottom: [`acquire`] (or
+//! take over), [`heartbeat`], [`recheck_for_save`] (in the save's transaction), [`release`],
+//! and the admin's [`force_release`]. Every change writes its audit event in the same
+//! transaction (the audit layer); drafts, what an editor typed and has not saved, are kept
+//! around these by the editor (`resources::editing`, [`super::drafts`]).
 //!
 //! Longer than 500 lines on purpose: these are every transition of one row, and a reader checks
 //! each against the same rules (the row locked first, the epoch, the owner, the database's clock);
@@ -44,13 +47,21 @@ pub enum Acquired {
     TookOver(Box<LockView>),
 }
 
-/// Takes the edit lock `key` for `owner`, for `ttl` from now by the database clock.
+/// Takes the edit lock `key` for `owner`, for `ttl` from now by the database clock. **The
+/// lesson's acquire** (`docs/pessimistic-edit-lock.md`), read top to bottom:
 ///
-/// Advisory lock + lock table (`docs/pessimistic-edit-lock.md`): before the first acquire there is no
-/// row to lock, so concurrent first acquirers are serialised by the named lock
-/// `haita:{tag}:edit:{key}` instead; under it, the row is read `FOR UPDATE` and inserted, renewed or
-/// taken over. The transaction commits before the named lock is released (the guard is dropped
-/// last), so the next acquirer sees our row.
+/// 1. Take the key's named lock, `haita:{tag}:edit:{key}`: before the first acquire there is no
+///    row to `SELECT … FOR UPDATE`, so concurrent first acquirers are serialised by it instead
+///    (the guard's acquire asks without waiting first: `locking::ask_then_wait`).
+/// 2. BEGIN on the connection that holds it, at READ COMMITTED.
+/// 3. Lock the edit-lock row, if there is one ([`row_for_update`]).
+/// 4. Decide, from that row alone, who gets the lock ([`decide`]).
+/// 5. Write: insert a row, renew our own, or take someone else's over. A new holder gets the
+///    next **fencing epoch** ([`next_epoch`]): a save made under an earlier acquisition is then
+///    refused ([`recheck_for_save`]), even by the same person in another tab.
+/// 6. Audit (a layer): the acquisition's event, in the same transaction ([`record_acquired`]).
+/// 7. COMMIT, then
+/// 8. release the named lock, so the next acquirer sees our row.
 pub fn acquire(
     pool: &DbPool,
     turn: Turn,
@@ -60,10 +71,49 @@ pub fn acquire(
     policy: Policy,
 ) -> Result<(Acquired, LockView), EditLockError> {
     debug_assert_eq!(turn.name(), &pool.names().edit_lock(key.as_str()));
-    let mut held = NamedLockGuard::acquire_pooled(pool, turn)?;
-    let acquired = insert_or_take_over(&mut held, key, owner, ttl, policy);
-    drop(held); // committed (or rolled back) above; only now may the next acquirer look
+    let ttl_micros = micros(ttl);
+    let batch = matches!(policy, Policy::BatchWhenFree | Policy::SeizeForBatch);
+    // 1. Take the key's named lock.
+    let mut named_lock = NamedLockGuard::acquire_pooled(pool, turn)?;
+    // 2. BEGIN. The named lock serialises this key; REPEATABLE READ's gap lock on a missing row
+    //    would only make first acquires of neighbouring keys deadlock
+    //    (`db::transaction_read_committed`).
+    let acquired = crate::db::transaction_read_committed(named_lock.conn(), |conn| {
+        // 3. Lock the row.
+        let current = row_for_update(conn, key)?;
+        // 4. Decide, and 5. write.
+        let acquired = match decide(current.as_ref(), owner, policy) {
+            Decision::Insert => {
+                next_epoch(conn, key)?;
+                insert(conn, key, owner, ttl_micros, batch)?;
+                Acquired::New
+            }
+            Decision::Renew { was_expired } => {
+                extend(conn, key, owner, ttl_micros, false, None)?;
+                Acquired::Renewed { was_expired }
+            }
+            Decision::TakeOver => {
+                let previous = lock_as_shown(conn, key)?;
+                next_epoch(conn, key)?;
+                hand_over(conn, key, owner, ttl_micros, batch)?;
+                Acquired::TookOver(Box::new(previous))
+            }
+            Decision::Refuse => return Err(EditLockError::Locked(Box::new(lock_as_shown(conn, key)?))),
+        };
+        let lock = lock_as_shown(conn, key)?;
+        // 6. Audit.
+        record_acquired(conn, owner, key, &acquired, &lock, batch)?;
+        Ok((acquired, lock))
+    }); // 7. COMMIT (or ROLLBACK)
+    // 8. Release the named lock, only now.
+    drop(named_lock);
     acquired
+}
+
+/// The lock `key` as shown to people (its holder's name, its times), read in the caller's
+/// transaction after its row was locked: there is one.
+fn lock_as_shown(conn: &mut DbConn, key: &EditLockKey) -> Result<LockView, EditLockError> {
+    find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))
 }
 
 /// What an acquire does, decided from the locked row alone (see [`decide`]).
@@ -91,59 +141,6 @@ pub fn decide(row: Option<&Holder>, owner: &Owner, policy: Policy) -> Decision {
         }
         Some(_) => Decision::Refuse,
     }
-}
-
-/// Carries out `decide` on the connection that holds the named lock — which is why it takes the
-/// guard — in one transaction with its audit event.
-fn insert_or_take_over(
-    held: &mut NamedLockGuard,
-    key: &EditLockKey,
-    owner: &Owner,
-    ttl: Duration,
-    policy: Policy,
-) -> Result<(Acquired, LockView), EditLockError> {
-    debug_assert_eq!(held.name().scope(), "edit");
-    let ttl_micros = micros(ttl);
-    let batch = matches!(policy, Policy::BatchWhenFree | Policy::SeizeForBatch);
-    // The named lock serialises this key; REPEATABLE READ's gap lock on a missing row would only
-    // make first acquires of neighbouring keys deadlock (`db::transaction_read_committed`).
-    crate::db::transaction_read_committed(held.conn(), |conn| {
-        let current = row_for_update(conn, key)?;
-        let acquired = match decide(current.as_ref(), owner, policy) {
-            Decision::Insert => {
-                next_epoch(conn, key)?;
-                insert(conn, key, owner, ttl_micros, batch)?;
-                Acquired::New
-            }
-            Decision::Renew { was_expired } => {
-                extend(conn, key, owner, ttl_micros, false, None)?;
-                Acquired::Renewed { was_expired }
-            }
-            Decision::TakeOver => {
-                let previous = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
-                if previous.expired {
-                    let detail = format!(
-                        "lock of {} expired at {} (last heartbeat {}); seen by the next acquirer",
-                        previous.owner_username,
-                        at(previous.expires_at),
-                        at(previous.heartbeat_at)
-                    );
-                    audit::record(conn, Some(owner.user_id), Action::EditLockExpired, key.as_str(), &detail)?;
-                }
-                next_epoch(conn, key)?;
-                hand_over(conn, key, owner, ttl_micros, batch)?;
-                Acquired::TookOver(Box::new(previous))
-            }
-            Decision::Refuse => {
-                let holder = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
-                return Err(EditLockError::Locked(Box::new(holder)));
-            }
-        };
-        let lock = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
-        let (action, detail) = audit_entry(&acquired, &lock, batch);
-        audit::record(conn, Some(owner.user_id), action, key.as_str(), &detail)?;
-        Ok((acquired, lock))
-    })
 }
 
 fn insert(
@@ -205,7 +202,34 @@ fn hand_over(
     .execute(conn)
 }
 
-/// The audit event of an acquire, worded for the admin reading the log.
+/// The audit layer of [`acquire`]: the acquisition's event, in its transaction, worded for the
+/// admin reading the log. A takeover of an expired lock first records that it expired, with its
+/// last heartbeat: nobody saw that moment, the next acquirer is the first to notice.
+fn record_acquired(
+    conn: &mut DbConn,
+    owner: &Owner,
+    key: &EditLockKey,
+    acquired: &Acquired,
+    lock: &LockView,
+    batch: bool,
+) -> Result<(), EditLockError> {
+    if let Acquired::TookOver(previous) = acquired
+        && previous.expired
+    {
+        let detail = format!(
+            "lock of {} expired at {} (last heartbeat {}); seen by the next acquirer",
+            previous.owner_username,
+            at(previous.expires_at),
+            at(previous.heartbeat_at)
+        );
+        audit::record(conn, Some(owner.user_id), Action::EditLockExpired, key.as_str(), &detail)?;
+    }
+    let (action, detail) = audit_entry(acquired, lock, batch);
+    audit::record(conn, Some(owner.user_id), action, key.as_str(), &detail)?;
+    Ok(())
+}
+
+/// The event of an acquire and its detail.
 fn audit_entry(acquired: &Acquired, lock: &LockView, batch: bool) -> (Action, String) {
     match acquired {
         Acquired::New => (
@@ -251,9 +275,12 @@ pub fn heartbeat(
     owner: &Owner,
     epoch: Option<i64>,
 ) -> Result<LockView, EditLockError> {
+    // 1. Push back the expiry, in one statement that is also the check: only this owner's
+    //    unexpired lock (of this epoch) changes.
     if extend(conn, key, owner, micros(ttl), true, epoch)? {
         return find(conn, key)?.ok_or_else(|| EditLockError::NotHeld { key: key.clone(), last: None });
     }
+    // 2. Nothing changed: say why.
     match (find(conn, key)?, epoch) {
         (Some(mine), Some(opened)) if mine.is_owned_by(owner) && !mine.expired && mine.epoch != opened => {
             Err(EditLockError::Superseded { key: key.clone(), opened, current: mine.epoch })
@@ -309,6 +336,8 @@ pub fn release(
     detail: &str,
 ) -> Result<bool, EditLockError> {
     crate::db::transaction(conn, |conn| {
+        // 1. Delete the row, in one statement that is also the check: only this owner's (at
+        //    this heartbeat).
         let deleted = cached_sql::<()>(
             "DELETE FROM edit_locks WHERE lock_key = ? AND owner_user_id = ? AND owner_session = ? \
                AND (? IS NULL OR heartbeat_at = ?)",
@@ -320,9 +349,11 @@ pub fn release(
         .bind::<Nullable<Timestamp>, _>(if_heartbeat)
         .execute(conn)?;
         if deleted == 1 {
+            // 2. Audit, in the same transaction.
             audit::record(conn, Some(owner.user_id), Action::EditLockReleased, key.as_str(), detail)?;
             return Ok(true);
         }
+        // Nothing deleted: someone else's lock (423 with who), or none.
         match find(conn, key)? {
             Some(other) if !other.is_owned_by(owner) => Err(EditLockError::Locked(Box::new(other))),
             _ => Ok(false),
@@ -330,16 +361,21 @@ pub fn release(
     })
 }
 
-/// Inside the caller's transaction: locks the edit-lock row `FOR UPDATE` and, if `owner` holds
-/// it unexpired *in the acquisition `epoch`* (the one its editor was opened under), returns the
-/// token that proves it (see [`EditLockToken`]). The same owner in a later acquisition is
-/// refused ([`EditLockError::Superseded`]): whatever that editor showed may have changed since.
-pub fn claim(
+/// The save's re-check, inside the save's own transaction, before its update:
+///
+/// 1. lock the edit-lock row `FOR UPDATE` — a takeover or force release then either committed
+///    before (and is seen here) or waits until the save has committed;
+/// 2. if `owner` holds it unexpired *in the acquisition `epoch`* (the fencing epoch its editor
+///    was opened under), return the token that proves it (see [`EditLockToken`]). The same
+///    owner in a later acquisition is refused ([`EditLockError::Superseded`]): whatever that
+///    editor showed may have changed since. Anyone else: who holds it, or that nobody does.
+pub fn recheck_for_save(
     conn: &mut DbConn,
     key: &EditLockKey,
     owner: &Owner,
     epoch: i64,
 ) -> Result<EditLockToken, EditLockError> {
+    // 1. Lock the row, 2. check owner, expiry and epoch.
     match row_for_update(conn, key)? {
         Some(row) if row.is_owned_by(owner) && !row.expired && row.epoch == epoch => {
             Ok(EditLockToken { key: key.clone(), owner: owner.clone() })
@@ -351,9 +387,10 @@ pub fn claim(
     }
 }
 
-/// Inside the caller's transaction: ends the lock the token proves we hold (a save that also
-/// closes the editor). Consumes the token: after this there is nothing left to prove.
-pub fn release_claimed(conn: &mut DbConn, token: EditLockToken) -> Result<(), EditLockError> {
+/// Inside the save's transaction: ends the lock the token proves we hold (a save that also
+/// closes the editor), with its audit event. Consumes the token: after this there is nothing
+/// left to prove.
+pub fn release_after_save(conn: &mut DbConn, token: EditLockToken) -> Result<(), EditLockError> {
     cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ?")
         .bind::<Text, _>(token.key.as_str())
         .execute(conn)?;
@@ -367,8 +404,8 @@ pub fn release_claimed(conn: &mut DbConn, token: EditLockToken) -> Result<(), Ed
     Ok(())
 }
 
-/// An admin ends someone's lock (locks whose owner vanished must be
-/// releasable). Refused for batch-held locks: the batch relies on them until it finishes.
+/// An admin ends someone's lock (locks whose owner vanished must be releasable), with a reason
+/// in the audit log. Refused for batch-held locks: the batch relies on them until it finishes.
 pub fn force_release(
     conn: &mut DbConn,
     key: &EditLockKey,
@@ -376,11 +413,14 @@ pub fn force_release(
     reason: &str,
 ) -> Result<LockView, EditLockError> {
     crate::db::transaction(conn, |conn| {
+        // 1. Lock the row: a save in flight finishes first (it holds it), later ones see it gone.
         let row = row_for_update(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
+        // 2. Never a batch's.
         if row.held_by_batch {
             return Err(EditLockError::BatchHeld(key.clone()));
         }
-        let lock = find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
+        // 3. Delete it, 4. audit who held it, since when, and the admin's reason.
+        let lock = lock_as_shown(conn, key)?;
         cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ?")
             .bind::<Text, _>(key.as_str())
             .execute(conn)?;

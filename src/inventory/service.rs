@@ -46,7 +46,7 @@ pub fn receive(
     // The named lock serialises this product; REPEATABLE READ's gap lock on a missing row would
     // only make first receipts of neighbouring products deadlock (`db::transaction_read_committed`).
     // On PostgreSQL the lock is transaction-scoped: the transaction's COMMIT lets it go.
-    crate::locking::in_one_transaction(pool, turn, Isolation::ReadCommitted, |conn| {
+    crate::locking::transaction_under_lock(pool, turn, Isolation::ReadCommitted, |conn| {
         increase_or_insert(conn, actor_user_id, product_id, quantity)
     })
 }

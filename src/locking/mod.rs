@@ -2,9 +2,12 @@
 //!
 //! - [`NamedLockGuard`]: a MySQL named lock (`GET_LOCK`) held on one pooled connection for as
 //!   long as the guard lives; the work done under it runs on that same connection.
-//! - [`in_one_transaction`]: a named lock held for exactly one transaction (a single booking, a
-//!   stock receipt): PostgreSQL's transaction-scoped advisory lock, released by the
-//!   transaction's end (the guard on MySQL).
+//! - [`transaction_under_lock`]: a transaction run under a named lock held for exactly that one
+//!   transaction (a single booking, a stock receipt): PostgreSQL's transaction-scoped advisory
+//!   lock, released by the transaction's end (the guard on MySQL).
+//!
+//! Both take their lock the same way (`named::ask_then_wait`): asked without waiting first,
+//! then waited for within what is left of the request's turn and the instance's waiting budget.
 //! - [`LockName`]: the only way to build a lock name: namespaced, case-stable, at most 64
 //!   characters.
 //! - [`retry::retry_on_lock_conflict`]: reruns a whole transaction after a deadlock or a lock
@@ -24,4 +27,4 @@ mod transaction_scoped;
 pub use crate::db::lock_names::{self as names, LockName, Namespace};
 pub use named::{AcquireError, LockError, NamedLockGuard};
 pub use queue::{LockQueue, Turn};
-pub use transaction_scoped::{Isolation, in_one_transaction};
+pub use transaction_scoped::{Isolation, transaction_under_lock};

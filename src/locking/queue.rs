@@ -1,16 +1,17 @@
 //! Waiting for a named lock without starving everyone else.
 //!
-//! A request that waits in `GET_LOCK` holds a pooled connection (and a blocking thread) the whole
+//! A request that waits at the server for a named lock (`GET_LOCK` on MySQL, an advisory lock
+//! under `lock_timeout` on PostgreSQL) holds a pooled connection (and a blocking thread) the whole
 //! time. With one hot or stuck key, enough waiters fill the pool, and requests that need no lock
 //! at all (a product list, a booking of another day) time out waiting for a connection: one key
 //! takes the whole app down. Two rules keep contention in its lane:
 //!
 //! 1. **One waiter per key per instance.** [`LockQueue::turn`] lets at most one request per lock
 //!    name through to the database at a time; the others wait here, in memory, on an async mutex
-//!    that holds no connection and no thread, with the same deadline they would have had in
-//!    `GET_LOCK`. With N instances, at most N sessions per key wait at the server.
+//!    that holds no connection and no thread, with the same deadline they would have had at the
+//!    server. With N instances, at most N sessions per key wait at the server.
 //! 2. **A budget for waiting at the database.** A request whose turn has come first asks the
-//!    server without waiting (`GET_LOCK(name, 0)`); only if the lock is held elsewhere does it
+//!    server without waiting (`GET_LOCK(name, 0)`, `pg_try_advisory_lock`); only if the lock is held elsewhere does it
 //!    wait there, and only while fewer than `LOCK_WAITERS_MAX` sessions of this instance already
 //!    do. Past the budget it is refused at once (503 busy). Holding a lock costs a connection;
 //!    *waiting* for one is what the budget bounds, so requests for other keys always find one.
@@ -43,13 +44,15 @@ pub struct LockQueue {
 }
 
 impl LockQueue {
-    /// `waiters_max`: how many sessions of this instance may wait in `GET_LOCK` at once.
+    /// `waiters_max`: how many sessions of this instance may wait at the server for a named lock
+    /// at once.
     pub fn new(waiters_max: usize) -> Self {
         Self { keys: Arc::default(), waiters: Arc::new(Semaphore::new(waiters_max)), waiters_max }
     }
 
     /// Waits (async, holding nothing) until no other request of this instance is at the
-    /// database for `name`, for at most `wait`. The deadline carries over into `GET_LOCK`.
+    /// database for `name`, for at most `wait`. The deadline carries over into the wait at the
+    /// server.
     pub async fn turn(&self, name: LockName, wait: Duration) -> Result<Turn, LockError> {
         let deadline = Instant::now() + wait;
         let key = {

@@ -1,31 +1,49 @@
-//! A named lock whose life is exactly one transaction.
+//! A named lock whose life is exactly one transaction: [`transaction_under_lock`].
 //!
 //! Where everything done under a lock is one transaction (a single booking, a stock receipt), the
-//! lock need not
-//! outlive it. PostgreSQL has that form: `pg_advisory_xact_lock`, taken by a statement of the
-//! transaction and let go by its `COMMIT` or `ROLLBACK`. There is nothing to release, so none of
-//! the session form's hazards ([`NamedLockGuard`]) can arise: no release on the wrong
-//! connection, no lock riding back into the pool, no check afterwards that the session holds
-//! nothing more. And the booking sends one statement fewer.
+//! lock need not outlive it. PostgreSQL has that form: `pg_advisory_xact_lock`, taken by a
+//! statement of the transaction and let go by its `COMMIT` or `ROLLBACK`. There is nothing to
+//! release, so none of the session form's hazards ([`NamedLockGuard`]) can arise: no release on
+//! the wrong connection, no lock riding back into the pool, no check afterwards that the session
+//! holds nothing more. And the booking sends one statement fewer.
 //!
-//! MySQL's `GET_LOCK` belongs to the session and has no such form: there, [`in_one_transaction`]
-//! is the guard around the transaction. The caller writes its work once, for both.
+//! MySQL's `GET_LOCK` belongs to the session and has no such form: there,
+//! [`transaction_under_lock`] is the guard around the transaction. The caller writes its work
+//! once, for both. What each engine is sent:
+//!
+//! ```text
+//! MySQL                                   PostgreSQL
+//! SELECT GET_LOCK(name, 0)                BEGIN
+//! BEGIN                                   SELECT pg_try_advisory_xact_lock(key)
+//! …the work…                              …the work…
+//! COMMIT                                  COMMIT            -- lets go of the lock
+//! SELECT RELEASE_LOCK(name), RELEASE_ALL_LOCKS()
+//! ```
+//!
+//! (When the lock is held elsewhere, the first question is followed by one that waits: see
+//! [`ask_then_wait`].)
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use diesel::result::Error as DbError;
 
-use super::named::{AcquireError, LockError, NamedLockGuard};
+use super::named::{AcquireError, LockError, NamedLockGuard, NotTaken, ask_then_wait};
 use super::queue::Turn;
 use crate::db::dialect::Asked;
 use crate::db::errors::lost_connection;
 use crate::db::{CheckoutError, DbConn, DbPool};
 use crate::metrics::{self, Family};
 
-/// Runs `work` in one transaction that holds the lock of `turn` from its first statement to its
-/// end: on PostgreSQL the transaction-scoped advisory lock, on MySQL the session's named lock
-/// held by a guard around the transaction. The lock is waited for like the guard's: asked
-/// without waiting first, then within what is left of the turn and the waiting budget.
+/// Runs `work` in one transaction that holds the lock of `turn` from before its first read to
+/// its end — the named lock held for exactly one transaction:
+///
+/// - on MySQL, the session's named lock held by a guard around the transaction: take the lock
+///   ([`NamedLockGuard::acquire_pooled`]); BEGIN; the work; COMMIT; release (the guard's drop);
+/// - on PostgreSQL, the transaction-scoped advisory lock: BEGIN; take the lock as the
+///   transaction's first statement ([`take`]); the work; COMMIT, which lets go of it.
+///
+/// Either way the lock is waited for alike ([`ask_then_wait`]): asked without waiting first,
+/// then within what is left of the turn and the waiting budget.
 ///
 /// `isolation` is the MySQL transaction's: READ COMMITTED for work whose named lock already
 /// serialises what it touches and which REPEATABLE READ's gap locks would only make deadlock
@@ -34,12 +52,13 @@ use crate::metrics::{self, Family};
 /// As with [`NamedLockGuard::acquire_pooled`], a connection found dead before any of the work
 /// was sent is replaced once: the transaction had done nothing, and its lock went with it.
 ///
-/// On PostgreSQL the lock is taken inside the transaction, which is right only at READ COMMITTED (the pool's
-/// PostgreSQL sessions run in it, `db::build_pool`): each statement then reads what had
-/// committed when it started, so the work sees the previous holder's commit. Under REPEATABLE
-/// READ the snapshot would be taken by the lock's own statement, before its wait, and the work
-/// would count without the previous holder's booking: the check-then-insert race again.
-pub fn in_one_transaction<T, E>(
+/// On PostgreSQL the lock is taken inside the transaction, which is right only at READ
+/// COMMITTED (the pool's PostgreSQL sessions run in it, `db::build_pool`): each statement then
+/// reads what had committed when it started, so the work sees the previous holder's commit.
+/// Under REPEATABLE READ the snapshot would be taken by the lock's own statement, before its
+/// wait, and the work would count without the previous holder's booking: the check-then-insert
+/// race again.
+pub fn transaction_under_lock<T, E>(
     pool: &DbPool,
     turn: Turn,
     isolation: Isolation,
@@ -49,15 +68,7 @@ where
     E: From<DbError> + From<LockError> + From<CheckoutError>,
 {
     if !pool.dialect().has_transaction_scoped_lock() {
-        let mut held = NamedLockGuard::acquire_pooled(pool, turn).map_err(|e| match e {
-            AcquireError::Pool(e) => E::from(e),
-            AcquireError::Lock(e) => E::from(e),
-        })?;
-        // Committed before the guard lets go.
-        return match isolation {
-            Isolation::SessionDefault => crate::db::transaction(held.conn(), work),
-            Isolation::ReadCommitted => crate::db::transaction_read_committed(held.conn(), work),
-        };
+        return transaction_in_guard(pool, turn, isolation, work);
     }
     let mut work = Some(work);
     let mut conn = pool.get()?;
@@ -75,7 +86,30 @@ where
     })
 }
 
-/// The isolation of the MySQL transaction around the work ([`in_one_transaction`]).
+/// MySQL's [`transaction_under_lock`]: take the session's lock, BEGIN, the work, COMMIT, and
+/// only then release (the guard is dropped last), so the next holder reads our commit.
+fn transaction_in_guard<T, E>(
+    pool: &DbPool,
+    turn: Turn,
+    isolation: Isolation,
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DbError> + From<LockError> + From<CheckoutError>,
+{
+    let mut held = NamedLockGuard::acquire_pooled(pool, turn).map_err(|e| match e {
+        AcquireError::Pool(e) => E::from(e),
+        AcquireError::Lock(e) => E::from(e),
+    })?;
+    let done = match isolation {
+        Isolation::SessionDefault => crate::db::transaction(held.conn(), work),
+        Isolation::ReadCommitted => crate::db::transaction_read_committed(held.conn(), work),
+    };
+    drop(held); // released after the COMMIT (or ROLLBACK) above
+    done
+}
+
+/// The isolation of the MySQL transaction around the work ([`transaction_under_lock`]).
 pub enum Isolation {
     /// The session's: REPEATABLE READ on MySQL.
     SessionDefault,
@@ -96,8 +130,8 @@ impl<E> From<DbError> for Failure<E> {
     }
 }
 
-/// One transaction: the lock, then `work` (taken out of its `Option` only once the lock is
-/// held, so the caller can tell whether any of it ran).
+/// PostgreSQL's one transaction: BEGIN, the lock, then `work` (taken out of its `Option` only
+/// once the lock is held, so the caller can tell whether any of it ran), COMMIT.
 fn attempt<T, E>(
     conn: &mut DbConn,
     turn: &Turn,
@@ -108,7 +142,7 @@ fn attempt<T, E>(
         take(conn, turn)?;
         granted = Some(Instant::now());
         let Some(work) = work.take() else {
-            // `in_one_transaction` tries again only while the work has not run.
+            // `transaction_under_lock` tries again only while the work has not run.
             return Err(Failure::Db(DbError::QueryBuilderError("the locked work ran already".into())));
         };
         work(conn).map_err(Failure::Work)
@@ -121,42 +155,24 @@ fn attempt<T, E>(
     done
 }
 
-/// The transaction-scoped lock asked without waiting; when it is held elsewhere and the turn
-/// and the waiting budget allow, asked again with what is left of the turn's wait
-/// (`Dialect::lock_for_transaction`).
+/// The transaction's "take the lock", its first statement: [`ask_then_wait`] with
+/// `SELECT pg_try_advisory_xact_lock(key)`, then `pg_advisory_xact_lock(key)` bounded by
+/// `lock_timeout`, as the question (`Dialect::lock_for_transaction` shows the statements).
 fn take<E>(conn: &mut DbConn, turn: &Turn) -> Result<(), Failure<E>> {
     let name = turn.name();
     let dialect = conn.dialect();
-    let timed_out = |waited| Failure::Lock(LockError::TimedOut { name: name.clone(), waited });
-    let ask = |conn: &mut DbConn, wait| match dialect.lock_for_transaction(conn, name.as_str(), wait) {
-        Ok(Asked::Granted) => Ok(()),
+    let ask = |wait| match dialect.lock_for_transaction(conn, name.as_str(), wait) {
+        Ok(Asked::Granted) => Ok(true),
         // After a wait the transaction is aborted now; its rollback ends it.
-        Ok(Asked::Held) => Err(timed_out(wait)),
+        Ok(Asked::Held) => Ok(false),
         Ok(Asked::Refused(detail)) => {
             Err(Failure::Lock(LockError::Failed { name: name.clone(), detail, source: None }))
         }
         Err(e) => Err(Failure::Db(e)),
     };
-    let asked = Instant::now();
-    let mut result = ask(conn, Duration::ZERO);
-    if matches!(result, Err(Failure::Lock(LockError::TimedOut { .. }))) {
-        let wait = turn.remaining();
-        result = if !dialect.can_wait(wait) {
-            Err(timed_out(wait))
-        } else {
-            match turn.try_wait_slot() {
-                None => Err(Failure::Lock(LockError::Crowded { name: name.clone() })),
-                Some(_waiting) => ask(conn, wait),
-            }
-        };
-    }
-    metrics::waited(Family::Named, name.scope(), asked.elapsed());
-    let outcome = match &result {
-        Ok(()) => "acquired",
-        Err(Failure::Lock(LockError::TimedOut { .. })) => "timed_out",
-        Err(Failure::Lock(LockError::Crowded { .. })) => "crowded",
-        Err(_) => "failed",
-    };
-    metrics::record(|m| m.named_lock_acquisitions.with_label_values(&[name.scope(), outcome]).inc());
-    result
+    ask_then_wait(turn, |wait| dialect.can_wait(wait), ask).map_err(|not| match not {
+        NotTaken::TimedOut(waited) => Failure::Lock(LockError::TimedOut { name: name.clone(), waited }),
+        NotTaken::Crowded => Failure::Lock(LockError::Crowded { name: name.clone() }),
+        NotTaken::Failed(failed) => failed,
+    })
 }

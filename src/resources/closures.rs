@@ -4,7 +4,7 @@
 //! A closure is a write to a resource that staff edit under edit locks, and to a day that
 //! bookings check under the day's named lock. So [`close_day`] needs both: it runs on the
 //! connection that holds the day's booking lock (the guard), and its first statement proves, in
-//! its own transaction, that the closer holds the resource's edit lock ([`service::claim`]), as
+//! its own transaction, that the closer holds the resource's edit lock ([`service::recheck_for_save`]), as
 //! every save of a resource does. A booking of that day therefore either committed before the
 //! closure (and is in [`Closed::Closed::bookings`]) or reads the closure and is refused.
 
@@ -61,7 +61,7 @@ pub fn close_day(
     let Closing { resource_id, day, reason, run_id } = *closing;
     let key = EditLockKey::resource(resource_id);
     crate::db::transaction(held.conn(), |conn| {
-        let token = service::claim(conn, &key, owner, epoch)?;
+        let token = service::recheck_for_save(conn, &key, owner, epoch)?;
         let lock_row = match row_lock {
             RowLock::Wait => "SELECT version FROM resources WHERE id = ? FOR UPDATE",
             RowLock::SkipLocked => "SELECT version FROM resources WHERE id = ? FOR UPDATE SKIP LOCKED",

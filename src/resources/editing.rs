@@ -56,7 +56,7 @@ pub enum ThenLock {
 /// Saves `changes` if — and only if — `owner` holds the resource's unexpired edit lock at the
 /// moment of the save, in the acquisition `epoch` the editor was opened under. The check and the
 /// update are one transaction: the edit-lock row is locked `FOR UPDATE` first
-/// ([`service::claim`]), so a takeover or force release either committed before (and the save
+/// ([`service::recheck_for_save`]), so a takeover or force release either committed before (and the save
 /// is refused) or waits until the save has committed.
 pub fn save(
     conn: &mut DbConn,
@@ -68,10 +68,10 @@ pub fn save(
 ) -> Result<Resource, ResourceError> {
     crate::db::transaction(conn, |conn| {
         let key = EditLockKey::resource(resource_id);
-        let token = service::claim(conn, &key, owner, epoch)?;
+        let token = service::recheck_for_save(conn, &key, owner, epoch)?;
         let saved = update(conn, &token, resource_id, changes)?;
         if then == ThenLock::Release {
-            service::release_claimed(conn, token)?;
+            service::release_after_save(conn, token)?;
         }
         // Their work is in the record now: a draft of it would only offer it twice.
         drafts::discard(conn, owner.user_id, &key)?;

@@ -554,7 +554,7 @@ mod proofs {
                     `src/db/cache.rs`, `src/db/cached.rs:12`, \
                     `sixty_four_clients_on_two_instances_never_overbook_a_day` and \
                     `sixty_four_clients_on_two_instances_always_overbook_a_day`, `on_hand` and `on_hands`, \
-                    `NamedLockGuard` and `NamedLockGuards`, `insert_if_free(…)` and `insert_if_fre(…)`\n\
+                    `NamedLockGuard` and `NamedLockGuards`, `check_then_insert(…)` and `check_then_inser(…)`\n\
                     ```text\n`LockName::inside_a_block`\n```\n";
         let found: Vec<String> = index.problems(page).into_iter().map(|(_, span, _)| span).collect();
         assert_eq!(
@@ -569,7 +569,7 @@ mod proofs {
                 "sixty_four_clients_on_two_instances_always_overbook_a_day",
                 "on_hands",
                 "NamedLockGuards",
-                "insert_if_fre(…)",
+                "check_then_inser(…)",
             ]
         );
     }

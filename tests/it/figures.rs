@@ -31,6 +31,9 @@ pub const STATEMENTS: &[Figure] = &[
     // GET_LOCK, START TRANSACTION, the user's row, the claim (a duplicate), the stored answer,
     // COMMIT, RELEASE_LOCK.
     Figure { name: "booking_keyed_resend", mysql: 7, postgres: 6 },
+    // A request the coalescer books alone (a batch of one): the booking's eight, on PostgreSQL
+    // too, where the batch's lock is the session's and must be released.
+    Figure { name: "booking_coalesced_alone", mysql: 8, postgres: 8 },
     // Five requests on a day with three places: GET_LOCK, START TRANSACTION, the users' rows,
     // three reads (the day, the others' bookings that day, their future bookings), three INSERTs
     // with their ids, COMMIT, RELEASE_LOCK.

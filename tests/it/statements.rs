@@ -246,6 +246,28 @@ fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
     counted.assert_cached(5 * figure(&pool, "booking_batch_of_five"));
 }
 
+/// A request the coalescer finds alone at its day is booked as a batch of one: the day's lock is
+/// then the session's, held by a guard, on PostgreSQL too, so there it costs its release, one
+/// statement more than [`bookings::book`].
+#[test]
+fn a_coalesced_booking_alone_is_a_batch_of_one() {
+    let db = TestDb::new();
+    let user = vec![log_in_directly(&db, create_user(&db, "alone", haita::auth::Role::Customer).id)];
+    let resource = create_resource(&db, "Alone room", 1);
+    let pool = single_connection_pool(&db);
+    let alone = |days_ahead: u64| {
+        let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
+        let turn = Turn::alone(pool.names().booking(resource, date.day()), Duration::from_secs(5));
+        let answers = bookings::book_batch(&pool, turn, resource, date, &user, 30).expect("batch");
+        assert!(matches!(answers.as_slice(), [Ok(_)]), "{answers:?}");
+    };
+    alone(1);
+    let counted = Commands::of(&pool, || (2..=11).for_each(alone));
+    // GET_LOCK, START TRANSACTION, the user's row FOR UPDATE, the day's read, INSERT,
+    // LAST_INSERT_ID, COMMIT, RELEASE_LOCK; on PostgreSQL the same, the lock being the session's.
+    counted.assert_cached(10 * figure(&pool, "booking_coalesced_alone"));
+}
+
 #[test]
 fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
     use haita::inventory::model::Quantity;

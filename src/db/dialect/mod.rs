@@ -62,10 +62,12 @@ pub trait Dialect: Send + Sync {
     fn can_wait(&self, wait: Duration) -> bool;
 
     /// Asks for the named lock `name` on this session, waiting at most `wait` for a holder
-    /// elsewhere to let go.
+    /// elsewhere to let go: MySQL's `SELECT GET_LOCK(name, wait)`, PostgreSQL's
+    /// `pg_try_advisory_lock` (no wait) or `pg_advisory_lock` (each dialect shows its statements).
     fn lock(&self, conn: &mut DbConn, name: &str, wait: Duration) -> QueryResult<Asked>;
 
-    /// Lets go of `name`, and checks that the session holds no named lock any more. `Err` says
+    /// Lets go of `name` (`RELEASE_LOCK`, `pg_advisory_unlock`), and checks that the session
+    /// holds no named lock any more. `Err` says
     /// what was wrong: the session cannot be trusted and must be closed.
     fn unlock(&self, conn: &mut DbConn, name: &str) -> Result<(), String>;
 
@@ -100,14 +102,15 @@ pub trait Dialect: Send + Sync {
     /// without a name of ours (PostgreSQL lists keys, not names).
     fn is_listed_label(&self, text: &str) -> bool;
 
-    // -- A named lock that lives exactly one transaction (`locking::in_one_transaction`) --
+    // -- A named lock that lives exactly one transaction (`locking::transaction_under_lock`) --
 
     /// Whether the server has a lock that its transaction's end lets go of. Without one, the
     /// session's lock is held by a guard around the transaction.
     fn has_transaction_scoped_lock(&self) -> bool;
 
-    /// The transaction-scoped lock of `name`, as the transaction's statement, waiting at most
-    /// `wait` (zero: only asking). `Asked::Held` after a wait leaves the transaction aborted.
+    /// The transaction-scoped lock of `name` (`pg_try_advisory_xact_lock`,
+    /// `pg_advisory_xact_lock`), as the transaction's statement, waiting at most `wait` (zero:
+    /// only asking). `Asked::Held` after a wait leaves the transaction aborted.
     fn lock_for_transaction(&self, conn: &mut DbConn, name: &str, wait: Duration) -> QueryResult<Asked>;
 
     // -- The server --

@@ -98,6 +98,8 @@ impl Dialect for Mysql {
         whole_seconds(wait) > 0
     }
 
+    /// `SELECT GET_LOCK(name, wait)`, the wait in whole seconds: 1 granted, 0 held elsewhere for
+    /// the whole wait, NULL refused (a killed query, out of memory, a user-level-lock deadlock).
     fn lock(&self, conn: &mut DbConn, name: &str, wait: Duration) -> QueryResult<Asked> {
         Ok(match diesel::select(get_lock(name, whole_seconds(wait))).get_result::<Option<i64>>(conn)? {
             Some(1) => Asked::Granted,
@@ -106,7 +108,8 @@ impl Dialect for Mysql {
         })
     }
 
-    /// `RELEASE_LOCK` must answer 1: 0 (held by another session) and NULL (not held at all)
+    /// `SELECT RELEASE_LOCK(name), RELEASE_ALL_LOCKS()`, one statement. `RELEASE_LOCK` must
+    /// answer 1: 0 (held by another session) and NULL (not held at all)
     /// both mean our bookkeeping is wrong. `RELEASE_ALL_LOCKS` then must find nothing: anything
     /// it finds is a lock the work took on our connection (a second `GET_LOCK` of the same name
     /// counts twice, so one `RELEASE_LOCK` would have left it held).

@@ -100,7 +100,16 @@ impl Dialect for Postgres {
     /// `pg_try_advisory_lock` when not waiting; else `pg_advisory_lock` with `lock_timeout` set
     /// to the wait for its transaction only, so the session's own bound on row waits is back as
     /// soon as the statement is done. A session-level advisory lock outlives the transaction it
-    /// was taken in.
+    /// was taken in. `key` is the name's [`advisory_key`]:
+    ///
+    /// ```text
+    /// SELECT pg_try_advisory_lock(key)                -- wait zero: true granted, false held
+    ///
+    /// BEGIN                                           -- a wait: lock_timeout for this transaction
+    /// SELECT set_config('lock_timeout', '800ms', true)
+    /// SELECT pg_advisory_lock(key)                    -- granted, or "lock timeout" (held)
+    /// COMMIT                                          -- the lock stays: it is the session's
+    /// ```
     fn lock(&self, conn: &mut DbConn, name: &str, wait: Duration) -> QueryResult<Asked> {
         let key = advisory_key(name);
         let granted = if wait.is_zero() {
@@ -116,7 +125,8 @@ impl Dialect for Postgres {
         Ok(if granted { Asked::Granted } else { Asked::Held })
     }
 
-    /// `pg_advisory_unlock` must answer true, and the session must hold no advisory lock after
+    /// `pg_advisory_unlock(key)` and the session's advisory locks left, counted after it, in one
+    /// statement. `pg_advisory_unlock` must answer true, and the session must hold no advisory lock after
     /// it (the checks `RELEASE_LOCK` and `RELEASE_ALL_LOCKS` make on MySQL). The count is read
     /// after the unlock: the CTE runs first, then the row's target list.
     fn unlock(&self, conn: &mut DbConn, name: &str) -> Result<(), String> {
@@ -234,7 +244,18 @@ impl Dialect for Postgres {
     /// `pg_try_advisory_xact_lock` when not waiting; else `pg_advisory_xact_lock` bounded by
     /// `lock_timeout`, set for this transaction and put back right after, so the work's row
     /// waits keep the session's own bound. A wait that runs out aborts the transaction; its
-    /// rollback ends it.
+    /// rollback ends it. Statements of the caller's transaction:
+    ///
+    /// ```text
+    /// SELECT pg_try_advisory_xact_lock(key)            -- wait zero: true granted, false held
+    ///
+    /// SELECT current_setting('lock_timeout')           -- a wait: the session's bound, kept
+    /// SELECT set_config('lock_timeout', '800ms', true)
+    /// SELECT pg_advisory_xact_lock(key)                -- granted, or "lock timeout" (held)
+    /// SELECT set_config('lock_timeout', <kept>, true)  -- the work's row waits: the session's bound
+    /// ```
+    ///
+    /// No release follows: the transaction's COMMIT or ROLLBACK lets go of the lock.
     fn lock_for_transaction(&self, conn: &mut DbConn, name: &str, wait: Duration) -> QueryResult<Asked> {
         let key = advisory_key(name);
         if wait.is_zero() {
