@@ -477,3 +477,47 @@ async fn audit_json(
 ) -> Result<HttpResponse, AdminError> {
     Ok(HttpResponse::Ok().json(load_audit(&state, &query).await?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The page a server that cannot list named locks gives, in `lang`.
+    fn unlisted_page(lang: Lang) -> String {
+        let ctx = PageContext {
+            user: None,
+            csrf_token: "token".into(),
+            demo: false,
+            path: "/admin/locks".into(),
+            here: "/admin/locks".into(),
+            lang,
+        };
+        let named_locks = Listing {
+            prefix: "haita:abc123:".into(),
+            source: "unavailable",
+            note: Some("Unknown table 'METADATA_LOCK_INFO' in information_schema".into()),
+            gap: Some("mariadb_plugin"),
+            locks: Vec::new(),
+        };
+        let locks =
+            Locks { edit_locks: Vec::new(), named_locks, deadlocks: Vec::new(), batch_runs: Vec::new() };
+        LocksPage { ctx, locks, lookup: None, done: None }.render().expect("rendered")
+    }
+
+    /// Issue 34, item 6: where the server cannot list named locks, the page says so in a sentence
+    /// in the reader's language — what cannot be shown and why — never the server's error.
+    #[test]
+    fn a_server_that_cannot_list_named_locks_is_explained_in_the_readers_language() {
+        for lang in [Lang::En, Lang::Ja] {
+            let page = unlisted_page(lang);
+            let sentence = crate::i18n::escape_html(&lang.t("admin.named_locks.gap.mariadb_plugin"));
+            assert!(page.contains(&sentence), "{lang:?}: the sentence is on the page");
+            assert!(
+                page.contains("class=\"flash warn\" id=\"named-locks-note\""),
+                "{lang:?}: a note, not an error"
+            );
+            assert!(!page.contains("Unknown table"), "{lang:?}: the server's error stays in the log");
+        }
+        assert!(unlisted_page(Lang::Ja).contains("プラグイン"), "in Japanese");
+    }
+}

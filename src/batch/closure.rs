@@ -278,17 +278,17 @@ impl Closure {
                         0 => String::new(),
                         n => format!("{n} booking(s) made before the closure stand"),
                     };
-                    self.line(run, target, day, "closed", &ids, &note, None)?;
+                    self.line(run, target, day, &ids, &note, None)?;
                 }
                 Ok(Closed::AlreadyClosed) => {
-                    self.line(run, target, day, "closed", "", "closed meanwhile", None)?;
+                    self.line(run, target, day, "", "closed meanwhile", None)?;
                 }
                 Ok(Closed::RowBusy) => {
                     let why = "the resource was locked by an online request";
-                    self.line(run, target, day, "skipped", "", why, Some((Because::RowBusy, None)))?;
+                    self.line(run, target, day, "", why, Some((Because::RowBusy, None)))?;
                 }
                 Err((why, because)) => {
-                    self.line(run, target, day, "skipped", "", &why, Some((because, None)))?;
+                    self.line(run, target, day, "", &why, Some((because, None)))?;
                 }
             }
         }
@@ -311,81 +311,71 @@ impl Closure {
         let patience = if self.policy == Policy::Wait { self.wait } else { Duration::ZERO };
         // While it waits, the admin screen shows for whom, and until when; cleared as it ends.
         let mut shown: Option<Waiting> = None;
-        let taken = self.wait_for_edit_lock(run, key, owner, policy, began, patience, &mut shown);
+        let mut ask = || -> Result<EditLock, BatchError> {
+            loop {
+                let turn = Turn::alone(run.pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
+                match service::acquire(run.pool, turn, EDIT_LOCK_TTL, key, owner, policy) {
+                    Ok((acquired, lock)) => {
+                        let from = match acquired {
+                            Acquired::TookOver(previous) => Some(previous.holder_name()),
+                            Acquired::New | Acquired::Renewed { .. } => None,
+                        };
+                        return Ok(EditLock::Taken { epoch: lock.epoch, from });
+                    }
+                    Err(EditLockError::Locked(holder)) if began.elapsed() < patience => {
+                        log::debug!("{}: waiting for {}", key, holder.holder_name());
+                        let waiting = Waiting {
+                            key: key.to_string(),
+                            holder: holder.holder_name(),
+                            lock_since: holder.acquired_at,
+                            lock_until: holder.expires_at,
+                            began: shown.as_ref().map_or_else(crate::db::now_micros, |w| w.began),
+                            gives_up: shown.as_ref().map_or_else(
+                                || crate::db::now_micros() + patience.saturating_sub(began.elapsed()),
+                                |w| w.gives_up,
+                            ),
+                        };
+                        // Written when the holder or the lock's expiry changed, not on every poll.
+                        let changed = shown.as_ref().is_none_or(|w| {
+                            (&w.key, &w.holder, w.lock_since, w.lock_until)
+                                != (&waiting.key, &waiting.holder, waiting.lock_since, waiting.lock_until)
+                        });
+                        if changed {
+                            run.waiting(Some(&waiting))?;
+                            shown = Some(waiting);
+                        }
+                        std::thread::sleep(POLL.min(patience.saturating_sub(began.elapsed())));
+                        run.check_guard()?;
+                    }
+                    Err(EditLockError::Locked(holder)) => {
+                        let (why, because) = match self.policy {
+                            Policy::Wait => (
+                                format!(
+                                    "waited {} s for the edit lock: {}",
+                                    began.elapsed().as_secs(),
+                                    crate::edit_locks::describe(&holder)
+                                ),
+                                Because::EditLockWaitedOut,
+                            ),
+                            _ => (
+                                format!(
+                                    "under an online edit lock: {}",
+                                    crate::edit_locks::describe(&holder)
+                                ),
+                                Because::EditLockHeld,
+                            ),
+                        };
+                        return Ok(EditLock::Left { why, because, holder: holder.holder_name() });
+                    }
+                    Err(e) => return Err(edit_lock_failure(e)),
+                }
+            }
+        };
+        let taken = ask();
         if shown.is_some() {
             run.waiting(None)?;
         }
         taken
-    }
-
-    /// [`Self::take_edit_lock`]'s loop: asks for the lock until it is ours or `patience` is
-    /// spent, saying in `shown` (and on the run) whose lock it waits for.
-    #[allow(clippy::too_many_arguments)]
-    fn wait_for_edit_lock(
-        &self,
-        run: &mut Running<'_>,
-        key: &EditLockKey,
-        owner: &Owner,
-        policy: service::Policy,
-        began: Instant,
-        patience: Duration,
-        shown: &mut Option<Waiting>,
-    ) -> Result<EditLock, BatchError> {
-        loop {
-            let turn = Turn::alone(run.pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
-            match service::acquire(run.pool, turn, EDIT_LOCK_TTL, key, owner, policy) {
-                Ok((acquired, lock)) => {
-                    let from = match acquired {
-                        Acquired::TookOver(previous) => Some(previous.holder_name()),
-                        Acquired::New | Acquired::Renewed { .. } => None,
-                    };
-                    return Ok(EditLock::Taken { epoch: lock.epoch, from });
-                }
-                Err(EditLockError::Locked(holder)) if began.elapsed() < patience => {
-                    log::debug!("{}: waiting for {}", key, holder.holder_name());
-                    let waiting = Waiting {
-                        key: key.to_string(),
-                        holder: holder.holder_name(),
-                        lock_since: holder.acquired_at,
-                        lock_until: holder.expires_at,
-                        began: shown.as_ref().map_or_else(crate::db::now_micros, |w| w.began),
-                        gives_up: shown.as_ref().map_or_else(
-                            || crate::db::now_micros() + patience.saturating_sub(began.elapsed()),
-                            |w| w.gives_up,
-                        ),
-                    };
-                    // Written when the holder or the lock's expiry changed, not on every poll.
-                    let changed = shown.as_ref().is_none_or(|w| {
-                        (&w.key, &w.holder, w.lock_since, w.lock_until)
-                            != (&waiting.key, &waiting.holder, waiting.lock_since, waiting.lock_until)
-                    });
-                    if changed {
-                        run.waiting(Some(&waiting))?;
-                        *shown = Some(waiting);
-                    }
-                    std::thread::sleep(POLL.min(patience.saturating_sub(began.elapsed())));
-                    run.check_guard()?;
-                }
-                Err(EditLockError::Locked(holder)) => {
-                    let (why, because) = match self.policy {
-                        Policy::Wait => (
-                            format!(
-                                "waited {} s for the edit lock: {}",
-                                began.elapsed().as_secs(),
-                                crate::edit_locks::describe(&holder)
-                            ),
-                            Because::EditLockWaitedOut,
-                        ),
-                        _ => (
-                            format!("under an online edit lock: {}", crate::edit_locks::describe(&holder)),
-                            Because::EditLockHeld,
-                        ),
-                    };
-                    return Ok(EditLock::Left { why, because, holder: holder.holder_name() });
-                }
-                Err(e) => return Err(edit_lock_failure(e)),
-            }
-        }
     }
 
     /// One day, under the day's booking lock. The outer error stops the run; the inner one is
@@ -445,24 +435,23 @@ impl Closure {
         holder: Option<String>,
     ) -> Result<(), BatchError> {
         for &day in days {
-            self.line(run, target, day, "skipped", "", why, Some((because, holder.clone())))?;
+            self.line(run, target, day, "", why, Some((because, holder.clone())))?;
         }
         Ok(())
     }
 
-    /// One day's line in the report: done, or `left` for a later run (why, and whose lock).
-    #[allow(clippy::too_many_arguments)]
+    /// One day's line in the report: closed, or `left` for a later run (why, and whose lock).
     fn line(
         &self,
         run: &mut Running<'_>,
         target: &Target,
         day: NaiveDate,
-        status: &str,
         bookings: &str,
         note: &str,
         left: Option<(Because, Option<String>)>,
     ) -> Result<(), BatchError> {
         let done = left.is_none();
+        let status = if done { "closed" } else { "skipped" };
         let (id, day_text) = (target.id.to_string(), day.to_string());
         let left = left.map(|(because, holder)| LeftFor { because, subject: target.name.clone(), holder });
         run.line(&[&id, &target.name, &day_text, status, bookings, note], left);
