@@ -3,6 +3,7 @@
 
 mod accessibility;
 mod admin;
+mod admin_screen;
 mod auth;
 mod bad_input;
 mod batch;
