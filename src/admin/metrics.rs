@@ -69,26 +69,18 @@ impl Series {
             })
             .collect()
     }
-
-    pub fn summary(&self) -> String {
-        format!(
-            "{} observed · mean {} · p50 ≤ {} · p99 ≤ {}",
-            self.count,
-            seconds(self.mean),
-            seconds(self.p50),
-            seconds(self.p99)
-        )
-    }
 }
 
-/// The bucket bounds, as the axis under the bars shows them.
-pub fn axis(series: &Series) -> Vec<(u32, String)> {
+/// The bucket bounds, as the axis under the bars shows them: the centre of each bar, and its
+/// bound as a number and a unit, drawn on two lines so that a bar's width holds them.
+pub fn axis(series: &Series) -> Vec<(u32, String, &'static str)> {
     series
         .buckets
         .iter()
         .enumerate()
         .map(|(i, (bound, _))| {
-            (u32::try_from(i).unwrap_or(0) * (BAR_WIDTH + 2) + BAR_WIDTH / 2, short(*bound))
+            let (number, unit) = short(*bound);
+            (u32::try_from(i).unwrap_or(0) * (BAR_WIDTH + 2) + BAR_WIDTH / 2, number, unit)
         })
         .collect()
 }
@@ -177,12 +169,13 @@ fn series(metric: &Metric, labels: &[&str]) -> Series {
     }
 }
 
-/// A duration in seconds as a person reads it: µs, ms or s.
+/// A duration in seconds as a person reads it: µs, ms or s (unit symbols, the same in every
+/// language); beyond every bound, ∞.
 pub fn seconds(value: f64) -> String {
     if value.is_nan() {
         "–".into()
     } else if value.is_infinite() {
-        "more".into()
+        "∞".into()
     } else if value < 0.001 {
         format!("{:.0} µs", value * 1e6)
     } else if value < 1.0 {
@@ -192,16 +185,17 @@ pub fn seconds(value: f64) -> String {
     }
 }
 
-/// A bucket bound for the axis: as short as it can be.
-fn short(bound: f64) -> String {
+/// A bucket bound for the axis: the number, as short as it can be, and its unit written out
+/// ("10" and "ms": a bare "10m" reads as minutes). The last bound, +∞, has no unit.
+fn short(bound: f64) -> (String, &'static str) {
     if bound.is_infinite() {
-        "∞".into()
+        ("∞".into(), "")
     } else if bound < 0.001 {
-        format!("{}µ", (bound * 1e6).round())
+        (format!("{}", (bound * 1e6).round()), "µs")
     } else if bound < 1.0 {
-        format!("{}m", (bound * 1e4).round() / 10.0)
+        (format!("{}", (bound * 1e4).round() / 10.0), "ms")
     } else {
-        format!("{bound}s")
+        (format!("{bound}"), "s")
     }
 }
 
@@ -251,7 +245,10 @@ mod tests {
         assert_eq!(seconds(0.000_25), "250 µs");
         assert_eq!(seconds(0.0123), "12.3 ms");
         assert_eq!(seconds(2.5), "2.5 s");
-        assert_eq!(short(0.0025), "2.5m");
-        assert_eq!(short(60.0), "60s");
+        assert_eq!(short(0.0005), ("500".into(), "µs"));
+        assert_eq!(short(0.0025), ("2.5".into(), "ms"));
+        assert_eq!(short(0.01), ("10".into(), "ms"));
+        assert_eq!(short(60.0), ("60".into(), "s"));
+        assert_eq!(short(f64::INFINITY), ("∞".into(), ""));
     }
 }
