@@ -82,11 +82,11 @@ pub struct AuditEvent {
 }
 
 impl AuditEvent {
-    /// "edit_lock.released by root at 10:42:07 UTC — by the batch run …": the event for a person
+    /// "edit_lock.released by root at 2026-11-24 10:42:07 UTC — by the batch run …": the event for a person
     /// told their lock is gone.
     pub fn sentence(&self) -> String {
         let by = self.actor.as_ref().map(|actor| format!(" by {actor}")).unwrap_or_default();
-        format!("{}{by} at {} UTC — {}", self.action, self.at.format("%Y-%m-%d %H:%M:%S"), self.detail)
+        format!("{}{by} at {} — {}", self.action, crate::http::utc::text(&self.at), self.detail)
     }
 }
 

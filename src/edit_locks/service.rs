@@ -571,7 +571,7 @@ fn not_mine(conn: &mut DbConn, key: &EditLockKey, owner: &Owner) -> Result<EditL
 
 /// Times in audit details, to the second: the event's own `at` column keeps full precision.
 fn at(time: NaiveDateTime) -> String {
-    time.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+    crate::http::utc::text(&time)
 }
 
 fn micros(ttl: Duration) -> i64 {

@@ -158,14 +158,14 @@ async fn the_language_follows_the_switch_then_the_browser_and_refusals_are_said_
         .await;
     assert_eq!(refused.status(), 409);
     let page = refused.text().await.expect("page");
-    assert!(page.contains("その日は満員です(1 枠すべて埋まっています)。"), "{page}");
+    assert!(page.contains("その日は満員です(1 つだけの枠が埋まっています)。"), "{page}");
     let json = browser
         .post_json("/api/v1/reservations", &serde_json::json!({"resource_id": room, "date": day}))
         .await;
     assert_eq!(json.status(), 409);
     let body: Value = json.json().await.expect("body");
     assert_eq!(body["error"], "fully_booked");
-    assert_eq!(body["message"], "その日は満員です(1 枠すべて埋まっています)。");
+    assert_eq!(body["message"], "その日は満員です(1 つだけの枠が埋まっています)。");
     // An English reader of the API gets English.
     let body: Value = first
         .post_json("/api/v1/reservations", &serde_json::json!({"resource_id": room, "date": day}))

@@ -13,6 +13,7 @@ mod cli;
 mod coalescing;
 mod common;
 mod contention;
+mod customer_words;
 #[cfg(feature = "lab")]
 mod demo;
 mod edit_locks;

@@ -68,8 +68,9 @@ pub(super) struct LockedPage {
 }
 
 impl LockedPage {
+    /// Who holds the lock, as markup: its times are written the pages' one way.
     fn describe(&self) -> Option<String> {
-        self.lock.as_ref().map(|lock| crate::edit_locks::describe_in(lock, self.ctx.lang))
+        self.lock.as_ref().map(|lock| crate::edit_locks::describe_html(lock, self.ctx.lang))
     }
 
     /// Offer to take the lock: nobody holds it, or the holder's lock expired (not a batch's).
