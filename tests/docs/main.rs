@@ -35,6 +35,8 @@
 //! Not checked: prose that states a number without a figure marker, text/shell/HTTP blocks,
 //! spans that fit none of the symbol shapes (URLs, commands, values).
 
+mod links;
+mod markdown;
 mod source;
 mod sql;
 mod symbols;
@@ -50,19 +52,8 @@ use source::{Part, Source};
 /// `README.md`, every `docs/*.md` and every `docs/ja/*.md`.
 pub fn pages(root: &Path) -> Vec<PathBuf> {
     let mut pages = vec![root.join("README.md")];
-    for dir in ["docs", "docs/ja"] {
-        let mut found: Vec<PathBuf> = fs::read_dir(root.join(dir))
-            .map(|entries| {
-                entries
-                    .filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "md"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        found.sort();
-        pages.extend(found);
-    }
+    pages.extend(markdown::markdown_in(&root.join("docs")));
+    pages.extend(markdown::markdown_in(&root.join("docs/ja")));
     pages
 }
 

@@ -377,29 +377,7 @@ fn is_snake(s: &str) -> bool {
 /// The inline code spans of a page outside fenced blocks and HTML comments, with their lines.
 pub fn spans(page: &str) -> Vec<(usize, String)> {
     // Fenced blocks and comments blanked out, line breaks kept.
-    let mut visible = String::with_capacity(page.len());
-    let mut fence: Option<&str> = None;
-    for line in page.split_inclusive('\n') {
-        let trimmed = line.trim_start();
-        let marker = ["```", "~~~"].into_iter().find(|m| trimmed.starts_with(m));
-        let hidden = match (fence, marker) {
-            (None, Some(m)) => {
-                fence = Some(m);
-                true
-            }
-            (Some(open), Some(m)) if open == m => {
-                fence = None;
-                true
-            }
-            (Some(_), _) => true,
-            (None, None) => false,
-        };
-        if hidden {
-            visible.extend(line.chars().map(|c| if c == '\n' { '\n' } else { ' ' }));
-        } else {
-            visible.push_str(line);
-        }
-    }
+    let mut visible = crate::markdown::blank_fences(page);
     while let Some(start) = visible.find("<!--") {
         let end = visible[start..].find("-->").map_or(visible.len(), |e| start + e + 3);
         let blank: String = visible[start..end].chars().map(|c| if c == '\n' { '\n' } else { ' ' }).collect();

@@ -1,39 +1,16 @@
 //! Every relative link in `README.md`, `docs/*.md` and `docs/ja/*.md` points at a file or folder
 //! that exists, the pages stand on their own (no pointers to material outside this repository),
 //! and every page of `docs/` has its Japanese page.
-//!
-//! Standard library only: it reads files and needs no database and no running app.
 
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
+use crate::markdown::{blank_fences, markdown_in};
+use crate::pages;
+
 /// Text that must not appear in the pages (compared case-insensitively): each points at material
 /// outside this repository, which a reader of a clone cannot follow.
 const FORBIDDEN: &[&str] = &["../shared", "DESIGN.md", "background article", "article 00"];
-
-/// `README.md`, every `docs/*.md` and every `docs/ja/*.md` (the Japanese pages), relative to the
-/// repository root.
-fn pages(root: &Path) -> Vec<PathBuf> {
-    let mut pages = vec![root.join("README.md")];
-    pages.extend(markdown_in(&root.join("docs")));
-    pages.extend(markdown_in(&root.join("docs/ja")));
-    pages
-}
-
-/// The `.md` files of `dir`, sorted.
-fn markdown_in(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "md"))
-                .collect()
-        })
-        .unwrap_or_default();
-    found.sort();
-    found
-}
 
 /// A link found in a page: the line it starts on and its target as written.
 #[derive(Debug, PartialEq, Eq)]
@@ -46,30 +23,8 @@ struct Link {
 /// (```` ``` ```` / `~~~`) and inline code spans are skipped, so SQL and shell examples that
 /// happen to contain brackets are not mistaken for links.
 fn links(text: &str) -> Vec<Link> {
-    // Blank out fenced code blocks, keeping line breaks so line numbers stay right.
-    let mut visible = String::with_capacity(text.len());
-    let mut fence: Option<&str> = None;
-    for line in text.split_inclusive('\n') {
-        let trimmed = line.trim_start();
-        let marker = ["```", "~~~"].into_iter().find(|m| trimmed.starts_with(m));
-        let hidden = match (fence, marker) {
-            (None, Some(m)) => {
-                fence = Some(m);
-                true
-            }
-            (Some(open), Some(m)) if open == m => {
-                fence = None;
-                true
-            }
-            (Some(_), _) => true,
-            (None, None) => false,
-        };
-        if hidden {
-            visible.extend(line.chars().map(|c| if c == '\n' { '\n' } else { ' ' }));
-        } else {
-            visible.push_str(line);
-        }
-    }
+    // Fenced code blocks blanked out, line breaks kept so line numbers stay right.
+    let visible = blank_fences(text);
 
     let chars: Vec<char> = visible.chars().collect();
     let line_of = |at: usize| 1 + chars[..at].iter().filter(|c| **c == '\n').count();
