@@ -20,6 +20,7 @@
 //! the database and their clocks may drift.
 
 pub mod drafts;
+pub mod ending;
 pub mod model;
 pub mod service;
 

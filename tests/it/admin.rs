@@ -87,8 +87,8 @@ async fn force_release_refuses_the_holders_save(db: TestDb) {
         .await;
     assert_eq!(refused.status(), 423);
     let page = refused.text().await.expect("page");
-    assert!(page.contains("NOT saved") && page.contains("no longer hold the edit lock"), "told why");
-    assert!(page.contains("edit_lock.force_released") && page.contains("carol went home"), "and by whom");
+    assert!(page.contains("NOT saved") && page.contains("root released your lock at"), "told who: {page}");
+    assert!(page.contains("because: carol went home."), "and why");
     assert!(page.contains("value=\"Board room\"") && page.contains("typed for an hour"), "input shown back");
     assert!(page.contains("id=\"take-over\""), "and may take the lock again with it");
     assert_eq!(invariants::resource_row(&app.db, resource), ("Meeting room".to_string(), 4, 1));
