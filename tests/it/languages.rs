@@ -262,6 +262,28 @@ async fn the_switch_on_the_login_page_stays_there_and_keeps_where_to_go_next() {
     }
 }
 
+/// Issue 34, item 9: the home page's cards say what each does for a person before any SQL: the
+/// first sentence of every card holds no code.
+#[actix_web::test]
+async fn the_home_pages_cards_say_what_each_does_before_the_sql() {
+    let app = TestApp::spawn().await;
+    for lang in ["en", "ja"] {
+        let client = app.client(0);
+        switch(&client, lang).await;
+        let page = client.get("/").await.text().await.expect("home");
+        let cards = page.split("<ul class=\"cards\">").nth(1).expect("the cards").split("</ul>").next().unwrap_or("");
+        let texts: Vec<&str> =
+            cards.split("<p>").skip(1).map(|p| p.split("</p>").next().unwrap_or_default()).collect();
+        assert!(texts.len() >= 5, "{lang}: {cards}");
+        for text in texts {
+            let first = text.split_inclusive(['.', '。']).next().unwrap_or_default();
+            assert!(!first.contains("<code>"), "{lang}: a card leads with SQL: {text}");
+            let sql = ["GET_LOCK", "FOR UPDATE", "KILL", "edit_locks"];
+            assert!(!sql.iter().any(|s| first.contains(s)), "{lang}: a card leads with SQL: {text}");
+        }
+    }
+}
+
 /// Issue 34, item 9: the demo accounts' roles, in the login page's language.
 #[cfg(feature = "lab")]
 #[actix_web::test]
