@@ -66,7 +66,8 @@ impl Series {
                     x: u32::try_from(i).unwrap_or(0) * (BAR_WIDTH + 2),
                     y: BAR_MAX - height,
                     height,
-                    title: lang.t_with("admin.metrics.bar", [("count", n.to_string()), ("bound", seconds(*bound))]),
+                    title: lang
+                        .t_with("admin.metrics.bar", [("count", n.to_string()), ("bound", seconds(*bound))]),
                 }
             })
             .collect()

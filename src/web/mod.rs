@@ -278,7 +278,8 @@ pub fn switch_back(page: Option<&str>) -> String {
     let page = page.unwrap_or("/");
     let login_query = page.strip_prefix("/login").filter(|rest| rest.is_empty() || rest.starts_with('?'));
     let Some(query) = login_query else { return local_path(Some(page)).to_string() };
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.trim_start_matches('?')).unwrap_or_default();
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.trim_start_matches('?')).unwrap_or_default();
     let next = pairs.into_iter().find(|(name, _)| name == "next").map(|(_, value)| value);
     login_address(local_path(next.as_deref()))
 }

@@ -181,7 +181,8 @@ async fn every_page_for_every_role_passes_axe_and_the_checks_axe_leaves_out() {
                 browser.set_window_size(width, height).await.expect("window size");
                 for path in &paths {
                     browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
-                    check_page(&browser, &axe, &format!("{who} {path} ({lang}, {width} px)"), &mut problems).await;
+                    check_page(&browser, &axe, &format!("{who} {path} ({lang}, {width} px)"), &mut problems)
+                        .await;
                 }
             }
             browser.close().await.expect("close");
@@ -289,9 +290,16 @@ async fn the_demo_pages_pass_axe_too() {
         pick_language(&browser, &base, lang).await;
         for (width, height) in SCREENS {
             browser.set_window_size(width, height).await.expect("window size");
-            for path in ["/", "/login", "/demo", "/demo/docs/named-lock-guard.md", "/demo/code/named-lock-pool-pitfall"] {
+            for path in [
+                "/",
+                "/login",
+                "/demo",
+                "/demo/docs/named-lock-guard.md",
+                "/demo/code/named-lock-pool-pitfall",
+            ] {
                 browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
-                check_page(&browser, &axe, &format!("{who} {path} ({lang}, {width} px)"), &mut problems).await;
+                check_page(&browser, &axe, &format!("{who} {path} ({lang}, {width} px)"), &mut problems)
+                    .await;
             }
         }
         browser.close().await.expect("close");

@@ -845,7 +845,8 @@ fn haita(app: &TestApp, args: &[&str]) -> std::process::Output {
 async fn reading_in(app: &TestApp, lang: &str) -> Client {
     let client = app.client(0);
     let token = client.csrf_token("/").await;
-    let switched = client.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/")]).await;
+    let switched =
+        client.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/")]).await;
     assert_eq!(switched.status(), 303);
     client
 }
@@ -913,11 +914,8 @@ async fn the_docs_the_demo_names_are_links_to_pages_the_app_serves() {
         for named in plain.match_indices(".md").map(|(at, _)| &plain[at.saturating_sub(40)..at + 3]) {
             panic!("{lang}: a doc named but not linked: …{named}");
         }
-        let links: std::collections::BTreeSet<&str> = page
-            .split("href=\"/demo/docs/")
-            .skip(1)
-            .filter_map(|rest| rest.split('"').next())
-            .collect();
+        let links: std::collections::BTreeSet<&str> =
+            page.split("href=\"/demo/docs/").skip(1).filter_map(|rest| rest.split('"').next()).collect();
         assert!(links.len() >= 5, "{lang}: {links:?}");
         for name in links {
             let doc = reader.get(&format!("/demo/docs/{name}")).await;

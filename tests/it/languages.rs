@@ -232,12 +232,14 @@ async fn the_switch_on_the_login_page_stays_there_and_keeps_where_to_go_next() {
         let client = app.client(0);
         switch(&client, from).await;
         // Sent to log in by a page that needs it.
-        let login = client.get("/bookings").await.headers()["location"].to_str().expect("location").to_string();
+        let login =
+            client.get("/bookings").await.headers()["location"].to_str().expect("location").to_string();
         assert!(login.starts_with("/login?next="), "{login}");
         let page = client.get(&login).await.text().await.expect("login page");
         let next = switch_next(&page);
         let token = client.csrf_token(&login).await;
-        let switched = client.post_form("/language", &[("csrf_token", &token), ("lang", to), ("next", &next)]).await;
+        let switched =
+            client.post_form("/language", &[("csrf_token", &token), ("lang", to), ("next", &next)]).await;
         assert_eq!(switched.status(), 303);
         let back = switched.headers()["location"].to_str().expect("location").to_string();
         assert!(back.starts_with("/login?next="), "{from} → {to}: back on the login page, not {back:?}");
@@ -250,12 +252,18 @@ async fn the_switch_on_the_login_page_stays_there_and_keeps_where_to_go_next() {
         let refused = client
             .post_form(
                 "/login",
-                &[("csrf_token", &token), ("username", &user.username), ("password", "wrong"), ("next", "/bookings")],
+                &[
+                    ("csrf_token", &token),
+                    ("username", &user.username),
+                    ("password", "wrong"),
+                    ("next", "/bookings"),
+                ],
             )
             .await;
         assert_eq!(refused.status(), 401);
         let next = switch_next(&refused.text().await.expect("page"));
-        let switched = client.post_form("/language", &[("csrf_token", &token), ("lang", from), ("next", &next)]).await;
+        let switched =
+            client.post_form("/language", &[("csrf_token", &token), ("lang", from), ("next", &next)]).await;
         let back = switched.headers()["location"].to_str().expect("location").to_string();
         let page = client.get(&back).await.text().await.expect("login page");
         assert!(page.contains(r#"name="next" value="/bookings""#), "after a refusal, {back:?}: {page}");
@@ -271,7 +279,8 @@ async fn the_home_pages_cards_say_what_each_does_before_the_sql() {
         let client = app.client(0);
         switch(&client, lang).await;
         let page = client.get("/").await.text().await.expect("home");
-        let cards = page.split("<ul class=\"cards\">").nth(1).expect("the cards").split("</ul>").next().unwrap_or("");
+        let cards =
+            page.split("<ul class=\"cards\">").nth(1).expect("the cards").split("</ul>").next().unwrap_or("");
         let texts: Vec<&str> =
             cards.split("<p>").skip(1).map(|p| p.split("</p>").next().unwrap_or_default()).collect();
         assert!(texts.len() >= 5, "{lang}: {cards}");

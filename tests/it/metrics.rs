@@ -184,15 +184,22 @@ async fn the_metrics_pages_counts_and_bar_titles_speak_the_readers_language() {
         ("ja", ["プールの接続", "以下"], ["pool connections open", " at most "]),
     ] {
         let token = admin.csrf_token("/").await;
-        let switched = admin.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/")]).await;
+        let switched =
+            admin.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/")]).await;
         assert_eq!(switched.status(), 303);
         let page = admin.get("/admin/metrics").await.text().await.expect("page");
         let counts = page.split("id=\"counts\"").nth(1).expect("the counts");
         let titles: Vec<&str> =
             page.split("class=\"ok\"><title>").skip(1).filter_map(|t| t.split("</title>").next()).collect();
         assert!(!titles.is_empty(), "{lang}: bars with titles");
-        assert!(counts.contains(theirs[0]) && titles.iter().all(|t| t.contains(theirs[1])), "{lang}: {counts} {titles:?}");
-        assert!(!counts.contains(others[0]) && !titles.iter().any(|t| t.contains(others[1])), "{lang}: {counts} {titles:?}");
+        assert!(
+            counts.contains(theirs[0]) && titles.iter().all(|t| t.contains(theirs[1])),
+            "{lang}: {counts} {titles:?}"
+        );
+        assert!(
+            !counts.contains(others[0]) && !titles.iter().any(|t| t.contains(others[1])),
+            "{lang}: {counts} {titles:?}"
+        );
         if lang == "ja" {
             for english in ["answered 503", "transactions retried", "pool connections", "pool checkout"] {
                 assert!(!page.contains(english), "{lang}: {english:?} still English");

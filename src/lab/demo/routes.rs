@@ -395,7 +395,8 @@ impl DocPage {
 /// A doc the demo names, from the copy compiled into this server (`super::docs`).
 async fn doc_page(ctx: PageContext, path: web::Path<String>) -> actix_web::Result<HttpResponse> {
     let name = path.into_inner();
-    let (title, body) = super::docs::doc(&name, ctx.lang).ok_or(crate::http::error::RequestError::NotFound)?;
+    let (title, body) =
+        super::docs::doc(&name, ctx.lang).ok_or(crate::http::error::RequestError::NotFound)?;
     Ok(html(&DocPage { ctx, name, title, body })?)
 }
 

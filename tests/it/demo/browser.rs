@@ -105,7 +105,9 @@ async fn the_race_button_is_on_the_first_screen() {
             .expect("measure");
         let (bottom, screen) = (bottom[0].as_f64().unwrap_or(1e9), bottom[1].as_f64().unwrap_or(0.0));
         if bottom > screen {
-            below.push(format!("{who} at {width} px: the button ends {bottom:.0} px down, the screen {screen:.0}"));
+            below.push(format!(
+                "{who} at {width} px: the button ends {bottom:.0} px down, the screen {screen:.0}"
+            ));
         }
         browser.close().await.expect("close");
     }
