@@ -89,6 +89,9 @@
     var state = JSON.parse(event.data);
     if (state.race) {
       if (!running) said = {};
+      // No race had ended when the page was loaded: where the results will be, say one runs.
+      var none = document.querySelector("p#results");
+      if (none) none.textContent = words.pending;
       running = true;
       live.hidden = false;
       hold(true);

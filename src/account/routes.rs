@@ -145,7 +145,9 @@ async fn login_form(
             Ok(see_other(&next))
         }
         Err(refused @ AuthError::BadCredentials) => {
-            let ctx = PageContext::anonymous(&req, crate::auth::csrf::token(&session)?);
+            // Shown at the login page's address with its `next`, for the language switch.
+            let ctx = PageContext::anonymous(&req, crate::auth::csrf::token(&session)?)
+                .shown_as(crate::web::login_address(&next));
             let page = LoginPage {
                 error: Some(refused.problem().message_in(ctx.lang)),
                 ctx,

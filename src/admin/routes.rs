@@ -365,7 +365,7 @@ async fn metrics_page(
     ctx: PageContext,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let charts = super::metrics::charts(&state.metrics.gather(state.pool.state()));
+    let charts = super::metrics::charts(&state.metrics.gather(state.pool.state()), ctx.lang);
     let buckets = charts.waits.first().or(charts.holds.first()).map_or(15, |s| s.buckets.len());
     let row_width = u32::try_from(buckets).unwrap_or(15) * (super::metrics::BAR_WIDTH + 2);
     Ok(html(&MetricsScreen { ctx, charts, bar_max: super::metrics::BAR_MAX, row_width })?)

@@ -460,3 +460,32 @@ async fn the_audit_log_pages_newest_first() {
     assert_eq!(html.status(), 200);
     assert!(html.text().await.expect("page").contains("edit_lock.acquired"));
 }
+
+/// Issue 34, item 9: the audit page says what it records and where what it does not record is
+/// found (bookings, orders, stock receipts and product saves are their own records; batch runs
+/// are listed on the locks page), in English and Japanese.
+#[actix_web::test]
+async fn the_audit_page_says_what_it_records_and_where_the_rest_is() {
+    let app = TestApp::spawn().await;
+    let (_, admin) = logged_in(&app, "auditor", Role::Admin).await;
+    for (lang, words) in [
+        ("en", ["bookings", "orders", "stock receipts", "product saves", "batch runs"]),
+        ("ja", ["予約", "注文", "入荷", "商品の保存", "バッチ"]),
+    ] {
+        let token = admin.csrf_token("/").await;
+        let switched =
+            admin.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/")]).await;
+        assert_eq!(switched.status(), 303);
+        let page = admin.get("/admin/audit").await.text().await.expect("page");
+        let about =
+            page.split("<h1>").nth(1).and_then(|rest| rest.split("id=\"audit\"").next()).unwrap_or("");
+        let about = about.split("<nav class=\"pager\"").next().unwrap_or(about);
+        for word in words {
+            assert!(about.contains(word), "{lang}: {word:?} not said: {about}");
+        }
+        assert!(
+            about.contains(r##"href="/admin/locks#batch""##),
+            "{lang}: a link to the batch runs: {about}"
+        );
+    }
+}

@@ -166,3 +166,44 @@ async fn the_histograms_axis_labels_are_apart_readable_and_say_ms() {
     }
     assert!(wrong.is_empty(), "the histograms' axis:\n{}", wrong.join("\n"));
 }
+
+/// Issue 34, item 9: on the Japanese metrics page the counts' labels and the bars' hover titles
+/// are Japanese too (they were English: "answered 503", "pool connections open", "3 at most
+/// 10.0 ms").
+#[actix_web::test]
+async fn the_metrics_pages_counts_and_bar_titles_speak_the_readers_language() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("counted", 5);
+    let customer = app.client(0);
+    customer.login(&app.user("counted", Role::Customer)).await;
+    assert_eq!(customer.book(resource, future_day()).await.status(), 201);
+    let admin = app.client(0);
+    admin.login(&app.user("operator", Role::Admin)).await;
+    for (lang, theirs, others) in [
+        ("en", ["pool connections open", " at most "], ["プールの接続", "以下"]),
+        ("ja", ["プールの接続", "以下"], ["pool connections open", " at most "]),
+    ] {
+        let token = admin.csrf_token("/").await;
+        let switched =
+            admin.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/")]).await;
+        assert_eq!(switched.status(), 303);
+        let page = admin.get("/admin/metrics").await.text().await.expect("page");
+        let counts = page.split("id=\"counts\"").nth(1).expect("the counts");
+        let titles: Vec<&str> =
+            page.split("class=\"ok\"><title>").skip(1).filter_map(|t| t.split("</title>").next()).collect();
+        assert!(!titles.is_empty(), "{lang}: bars with titles");
+        assert!(
+            counts.contains(theirs[0]) && titles.iter().all(|t| t.contains(theirs[1])),
+            "{lang}: {counts} {titles:?}"
+        );
+        assert!(
+            !counts.contains(others[0]) && !titles.iter().any(|t| t.contains(others[1])),
+            "{lang}: {counts} {titles:?}"
+        );
+        if lang == "ja" {
+            for english in ["answered 503", "transactions retried", "pool connections", "pool checkout"] {
+                assert!(!page.contains(english), "{lang}: {english:?} still English");
+            }
+        }
+    }
+}
