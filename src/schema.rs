@@ -42,6 +42,35 @@ diesel::table! {
         error -> Nullable<Varchar>,
         started_at -> Timestamp,
         finished_at -> Nullable<Timestamp>,
+        request -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    batch_run_waits (run_id) {
+        run_id -> Bigint,
+        #[max_length = 100]
+        lock_key -> Varchar,
+        #[max_length = 200]
+        holder -> Varchar,
+        lock_since -> Timestamp,
+        lock_until -> Timestamp,
+        began -> Timestamp,
+        gives_up -> Timestamp,
+    }
+}
+
+diesel::table! {
+    batch_run_reasons (run_id, position) {
+        run_id -> Bigint,
+        position -> Integer,
+        #[max_length = 40]
+        code -> Varchar,
+        #[max_length = 200]
+        subject -> Varchar,
+        #[max_length = 200]
+        holder -> Nullable<Varchar>,
+        items -> Integer,
     }
 }
 
@@ -246,6 +275,8 @@ diesel::joinable!(idempotency_keys -> users (user_id));
 diesel::joinable!(order_lines -> orders (order_id));
 diesel::joinable!(order_lines -> products (product_id));
 diesel::joinable!(orders -> users (user_id));
+diesel::joinable!(batch_run_reasons -> batch_runs (run_id));
+diesel::joinable!(batch_run_waits -> batch_runs (run_id));
 diesel::joinable!(price_revision_items -> batch_runs (run_id));
 diesel::joinable!(resource_closures -> batch_runs (run_id));
 diesel::joinable!(resource_closures -> resources (resource_id));
@@ -272,6 +303,8 @@ diesel::joinable!(user_sessions -> users (user_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
+    batch_run_reasons,
+    batch_run_waits,
     batch_runs,
     deadlock_reports,
     edit_drafts,

@@ -43,11 +43,31 @@
       .catch(function () { return false; });
   }
 
-  function showLost(message) {
+  // How the lock ended, as the server says it to this person in the page's language (who, when,
+  // why, and the actions that can work now), or null when that cannot be asked.
+  function howItEnded() {
+    return fetch(lostBox.dataset.endedUrl, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .catch(function () { return null; });
+  }
+
+  function showLost() {
+    leaving = true; // the lock is not this page's any more: nothing to release on leave
+    // Save and Cancel cannot work without the lock: only what can is offered.
+    document.getElementById("save-row").hidden = true;
+    document.getElementById("cancel-form").hidden = true;
     // Keep what was typed first: the person may close the tab on reading this.
-    keepDraft().then(function (keptOk) {
+    Promise.all([keepDraft(), howItEnded()]).then(function (results) {
+      var keptOk = results[0], told = results[1];
+      if (told) {
+        lostBox.innerHTML = told;
+        lost = document.getElementById("lock-lost");
+        if (window.haita) lostBox.querySelectorAll("time[data-local]").forEach(window.haita.showLocal);
+      } else {
+        lost.textContent = form.dataset.lostText;
+      }
       // The sentences come from the page, in its language.
-      lost.textContent = message + " " + (keptOk ? form.dataset.keptText : form.dataset.unkeptText);
+      lost.append(" " + (keptOk ? form.dataset.keptText : form.dataset.unkeptText));
       lostBox.hidden = false;
       status.hidden = true;
     });
@@ -71,10 +91,12 @@
             }
           });
         }
-        return response.json().then(function (problem) {
+        // 423: the lock is someone else's, or nobody's, or a later acquisition's; 401: logged
+        // out (which ends the session's locks). Anything else may pass: beat again.
+        if (response.status === 423 || response.status === 401) {
           clearInterval(timer);
-          showLost(problem.message || form.dataset.lostText);
-        });
+          showLost();
+        }
       })
       .catch(function () { /* network blip: the next beat may succeed before the lock expires */ });
   }, every);

@@ -18,9 +18,15 @@
   }
   var running = !live.hidden;
   var said = {};
+  // Each figure's cell is named by its column, as the server names them: on a phone the rows
+  // show as cards, and a tile shows its name (style.css, table.cards).
+  var heads = Array.prototype.map.call(live.querySelectorAll("thead th"), function (th) {
+    return th.textContent;
+  });
 
   function cell(row, text, tag) {
     var td = document.createElement("td");
+    if (row.cells.length > 0 && heads[row.cells.length]) td.dataset.label = heads[row.cells.length];
     var inner = document.createElement(tag || "span");
     inner.textContent = text;
     td.appendChild(inner);
@@ -83,6 +89,9 @@
     var state = JSON.parse(event.data);
     if (state.race) {
       if (!running) said = {};
+      // No race had ended when the page was loaded: where the results will be, say one runs.
+      var none = document.querySelector("p#results");
+      if (none) none.textContent = words.pending;
       running = true;
       live.hidden = false;
       hold(true);

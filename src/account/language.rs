@@ -8,7 +8,7 @@ use crate::auth::AuthError;
 use crate::auth::csrf::CsrfForm;
 use crate::http::input::quoted;
 use crate::i18n::Lang;
-use crate::web::{local_path, see_other};
+use crate::web::{see_other, switch_back};
 
 /// `POST /language`: the header's switch.
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -21,7 +21,8 @@ struct Switch {
     next: Option<String>,
 }
 
-/// Keeps the picked language in the session and goes back to the page the switch was on.
+/// Keeps the picked language in the session and goes back to the page the switch was on (the
+/// login page too, with where to go after logging in).
 async fn switch(
     CsrfForm(form): CsrfForm<Switch>,
     session: Session,
@@ -31,5 +32,5 @@ async fn switch(
         message: format!("{:?} is not a language this site speaks (en, ja)", quoted(&form.lang)),
     })?;
     lang.keep(&session).map_err(|e| AuthError::Session(e.to_string()))?;
-    Ok(see_other(local_path(form.next.as_deref())))
+    Ok(see_other(&switch_back(form.next.as_deref())))
 }

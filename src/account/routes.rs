@@ -145,7 +145,9 @@ async fn login_form(
             Ok(see_other(&next))
         }
         Err(refused @ AuthError::BadCredentials) => {
-            let ctx = PageContext::anonymous(&req, crate::auth::csrf::token(&session)?);
+            // Shown at the login page's address with its `next`, for the language switch.
+            let ctx = PageContext::anonymous(&req, crate::auth::csrf::token(&session)?)
+                .shown_as(crate::web::login_address(&next));
             let page = LoginPage {
                 error: Some(refused.problem().message_in(ctx.lang)),
                 ctx,
@@ -188,7 +190,8 @@ async fn start_session(
     session::log_in(session, &user, session_id)
 }
 
-/// Ends this session (or all of the user's) in the database, then forgets the cookie.
+/// Ends this session (or all of the user's) in the database, with its edit locks
+/// (`account::logout`), then forgets the cookie.
 ///
 /// The row is what makes a session: a cookie forgotten while its row stays would leave every
 /// copy of it logged in. So the ticket goes straight to the `DELETE` (no session check first,
@@ -197,9 +200,12 @@ async fn start_session(
 /// person to log out again once it is back.
 async fn end_session(state: &AppState, session: &Session, everywhere: bool) -> Result<(), AuthError> {
     if let Some(ticket) = session::ticket_of(session) {
-        state.db(move |conn| Ok::<_, Infra>(session::close(conn, &ticket, everywhere)?)).await.map_err(
-            |e| if e.is_unavailable() || e.is_busy() { AuthError::LogoutFailed(e) } else { e.into() },
-        )?;
+        state
+            .db(move |conn| Ok::<_, Infra>(super::logout::log_out(conn, &ticket, everywhere)?))
+            .await
+            .map_err(
+                |e| if e.is_unavailable() || e.is_busy() { AuthError::LogoutFailed(e) } else { e.into() },
+            )?;
     }
     session::log_out(session);
     Ok(())

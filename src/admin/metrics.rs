@@ -7,6 +7,8 @@
 
 use prometheus::proto::{Metric, MetricFamily};
 
+use crate::i18n::Lang;
+
 /// One histogram series (a family and scope of waits or holds, or the pool checkouts), ready
 /// to draw.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,8 +52,8 @@ pub const BAR_MAX: u32 = 40;
 pub const BAR_WIDTH: u32 = 22;
 
 impl Series {
-    /// The bars of this series, the tallest bucket `BAR_MAX` high.
-    pub fn bars(&self) -> Vec<Bar> {
+    /// The bars of this series, the tallest bucket `BAR_MAX` high, their titles in `lang`.
+    pub fn bars(&self, lang: Lang) -> Vec<Bar> {
         let tallest = self.buckets.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
         self.buckets
             .iter()
@@ -64,61 +66,57 @@ impl Series {
                     x: u32::try_from(i).unwrap_or(0) * (BAR_WIDTH + 2),
                     y: BAR_MAX - height,
                     height,
-                    title: format!("{n} at most {}", seconds(*bound)),
+                    title: lang
+                        .t_with("admin.metrics.bar", [("count", n.to_string()), ("bound", seconds(*bound))]),
                 }
             })
             .collect()
     }
-
-    pub fn summary(&self) -> String {
-        format!(
-            "{} observed · mean {} · p50 ≤ {} · p99 ≤ {}",
-            self.count,
-            seconds(self.mean),
-            seconds(self.p50),
-            seconds(self.p99)
-        )
-    }
 }
 
-/// The bucket bounds, as the axis under the bars shows them.
-pub fn axis(series: &Series) -> Vec<(u32, String)> {
+/// The bucket bounds, as the axis under the bars shows them: the centre of each bar, and its
+/// bound as a number and a unit, drawn on two lines so that a bar's width holds them.
+pub fn axis(series: &Series) -> Vec<(u32, String, &'static str)> {
     series
         .buckets
         .iter()
         .enumerate()
         .map(|(i, (bound, _))| {
-            (u32::try_from(i).unwrap_or(0) * (BAR_WIDTH + 2) + BAR_WIDTH / 2, short(*bound))
+            let (number, unit) = short(*bound);
+            (u32::try_from(i).unwrap_or(0) * (BAR_WIDTH + 2) + BAR_WIDTH / 2, number, unit)
         })
         .collect()
 }
 
-/// Reads the registry's families into charts.
-pub fn charts(families: &[MetricFamily]) -> Charts {
+/// Reads the registry's families into charts, their words in `lang`.
+pub fn charts(families: &[MetricFamily], lang: Lang) -> Charts {
     let family = |name: &str| families.iter().find(|f| f.name() == format!("haita_{name}"));
     let histograms = |name: &str, labels: &[&str]| -> Vec<Series> {
         let mut all: Vec<Series> = family(name)
-            .map(|f| f.get_metric().iter().map(|m| series(m, labels)).filter(|s| s.count > 0).collect())
+            .map(|f| f.get_metric().iter().map(|m| series(m, labels, lang)).filter(|s| s.count > 0).collect())
             .unwrap_or_default();
         all.sort_by(|a, b| a.label.cmp(&b.label));
         all
     };
     let mut counts = Vec::new();
-    for (name, what) in [
-        ("named_lock_acquisitions_total", "GET_LOCK"),
-        ("unavailable_answers_total", "answered 503"),
-        ("transaction_retries_total", "transactions retried"),
-        ("transaction_gave_up_total", "transactions given up"),
-        ("lock_waiters_refused_total", "refused: waiting budget spent"),
-        ("pool_checkout_failures_total", "pool checkout failed"),
-        ("idempotent_replays_total", "resends answered from a kept answer"),
-        ("pool_connections", "pool connections open"),
-        ("pool_idle_connections", "pool connections idle"),
-        ("pool_max_connections", "pool connections at most"),
-        ("lock_waiters", "sessions waiting in GET_LOCK now"),
-        ("lock_waiters_budget", "sessions that may wait in GET_LOCK"),
+    // Each count's words are `admin.metrics.count.{name}` in the texts; its labels (the
+    // answer, the cause) are the series' own values, as `/metrics` writes them.
+    for name in [
+        "named_lock_acquisitions_total",
+        "unavailable_answers_total",
+        "transaction_retries_total",
+        "transaction_gave_up_total",
+        "lock_waiters_refused_total",
+        "pool_checkout_failures_total",
+        "idempotent_replays_total",
+        "pool_connections",
+        "pool_idle_connections",
+        "pool_max_connections",
+        "lock_waiters",
+        "lock_waiters_budget",
     ] {
         let Some(f) = family(name) else { continue };
+        let what = lang.t(&format!("admin.metrics.count.{name}")).into_owned();
         for m in f.get_metric() {
             let labels: Vec<String> = m.get_label().iter().map(|l| l.value().to_string()).collect();
             let label =
@@ -140,7 +138,7 @@ pub fn charts(families: &[MetricFamily]) -> Charts {
     }
 }
 
-fn series(metric: &Metric, labels: &[&str]) -> Series {
+fn series(metric: &Metric, labels: &[&str], lang: Lang) -> Series {
     let h = metric.get_histogram();
     let label = labels
         .iter()
@@ -168,7 +166,7 @@ fn series(metric: &Metric, labels: &[&str]) -> Series {
             .map_or(f64::NAN, |(bound, _)| *bound)
     };
     Series {
-        label: if label.is_empty() { "pool checkout".to_string() } else { label },
+        label: if label.is_empty() { lang.t("admin.metrics.pool_checkout").into_owned() } else { label },
         count,
         mean: if count == 0 { f64::NAN } else { h.get_sample_sum() / count as f64 },
         p50: percentile(0.50),
@@ -177,12 +175,13 @@ fn series(metric: &Metric, labels: &[&str]) -> Series {
     }
 }
 
-/// A duration in seconds as a person reads it: µs, ms or s.
+/// A duration in seconds as a person reads it: µs, ms or s (unit symbols, the same in every
+/// language); beyond every bound, ∞.
 pub fn seconds(value: f64) -> String {
     if value.is_nan() {
         "–".into()
     } else if value.is_infinite() {
-        "more".into()
+        "∞".into()
     } else if value < 0.001 {
         format!("{:.0} µs", value * 1e6)
     } else if value < 1.0 {
@@ -192,16 +191,17 @@ pub fn seconds(value: f64) -> String {
     }
 }
 
-/// A bucket bound for the axis: as short as it can be.
-fn short(bound: f64) -> String {
+/// A bucket bound for the axis: the number, as short as it can be, and its unit written out
+/// ("10" and "ms": a bare "10m" reads as minutes). The last bound, +∞, has no unit.
+fn short(bound: f64) -> (String, &'static str) {
     if bound.is_infinite() {
-        "∞".into()
+        ("∞".into(), "")
     } else if bound < 0.001 {
-        format!("{}µ", (bound * 1e6).round())
+        (format!("{}", (bound * 1e6).round()), "µs")
     } else if bound < 1.0 {
-        format!("{}m", (bound * 1e4).round() / 10.0)
+        (format!("{}", (bound * 1e4).round() / 10.0), "ms")
     } else {
-        format!("{bound}s")
+        (format!("{bound}"), "s")
     }
 }
 
@@ -231,19 +231,19 @@ mod tests {
         let mut observed = vec![0.0005; 60];
         observed.extend([0.005; 39]);
         observed.push(5.0);
-        let charts = charts(&registry_with(&observed));
+        let charts = charts(&registry_with(&observed), Lang::En);
         let waits = &charts.waits[0];
         assert_eq!(waits.label, "named · book");
         assert_eq!(waits.count, 100);
         assert_eq!(waits.buckets, vec![(0.001, 60), (0.01, 39), (0.1, 0), (f64::INFINITY, 1)]);
         assert_eq!((waits.p50, waits.p99), (0.001, 0.01));
-        let heights: Vec<u32> = waits.bars().iter().map(|b| b.height).collect();
+        let heights: Vec<u32> = waits.bars(Lang::En).iter().map(|b| b.height).collect();
         assert_eq!(heights, vec![BAR_MAX, 26, 0, 2], "scaled to the tallest, a single one still shows");
     }
 
     #[test]
     fn series_nobody_observed_are_left_out() {
-        assert!(charts(&registry_with(&[])).waits.is_empty());
+        assert!(charts(&registry_with(&[]), Lang::En).waits.is_empty());
     }
 
     #[test]
@@ -251,7 +251,10 @@ mod tests {
         assert_eq!(seconds(0.000_25), "250 µs");
         assert_eq!(seconds(0.0123), "12.3 ms");
         assert_eq!(seconds(2.5), "2.5 s");
-        assert_eq!(short(0.0025), "2.5m");
-        assert_eq!(short(60.0), "60s");
+        assert_eq!(short(0.0005), ("500".into(), "µs"));
+        assert_eq!(short(0.0025), ("2.5".into(), "ms"));
+        assert_eq!(short(0.01), ("10".into(), "ms"));
+        assert_eq!(short(60.0), ("60".into(), "s"));
+        assert_eq!(short(f64::INFINITY), ("∞".into(), ""));
     }
 }

@@ -54,8 +54,12 @@ pub struct Listing {
     pub prefix: String,
     /// `metadata_lock_info` (MariaDB), `performance_schema` (MySQL), `pg_locks` or `unavailable`.
     pub source: &'static str,
-    /// Why the listing is unavailable and how to enable it.
+    /// Why the listing is unavailable and how to enable it, in the server's words.
     pub note: Option<String>,
+    /// What the listing cannot show on this server, as a code: `mariadb_plugin`,
+    /// `mysql_performance_schema` (the listing could not be read), `advisory_keys` (PostgreSQL
+    /// lists keys, not names). The screen words it in the reader's language.
+    pub gap: Option<&'static str>,
     pub locks: Vec<NamedLock>,
 }
 
@@ -63,8 +67,9 @@ pub struct Listing {
 /// database; the namespace's prefix (`haita:{tag}:`) is what keeps other deployments' locks off
 /// this list (`Dialect::list_named_locks` says where each server tells them).
 pub fn list(conn: &mut DbConn, names: &Namespace) -> QueryResult<Listing> {
-    let NamedLockListing { source, note, locks } = conn.dialect().list_named_locks(conn, names.prefix())?;
-    Ok(Listing { prefix: names.prefix().to_string(), source, note, locks })
+    let NamedLockListing { source, note, gap, locks } =
+        conn.dialect().list_named_locks(conn, names.prefix())?;
+    Ok(Listing { prefix: names.prefix().to_string(), source, note, gap, locks })
 }
 
 /// Who holds `name`, and what the server says about that session.

@@ -9,7 +9,7 @@ use super::named_locks::{self, Killed, Listing, NamedLock, OurLockName};
 use super::{Admin, AdminError, Reason};
 use crate::audit::{self, AuditPage};
 use crate::auth::csrf::{CsrfForm, TokenOnly};
-use crate::batch::forms::{ClosureForm, RevisionForm};
+use crate::batch::forms::{CLOSURE_ACTION, ClosureForm, REVISION_ACTION, RevisionForm};
 use crate::edit_locks::{EditLockError, EditLockKey, LockView, service as edit_locks};
 use crate::http::answers::documented_answers;
 use crate::i18n::Lang;
@@ -33,8 +33,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/admin/named-locks/force-release", web::post().to(force_release_named_form))
         .route("/admin/audit", web::get().to(audit_page))
         .route("/admin/metrics", web::get().to(metrics_page))
-        .route("/admin/batch/price-revision", web::post().to(start_revision_form))
-        .route("/admin/batch/closure", web::post().to(start_closure_form))
+        .route(REVISION_ACTION, web::post().to(start_revision_form))
+        .route(CLOSURE_ACTION, web::post().to(start_closure_form))
+        .route("/admin/batch-runs/{id}", web::get().to(batch_run_row))
+        .route("/static/batch_runs.js", web::get().to(batch_runs_script))
         .route("/api/v1/admin/locks", web::get().to(locks_json))
         .route("/api/v1/admin/edit-locks/release-expired", web::post().to(release_expired_json))
         .route("/api/v1/admin/edit-locks/{key}", web::delete().to(force_release_edit_json))
@@ -99,9 +101,14 @@ struct LocksPage {
 }
 
 impl LocksPage {
-    /// Whether a batch run is going: the page then refreshes itself to show its progress.
-    fn running(&self) -> bool {
-        self.locks.batch_runs.iter().any(|r| r.status == "running")
+    /// What the named-lock listing cannot show on this server, in the page's language.
+    fn listing_gap(&self) -> Option<String> {
+        let key = match self.locks.named_locks.gap? {
+            "mariadb_plugin" => "admin.named_locks.gap.mariadb_plugin",
+            "mysql_performance_schema" => "admin.named_locks.gap.mysql_performance_schema",
+            _ => "admin.named_locks.gap.advisory_keys",
+        };
+        Some(self.ctx.lang.t(key).into_owned())
     }
 
     /// "4 min 12 s" ("4 分 12 秒"): ages and remaining times for a person, in the page's language.
@@ -118,6 +125,35 @@ impl LocksPage {
         let args: Vec<(&str, String)> = args.into_iter().map(|(name, n)| (name, n.to_string())).collect();
         format!("{sign}{}", self.ctx.lang.t_with(key, args))
     }
+}
+
+/// One batch run's row of the locks page, alone: what the page's script swaps in while the run
+/// is going, so that the row moves and nothing else on the page is touched.
+#[derive(Template)]
+#[template(path = "admin/batch_run.html")]
+struct BatchRunRow {
+    ctx: PageContext,
+    run: crate::batch::runs::Run,
+}
+
+async fn batch_run_row(
+    Admin(_): Admin,
+    ctx: PageContext,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let id = path.into_inner();
+    let run = state.db(move |conn| Ok::<_, AdminError>(crate::batch::runs::one(conn, id)?)).await?;
+    let run = run.ok_or(crate::http::error::RequestError::NotFound)?;
+    Ok(html(&BatchRunRow { ctx, run })?)
+}
+
+/// Keeps the rows of running batch runs current ([`batch_run_row`]).
+async fn batch_runs_script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header(("Cache-Control", "public, max-age=3600"))
+        .body(include_str!("../../static/batch_runs.js"))
 }
 
 #[derive(Deserialize)]
@@ -329,7 +365,7 @@ async fn metrics_page(
     ctx: PageContext,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let charts = super::metrics::charts(&state.metrics.gather(state.pool.state()));
+    let charts = super::metrics::charts(&state.metrics.gather(state.pool.state()), ctx.lang);
     let buckets = charts.waits.first().or(charts.holds.first()).map_or(15, |s| s.buckets.len());
     let row_width = u32::try_from(buckets).unwrap_or(15) * (super::metrics::BAR_WIDTH + 2);
     Ok(html(&MetricsScreen { ctx, charts, bar_max: super::metrics::BAR_MAX, row_width })?)
@@ -440,4 +476,48 @@ async fn audit_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, AdminError> {
     Ok(HttpResponse::Ok().json(load_audit(&state, &query).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The page a server that cannot list named locks gives, in `lang`.
+    fn unlisted_page(lang: Lang) -> String {
+        let ctx = PageContext {
+            user: None,
+            csrf_token: "token".into(),
+            demo: false,
+            path: "/admin/locks".into(),
+            here: "/admin/locks".into(),
+            lang,
+        };
+        let named_locks = Listing {
+            prefix: "haita:abc123:".into(),
+            source: "unavailable",
+            note: Some("Unknown table 'METADATA_LOCK_INFO' in information_schema".into()),
+            gap: Some("mariadb_plugin"),
+            locks: Vec::new(),
+        };
+        let locks =
+            Locks { edit_locks: Vec::new(), named_locks, deadlocks: Vec::new(), batch_runs: Vec::new() };
+        LocksPage { ctx, locks, lookup: None, done: None }.render().expect("rendered")
+    }
+
+    /// Issue 34, item 6: where the server cannot list named locks, the page says so in a sentence
+    /// in the reader's language — what cannot be shown and why — never the server's error.
+    #[test]
+    fn a_server_that_cannot_list_named_locks_is_explained_in_the_readers_language() {
+        for lang in [Lang::En, Lang::Ja] {
+            let page = unlisted_page(lang);
+            let sentence = crate::i18n::escape_html(&lang.t("admin.named_locks.gap.mariadb_plugin"));
+            assert!(page.contains(&sentence), "{lang:?}: the sentence is on the page");
+            assert!(
+                page.contains("class=\"flash warn\" id=\"named-locks-note\""),
+                "{lang:?}: a note, not an error"
+            );
+            assert!(!page.contains("Unknown table"), "{lang:?}: the server's error stays in the log");
+        }
+        assert!(unlisted_page(Lang::Ja).contains("プラグイン"), "in Japanese");
+    }
 }

@@ -82,11 +82,11 @@ pub struct AuditEvent {
 }
 
 impl AuditEvent {
-    /// "edit_lock.released by root at 10:42:07 UTC — by the batch run …": the event for a person
+    /// "edit_lock.released by root at 2026-11-24 10:42:07 UTC — by the batch run …": the event for a person
     /// told their lock is gone.
     pub fn sentence(&self) -> String {
         let by = self.actor.as_ref().map(|actor| format!(" by {actor}")).unwrap_or_default();
-        format!("{}{by} at {} UTC — {}", self.action, self.at.format("%Y-%m-%d %H:%M:%S"), self.detail)
+        format!("{}{by} at {} — {}", self.action, crate::http::utc::text(&self.at), self.detail)
     }
 }
 
@@ -162,6 +162,45 @@ pub fn latest_of(
         .order(audit_events::id.desc())
         .first(conn)
         .optional()
+}
+
+/// An event as the person it concerns is told of it: who did it by id and by the name people
+/// know them by (a page says "Admin released your lock", and knows whether "you" did).
+#[derive(Clone, Debug, Queryable)]
+pub struct Told {
+    pub id: i64,
+    pub at: NaiveDateTime,
+    pub actor_user_id: Option<i64>,
+    pub actor_name: Option<String>,
+    pub action: String,
+    pub detail: String,
+}
+
+/// The first `limit` events about `subject` among `actions` after the event `after`, oldest
+/// first: what happened next (e.g. what ended someone's edit lock after they acquired it).
+pub fn next_of(
+    conn: &mut DbConn,
+    subject: &str,
+    actions: &[Action],
+    after: i64,
+    limit: i64,
+) -> QueryResult<Vec<Told>> {
+    audit_events::table
+        .left_join(users::table)
+        .filter(audit_events::subject.eq(subject))
+        .filter(audit_events::action.eq_any(actions.iter().map(|a| a.as_str())))
+        .filter(audit_events::id.gt(after))
+        .select((
+            audit_events::id,
+            audit_events::at,
+            audit_events::actor_user_id,
+            users::display_name.nullable(),
+            audit_events::action,
+            audit_events::detail,
+        ))
+        .order(audit_events::id.asc())
+        .limit(limit)
+        .load(conn)
 }
 
 #[cfg(test)]

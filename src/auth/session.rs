@@ -278,16 +278,16 @@ pub fn open(conn: &mut DbConn, user_id: i64) -> QueryResult<String> {
 ///
 /// Takes the ticket, not a checked [`SessionUser`]: a logout must reach the database whether or
 /// not the session check did, and it reports whether it got there (see `account::routes`).
+/// Runs in the caller's transaction (`account::logout`, which ends the session's edit locks in
+/// the same one).
 pub fn close(conn: &mut DbConn, ticket: &Ticket, everywhere: bool) -> QueryResult<usize> {
     let mine = user_sessions::table.filter(user_sessions::user_id.eq(ticket.user_id));
     let this = mine.filter(user_sessions::id.eq(&ticket.session_id));
     if !everywhere {
         return diesel::delete(this).execute(conn);
     }
-    crate::db::transaction(conn, |conn| {
-        let live = diesel::delete(this.filter(user_sessions::expires_at.gt(now()))).execute(conn)?;
-        Ok(if live == 0 { 0 } else { live + diesel::delete(mine).execute(conn)? })
-    })
+    let live = diesel::delete(this.filter(user_sessions::expires_at.gt(now()))).execute(conn)?;
+    Ok(if live == 0 { 0 } else { live + diesel::delete(mine).execute(conn)? })
 }
 
 /// Starts a fresh cookie for the session `session_id` of `user`: renewed, cleared, with a new

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use chrono::NaiveDate;
 use diesel::prelude::*;
 
-use super::{BatchError, Job, Policy, Running, runs};
+use super::runs::{Because, Waiting};
+use super::{BatchError, Job, LeftFor, Policy, Running, runs};
 use crate::db::DbConn;
 use crate::edit_locks::service::{self, Acquired};
 use crate::edit_locks::{EditLockError, EditLockKey, Owner};
@@ -128,6 +129,18 @@ impl Job for Closure {
         params.chars().take(200).collect()
     }
 
+    fn form_fields(&self) -> Vec<(&'static str, String)> {
+        let resources = self.resources.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        vec![
+            ("from", self.from.to_string()),
+            ("to", self.to.to_string()),
+            ("reason", self.reason.trim().to_string()),
+            ("resources", resources),
+            ("policy", self.policy.label().to_string()),
+            ("wait_secs", self.wait.as_secs().to_string()),
+        ]
+    }
+
     fn report_dir(&self) -> Option<&Path> {
         self.report_dir.as_deref()
     }
@@ -162,8 +175,8 @@ struct Target {
 enum EditLock {
     /// Ours, in this acquisition; `from` is whom it was taken from.
     Taken { epoch: i64, from: Option<String> },
-    /// Someone else's, and the policy leaves it to them: why, for the report.
-    Left(String),
+    /// Someone else's, and the policy leaves it to them: why, for the report and the screen.
+    Left { why: String, because: Because, holder: String },
 }
 
 impl Closure {
@@ -204,8 +217,8 @@ impl Closure {
         let owner = self.owner(run.run_id);
         let (epoch, from) = match self.take_edit_lock(run, &key, &owner)? {
             EditLock::Taken { epoch, from } => (epoch, from),
-            EditLock::Left(why) => {
-                self.leave(run, target, &target.days, &why)?;
+            EditLock::Left { why, because, holder } => {
+                self.leave(run, target, &target.days, &why, because, Some(holder))?;
                 return Ok(());
             }
         };
@@ -251,7 +264,8 @@ impl Closure {
             run.check_guard()?;
             // The lock lives a minute at a time: a batch that died lets it go soon.
             if let Err(e) = service::heartbeat(run.conn, EDIT_LOCK_TTL, key, owner, Some(epoch)) {
-                self.leave(run, target, &target.days[i..], &format!("lost the edit lock: {e}"))?;
+                let why = format!("lost the edit lock: {e}");
+                self.leave(run, target, &target.days[i..], &why, Because::EditLockLost, None)?;
                 break;
             }
             let closing =
@@ -264,20 +278,18 @@ impl Closure {
                         0 => String::new(),
                         n => format!("{n} booking(s) made before the closure stand"),
                     };
-                    self.line(run, target, day, "closed", &ids, &note)?;
+                    self.line(run, target, day, &ids, &note, None)?;
                 }
-                Ok(Closed::AlreadyClosed) => self.line(run, target, day, "closed", "", "closed meanwhile")?,
+                Ok(Closed::AlreadyClosed) => {
+                    self.line(run, target, day, "", "closed meanwhile", None)?;
+                }
                 Ok(Closed::RowBusy) => {
-                    self.line(
-                        run,
-                        target,
-                        day,
-                        "skipped",
-                        "",
-                        "the resource was locked by an online request",
-                    )?;
+                    let why = "the resource was locked by an online request";
+                    self.line(run, target, day, "", why, Some((Because::RowBusy, None)))?;
                 }
-                Err(why) => self.line(run, target, day, "skipped", "", &why)?,
+                Err((why, because)) => {
+                    self.line(run, target, day, "", &why, Some((because, None)))?;
+                }
             }
         }
         Ok(closed_any)
@@ -297,35 +309,73 @@ impl Closure {
         };
         let began = Instant::now();
         let patience = if self.policy == Policy::Wait { self.wait } else { Duration::ZERO };
-        loop {
-            let turn = Turn::alone(run.pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
-            match service::acquire(run.pool, turn, EDIT_LOCK_TTL, key, owner, policy) {
-                Ok((acquired, lock)) => {
-                    let from = match acquired {
-                        Acquired::TookOver(previous) => Some(previous.holder_name()),
-                        Acquired::New | Acquired::Renewed { .. } => None,
-                    };
-                    return Ok(EditLock::Taken { epoch: lock.epoch, from });
+        // While it waits, the admin screen shows for whom, and until when; cleared as it ends.
+        let mut shown: Option<Waiting> = None;
+        let mut ask = || -> Result<EditLock, BatchError> {
+            loop {
+                let turn = Turn::alone(run.pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
+                match service::acquire(run.pool, turn, EDIT_LOCK_TTL, key, owner, policy) {
+                    Ok((acquired, lock)) => {
+                        let from = match acquired {
+                            Acquired::TookOver(previous) => Some(previous.holder_name()),
+                            Acquired::New | Acquired::Renewed { .. } => None,
+                        };
+                        return Ok(EditLock::Taken { epoch: lock.epoch, from });
+                    }
+                    Err(EditLockError::Locked(holder)) if began.elapsed() < patience => {
+                        log::debug!("{}: waiting for {}", key, holder.holder_name());
+                        let waiting = Waiting {
+                            key: key.to_string(),
+                            holder: holder.holder_name(),
+                            lock_since: holder.acquired_at,
+                            lock_until: holder.expires_at,
+                            began: shown.as_ref().map_or_else(crate::db::now_micros, |w| w.began),
+                            gives_up: shown.as_ref().map_or_else(
+                                || crate::db::now_micros() + patience.saturating_sub(began.elapsed()),
+                                |w| w.gives_up,
+                            ),
+                        };
+                        // Written when the holder or the lock's expiry changed, not on every poll.
+                        let changed = shown.as_ref().is_none_or(|w| {
+                            (&w.key, &w.holder, w.lock_since, w.lock_until)
+                                != (&waiting.key, &waiting.holder, waiting.lock_since, waiting.lock_until)
+                        });
+                        if changed {
+                            run.waiting(Some(&waiting))?;
+                            shown = Some(waiting);
+                        }
+                        std::thread::sleep(POLL.min(patience.saturating_sub(began.elapsed())));
+                        run.check_guard()?;
+                    }
+                    Err(EditLockError::Locked(holder)) => {
+                        let (why, because) = match self.policy {
+                            Policy::Wait => (
+                                format!(
+                                    "waited {} s for the edit lock: {}",
+                                    began.elapsed().as_secs(),
+                                    crate::edit_locks::describe(&holder)
+                                ),
+                                Because::EditLockWaitedOut,
+                            ),
+                            _ => (
+                                format!(
+                                    "under an online edit lock: {}",
+                                    crate::edit_locks::describe(&holder)
+                                ),
+                                Because::EditLockHeld,
+                            ),
+                        };
+                        return Ok(EditLock::Left { why, because, holder: holder.holder_name() });
+                    }
+                    Err(e) => return Err(edit_lock_failure(e)),
                 }
-                Err(EditLockError::Locked(holder)) if began.elapsed() < patience => {
-                    log::debug!("{}: waiting for {}", key, holder.holder_name());
-                    std::thread::sleep(POLL.min(patience.saturating_sub(began.elapsed())));
-                    run.check_guard()?;
-                }
-                Err(EditLockError::Locked(holder)) => {
-                    let why = match self.policy {
-                        Policy::Wait => format!(
-                            "waited {} s for the edit lock: {}",
-                            began.elapsed().as_secs(),
-                            crate::edit_locks::describe(&holder)
-                        ),
-                        _ => format!("under an online edit lock: {}", crate::edit_locks::describe(&holder)),
-                    };
-                    return Ok(EditLock::Left(why));
-                }
-                Err(e) => return Err(edit_lock_failure(e)),
             }
+        };
+        let taken = ask();
+        if shown.is_some() {
+            run.waiting(None)?;
         }
+        taken
     }
 
     /// One day, under the day's booking lock. The outer error stops the run; the inner one is
@@ -336,7 +386,7 @@ impl Closure {
         owner: &Owner,
         epoch: i64,
         closing: &Closing<'_>,
-    ) -> Result<Result<Closed, String>, BatchError> {
+    ) -> Result<Result<Closed, (String, Because)>, BatchError> {
         let (wait, row_lock) = match self.policy {
             Policy::Skip => (Duration::ZERO, RowLock::SkipLocked),
             Policy::Wait | Policy::Steal => {
@@ -347,7 +397,10 @@ impl Closure {
         let mut held = match NamedLockGuard::acquire_in_turn(run.pool.get()?, turn) {
             Ok(held) => held,
             Err(LockError::TimedOut { .. } | LockError::Crowded { .. }) => {
-                return Ok(Err("the day's booking lock was taken by a booking".into()));
+                return Ok(Err((
+                    "the day's booking lock was taken by a booking".into(),
+                    Because::DayLockTaken,
+                )));
             }
             Err(e) => return Err(crate::infra::Infra::from(e).into()),
         };
@@ -358,10 +411,15 @@ impl Closure {
             Err(ResourceError::Infra(e) | ResourceError::EditLock(EditLockError::Infra(e)))
                 if e.lock_conflict().is_some() =>
             {
-                Ok(Err(format!("the resource stayed locked by an online request: {e}")))
+                Ok(Err((
+                    format!("the resource stayed locked by an online request: {e}"),
+                    Because::RowStayedLocked,
+                )))
             }
             Err(ResourceError::Infra(e) | ResourceError::EditLock(EditLockError::Infra(e))) => Err(e.into()),
-            Err(ResourceError::EditLock(e)) => Ok(Err(format!("lost the edit lock: {e}"))),
+            Err(ResourceError::EditLock(e)) => {
+                Ok(Err((format!("lost the edit lock: {e}"), Because::EditLockLost)))
+            }
             Err(other) => Err(BatchError::Failed(format!("resource {}: {other}", closing.resource_id))),
         }
     }
@@ -373,26 +431,30 @@ impl Closure {
         target: &Target,
         days: &[NaiveDate],
         why: &str,
+        because: Because,
+        holder: Option<String>,
     ) -> Result<(), BatchError> {
         for &day in days {
-            self.line(run, target, day, "skipped", "", why)?;
+            self.line(run, target, day, "", why, Some((because, holder.clone())))?;
         }
         Ok(())
     }
 
-    /// One day's line in the report; "closed" is done, anything else is left for a later run.
+    /// One day's line in the report: closed, or `left` for a later run (why, and whose lock).
     fn line(
         &self,
         run: &mut Running<'_>,
         target: &Target,
         day: NaiveDate,
-        status: &str,
         bookings: &str,
         note: &str,
+        left: Option<(Because, Option<String>)>,
     ) -> Result<(), BatchError> {
-        let done = status == "closed";
+        let done = left.is_none();
+        let status = if done { "closed" } else { "skipped" };
         let (id, day_text) = (target.id.to_string(), day.to_string());
-        run.line(&[&id, &target.name, &day_text, status, bookings, note], done);
+        let left = left.map(|(because, holder)| LeftFor { because, subject: target.name.clone(), holder });
+        run.line(&[&id, &target.name, &day_text, status, bookings, note], left);
         runs::progress(run.conn, run.run_id, usize::from(done), usize::from(!done))?;
         Ok(())
     }

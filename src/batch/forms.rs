@@ -11,6 +11,21 @@ use super::price_revision::Revision;
 use super::{BatchError, Policy};
 use crate::http::error::Said;
 
+/// Where the admin screen's form that starts a price revision posts.
+pub const REVISION_ACTION: &str = "/admin/batch/price-revision";
+/// Where the admin screen's form that starts a closure posts.
+pub const CLOSURE_ACTION: &str = "/admin/batch/closure";
+
+/// Where the admin screen's start form of `job` posts (the run-again button posts there too).
+pub fn action_of(job: &str) -> Option<&'static str> {
+    use super::Job;
+    match job {
+        Revision::NAME => Some(REVISION_ACTION),
+        Closure::NAME => Some(CLOSURE_ACTION),
+        _ => None,
+    }
+}
+
 /// "Revise prices": the revision's name, the percentage, the policy, a pause between chunks.
 #[derive(Deserialize)]
 pub struct RevisionForm {

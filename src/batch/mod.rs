@@ -114,6 +114,9 @@ pub trait Job: Clone + Send + 'static {
     fn validate(&self) -> Result<(), BatchError>;
     /// What was asked, in a line for the admin screen.
     fn params(&self) -> String;
+    /// What was asked, as the fields of the admin screen's start form ([`forms`]): the screen
+    /// offers to run the same job again with them, which does only what is left.
+    fn form_fields(&self) -> Vec<(&'static str, String)>;
     /// Where the CSV report goes (the shared directory); none when `None`.
     fn report_dir(&self) -> Option<&Path>;
     /// The report's file name, unique per run.
@@ -139,26 +142,60 @@ impl Running<'_> {
         Ok(self.guard.check()?)
     }
 
-    /// One target's line in the report (fields in the order of the job's header).
-    pub fn line(&mut self, fields: &[&str], done: bool) {
-        self.report.line(fields, done);
+    /// One target's line in the report (fields in the order of the job's header): done, or left
+    /// for a later run and why.
+    pub fn line(&mut self, fields: &[&str], left: Option<LeftFor>) {
+        self.report.line(fields, left);
+    }
+
+    /// What the run waits for from now on (`None`: no more), for the admin screen.
+    pub fn waiting(&mut self, waiting: Option<&runs::Waiting>) -> Result<(), BatchError> {
+        Ok(runs::waiting(self.conn, self.run_id, waiting)?)
     }
 }
 
-/// The report as it grows: CSV lines, and how many targets were done or left.
+/// Why one target was left for a later run: the reason, what was left (a resource's name; empty
+/// where targets are only counted), and whose lock it was when that is why.
+pub struct LeftFor {
+    pub because: runs::Because,
+    pub subject: String,
+    pub holder: Option<String>,
+}
+
+/// The report as it grows: CSV lines, how many targets were done or left, and why they were
+/// left (one entry per reason, subject and holder, counted, in the order first met).
 #[derive(Default)]
 struct Report {
     csv: String,
     done: usize,
     left: usize,
+    reasons: Vec<runs::Left>,
 }
 
 impl Report {
-    fn line(&mut self, fields: &[&str], done: bool) {
+    fn line(&mut self, fields: &[&str], left: Option<LeftFor>) {
         let fields: Vec<String> = fields.iter().map(|f| report::csv_field(f)).collect();
         self.csv.push_str(&fields.join(","));
         self.csv.push('\n');
-        if done { self.done += 1 } else { self.left += 1 }
+        let Some(left) = left else {
+            self.done += 1;
+            return;
+        };
+        self.left += 1;
+        let code = left.because.code();
+        match self
+            .reasons
+            .iter_mut()
+            .find(|r| r.code == code && r.subject == left.subject && r.holder == left.holder)
+        {
+            Some(reason) => reason.items += 1,
+            None => self.reasons.push(runs::Left {
+                code: code.to_string(),
+                subject: left.subject,
+                holder: left.holder,
+                items: 1,
+            }),
+        }
     }
 }
 
@@ -210,6 +247,7 @@ pub fn start<J: Job>(pool: &DbPool, lock: &BatchLock, job: &J) -> Result<Started
             policy: job.policy().label(),
             params: &job.params(),
             guard: &guard.describe(),
+            request: &job.form_fields(),
         },
     )?;
     Ok(Started { run_id, guard, conn, pool: pool.clone(), job: job.clone() })
@@ -237,7 +275,13 @@ impl<J: Job> Started<J> {
             })
             .transpose()?;
         let error = worked.as_ref().err().map(ToString::to_string);
-        runs::finish(&mut self.conn, run_id, written.as_deref().and_then(Path::to_str), error.as_deref())?;
+        runs::finish(
+            &mut self.conn,
+            run_id,
+            written.as_deref().and_then(Path::to_str),
+            error.as_deref(),
+            &report.reasons,
+        )?;
         let total = worked?;
         Ok(Summary { run_id, total, done: report.done, skipped: report.left, report: written })
     }
@@ -260,9 +304,14 @@ mod tests {
     #[test]
     fn report_lines_are_csv_and_counted() {
         let mut report = Report::default();
-        report.line(&["1", "a,b", "done"], true);
-        report.line(&["2", "say \"hi\"", "skipped"], false);
-        assert_eq!(report.csv, "1,\"a,b\",done\n2,\"say \"\"hi\"\"\",skipped\n");
-        assert_eq!((report.done, report.left), (1, 1));
+        let locked =
+            || Some(LeftFor { because: runs::Because::ProductLocked, subject: String::new(), holder: None });
+        report.line(&["1", "a,b", "done"], None);
+        report.line(&["2", "say \"hi\"", "skipped"], locked());
+        report.line(&["3", "c", "skipped"], locked());
+        assert_eq!(report.csv, "1,\"a,b\",done\n2,\"say \"\"hi\"\"\",skipped\n3,c,skipped\n");
+        assert_eq!((report.done, report.left), (1, 2));
+        assert_eq!(report.reasons.len(), 1, "one reason, counted");
+        assert_eq!((report.reasons[0].code.as_str(), report.reasons[0].items), ("product_locked", 2));
     }
 }

@@ -25,7 +25,8 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
 
-use super::{BatchError, Job, Policy, Running, runs};
+use super::runs::Because;
+use super::{BatchError, Job, LeftFor, Policy, Running, runs};
 use crate::catalog::edit::{self, ProductChanges};
 use crate::db::conn::on_engine;
 use crate::db::{DbConn, Sql, cached_sql};
@@ -98,6 +99,15 @@ impl Job for Revision {
         format!("revision={} percent={}", self.name, self.percent)
     }
 
+    fn form_fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("revision", self.name.clone()),
+            ("percent", self.percent.to_string()),
+            ("policy", self.policy.label().to_string()),
+            ("throttle_ms", self.throttle.as_millis().to_string()),
+        ]
+    }
+
     fn report_dir(&self) -> Option<&Path> {
         self.report_dir.as_deref()
     }
@@ -130,7 +140,13 @@ fn work(run: &mut Running<'_>, revision: &Revision) -> Result<usize, BatchError>
         for l in lines {
             let cents = |c: Option<i64>| c.map(|c| c.to_string()).unwrap_or_default();
             let (id, old, new) = (l.product_id.to_string(), cents(l.old), cents(l.new));
-            run.line(&[&id, &l.sku, &old, &new, l.status], l.status == "done");
+            let because = match l.status {
+                "done" => None,
+                "refused" => Some(Because::PriceRefused),
+                _ => Some(Because::ProductLocked),
+            };
+            let left = because.map(|because| LeftFor { because, subject: String::new(), holder: None });
+            run.line(&[&id, &l.sku, &old, &new, l.status], left);
         }
     }
     Ok(targets.len())

@@ -16,7 +16,6 @@ use chrono::NaiveDate;
 
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
-use crate::http::input::{FIRST_DAY, LAST_DAY};
 use crate::idempotency::{IdempotencyError, Refusal};
 use crate::infra::{Infra, infra_error};
 
@@ -113,14 +112,19 @@ impl AsProblem for BookingError {
     fn problem(&self) -> Problem {
         let answer = self.answer();
         match self {
-            Self::InvalidDate(given) => answer.said(
-                "booking.invalid_date",
-                &[
-                    ("given", format!("{given:?}")),
-                    ("first", FIRST_DAY.to_string()),
-                    ("last", LAST_DAY.to_string()),
-                ],
-            ),
+            // The days a person may mean, not the widest the parser accepts (FIRST_DAY..LAST_DAY,
+            // which the API documents): today as the example, and the booking window.
+            Self::InvalidDate(given) => {
+                let today = service::today();
+                answer.said(
+                    "booking.invalid_date",
+                    &[
+                        ("given", format!("{given:?}")),
+                        ("today", today.to_string()),
+                        ("last", model::last_bookable_day(today).to_string()),
+                    ],
+                )
+            }
             Self::PastDate(day) => answer.said("booking.past_date", &[("day", day.to_string())]),
             Self::TooFarAhead(day) => answer.said(
                 "booking.too_far_ahead",
@@ -132,6 +136,8 @@ impl AsProblem for BookingError {
                 answer.said("booking.no_resource", &[("id", id.to_string())])
             }
             Self::ReservationNotFound => answer.said("booking.no_reservation", &[]),
+            // "all 1 places" is no sentence: one place is said apart (in both languages).
+            Self::FullyBooked { capacity: 1 } => answer.said("booking.fully_booked.one", &[]),
             Self::FullyBooked { capacity } => {
                 answer.said("booking.fully_booked", &[("capacity", capacity.to_string())])
             }

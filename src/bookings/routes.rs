@@ -120,6 +120,16 @@ impl ResourcePage {
     fn refused_on(&self, day: &NaiveDate) -> bool {
         self.refused.as_ref().is_some_and(|r| r.day.as_ref() == Some(day))
     }
+
+    /// Whether some day shown is beyond the booking window: the page then says what the window is.
+    fn shows_beyond_window(&self) -> bool {
+        self.days.iter().any(|d| d.date > self.last_day)
+    }
+
+    /// The day bookings open for `day`: the window's length before it.
+    fn opens_on(&self, day: &NaiveDate) -> NaiveDate {
+        *day - chrono::Days::new(super::model::HORIZON_DAYS.unsigned_abs())
+    }
 }
 
 const PAGE_DAYS: u32 = 14;

@@ -35,6 +35,7 @@ const PATCH_LIMIT: usize = DESCRIPTION_MAX_BYTES + BODY_LIMIT;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/products", web::get().to(products_page))
+        .route("/static/order_total.js", web::get().to(order_total_script))
         .service(
             web::resource("/products/{id}/edit")
                 .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
@@ -90,6 +91,17 @@ impl ProductsPage {
     fn refused_for(&self, product_id: &i64) -> bool {
         self.order.as_ref().is_some_and(|o| o.product_id.as_ref() == Some(product_id))
     }
+
+    /// The product just saved, by name: "Kyusu teapot (POT-KYUSU)", or its id if it is gone.
+    fn saved_product(&self) -> Option<String> {
+        let id = self.saved?;
+        Some(
+            self.products
+                .iter()
+                .find(|p| p.product.id == id)
+                .map_or_else(|| format!("#{id}"), |p| format!("{} ({})", p.product.name, p.product.sku)),
+        )
+    }
 }
 
 #[derive(Deserialize)]
@@ -124,6 +136,14 @@ pub async fn render_products_page(
     })?;
     *response.status_mut() = status;
     Ok(response)
+}
+
+/// The order form's running total (a guide; the order's answer is what counts).
+async fn order_total_script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header(("Cache-Control", "public, max-age=3600"))
+        .body(include_str!("../../static/order_total.js"))
 }
 
 // ---- the edit screen ----------------------------------------------------------------------

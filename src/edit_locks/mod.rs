@@ -20,6 +20,7 @@
 //! the database and their clocks may drift.
 
 pub mod drafts;
+pub mod ending;
 pub mod model;
 pub mod service;
 
@@ -56,21 +57,37 @@ pub enum EditLockError {
     Infra(#[from] Infra),
 }
 
-/// "Carol (carol) is editing this since 10:42:07 UTC, until 10:47:07 UTC." — the sentence shown
-/// to everyone who is not the holder.
+/// "Carol (carol) is editing this since 2026-11-24 10:42:07 UTC, until 2026-11-24 10:47:07
+/// UTC." — the sentence said to everyone who is not the holder, as a plain text (a JSON
+/// message, a batch run's reason).
 pub fn describe(lock: &LockView) -> String {
     describe_in(lock, Lang::En)
 }
 
 /// [`describe`] in `lang` (by value or, from a template, by reference).
 pub fn describe_in(lock: &LockView, lang: impl std::borrow::Borrow<Lang>) -> String {
-    let (key, args) = described(lock);
+    let (key, args) = described(lock, crate::http::utc::text);
     lang.borrow().t_with(key, args)
 }
 
-/// Who holds `lock` and until when, as a text and its values.
-fn described(lock: &LockView) -> (&'static str, Vec<(&'static str, String)>) {
-    let time = |at: chrono::NaiveDateTime| at.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+/// [`describe_in`] as markup for a page (rendered with `|safe`): the holder's name escaped, the
+/// times as `<time>` elements that the page shows in the viewer's own zone, like every other
+/// time on the pages (`crate::http::utc::shown`).
+pub fn describe_html(lock: &LockView, lang: impl std::borrow::Borrow<Lang>) -> String {
+    let (key, mut args) = described(lock, |at| crate::http::utc::shown(at).to_string());
+    for (name, value) in &mut args {
+        if *name == "who" {
+            *value = crate::i18n::escape_html(value);
+        }
+    }
+    lang.borrow().t_with(key, args)
+}
+
+/// Who holds `lock` and until when, as a text and its values, each time written by `time`.
+fn described(
+    lock: &LockView,
+    time: impl Fn(&chrono::NaiveDateTime) -> String,
+) -> (&'static str, Vec<(&'static str, String)>) {
     let key = if lock.held_by_batch {
         "lock.by_batch"
     } else if lock.expired {
@@ -82,8 +99,8 @@ fn described(lock: &LockView) -> (&'static str, Vec<(&'static str, String)>) {
         key,
         vec![
             ("who", lock.holder_name()),
-            ("since", time(lock.acquired_at)),
-            ("until", time(lock.expires_at)),
+            ("since", time(&lock.acquired_at)),
+            ("until", time(&lock.expires_at)),
         ],
     )
 }
@@ -111,7 +128,7 @@ impl AsProblem for EditLockError {
                 answer.saying(format!("{key:?} is not an edit-lock key; keys look like resource:42."))
             }
             Self::Locked(lock) => {
-                let (key, args) = described(lock);
+                let (key, args) = described(lock, crate::http::utc::text);
                 answer
                     .said(key, &args)
                     .with("holder", lock.owner_username.clone())
@@ -119,7 +136,7 @@ impl AsProblem for EditLockError {
                     .with("lock", json(lock))
             }
             Self::TakenOver { holder, how } => {
-                let (key, mut args) = described(holder);
+                let (key, mut args) = described(holder, crate::http::utc::text);
                 // What ended this page's hold is an audit record, said in the words it was recorded in.
                 let taken = match (key, how) {
                     ("lock.by_batch", None) => "lock.taken.by_batch",

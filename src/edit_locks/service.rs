@@ -29,6 +29,10 @@ pub enum Policy {
     FreeOrMine,
     /// The "take over" button and the JSON acquire: also take an *expired* lock of someone else.
     TakeOverExpired,
+    /// The "continue here" button: also take the lock of *the same user in another session*
+    /// (another browser, or one left open before logging in again), live or expired, at once —
+    /// it is their own work; never a batch's, never another person's.
+    ContinueHere,
     /// A batch job takes a free or expired lock, and waits or skips when someone holds it (the
     /// `wait` and `skip` policies of a batch). Marked `held_by_batch`, like the next.
     BatchWhenFree,
@@ -123,7 +127,8 @@ pub enum Decision {
     Insert,
     /// The acquirer's own row (same user, same session): push its expiry back.
     Renew { was_expired: bool },
-    /// Someone else's row that this policy may take: an expired one, or any one for a batch.
+    /// Someone else's row that this policy may take: an expired one, any one for a batch, the
+    /// acquirer's own other session's for "continue here".
     TakeOver,
     /// Someone else's row this policy must leave alone: 423 with who holds it.
     Refuse,
@@ -136,6 +141,11 @@ pub fn decide(row: Option<&Holder>, owner: &Owner, policy: Policy) -> Decision {
         None => Decision::Insert,
         Some(row) if row.is_owned_by(owner) => Decision::Renew { was_expired: row.expired },
         Some(_) if policy == Policy::SeizeForBatch => Decision::TakeOver,
+        Some(row)
+            if policy == Policy::ContinueHere && row.owner_user_id == owner.user_id && !row.held_by_batch =>
+        {
+            Decision::TakeOver
+        }
         Some(row) if row.expired && matches!(policy, Policy::TakeOverExpired | Policy::BatchWhenFree) => {
             Decision::TakeOver
         }
@@ -252,6 +262,15 @@ fn audit_entry(acquired: &Acquired, lock: &LockView, batch: bool) -> (Action, St
                 previous.session_hint()
             ),
         ),
+        // "Continue here": the same person, from their other session, live or not.
+        Acquired::TookOver(previous) if previous.owner_user_id == lock.owner_user_id => (
+            Action::EditLockTakenOver,
+            format!(
+                "continued here from their other session {} (which held it until {})",
+                previous.session_hint(),
+                at(previous.expires_at)
+            ),
+        ),
         Acquired::TookOver(previous) => (
             Action::EditLockTakenOver,
             format!(
@@ -295,7 +314,7 @@ pub fn heartbeat(
 }
 
 /// The events that end someone's hold on a lock.
-const ENDINGS: [Action; 5] = [
+pub(super) const ENDINGS: [Action; 5] = [
     Action::EditLockReleased,
     Action::EditLockForceReleased,
     Action::EditLockBatchSeized,
@@ -361,6 +380,54 @@ pub fn release(
     })
 }
 
+/// Logging out ends the edit locks of the session that logs out (`session`), or of every session
+/// of `user_id` (`None`: "log out everywhere"), **in the logout's own transaction**: a person who
+/// logs out in the editor and logs in again finds the record free, not locked by their former
+/// self for the lock's lifetime. Batch-held locks are left alone (the batch relies on them).
+/// Answers the keys released.
+///
+/// 1. Lock the rows, in key order like every multi-row lock here (`release_expired`), so that
+///    a save in flight finishes first and two logouts cannot deadlock;
+/// 2. delete each and audit it, with the session, in the caller's transaction.
+pub fn release_on_logout(conn: &mut DbConn, user_id: i64, session: Option<&str>) -> QueryResult<Vec<String>> {
+    // 1. Lock the rows.
+    let held: Vec<SessionLock> = cached_sql::<Untyped>(
+        "SELECT lock_key, owner_session FROM edit_locks \
+         WHERE owner_user_id = ? AND (? IS NULL OR owner_session = ?) AND NOT held_by_batch \
+         ORDER BY lock_key FOR UPDATE",
+    )
+    .bind::<BigInt, _>(user_id)
+    .bind::<Nullable<Text>, _>(session)
+    .bind::<Nullable<Text>, _>(session)
+    .load(conn)?;
+    // 2. Delete and audit each.
+    for lock in &held {
+        cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ?")
+            .bind::<Text, _>(&lock.lock_key)
+            .execute(conn)?;
+        let hint = lock.owner_session.get(..8).unwrap_or(&lock.owner_session);
+        audit::record(
+            conn,
+            Some(user_id),
+            Action::EditLockReleased,
+            &lock.lock_key,
+            &format!("{ON_LOGOUT} (session {hint})"),
+        )?;
+    }
+    Ok(held.into_iter().map(|lock| lock.lock_key).collect())
+}
+
+/// The audit detail of a release by logging out (see [`release_on_logout`]).
+pub const ON_LOGOUT: &str = "on logout";
+
+#[derive(QueryableByName)]
+struct SessionLock {
+    #[diesel(sql_type = Text)]
+    lock_key: String,
+    #[diesel(sql_type = Text)]
+    owner_session: String,
+}
+
 /// The save's re-check, inside the save's own transaction, before its update:
 ///
 /// 1. lock the edit-lock row `FOR UPDATE` — a takeover or force release then either committed
@@ -404,6 +471,11 @@ pub fn release_after_save(conn: &mut DbConn, token: EditLockToken) -> Result<(),
     Ok(())
 }
 
+/// What precedes the admin's reason in a force release's audit detail: the displaced editor's
+/// page reads the reason back from there (`super::ending`). The words before it are ours (names,
+/// a session hint, times), so its first occurrence is where the reason starts.
+pub(super) const REASON: &str = "; reason: ";
+
 /// An admin ends someone's lock (locks whose owner vanished must be releasable), with a reason
 /// in the audit log. Refused for batch-held locks: the batch relies on them until it finishes.
 pub fn force_release(
@@ -430,7 +502,7 @@ pub fn force_release(
             Action::EditLockForceReleased,
             key.as_str(),
             &format!(
-                "held by {} (session {}) since {}, {}; reason: {reason}",
+                "held by {} (session {}) since {}, {}{REASON}{reason}",
                 lock.owner_username,
                 lock.session_hint(),
                 at(lock.acquired_at),
@@ -571,7 +643,7 @@ fn not_mine(conn: &mut DbConn, key: &EditLockKey, owner: &Owner) -> Result<EditL
 
 /// Times in audit details, to the second: the event's own `at` column keeps full precision.
 fn at(time: NaiveDateTime) -> String {
-    time.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+    crate::http::utc::text(&time)
 }
 
 fn micros(ttl: Duration) -> i64 {
@@ -596,8 +668,13 @@ mod tests {
         }
     }
 
-    const ALL: [Policy; 4] =
-        [Policy::FreeOrMine, Policy::TakeOverExpired, Policy::BatchWhenFree, Policy::SeizeForBatch];
+    const ALL: [Policy; 5] = [
+        Policy::FreeOrMine,
+        Policy::TakeOverExpired,
+        Policy::ContinueHere,
+        Policy::BatchWhenFree,
+        Policy::SeizeForBatch,
+    ];
 
     #[test]
     fn a_free_lock_is_taken_under_every_policy() {
@@ -624,6 +701,20 @@ mod tests {
     fn the_same_user_in_another_session_is_someone_else() {
         let row = held_by(1, "laptop", false, false);
         assert_eq!(decide(Some(&row), &owner(1, "phone"), Policy::TakeOverExpired), Decision::Refuse);
+    }
+
+    #[test]
+    fn continue_here_takes_only_the_same_users_other_session_at_once() {
+        let here = owner(1, "phone");
+        for expired in [false, true] {
+            let mine_elsewhere = held_by(1, "laptop", expired, false);
+            assert_eq!(decide(Some(&mine_elsewhere), &here, Policy::ContinueHere), Decision::TakeOver);
+            let someone_else = held_by(2, "b", expired, false);
+            assert_eq!(decide(Some(&someone_else), &here, Policy::ContinueHere), Decision::Refuse);
+            let a_batch_of_mine = held_by(1, "batch:closure:run:1", expired, true);
+            assert_eq!(decide(Some(&a_batch_of_mine), &here, Policy::ContinueHere), Decision::Refuse);
+        }
+        assert_eq!(decide(None, &here, Policy::ContinueHere), Decision::Insert);
     }
 
     #[test]

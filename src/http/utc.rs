@@ -35,9 +35,18 @@ pub mod option {
     }
 }
 
-/// A moment as a page shows it: in UTC in the markup, for a reader without script and on hover,
-/// and in the viewer's own time zone once `/static/local_time.js` has run. Rendered with `|safe`:
-/// it holds only digits and separators, never text from a request.
+/// The one way haita writes a moment, on every page and in every sentence: `2026-11-24 10:42:07
+/// UTC` here, and `2026-11-24 19:42:07 JST` (`GMT+9` in English) once `/static/local_time.js`
+/// has put it in the viewer's own time zone, with the zone named. A plain text (a JSON message,
+/// a stored reason, the CLI) has no script to run, so it stays UTC and says so: [`text`].
+pub fn text(at: &NaiveDateTime) -> String {
+    at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// A moment as a page shows it: a `<time>` that says it in UTC in the markup, for a reader
+/// without script and on hover, and in the viewer's own time zone once `/static/local_time.js`
+/// has run (the one script that writes times; other scripts call its `haita.showLocal`).
+/// Rendered with `|safe`: it holds only digits and separators, never text from a request.
 pub struct Shown {
     at: NaiveDateTime,
     clock_only: bool,
@@ -55,18 +64,45 @@ pub fn clock(at: &NaiveDateTime) -> Shown {
 
 impl std::fmt::Display for Shown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (kind, text) = if self.clock_only {
-            ("time", self.at.format("%H:%M:%S"))
+        let full = text(&self.at);
+        let (kind, written) = if self.clock_only {
+            ("time", self.at.format("%H:%M:%S UTC").to_string())
         } else {
-            ("datetime", self.at.format("%Y-%m-%d %H:%M:%S"))
+            ("datetime", full.clone())
         };
         write!(
             f,
-            r#"<time datetime="{}" data-local="{kind}" title="{} UTC">{text} UTC</time>"#,
+            r#"<time datetime="{}" data-local="{kind}" title="{full}">{written}</time>"#,
             self.at.and_utc().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            self.at.format("%Y-%m-%d %H:%M:%S"),
         )
     }
+}
+
+/// A plain text from the server (a stored audit detail, a refusal's sentence) as markup for a
+/// page: escaped, with each time it writes the one way ([`text`]) made a `<time>` like
+/// [`shown`], so that a sentence on a page never says one time in the viewer's zone and the next
+/// in UTC. Rendered with `|safe`.
+pub fn marked(plain: &str) -> String {
+    const SHAPE: &str = "2026-11-24 10:42:07 UTC";
+    let mut out = String::with_capacity(plain.len());
+    let mut rest = plain;
+    while let Some(found) = rest.find(" UTC") {
+        let end = found + " UTC".len();
+        let start = end.saturating_sub(SHAPE.len());
+        let at = rest
+            .get(start..found)
+            .and_then(|digits| NaiveDateTime::parse_from_str(digits, "%Y-%m-%d %H:%M:%S").ok());
+        match at {
+            Some(at) if rest.is_char_boundary(start) => {
+                out.push_str(&crate::i18n::escape_html(&rest[..start]));
+                out.push_str(&shown(&at).to_string());
+            }
+            _ => out.push_str(&crate::i18n::escape_html(&rest[..end])),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(&crate::i18n::escape_html(rest));
+    out
 }
 
 #[cfg(test)]
@@ -108,5 +144,16 @@ mod tests {
             r#"<time datetime="2026-11-24T10:42:07Z" data-local="time" title="2026-11-24 10:42:07 UTC">10:42:07 UTC</time>"#
         );
         assert!(super::shown(&at).to_string().contains(r#"data-local="datetime""#));
+    }
+
+    #[test]
+    fn the_times_in_a_plain_text_are_marked_up_and_the_rest_escaped() {
+        let at = chrono::NaiveDate::from_ymd_opt(2026, 11, 24).and_then(|d| d.and_hms_opt(10, 42, 7));
+        let time = super::shown(&at.unwrap_or_default()).to_string();
+        assert_eq!(
+            super::marked("until 2026-11-24 10:42:07 UTC, by <b> at 9 UTC; 2026-11-24 10:42:07 UTC"),
+            format!("until {time}, by &lt;b&gt; at 9 UTC; {time}")
+        );
+        assert_eq!(super::marked("日時 UTC"), "日時 UTC");
     }
 }

@@ -139,13 +139,18 @@ impl Lang {
         if n < 0 { format!("-{grouped}") } else { grouped }
     }
 
-    /// A price kept in hundredths: `1,234.50`.
+    /// A price kept in hundredths, with its currency: `1,234.50 USD`.
     pub fn price(self, cents: impl Borrow<i64>) -> String {
         let cents = *cents.borrow();
         let sign = if cents < 0 { "-" } else { "" };
-        format!("{sign}{}.{:02}", self.number((cents / 100).abs()), (cents % 100).abs())
+        format!("{sign}{}.{:02} {CURRENCY}", self.number((cents / 100).abs()), (cents % 100).abs())
     }
 }
+
+/// The currency of every price: one shop, one currency, so a constant rather than a setting
+/// (prices are stored as whole hundredths, `price_cents`, which fits it). Written after the
+/// amount as its ISO 4217 code, the same in both languages.
+pub const CURRENCY: &str = "USD";
 
 /// `text` made safe to put inside markup (`&`, `<`, `>`, `"`, `'`).
 pub fn escape_html(text: &str) -> String {
@@ -196,8 +201,8 @@ mod tests {
         assert_eq!(Lang::Ja.day(&day), "2026-12-01 (火)");
         assert_eq!(Lang::En.long_day(&day), "Tuesday 2026-12-01");
         assert_eq!(Lang::Ja.long_day(&day), "2026年12月1日(火曜日)");
-        assert_eq!(Lang::En.price(123_456), "1,234.56");
-        assert_eq!(Lang::Ja.price(-5), "-0.05");
+        assert_eq!(Lang::En.price(123_456), "1,234.56 USD");
+        assert_eq!(Lang::Ja.price(-5), "-0.05 USD");
         assert_eq!(Lang::En.number(1_000_000), "1,000,000");
         assert_eq!(Lang::Ja.t_with("test.greeting", &[("name", "花子".into())]), "こんにちは、花子さん");
         assert_eq!(Lang::En.t_with("test.greeting", &[("name", "Hanako".into())]), "Hello, Hanako");

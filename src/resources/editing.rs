@@ -9,9 +9,10 @@ use diesel::sql_types::{BigInt, Date, Integer, Untyped};
 
 use super::model::{ResourceChanges, ResourceInput};
 use super::{FieldError, Resource, ResourceError};
-use crate::audit::{self, Action, AuditEvent};
+use crate::audit::{self, Action};
 use crate::db::{DbConn, DbPool, Sql, cached_sql};
 use crate::edit_locks::drafts::{self, Draft};
+use crate::edit_locks::ending::{self, Ending};
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, EditLockToken, LockView, Owner};
 use crate::locking::Turn;
@@ -157,12 +158,12 @@ pub enum FormSaved {
         errors: Vec<FieldError>,
     },
     /// The saver no longer holds the lock: taken over, expired or force-released. Nothing was
-    /// written but their input, kept as their draft (`edit_locks::drafts`); `lock` is whoever holds it now and `last_event` says what happened (an admin's
-    /// reason, say), so the page can show the user's input back with the why.
+    /// written but their input, kept as their draft (`edit_locks::drafts`); `ending` says what
+    /// happened to them (an admin's reason, say) and who holds the lock now, so the page can show
+    /// the user's input back with the why.
     Refused {
         resource: Resource,
-        lock: Option<LockView>,
-        last_event: Option<AuditEvent>,
+        ending: Ending,
     },
 }
 
@@ -186,17 +187,13 @@ pub fn save_form(
             let problem = crate::http::error::AsProblem::problem(&e);
             vec![FieldError { field: "capacity", message: problem.message, words: problem.words }]
         }
-        Err(ResourceError::EditLock(EditLockError::Locked(lock))) => {
+        Err(ResourceError::EditLock(
+            EditLockError::Locked(_) | EditLockError::NotHeld { .. } | EditLockError::Superseded { .. },
+        )) => {
             drafts::keep(conn, owner.user_id, &key, input, KEPT_WHEN_REFUSED)?;
             let resource = find(conn, resource_id)?;
-            return Ok(FormSaved::Refused { resource, lock: Some(*lock), last_event: None });
-        }
-        Err(ResourceError::EditLock(EditLockError::NotHeld { .. } | EditLockError::Superseded { .. })) => {
-            drafts::keep(conn, owner.user_id, &key, input, KEPT_WHEN_REFUSED)?;
-            let resource = find(conn, resource_id)?;
-            let last_event = audit::latest_of(conn, key.as_str(), None, None, None)?;
-            let lock = service::find(conn, &key)?;
-            return Ok(FormSaved::Refused { resource, lock, last_event });
+            let ending = ending::ending(conn, &key, owner, Some(epoch))?;
+            return Ok(FormSaved::Refused { resource, ending });
         }
         Err(other) => return Err(other),
     };
@@ -205,9 +202,9 @@ pub fn save_form(
         Some(lock) if lock.is_owned_by(owner) && !lock.expired => {
             FormSaved::Invalid { resource, lock, errors }
         }
-        lock => {
+        _ => {
             drafts::keep(conn, owner.user_id, &key, input, KEPT_WHEN_REFUSED)?;
-            FormSaved::Refused { resource, lock, last_event: None }
+            FormSaved::Refused { resource, ending: ending::ending(conn, &key, owner, Some(epoch))? }
         }
     })
 }
@@ -278,6 +275,18 @@ pub fn view(conn: &mut DbConn, resource_id: i64) -> Result<ResourceView, Resourc
     let (resource, lock) = find_with_lock(conn, resource_id)?;
     let closed = super::closures::upcoming(conn, resource_id, super::model::today())?;
     Ok(ResourceView { resource, lock, closed })
+}
+
+/// How `owner`'s hold on the resource's lock, in the acquisition `epoch` their page was opened
+/// under, ended (`edit_locks::ending`): what their page says once its heartbeat is refused.
+pub fn ending_of(
+    conn: &mut DbConn,
+    resource_id: i64,
+    owner: &Owner,
+    epoch: Option<i64>,
+) -> Result<Ending, ResourceError> {
+    find(conn, resource_id)?;
+    Ok(ending::ending(conn, &EditLockKey::resource(resource_id), owner, epoch)?)
 }
 
 /// Cancel: "I do not want these changes" — nothing to offer back later, and my lock (if I still

@@ -151,11 +151,16 @@ impl PageContext {
 
     /// The logged-in user's role, in the page's language.
     pub fn role_name(&self) -> std::borrow::Cow<'static, str> {
+        self.role_label(self.user.as_ref().map_or(crate::auth::Role::Customer, |u| u.role))
+    }
+
+    /// A role, in the page's language (the login page's demo accounts, the header's user).
+    pub fn role_label(&self, role: crate::auth::Role) -> std::borrow::Cow<'static, str> {
         use crate::auth::Role;
-        match self.user.as_ref().map(|u| u.role) {
-            Some(Role::Admin) => self.lang.t("role.admin"),
-            Some(Role::Staff) => self.lang.t("role.staff"),
-            _ => self.lang.t("role.customer"),
+        match role {
+            Role::Admin => self.lang.t("role.admin"),
+            Role::Staff => self.lang.t("role.staff"),
+            Role::Customer => self.lang.t("role.customer"),
         }
     }
 
@@ -260,6 +265,25 @@ pub fn local_path(next: Option<&str>) -> &str {
     next.filter(|target| is_return_page(target)).unwrap_or("/")
 }
 
+/// The login page's address, sending the browser on to `next` once logged in (`/login` alone
+/// when that is the home page).
+pub fn login_address(next: &str) -> String {
+    if next == "/" { "/login".to_string() } else { format!("/login?next={}", error::urlencode(next)) }
+}
+
+/// Where the header's language switch goes back to: the page it was on when a login may return
+/// there ([`local_path`]), or the login page itself with the `next` it carried, checked the same
+/// way; else `/`.
+pub fn switch_back(page: Option<&str>) -> String {
+    let page = page.unwrap_or("/");
+    let login_query = page.strip_prefix("/login").filter(|rest| rest.is_empty() || rest.starts_with('?'));
+    let Some(query) = login_query else { return local_path(Some(page)).to_string() };
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.trim_start_matches('?')).unwrap_or_default();
+    let next = pairs.into_iter().find(|(name, _)| name == "next").map(|(_, value)| value);
+    login_address(local_path(next.as_deref()))
+}
+
 pub(crate) fn is_return_page(target: &str) -> bool {
     let plain = |c: char, extra: &str| c.is_ascii_alphanumeric() || "-_.~".contains(c) || extra.contains(c);
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
@@ -274,7 +298,7 @@ pub(crate) fn is_return_page(target: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::local_path;
+    use super::{local_path, switch_back};
 
     #[test]
     fn only_the_apps_own_pages_are_returned_to_after_login() {
@@ -309,5 +333,18 @@ mod tests {
             assert_eq!(local_path(Some(trick)), "/", "{trick:?}");
         }
         assert_eq!(local_path(None), "/");
+    }
+
+    #[test]
+    fn the_language_switch_goes_back_to_the_login_page_with_its_next_checked() {
+        assert_eq!(switch_back(Some("/products")), "/products");
+        assert_eq!(switch_back(Some("/login")), "/login");
+        assert_eq!(switch_back(Some("/login?next=%2Fbookings")), "/login?next=%2Fbookings");
+        assert_eq!(switch_back(Some("/login?next=/resources/3")), "/login?next=%2Fresources%2F3");
+        assert_eq!(switch_back(Some("/login?next=%2F%2Fevil.example")), "/login");
+        assert_eq!(switch_back(Some("/login?next=https://evil.example")), "/login");
+        assert_eq!(switch_back(Some("/loginx")), "/");
+        assert_eq!(switch_back(Some("//evil.example")), "/");
+        assert_eq!(switch_back(None), "/");
     }
 }

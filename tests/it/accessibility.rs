@@ -1,6 +1,7 @@
 //! Accessibility, checked by a tool: axe-core (pinned in `tests/axe`, installed by
 //! `scripts/dev test`, found through `AXE_CORE_JS`) runs in headless Chromium on every page,
-//! logged out and per role, in English and in Japanese, and on the pages that answer a refusal. No serious or critical
+//! logged out and per role, in English and in Japanese, at a desktop's and a phone's width, and
+//! on the pages that answer a refusal. No serious or critical
 //! violation may remain.
 //!
 //! What axe does not check is checked here on every page: a skip link first, the menu marking
@@ -156,6 +157,9 @@ async fn submit_then_focus(browser: &Client, css: &str, expected: &str) -> Strin
     now
 }
 
+/// The screens every page is checked at: a desktop's and a phone's (CSS pixels).
+const SCREENS: [(u32, u32); 2] = [(1280, 900), (390, 844)];
+
 #[actix_web::test]
 async fn every_page_for_every_role_passes_axe_and_the_checks_axe_leaves_out() {
     let app = TestApp::spawn().await;
@@ -171,9 +175,15 @@ async fn every_page_for_every_role_passes_axe_and_the_checks_axe_leaves_out() {
                 log_in(&browser, &base, who).await;
             }
             pick_language(&browser, &base, lang).await;
-            for path in &paths {
-                browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
-                check_page(&browser, &axe, &format!("{who} {path} ({lang})"), &mut problems).await;
+            // A desktop's width and a phone's: on a phone, wide tables become cards, and a table
+            // still scrolling in a box would need a way in for the keyboard.
+            for (width, height) in SCREENS {
+                browser.set_window_size(width, height).await.expect("window size");
+                for path in &paths {
+                    browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
+                    check_page(&browser, &axe, &format!("{who} {path} ({lang}, {width} px)"), &mut problems)
+                        .await;
+                }
             }
             browser.close().await.expect("close");
         }
@@ -251,6 +261,53 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     assert!(problems.is_empty(), "accessibility problems:\n{}", problems.join("\n"));
 }
 
+/// The editor whose lock was lost (its sentence and actions put in place by its script), the
+/// "being edited" page offering "continue here" to the same person in another browser, and the
+/// page of a save refused after the lock moved: in English and Japanese.
+#[actix_web::test]
+async fn a_lost_edit_lock_and_continue_here_pass_axe() {
+    let app = TestApp::spawn_instances(1, |c| c.edit_lock_ttl = Duration::from_secs(3)).await;
+    let root = app.user("root", Role::Admin);
+    let base = app.address().to_string();
+    let admin = crate::common::Client::new(&base);
+    admin.login(&root).await;
+    let axe = axe_source();
+    let mut driver = Chromedriver::start();
+    let mut problems = Vec::new();
+    for lang in ["en", "ja"] {
+        let name = format!("editor_{lang}");
+        app.user(&name, Role::Staff);
+        let room = app.resource(&format!("Axe room {lang}"), 2);
+        let edit = format!("{base}/resources/{room}/edit");
+        let (first, second) = (driver.browser().await, driver.browser().await);
+        for browser in [&first, &second] {
+            log_in(browser, &base, &name).await;
+            pick_language(browser, &base, lang).await;
+        }
+        first.goto(&edit).await.expect("editor");
+        crate::common::browser::text_when_shown(&first, "#lock-status").await;
+        let path = format!("/api/v1/admin/edit-locks/resource:{room}?reason=axe");
+        assert_eq!(admin.send(reqwest::Method::DELETE, &path).await.status(), 200);
+        crate::common::browser::text_when_shown(&first, "#lock-lost").await;
+        check_page(&first, &axe, &format!("editor, lock lost ({lang})"), &mut problems).await;
+
+        first.goto(&edit).await.expect("the editor again");
+        crate::common::browser::text_when_shown(&first, "#lock-status").await;
+        second.goto(&edit).await.expect("the other browser");
+        crate::common::browser::text_when_shown(&second, "#continue-here").await;
+        check_page(&second, &axe, &format!("continue here ({lang})"), &mut problems).await;
+        click(&second, "#continue-here").await;
+        crate::common::browser::text_when_shown(&second, "#lock-status").await;
+        first.execute("document.getElementById('edit-form').submit()", vec![]).await.expect("submit");
+        crate::common::browser::text_when_shown(&first, "#refused").await;
+        check_answer(&first, &axe, &format!("save refused, lock moved ({lang})"), &mut problems).await;
+        for browser in [first, second] {
+            browser.close().await.expect("close");
+        }
+    }
+    assert!(problems.is_empty(), "accessibility problems:\n{}", problems.join("\n"));
+}
+
 /// The lab's pages in `DEMO_MODE`: the home page's first-visit path, the login page listing the
 /// demo accounts, the race demo with a race's results (to a visitor and to a user) and a
 /// strategy's code.
@@ -278,9 +335,19 @@ async fn the_demo_pages_pass_axe_too() {
             log_in(&browser, &base, who).await;
         }
         pick_language(&browser, &base, lang).await;
-        for path in ["/", "/login", "/demo", "/demo/code/named-lock-pool-pitfall"] {
-            browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
-            check_page(&browser, &axe, &format!("{who} {path} ({lang})"), &mut problems).await;
+        for (width, height) in SCREENS {
+            browser.set_window_size(width, height).await.expect("window size");
+            for path in [
+                "/",
+                "/login",
+                "/demo",
+                "/demo/docs/named-lock-guard.md",
+                "/demo/code/named-lock-pool-pitfall",
+            ] {
+                browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
+                check_page(&browser, &axe, &format!("{who} {path} ({lang}, {width} px)"), &mut problems)
+                    .await;
+            }
         }
         browser.close().await.expect("close");
     }

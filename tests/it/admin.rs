@@ -87,8 +87,8 @@ async fn force_release_refuses_the_holders_save(db: TestDb) {
         .await;
     assert_eq!(refused.status(), 423);
     let page = refused.text().await.expect("page");
-    assert!(page.contains("NOT saved") && page.contains("no longer hold the edit lock"), "told why");
-    assert!(page.contains("edit_lock.force_released") && page.contains("carol went home"), "and by whom");
+    assert!(page.contains("NOT saved") && page.contains("root released your lock at"), "told who: {page}");
+    assert!(page.contains("because: carol went home."), "and why");
     assert!(page.contains("value=\"Board room\"") && page.contains("typed for an hour"), "input shown back");
     assert!(page.contains("id=\"take-over\""), "and may take the lock again with it");
     assert_eq!(invariants::resource_row(&app.db, resource), ("Meeting room".to_string(), 4, 1));
@@ -459,4 +459,33 @@ async fn the_audit_log_pages_newest_first() {
     let html = admin.get(&format!("/admin/audit?before={older}")).await;
     assert_eq!(html.status(), 200);
     assert!(html.text().await.expect("page").contains("edit_lock.acquired"));
+}
+
+/// Issue 34, item 9: the audit page says what it records and where what it does not record is
+/// found (bookings, orders, stock receipts and product saves are their own records; batch runs
+/// are listed on the locks page), in English and Japanese.
+#[actix_web::test]
+async fn the_audit_page_says_what_it_records_and_where_the_rest_is() {
+    let app = TestApp::spawn().await;
+    let (_, admin) = logged_in(&app, "auditor", Role::Admin).await;
+    for (lang, words) in [
+        ("en", ["bookings", "orders", "stock receipts", "product saves", "batch runs"]),
+        ("ja", ["予約", "注文", "入荷", "商品の保存", "バッチ"]),
+    ] {
+        let token = admin.csrf_token("/").await;
+        let switched =
+            admin.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/")]).await;
+        assert_eq!(switched.status(), 303);
+        let page = admin.get("/admin/audit").await.text().await.expect("page");
+        let about =
+            page.split("<h1>").nth(1).and_then(|rest| rest.split("id=\"audit\"").next()).unwrap_or("");
+        let about = about.split("<nav class=\"pager\"").next().unwrap_or(about);
+        for word in words {
+            assert!(about.contains(word), "{lang}: {word:?} not said: {about}");
+        }
+        assert!(
+            about.contains(r##"href="/admin/locks#batch""##),
+            "{lang}: a link to the batch runs: {about}"
+        );
+    }
 }

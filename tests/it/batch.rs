@@ -333,8 +333,11 @@ async fn an_admin_starts_a_revision_and_watches_it_on_the_locks_screen() {
     assert!(again.text().await.expect("page").contains("already running"));
     let page = admin.get("/admin/locks").await.text().await.expect("page");
     assert!(
-        page.contains("id=\"batch-runs\"") && page.contains("http-equiv=\"refresh\""),
-        "live while running"
+        page.contains("id=\"batch-runs\"")
+            && page.contains("data-status=\"running\"")
+            && page.contains("/static/batch_runs.js")
+            && !page.contains("http-equiv=\"refresh\""),
+        "the running row is kept current by its script, never by reloading the page"
     );
     assert_eq!(start("bad", "ten", "wait").await.status(), 422);
     assert_eq!(start("bad", "10", "steal").await.status(), 422);
@@ -353,6 +356,10 @@ async fn an_admin_starts_a_revision_and_watches_it_on_the_locks_screen() {
     .await;
     assert_eq!((finished["done"].as_i64(), finished["total"].as_i64()), (Some(30), Some(30)), "{finished}");
     assert_eq!(done_for(&app.db, "from-admin"), 30);
-    let page = admin.get("/admin/locks").await.text().await.expect("page");
-    assert!(!page.contains("http-equiv=\"refresh\""), "no refresh once nothing runs");
+    let row = admin.get(&format!("/admin/batch-runs/{}", finished["id"])).await;
+    assert_eq!(row.status(), 200);
+    let row = row.text().await.expect("row");
+    assert!(row.starts_with("<tr") || row.trim_start().starts_with("<tr"), "the run's row alone: {row}");
+    assert!(row.contains("data-status=\"done\""), "{row}");
+    assert_eq!(admin.get("/admin/batch-runs/999999").await.status(), 404);
 }

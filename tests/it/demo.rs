@@ -840,3 +840,96 @@ fn haita(app: &TestApp, args: &[&str]) -> std::process::Output {
         .output()
         .expect("run haita")
 }
+
+/// A client reading the pages in `lang`, picked with the header's switch.
+async fn reading_in(app: &TestApp, lang: &str) -> Client {
+    let client = app.client(0);
+    let token = client.csrf_token("/").await;
+    let switched =
+        client.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/")]).await;
+    assert_eq!(switched.status(), 303);
+    client
+}
+
+/// Issue 34, item 9: while the first race runs, the place of its results says a race is running,
+/// not "No race has run yet"; in English and Japanese.
+#[actix_web::test]
+async fn while_the_first_race_runs_its_results_place_says_a_race_is_running() {
+    let app = TestApp::spawn_lab().await;
+    let readers = [(reading_in(&app, "en").await, "en"), (reading_in(&app, "ja").await, "ja")];
+    for (reader, lang) in &readers {
+        let page = reader.get("/demo").await.text().await.expect("page");
+        let results = page.split("id=\"race-results\"").nth(1).expect("results");
+        let none = if *lang == "en" { "No race has run yet" } else { "まだ競争が走っていません" };
+        assert!(results.contains(none), "{lang}, before any race: {results}");
+    }
+    let racer = logged_in(&app, "first").await;
+    let token = racer.csrf_token("/demo").await;
+    let form = [
+        ("csrf_token", token.as_str()),
+        ("strategy", "no-lock"),
+        ("strategy", "named-lock"),
+        ("clients", "8"),
+        ("attempts", "320"),
+        ("pause_ms", "20"),
+    ];
+    assert_eq!(racer.post_form("/demo/races", &form).await.status(), 303);
+    for (reader, lang) in &readers {
+        let page = reader.get("/demo").await.text().await.expect("page");
+        assert!(page.contains(r#"class="run-race" disabled"#), "{lang}: the race still runs");
+        let results = page.split("id=\"race-results\"").nth(1).expect("results");
+        let (running, none) = if *lang == "en" {
+            ("A race is running", "No race has run yet")
+        } else {
+            ("競争が走っています", "まだ競争が走っていません")
+        };
+        assert!(results.contains(running) && !results.contains(none), "{lang}: {results}");
+    }
+    race_over(&racer).await;
+}
+
+/// The page's text with every link's text taken out: what it says in plain words.
+fn outside_links(page: &str) -> String {
+    let mut plain = String::new();
+    let mut rest = page;
+    while let Some(at) = rest.find("<a ") {
+        plain.push_str(&rest[..at]);
+        rest = rest[at..].find("</a>").map_or("", |end| &rest[at + end + 4..]);
+    }
+    plain.push_str(rest);
+    plain
+}
+
+/// Issue 34, item 9: every doc the demo page names is a link, to the doc served by the app
+/// itself (so it works offline, in `DEMO_MODE`), in the reader's language.
+#[actix_web::test]
+async fn the_docs_the_demo_names_are_links_to_pages_the_app_serves() {
+    let app = TestApp::spawn_lab().await;
+    let racer = logged_in(&app, "reader").await;
+    race(&racer, json!({"strategy": "all", "clients": 8, "attempts": 16})).await;
+    for lang in ["en", "ja"] {
+        let reader = reading_in(&app, lang).await;
+        let page = reader.get("/demo").await.text().await.expect("page");
+        let plain = outside_links(&page);
+        if let Some(at) = plain.find(".md") {
+            let before: String =
+                plain[..at].chars().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
+            panic!("{lang}: a doc named but not linked: …{before}.md");
+        }
+        let links: std::collections::BTreeSet<&str> =
+            page.split("href=\"/demo/docs/").skip(1).filter_map(|rest| rest.split('"').next()).collect();
+        assert!(links.len() >= 5, "{lang}: {links:?}");
+        for name in links {
+            let doc = reader.get(&format!("/demo/docs/{name}")).await;
+            assert_eq!(doc.status(), 200, "{lang}: /demo/docs/{name}");
+            let doc = doc.text().await.expect("doc");
+            let folder = if lang == "en" { "docs" } else { "docs/ja" };
+            let source = std::fs::read_to_string(format!("{}/{folder}/{name}", env!("CARGO_MANIFEST_DIR")))
+                .expect("the doc in the repository");
+            let title = source.lines().next().expect("a title").trim_start_matches("# ");
+            assert!(doc.contains(&format!("<h1>{title}</h1>")), "{lang}: {name} shows {title:?}: {doc}");
+        }
+    }
+    assert_eq!(app.client(0).get("/demo/docs/..%2FCargo.toml").await.status(), 404);
+    assert_eq!(app.client(0).get("/demo/docs/README.md").await.status(), 404, "only the docs the demo names");
+}

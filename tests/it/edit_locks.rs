@@ -12,6 +12,7 @@ use crate::common::{Client, TestApp, TestUser, error_code, future_day, invariant
 
 mod browser;
 mod drafts;
+mod own_lock;
 
 /// A logged-in client for a new user with `role`.
 async fn logged_in(app: &TestApp, instance: usize, name: &str, role: Role) -> (TestUser, Client) {
@@ -214,7 +215,7 @@ async fn two_users_race_to_open_the_editor_then_the_loser_takes_over_and_the_old
     let refused = save_form(&holder_client, resource, "Renamed by the old holder", "my long text", "7").await;
     assert_eq!(refused.status(), 423);
     let page = refused.text().await.expect("page");
-    assert!(page.contains("NOT saved") && page.contains("taken over"), "told why");
+    assert!(page.contains("NOT saved") && page.contains("took it over at"), "told why: {page}");
     assert!(
         page.contains("value=\"Renamed by the old holder\"")
             && page.contains("my long text")
@@ -515,7 +516,10 @@ async fn a_save_from_an_editor_opened_under_an_earlier_acquisition_is_refused() 
     let refused = save_form_under(&carol, resource, &first, "Renamed in tab 1", "typed in tab 1", "9").await;
     assert_eq!(refused.status(), 423);
     let page = refused.text().await.expect("page");
-    assert!(page.contains("NOT saved") && page.contains("taken again since"), "told why: {page}");
+    assert!(
+        page.contains("NOT saved") && page.contains("You opened this editor again in another tab at"),
+        "told why: {page}"
+    );
     assert!(
         page.contains("value=\"Renamed in tab 1\"") && page.contains("typed in tab 1"),
         "input shown back"

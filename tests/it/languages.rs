@@ -158,14 +158,14 @@ async fn the_language_follows_the_switch_then_the_browser_and_refusals_are_said_
         .await;
     assert_eq!(refused.status(), 409);
     let page = refused.text().await.expect("page");
-    assert!(page.contains("その日は満員です(1 枠すべて埋まっています)。"), "{page}");
+    assert!(page.contains("その日は満員です(1 つだけの枠が埋まっています)。"), "{page}");
     let json = browser
         .post_json("/api/v1/reservations", &serde_json::json!({"resource_id": room, "date": day}))
         .await;
     assert_eq!(json.status(), 409);
     let body: Value = json.json().await.expect("body");
     assert_eq!(body["error"], "fully_booked");
-    assert_eq!(body["message"], "その日は満員です(1 枠すべて埋まっています)。");
+    assert_eq!(body["message"], "その日は満員です(1 つだけの枠が埋まっています)。");
     // An English reader of the API gets English.
     let body: Value = first
         .post_json("/api/v1/reservations", &serde_json::json!({"resource_id": room, "date": day}))
@@ -213,4 +213,105 @@ async fn the_demo_pages_speak_both_languages_too() {
     assert!(demo.contains("二重予約なし"), "the verdicts, said again in Japanese");
     assert!(ja.get("/").await.text().await.expect("home").contains("ふたりと、ひとつの空き"));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The `next` hidden field of the header's language switch on `page`.
+fn switch_next(page: &str) -> String {
+    let form = page.split("action=\"/language\"").nth(1).expect("the language switch");
+    let field = form.split("name=\"next\" value=\"").nth(1).expect("its next field");
+    field.split('"').next().unwrap_or_default().replace("&#x2f;", "/").replace("&amp;", "&")
+}
+
+/// Issue 34, item 9: the switch on the login page comes back to the login page, in the other
+/// language, with the page to go to after logging in kept; also after a refused login.
+#[actix_web::test]
+async fn the_switch_on_the_login_page_stays_there_and_keeps_where_to_go_next() {
+    let app = TestApp::spawn().await;
+    let user = app.user("kenji", Role::Customer);
+    for (from, to, word) in [("en", "ja", "ログイン"), ("ja", "en", "Log in")] {
+        let client = app.client(0);
+        switch(&client, from).await;
+        // Sent to log in by a page that needs it.
+        let login =
+            client.get("/bookings").await.headers()["location"].to_str().expect("location").to_string();
+        assert!(login.starts_with("/login?next="), "{login}");
+        let page = client.get(&login).await.text().await.expect("login page");
+        let next = switch_next(&page);
+        let token = client.csrf_token(&login).await;
+        let switched =
+            client.post_form("/language", &[("csrf_token", &token), ("lang", to), ("next", &next)]).await;
+        assert_eq!(switched.status(), 303);
+        let back = switched.headers()["location"].to_str().expect("location").to_string();
+        assert!(back.starts_with("/login?next="), "{from} → {to}: back on the login page, not {back:?}");
+        let page = client.get(&back).await.text().await.expect("login page");
+        assert!(page.contains(&format!("<html lang=\"{to}\">")) && page.contains(word), "{page}");
+        assert!(page.contains(r#"name="next" value="/bookings""#), "{from} → {to}: next kept: {page}");
+
+        // A wrong password answers the login page at /login: its switch still keeps next.
+        let token = client.csrf_token(&back).await;
+        let refused = client
+            .post_form(
+                "/login",
+                &[
+                    ("csrf_token", &token),
+                    ("username", &user.username),
+                    ("password", "wrong"),
+                    ("next", "/bookings"),
+                ],
+            )
+            .await;
+        assert_eq!(refused.status(), 401);
+        let next = switch_next(&refused.text().await.expect("page"));
+        let switched =
+            client.post_form("/language", &[("csrf_token", &token), ("lang", from), ("next", &next)]).await;
+        let back = switched.headers()["location"].to_str().expect("location").to_string();
+        let page = client.get(&back).await.text().await.expect("login page");
+        assert!(page.contains(r#"name="next" value="/bookings""#), "after a refusal, {back:?}: {page}");
+    }
+}
+
+/// Issue 34, item 9: the home page's cards say what each does for a person before any SQL: the
+/// first sentence of every card holds no code.
+#[actix_web::test]
+async fn the_home_pages_cards_say_what_each_does_before_the_sql() {
+    let app = TestApp::spawn().await;
+    for lang in ["en", "ja"] {
+        let client = app.client(0);
+        switch(&client, lang).await;
+        let page = client.get("/").await.text().await.expect("home");
+        let cards =
+            page.split("<ul class=\"cards\">").nth(1).expect("the cards").split("</ul>").next().unwrap_or("");
+        let texts: Vec<&str> =
+            cards.split("<p>").skip(1).map(|p| p.split("</p>").next().unwrap_or_default()).collect();
+        assert!(texts.len() >= 5, "{lang}: {cards}");
+        for text in texts {
+            let first = text.split_inclusive(['.', '。']).next().unwrap_or_default();
+            assert!(!first.contains("<code>"), "{lang}: a card leads with SQL: {text}");
+            let sql = ["GET_LOCK", "FOR UPDATE", "KILL", "edit_locks"];
+            assert!(!sql.iter().any(|s| first.contains(s)), "{lang}: a card leads with SQL: {text}");
+        }
+    }
+}
+
+/// Issue 34, item 9: the demo accounts' roles, in the login page's language.
+#[cfg(feature = "lab")]
+#[actix_web::test]
+async fn the_login_page_names_the_demo_roles_in_its_language() {
+    let app = TestApp::spawn_lab().await;
+    haita::lab::seed::run(&app.db.pool).expect("demo data");
+    // (One demo account is called "admin": its name stays, its role is said.)
+    let english = ["<td>staff</td>", "<td>customer</td>"];
+    let japanese = ["<td>管理者</td>", "<td>スタッフ</td>", "<td>顧客</td>"];
+    for (lang, roles, others) in [("en", &english[..], &japanese[..]), ("ja", &japanese[..], &english[..])] {
+        let client = app.client(0);
+        switch(&client, lang).await;
+        let page = client.get("/login").await.text().await.expect("login page");
+        let table = page.split("class=\"demo-users\"").nth(1).expect("the demo accounts");
+        for role in roles {
+            assert!(table.contains(*role), "{lang}: {role} missing: {table}");
+        }
+        for role in others {
+            assert!(!table.contains(*role), "{lang}: {role} in the other language: {table}");
+        }
+    }
 }

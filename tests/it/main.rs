@@ -3,6 +3,7 @@
 
 mod accessibility;
 mod admin;
+mod admin_screen;
 mod auth;
 mod bad_input;
 mod batch;
@@ -12,6 +13,7 @@ mod cli;
 mod coalescing;
 mod common;
 mod contention;
+mod customer_words;
 #[cfg(feature = "lab")]
 mod demo;
 mod edit_locks;

@@ -98,3 +98,112 @@ async fn each_instance_counts_only_what_it_served() {
     let checkouts = sample(&quiet, "haita_pool_checkout_seconds_count", &[]).await;
     assert_eq!(checkouts, 0.0, "the second instance checked out no connection for a request");
 }
+
+/// The histograms' axis, in Chromium at a desktop's and a phone's width, in English and
+/// Japanese: no two bucket labels overlap (their boxes, measured), each is drawn at a readable
+/// size (at least 11 CSS pixels once the chart is scaled to the screen), and a bound in
+/// milliseconds says "ms" ("10 ms", never "10m", which reads as minutes); the summary beside
+/// each chart reads in the page's language.
+#[actix_web::test]
+async fn the_histograms_axis_labels_are_apart_readable_and_say_ms() {
+    use crate::common::browser::{Chromedriver, log_in, pick_language, text_when_shown};
+
+    let app = TestApp::spawn().await;
+    let resource = app.resource("Measured room", 2);
+    let client = app.client(0);
+    client.login(&app.user("measured", Role::Customer)).await;
+    assert_eq!(client.book(resource, future_day()).await.status(), 201);
+    app.user("operator", Role::Admin);
+    let base = app.address().to_string();
+    let mut driver = Chromedriver::start();
+    let mut wrong = Vec::new();
+    for lang in ["en", "ja"] {
+        for (width, height) in [(1280, 900), (390, 844)] {
+            let browser = driver.browser().await;
+            browser.set_window_size(width, height).await.expect("window size");
+            log_in(&browser, &base, "operator").await;
+            pick_language(&browser, &base, lang).await;
+            browser.goto(&format!("{base}/admin/metrics")).await.expect("metrics page");
+            // The summary beside each chart is in the page's language too.
+            let caption = text_when_shown(&browser, "figure.histogram figcaption").await;
+            let counted = if lang == "en" { " observed · mean " } else { "観測 " };
+            if !caption.contains(counted) {
+                wrong.push(format!("{lang}: the summary {caption:?} lacks {counted:?}"));
+            }
+            let found = browser
+                .execute(
+                    "const out = [];
+                     const charts = [...document.querySelectorAll('figure.histogram svg')];
+                     if (charts.length === 0) return ['no histogram on the page'];
+                     const labels = charts.map(svg => [...svg.querySelectorAll('text.axis')]);
+                     // Each label's lines, read one after the other: the number, then its unit.
+                     const said = labels.flat().map(t => [...t.children].map(line => line.textContent).join(' ').trim());
+                     if (!said.includes('1 ms') || !said.includes('10 ms')) out.push('no \"1 ms\" or \"10 ms\" among ' + said.join(' | '));
+                     for (const s of said) if (/\\dm$/.test(s)) out.push('\"' + s + '\" reads as minutes');
+                     charts.forEach((svg, i) => {
+                       const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+                       const boxes = labels[i].map(t => t.getBoundingClientRect());
+                       labels[i].forEach((t, j) => {
+                         const size = parseFloat(getComputedStyle(t).fontSize) * scale;
+                         if (size < 11) out.push('\"' + said[j] + '\" drawn at ' + size.toFixed(1) + ' px');
+                       });
+                       for (let a = 0; a < boxes.length; a++) for (let b = a + 1; b < boxes.length; b++) {
+                         const [p, q] = [boxes[a], boxes[b]];
+                         if (p.left < q.right - 0.5 && q.left < p.right - 0.5 && p.top < q.bottom - 0.5 && q.top < p.bottom - 0.5)
+                           out.push('\"' + labels[i][a].textContent + '\" overlaps \"' + labels[i][b].textContent + '\"');
+                       }
+                     });
+                     return [...new Set(out)];",
+                    vec![],
+                )
+                .await
+                .expect("measure the axis");
+            for line in found.as_array().into_iter().flatten().filter_map(|v| v.as_str()) {
+                wrong.push(format!("{lang} at {width} px: {line}"));
+            }
+            browser.close().await.expect("close");
+        }
+    }
+    assert!(wrong.is_empty(), "the histograms' axis:\n{}", wrong.join("\n"));
+}
+
+/// Issue 34, item 9: on the Japanese metrics page the counts' labels and the bars' hover titles
+/// are Japanese too (they were English: "answered 503", "pool connections open", "3 at most
+/// 10.0 ms").
+#[actix_web::test]
+async fn the_metrics_pages_counts_and_bar_titles_speak_the_readers_language() {
+    let app = TestApp::spawn().await;
+    let resource = app.resource("counted", 5);
+    let customer = app.client(0);
+    customer.login(&app.user("counted", Role::Customer)).await;
+    assert_eq!(customer.book(resource, future_day()).await.status(), 201);
+    let admin = app.client(0);
+    admin.login(&app.user("operator", Role::Admin)).await;
+    for (lang, theirs, others) in [
+        ("en", ["pool connections open", " at most "], ["プールの接続", "以下"]),
+        ("ja", ["プールの接続", "以下"], ["pool connections open", " at most "]),
+    ] {
+        let token = admin.csrf_token("/").await;
+        let switched =
+            admin.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/")]).await;
+        assert_eq!(switched.status(), 303);
+        let page = admin.get("/admin/metrics").await.text().await.expect("page");
+        let counts = page.split("id=\"counts\"").nth(1).expect("the counts");
+        let titles: Vec<&str> =
+            page.split("class=\"ok\"><title>").skip(1).filter_map(|t| t.split("</title>").next()).collect();
+        assert!(!titles.is_empty(), "{lang}: bars with titles");
+        assert!(
+            counts.contains(theirs[0]) && titles.iter().all(|t| t.contains(theirs[1])),
+            "{lang}: {counts} {titles:?}"
+        );
+        assert!(
+            !counts.contains(others[0]) && !titles.iter().any(|t| t.contains(others[1])),
+            "{lang}: {counts} {titles:?}"
+        );
+        if lang == "ja" {
+            for english in ["answered 503", "transactions retried", "pool connections", "pool checkout"] {
+                assert!(!page.contains(english), "{lang}: {english:?} still English");
+            }
+        }
+    }
+}

@@ -1,12 +1,25 @@
-//! Every page on a phone (390 × 844 CSS pixels, in headless Chromium): nothing scrolls sideways.
-//! Wide tables scroll inside their own box; the page itself is never wider than the screen.
+//! Every page on a phone (390 × 844 CSS pixels, in headless Chromium): nothing scrolls sideways,
+//! and nothing a person acts on or reads first hides in a box that scrolls sideways.
+//!
+//! On every page, for every role: no link, button or field lies beyond the screen's edges or
+//! outside a box that clips it. Per page, what a person reads first is on the screen too:
+//! - a resource's days: each day with its booked and free counts and its Book button, "booked by
+//!   you" or why it cannot be booked;
+//! - products: each product with its price, its stock and the quantity field;
+//! - the live race: each strategy with its attempts, bookings and double bookings so far;
+//! - a race's results: every figure of every strategy, and the sentence saying what it means;
+//! - the admin's locks: each edit lock's key, owner, and the force-release reason and button;
+//!   each batch run's job, progress and outcome, and "Run again" for a run left incomplete.
+//!
+//! Wide tables show each row as a card on a phone (`table.cards` in `static/style.css`); the
+//! tables that remain scroll inside their own box, and the page itself never does.
 
 use fantoccini::Client;
 #[cfg(feature = "lab")]
 use haita::auth::Role;
 
 use crate::common::TestApp;
-use crate::common::browser::{Chromedriver, log_in};
+use crate::common::browser::{Chromedriver, log_in, pick_language};
 use crate::common::pages::every_page;
 
 /// How much wider than the screen the page at `url` is, in CSS pixels (0 when it fits), and
@@ -30,6 +43,50 @@ async fn overflow(browser: &Client, url: &str) -> (i64, String) {
     let over = measured[0].as_i64().unwrap_or(i64::MAX);
     (over, measured[1].as_str().unwrap_or("").to_string())
 }
+
+/// The elements matching `css` on the page shown that a person cannot see whole without
+/// scrolling sideways: beyond the screen's left or right edge, or beyond the edges of a box
+/// that clips them (`overflow` other than visible, such as a table scrolling in its own box),
+/// or cutting their own text. One line each; empty when all are in sight. Elements not laid
+/// out (hidden) are left out; when `required`, `css` must match at least one that is, so a page
+/// that lost what the check is about fails instead of passing.
+async fn out_of_sight(browser: &Client, css: &str, required: bool) -> Vec<String> {
+    let found = browser
+        .execute(
+            "const [css, required] = arguments;
+             const width = window.innerWidth;
+             const shown = [...document.querySelectorAll(css)].filter(el => el.getClientRects().length > 0);
+             if (required && shown.length === 0) return ['nothing shown matches ' + css];
+             const out = [];
+             for (const el of shown) {
+               const r = el.getBoundingClientRect();
+               let left = 0, right = width, clipped = 'the screen';
+               for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+                 if (getComputedStyle(a).overflowX === 'visible') continue;
+                 const b = a.getBoundingClientRect();
+                 if (b.left > left) { left = b.left; clipped = a.tagName.toLowerCase() + '.' + a.className; }
+                 if (b.right < right) { right = b.right; clipped = a.tagName.toLowerCase() + '.' + a.className; }
+               }
+               const what = el.tagName.toLowerCase() + ' \"' + String(el.textContent || el.value || el.getAttribute('aria-label') || '').trim().replace(/\\s+/g, ' ').slice(0, 50) + '\"';
+               if (r.left < left - 0.5 || r.right > right + 0.5) {
+                 out.push(what + ' spans ' + Math.round(r.left) + '–' + Math.round(r.right) + ' px, ' + clipped + ' shows ' + Math.round(left) + '–' + Math.round(right));
+               } else if (!['INPUT', 'SELECT', 'TEXTAREA'].includes(el.tagName) && el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== 'visible') {
+                 out.push(what + ' cuts its own text');
+               }
+             }
+             return [...new Set(out)];",
+            vec![serde_json::json!(css), serde_json::json!(required)],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    found
+        .as_array()
+        .map(|v| v.iter().filter_map(|s| s.as_str()).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// What a person acts on, on any page: links, buttons and fields in the page's content.
+const CONTROLS: &str = "main a, main button, main input:not([type=hidden]), main select, main textarea";
 
 async fn at_phone_width(driver: &mut Chromedriver) -> Client {
     let browser = driver.browser().await;
@@ -56,10 +113,65 @@ async fn no_page_scrolls_sideways_on_a_phone_for_any_role() {
             if over > 0 {
                 too_wide.push(format!("{who} {path}: {over} px too wide ({widest})"));
             }
+            for unseen in out_of_sight(&browser, CONTROLS, false).await {
+                too_wide.push(format!("{who} {path}: {unseen}"));
+            }
         }
         browser.close().await.expect("close");
     }
-    assert!(too_wide.is_empty(), "pages that scroll sideways at 390 px:\n{}", too_wide.join("\n"));
+    assert!(
+        too_wide.is_empty(),
+        "pages that scroll sideways at 390 px, or hide a control in a box:\n{}",
+        too_wide.join("\n")
+    );
+}
+
+/// The pages named at the top, in English and Japanese: what a person reads first on each is on
+/// the screen, not in a box scrolled sideways.
+#[actix_web::test]
+async fn what_a_person_reads_and_acts_on_first_is_on_a_phone_screen() {
+    let app = TestApp::spawn().await;
+    let pages = every_page(&app).await;
+    let path_of = |who: &str, prefix: &str| {
+        let (_, paths) = pages.iter().find(|(w, _)| *w == who).expect("a role of the tour");
+        paths.iter().find(|p| p.starts_with(prefix)).cloned().expect("a page of the tour")
+    };
+    let days = path_of("alice", "/resources/");
+    let checks: [(&str, String, &str); 6] = [
+        // Every cell of every day: the day, booked, free, and the Book button or what stands
+        // in its place ("booked by you", past, full, closed).
+        ("alice", days.clone(), "table.availability td, table.availability td > *"),
+        ("alice", days, "table.availability .badge"),
+        // The product, its price, its stock and the quantity field.
+        ("alice", "/products".into(), "form[action=\"/orders\"] td, form[action=\"/orders\"] td > *"),
+        // Each edit lock's key and owner, and the force release: reason and button.
+        (
+            "root",
+            "/admin/locks".into(),
+            "#edit-locks td:nth-child(1), #edit-locks td:nth-child(2), #edit-locks form.force-release input:not([type=hidden]), #edit-locks form.force-release button",
+        ),
+        // Each batch run: its job, its progress and outcome, and "Run again" for what is left.
+        ("root", "/admin/locks".into(), "#batch-runs td, #batch-runs td > *"),
+        ("root", "/admin/locks".into(), "#batch-runs form.run-again button"),
+    ];
+    let base = app.address().to_string();
+    let mut driver = Chromedriver::start();
+    let mut unseen = Vec::new();
+    for who in ["alice", "root"] {
+        for lang in ["en", "ja"] {
+            let browser = at_phone_width(&mut driver).await;
+            log_in(&browser, &base, who).await;
+            pick_language(&browser, &base, lang).await;
+            for (_, path, css) in checks.iter().filter(|(w, _, _)| *w == who) {
+                browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
+                for line in out_of_sight(&browser, css, true).await {
+                    unseen.push(format!("{who} {path} ({lang}): {line}"));
+                }
+            }
+            browser.close().await.expect("close");
+        }
+    }
+    assert!(unseen.is_empty(), "out of sight at 390 px:\n{}", unseen.join("\n"));
 }
 
 /// The race demo, with a race's results on it, and a strategy's code.
@@ -85,4 +197,73 @@ async fn the_race_demo_fits_a_phone_too() {
     }
     browser.close().await.expect("close");
     assert!(too_wide.is_empty(), "{}", too_wide.join("\n"));
+}
+
+/// A race's results on a phone, in English and Japanese: every figure of every strategy and the
+/// sentence saying what it means are on the screen (they were some eleven screens wide, in a
+/// box scrolled sideways).
+#[cfg(feature = "lab")]
+#[actix_web::test]
+async fn a_races_results_read_on_a_phone_without_scrolling_sideways() {
+    let app = TestApp::spawn_lab().await;
+    let racer = app.client(0);
+    racer.login(&app.user("dora", Role::Customer)).await;
+    let raced = racer
+        .post_json(
+            "/api/v1/demo/races",
+            &serde_json::json!({"strategy": ["no-lock", "named-lock"], "clients": 8}),
+        )
+        .await;
+    assert_eq!(raced.status(), 201);
+    let base = app.address().to_string();
+    let mut driver = Chromedriver::start();
+    let mut unseen = Vec::new();
+    for lang in ["en", "ja"] {
+        let browser = at_phone_width(&mut driver).await;
+        pick_language(&browser, &base, lang).await;
+        browser.goto(&format!("{base}/demo")).await.expect("the demo page");
+        for line in out_of_sight(&browser, "table.results td, table.results td > *", true).await {
+            unseen.push(format!("{lang}: {line}"));
+        }
+        browser.close().await.expect("close");
+    }
+    assert!(unseen.is_empty(), "out of sight at 390 px:\n{}", unseen.join("\n"));
+}
+
+/// The live race on a phone: while a race runs, each strategy's counts, double bookings so far
+/// above all, are on the screen as the page's script updates them.
+#[cfg(feature = "lab")]
+#[actix_web::test]
+async fn the_live_race_shows_its_double_bookings_on_a_phone() {
+    let app = TestApp::spawn_lab().await;
+    app.user("alice", Role::Customer);
+    let base = app.address().to_string();
+    let mut driver = Chromedriver::start();
+    let browser = at_phone_width(&mut driver).await;
+    log_in(&browser, &base, "alice").await;
+    browser.goto(&format!("{base}/demo")).await.expect("demo page");
+    browser
+        .execute(
+            "document.querySelectorAll('input[name=strategy]').forEach(box => {
+                 box.checked = box.value === 'no-lock' || box.value === 'named-lock'; });
+             document.querySelector('input[name=clients]').value = '8';
+             document.querySelector('input[name=attempts]').value = '320';
+             document.querySelector('input[name=pause_ms]').value = '20';
+             document.querySelector('button.run-race').click();",
+            vec![],
+        )
+        .await
+        .expect("start a race");
+    // Counts that moved were put there by the page's script, from the race's events.
+    let moving = "return [...document.querySelectorAll('#live-rows progress')]\
+                  .some(p => p.value > 0 && p.value < p.max);";
+    crate::common::poll::until_async(
+        "the live race's counts to move",
+        std::time::Duration::from_secs(60),
+        async || browser.execute(moving, vec![]).await.ok().and_then(|v| v.as_bool()) == Some(true),
+    )
+    .await;
+    let unseen = out_of_sight(&browser, "#live-rows td, #live-rows td > *", true).await;
+    browser.close().await.expect("close");
+    assert!(unseen.is_empty(), "out of sight at 390 px:\n{}", unseen.join("\n"));
 }

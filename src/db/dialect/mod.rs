@@ -244,8 +244,13 @@ pub struct SessionOwner {
 pub struct NamedLockListing {
     /// `metadata_lock_info` (MariaDB), `performance_schema` (MySQL), `pg_locks` or `unavailable`.
     pub source: &'static str,
-    /// Why the listing is unavailable and how to enable it, or how to read it.
+    /// Why the listing is unavailable and how to enable it, or how to read it (the server's
+    /// words, for the API and the log).
     pub note: Option<String>,
+    /// What the listing cannot show on this server, as a code the admin screen words in the
+    /// reader's language: `mariadb_plugin`, `mysql_performance_schema` (it could not be read),
+    /// `advisory_keys` (PostgreSQL lists keys, not names).
+    pub gap: Option<&'static str>,
     pub locks: Vec<NamedLock>,
 }
 

@@ -168,25 +168,36 @@ impl Dialect for Mysql {
     fn list_named_locks(&self, conn: &mut DbConn, prefix: &str) -> QueryResult<NamedLockListing> {
         let version: String = diesel::select(diesel::dsl::sql::<Text>("VERSION()")).get_result(conn)?;
         let mariadb = version.to_ascii_lowercase().contains("mariadb");
-        let (source, sql, enable) = if mariadb {
+        let (source, sql, enable, gap) = if mariadb {
             (
                 "metadata_lock_info",
                 MARIADB_LOCKS,
                 "run INSTALL SONAME 'metadata_lock_info' as a privileged user",
+                "mariadb_plugin",
             )
         } else {
-            ("performance_schema", MYSQL_LOCKS, "start the server with performance_schema=ON")
+            (
+                "performance_schema",
+                MYSQL_LOCKS,
+                "start the server with performance_schema=ON",
+                "mysql_performance_schema",
+            )
         };
         Ok(match diesel::sql_query(sql).bind::<Text, _>(prefix).load(conn) {
-            Ok(locks) => NamedLockListing { source, note: None, locks },
-            Err(e) => NamedLockListing {
-                source: "unavailable",
-                note: Some(format!(
-                    "This server cannot list named locks ({e}). To see them here, {enable}. Meanwhile, look \
-                     a lock up by name (IS_USED_LOCK)."
-                )),
-                locks: Vec::new(),
-            },
+            Ok(locks) => NamedLockListing { source, note: None, gap: None, locks },
+            Err(e) => {
+                // The server's words go to the log and the API; the screen says what it means.
+                log::warn!("listing named locks from {source}: {e}");
+                NamedLockListing {
+                    source: "unavailable",
+                    note: Some(format!(
+                        "This server cannot list named locks ({e}). To see them here, {enable}. Meanwhile, \
+                         look a lock up by name (IS_USED_LOCK)."
+                    )),
+                    gap: Some(gap),
+                    locks: Vec::new(),
+                }
+            }
         })
     }
 

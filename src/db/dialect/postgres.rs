@@ -214,6 +214,7 @@ impl Dialect for Postgres {
                  so locks are listed by key. Free one as listed, or look a lock up by name."
                     .into(),
             ),
+            gap: Some("advisory_keys"),
             locks,
         })
     }

@@ -22,8 +22,10 @@
 //! `strategies.rs` holds the thirteen, one function each; `lanes.rs` the queue and batches for
 //! clients that are threads; `race.rs` runs many clients at once and
 //! counts the damage *in the database*; `live.rs` shows a running race to everyone watching;
-//! `routes.rs` serves `/demo` and `/api/v1/demo/…`.
+//! `routes.rs` serves `/demo` and `/api/v1/demo/…`; `docs.rs` the docs the demo names, at
+//! `/demo/docs/{name}`.
 
+mod docs;
 mod lanes;
 mod live;
 mod model;

@@ -43,6 +43,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/demo/races/live", web::get().to(live_events))
         .route("/static/race_live.js", web::get().to(live_script))
         .route("/demo/code/{strategy}", web::get().to(code_page))
+        .route("/demo/docs/{name}", web::get().to(doc_page))
         .route("/api/v1/demo/races", web::post().to(race_json))
         .route("/api/v1/demo/races/live", web::get().to(live_json))
         .route("/api/v1/demo/races/{id}", web::get().to(race_by_id_json))
@@ -370,6 +371,33 @@ async fn code_page(
     let strategy = Strategy::parse(&path).map_err(|_| crate::http::error::RequestError::NotFound)?;
     let lines = strategy.explanation(ctx.lang, state.pool.engine());
     Ok(html(&CodePage { ctx, strategy, lines, source: strategy.source() })?)
+}
+
+#[derive(Template)]
+#[template(path = "demo/doc.html")]
+struct DocPage {
+    ctx: PageContext,
+    name: String,
+    title: &'static str,
+    body: &'static str,
+}
+
+impl DocPage {
+    /// The file shown, as the repository names it.
+    fn file(&self) -> String {
+        match self.ctx.lang {
+            Lang::En => format!("docs/{}", self.name),
+            Lang::Ja => format!("docs/ja/{}", self.name),
+        }
+    }
+}
+
+/// A doc the demo names, from the copy compiled into this server (`super::docs`).
+async fn doc_page(ctx: PageContext, path: web::Path<String>) -> actix_web::Result<HttpResponse> {
+    let name = path.into_inner();
+    let (title, body) =
+        super::docs::doc(&name, ctx.lang).ok_or(crate::http::error::RequestError::NotFound)?;
+    Ok(html(&DocPage { ctx, name, title, body })?)
 }
 
 // ---- JSON -------------------------------------------------------------------------------

@@ -14,10 +14,10 @@ use serde::Deserialize;
 use super::editing::{self, FormSaved, Opened};
 use super::model::{DESCRIPTION_MAX, ResourceChanges, ResourceInput};
 use super::{FieldError, Resource, ResourceError};
-use crate::audit::AuditEvent;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::{AuthError, Role, SessionUser};
 use crate::edit_locks::drafts::Draft;
+use crate::edit_locks::ending::Ending;
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, LockView, Owner};
 use crate::http::answers::documented_answers;
@@ -48,6 +48,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
                 .route(web::post().to(pages::take_over_form)),
         )
+        .service(
+            web::resource("/resources/{id}/edit/continue-here")
+                .app_data(web::PayloadConfig::new(EDIT_FORM_LIMIT))
+                .route(web::post().to(pages::continue_here_form)),
+        )
+        .route("/resources/{id}/edit/ended", web::get().to(pages::ended_part))
         .route("/resources/{id}/edit/start", web::post().to(pages::start_form))
         .route("/resources/{id}/edit/cancel", web::post().to(pages::cancel_form))
         .route("/resources/{id}/view", web::get().to(pages::view_page))

@@ -58,24 +58,50 @@ pub(super) struct LockedPage {
     resource: Resource,
     /// Who holds it now; `None` when nobody does (expired and removed, or force-released).
     lock: Option<LockView>,
-    /// Why a save was refused, in a sentence; `None` when the page was merely opened.
-    refused: Option<String>,
+    /// Why a save was refused: how the saver's lock ended, told to them; `None` when the page
+    /// was merely opened.
+    refused: Option<Ending>,
     unsaved: Option<ResourceInput>,
-    /// The last lock event (e.g. an admin's force release with its reason).
-    last_event: Option<AuditEvent>,
     /// The viewer's kept draft of this resource, if any: it waits for them.
     draft: Option<Draft<ResourceInput>>,
+    /// The lock is the viewer's own, in another session (another browser): "continue here".
+    mine_elsewhere: bool,
 }
 
 impl LockedPage {
-    fn describe(&self) -> Option<String> {
-        self.lock.as_ref().map(|lock| crate::edit_locks::describe_in(lock, self.ctx.lang))
+    fn new(ctx: PageContext, resource: Resource, lock: Option<LockView>) -> Self {
+        let viewer = ctx.user.as_ref().map(|u| u.id);
+        let mine_elsewhere =
+            lock.as_ref().is_some_and(|l| Some(l.owner_user_id) == viewer && !l.held_by_batch);
+        Self { ctx, resource, lock, refused: None, unsaved: None, draft: None, mine_elsewhere }
     }
 
-    /// Offer to take the lock: nobody holds it, or the holder's lock expired (not a batch's).
-    fn can_take_over(&self) -> bool {
-        self.lock.as_ref().is_none_or(|l| l.expired && !l.held_by_batch)
+    /// Who holds the lock, as markup: its times are written the pages' one way.
+    fn describe(&self) -> Option<String> {
+        self.lock.as_ref().map(|lock| crate::edit_locks::describe_html(lock, self.ctx.lang))
     }
+
+    /// "You are editing this in another browser since …", its time in the reader's zone.
+    fn mine_elsewhere_html(&self) -> String {
+        let since = self.lock.as_ref().map(|l| crate::http::utc::clock(&l.acquired_at).to_string());
+        self.ctx.lang.t_with("locked.mine_elsewhere_html", [("since", since.unwrap_or_default())])
+    }
+
+    /// Offer to take the lock: nobody holds it, or the holder's lock expired (not a batch's);
+    /// the viewer's own lock in another session is "continue here" instead.
+    fn can_take_over(&self) -> bool {
+        !self.mine_elsewhere && self.lock.as_ref().is_none_or(|l| l.expired && !l.held_by_batch)
+    }
+}
+
+/// What the editor page shows in place once its heartbeat is refused: how the lock ended, in a
+/// sentence, and the actions that can work (`static/edit_lock.js` fetches it).
+#[derive(Template)]
+#[template(path = "resources/ended.html")]
+pub(super) struct EndedPart {
+    ctx: PageContext,
+    resource_id: i64,
+    ending: Ending,
 }
 
 pub(super) fn with_status(
@@ -141,15 +167,7 @@ pub(super) fn render_opened(
             })?)
         }
         Opened::Locked(resource, lock, draft) => with_status(
-            html(&LockedPage {
-                ctx,
-                resource,
-                lock: Some(*lock),
-                refused: None,
-                unsaved: input,
-                last_event: None,
-                draft,
-            }),
+            html(&LockedPage { unsaved: input, draft, ..LockedPage::new(ctx, resource, Some(*lock)) }),
             StatusCode::LOCKED,
         ),
     }
@@ -288,6 +306,52 @@ pub(super) async fn take_over_form(
     }
 }
 
+/// "Continue here": take this user's own lock from their other session (another browser, one
+/// left open before logging in again) at once — an audited acquisition with a new fencing epoch,
+/// so the other page can no longer save. Their text comes along: what this form carries (the
+/// displaced page's fields, or a refused save's), else the draft the other page kept.
+pub(super) async fn continue_here_form(
+    user: SessionUser,
+    ctx: PageContext,
+    path: web::Path<i64>,
+    CsrfForm(input): CsrfForm<ResourceInput>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let id = path.into_inner();
+    let carried = input.name.is_some() || input.description.is_some() || input.capacity.is_some();
+    match open(&state, &user, id, Policy::ContinueHere).await? {
+        Opened::Editing(resource, lock, draft) => {
+            let text = if carried { Some(input) } else { draft.as_ref().map(|d| d.fields.clone()) };
+            match text {
+                Some(text) => render_opened(ctx, &state, Opened::Editing(resource, lock, draft), Some(text)),
+                None => Ok(see_other(&format!("/resources/{id}/edit"))),
+            }
+        }
+        opened => render_opened(ctx, &state, opened, carried.then_some(input)),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct EndedQuery {
+    /// The epoch the asking page was opened under.
+    epoch: Option<i64>,
+}
+
+/// How the asking page's lock ended, as a piece of its page: the editor's script puts it in
+/// place of the form's buttons once the heartbeat is refused. Reads, changes nothing.
+pub(super) async fn ended_part(
+    user: SessionUser,
+    ctx: PageContext,
+    path: web::Path<i64>,
+    query: web::Query<EndedQuery>,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let (owner, id) = (editor(&user)?, resource_id(path)?);
+    let epoch = query.epoch;
+    let ending = state.db(move |conn| editing::ending_of(conn, id, &owner, epoch)).await?;
+    Ok(html(&EndedPart { ctx, resource_id: id, ending })?)
+}
+
 /// Cancel: release my lock (if I still hold it) and go back to the resource.
 pub(super) async fn cancel_form(
     user: SessionUser,
@@ -337,21 +401,11 @@ pub(super) async fn save_form(
             };
             with_status(html(&page), StatusCode::UNPROCESSABLE_ENTITY)
         }
-        FormSaved::Refused { resource, lock, last_event } => {
-            let refused = Some(match &lock {
-                Some(mine) if mine.is_owned_by(&owner) && mine.epoch != lock_epoch => {
-                    ctx.lang.t("locked.refused.superseded").into_owned()
-                }
-                Some(other) if !other.expired => ctx.lang.t_with(
-                    "locked.refused.taken_over",
-                    [("holder", crate::edit_locks::describe_in(other, ctx.lang))],
-                ),
-                _ => ctx.lang.t("locked.refused.not_held").into_owned(),
-            });
+        FormSaved::Refused { resource, ending } => {
             // The input is kept as a draft by the refusal itself (`editing::save_form`).
             let page =
-                LockedPage { ctx, resource, lock, refused, unsaved: Some(input), last_event, draft: None };
-            with_status(html(&page), StatusCode::LOCKED)
+                LockedPage { unsaved: Some(input), ..LockedPage::new(ctx, resource, ending.holder.clone()) };
+            with_status(html(&LockedPage { refused: Some(ending), ..page }), StatusCode::LOCKED)
         }
     }
 }

@@ -314,7 +314,14 @@ async fn a_stealing_closure_takes_the_editors_lock_she_is_told_why_and_keeps_her
         .await;
     assert_eq!(refused.status(), 423);
     let page = refused.text().await.expect("page");
-    assert!(page.contains("NOT saved") && page.contains("batch run"), "she sees why: {page}");
+    assert!(
+        page.contains("NOT saved") && page.contains("A batch job started by root took your lock at"),
+        "she sees why: {page}"
+    );
+    assert!(!page.contains("from carol") && !page.contains("edit_lock."), "told to her, not logged: {page}");
+    let ended =
+        carol.get(&format!("/resources/{room}/edit/ended?epoch={epoch}")).await.text().await.expect("part");
+    assert!(ended.contains("A batch job started by root took your lock at"), "her page's sentence: {ended}");
     let draft: serde_json::Value =
         carol.get(&format!("/api/v1/resources/{room}/draft")).await.json().await.expect("draft");
     assert_eq!(draft["fields"]["description"], "What carol typed", "{draft}");

@@ -44,7 +44,7 @@ async fn two_tabs_edit_one_product_and_the_second_resolves_the_conflict_per_fiel
     replace(&first, "input[name=name]", "Kyusu, red clay").await;
     replace(&first, "input[name=price]", "52.00").await;
     click(&first, "main form button[type=submit]").await;
-    assert!(text_when_shown(&first, ".flash.ok").await.contains("saved"));
+    assert!(text_when_shown(&first, ".flash.ok").await.contains("Saved Kyusu, red clay"));
     assert_eq!(row(&app, product).3, 2);
 
     // Tab B still holds version 1: a different name and a two-line Japanese description.
@@ -67,7 +67,7 @@ async fn two_tabs_edit_one_product_and_the_second_resolves_the_conflict_per_fiel
     // Only the name collides: take theirs for it; description and price merge on their own.
     click(&first, "input[name=choose_name][value=theirs]").await;
     click(&first, "form.conflict button[type=submit]").await;
-    assert!(text_when_shown(&first, ".flash.ok").await.contains("saved"));
+    assert!(text_when_shown(&first, ".flash.ok").await.contains("Saved Kyusu, red clay"));
 
     assert_eq!(
         row(&app, product),

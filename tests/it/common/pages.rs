@@ -14,7 +14,8 @@ use super::TestApp;
 pub type Tour = Vec<(&'static str, Vec<String>)>;
 
 /// Users (root, carol, alice), a long-named room with a booking and a closed day, a product with
-/// an order, and a batch run with its audit events; then every page each of them may open.
+/// an order, a batch run with its audit events and one left incomplete by carol's edit lock;
+/// then every page each of them may open.
 pub async fn every_page(app: &TestApp) -> Tour {
     let room = app.resource("Meeting room with a rather long name, second floor, east wing", 3);
     let product = app.product("KYUSU-TOKONAME-RED-CLAY", 4800, 20);
@@ -43,6 +44,14 @@ pub async fn every_page(app: &TestApp) -> Tour {
     let editor = app.client(0);
     editor.login(&carol).await;
     assert_eq!(editor.open_editor(court).await.status(), 200);
+    // A run that skipped the court carol edits: incomplete, with its reason and "Run again".
+    let skipping = Closure {
+        resources: vec![court],
+        policy: Policy::Skip,
+        reason: "Relining the court".into(),
+        ..closing
+    };
+    batch_job::run(&app.db.pool, &BatchLock::Db, &skipping).expect("a closure that skips");
 
     vec![
         (

@@ -52,6 +52,8 @@ async fn a_visitor_watches_a_race_move_and_sees_its_result_without_reloading() {
     let moving = "[...document.querySelectorAll('#live-rows progress')]\
                   .some(p => p.value > 0 && p.value < p.max)";
     assert!(until(&visitor, 60, moving).await, "counts move while the race runs");
+    let pending = "document.querySelector('#results').textContent.includes('A race is running')";
+    assert!(until(&visitor, 5, pending).await, "where the results will be, the page says a race runs");
     assert!(
         until(&visitor, 5, "document.querySelector('button.run-race').disabled").await,
         "the visitor's button is held while a race runs"
@@ -74,4 +76,40 @@ async fn a_visitor_watches_a_race_move_and_sees_its_result_without_reloading() {
     assert!(until(&alice, 30, results).await, "and the one who started it sees it too");
     alice.close().await.expect("close");
     visitor.close().await.expect("close");
+}
+
+/// Issue 34, item 9: the button that starts a race is on the first screen, for a visitor on a
+/// desktop and on a phone, and for a logged-in user on a desktop (it was some 1 900 px down,
+/// under the strategies' table).
+#[actix_web::test]
+async fn the_race_button_is_on_the_first_screen() {
+    let app = TestApp::spawn_lab().await;
+    app.user("alice", Role::Customer);
+    let base = app.address().to_string();
+    let mut driver = Chromedriver::start();
+    let mut below = Vec::new();
+    for (who, width, height) in [("visitor", 1280, 800), ("visitor", 390, 844), ("alice", 1280, 800)] {
+        let browser = driver.browser().await;
+        browser.set_window_size(width, height).await.expect("window size");
+        if who != "visitor" {
+            log_in(&browser, &base, who).await;
+        }
+        browser.goto(&format!("{base}/demo")).await.expect("the demo page");
+        let bottom = browser
+            .execute(
+                "const b = document.querySelector('button.run-race');
+                 return b ? [b.getBoundingClientRect().bottom, window.innerHeight] : [1e9, 0];",
+                vec![],
+            )
+            .await
+            .expect("measure");
+        let (bottom, screen) = (bottom[0].as_f64().unwrap_or(1e9), bottom[1].as_f64().unwrap_or(0.0));
+        if bottom > screen {
+            below.push(format!(
+                "{who} at {width} px: the button ends {bottom:.0} px down, the screen {screen:.0}"
+            ));
+        }
+        browser.close().await.expect("close");
+    }
+    assert!(below.is_empty(), "{}", below.join("\n"));
 }
