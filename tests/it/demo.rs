@@ -369,6 +369,21 @@ async fn a_second_race_on_the_same_instance_is_refused_while_one_runs() {
     assert_eq!(again.status(), 201, "the slot is free once the race is over");
 }
 
+/// Starts, from the page's form, a race slow enough to be watched: about 40 rounds of a 20 ms
+/// pause per strategy, over a second each.
+async fn start_a_slow_race(racer: &Client) {
+    let token = racer.csrf_token("/demo").await;
+    let form = [
+        ("csrf_token", token.as_str()),
+        ("strategy", "no-lock"),
+        ("strategy", "named-lock"),
+        ("clients", "8"),
+        ("attempts", "320"),
+        ("pause_ms", "20"),
+    ];
+    assert_eq!(racer.post_form("/demo/races", &form).await.status(), 303);
+}
+
 /// Waits (bounded) until this instance has no race running, and returns the id of the report
 /// the last one stored.
 async fn race_over(client: &Client) -> i64 {
@@ -463,17 +478,7 @@ async fn a_race_is_streamed_to_every_visitor_while_it_runs_and_holds_the_form() 
     assert_eq!(stream.status(), 200);
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
 
-    // About 40 rounds of a 20 ms pause per strategy: over a second each, long enough to be seen.
-    let token = racer.csrf_token("/demo").await;
-    let form = [
-        ("csrf_token", token.as_str()),
-        ("strategy", "no-lock"),
-        ("strategy", "named-lock"),
-        ("clients", "8"),
-        ("attempts", "320"),
-        ("pause_ms", "20"),
-    ];
-    assert_eq!(racer.post_form("/demo/races", &form).await.status(), 303);
+    start_a_slow_race(&racer).await;
 
     // Another visitor's page, while it runs: the race shown, the button held.
     let page = visitor.get("/demo").await.text().await.expect("page");
@@ -864,16 +869,7 @@ async fn while_the_first_race_runs_its_results_place_says_a_race_is_running() {
         assert!(results.contains(none), "{lang}, before any race: {results}");
     }
     let racer = logged_in(&app, "first").await;
-    let token = racer.csrf_token("/demo").await;
-    let form = [
-        ("csrf_token", token.as_str()),
-        ("strategy", "no-lock"),
-        ("strategy", "named-lock"),
-        ("clients", "8"),
-        ("attempts", "320"),
-        ("pause_ms", "20"),
-    ];
-    assert_eq!(racer.post_form("/demo/races", &form).await.status(), 303);
+    start_a_slow_race(&racer).await;
     for (reader, lang) in &readers {
         let page = reader.get("/demo").await.text().await.expect("page");
         assert!(page.contains(r#"class="run-race" disabled"#), "{lang}: the race still runs");
