@@ -17,10 +17,7 @@ const LANGS: [Lang; 2] = [Lang::En, Lang::Ja];
 
 /// `client` reads the pages in `lang`, switched with the header's form as a person would.
 async fn speak(client: &Client, lang: Lang) {
-    let token = client.csrf_token("/").await;
-    let switched =
-        client.post_form("/language", &[("csrf_token", &token), ("lang", lang.code()), ("next", "/")]).await;
-    assert_eq!(switched.status(), 303, "language switched");
+    client.speak(lang.code()).await;
 }
 
 /// The text of each cell of the table row that starts with `first`, markup left out.
@@ -93,13 +90,7 @@ async fn one_place_taken_is_said_in_the_singular() {
         alice.login(&app.user(&format!("alice-{}", lang.code()), Role::Customer)).await;
         speak(&alice, lang).await;
         for (room, expected) in [(single, one), (double, all_two)] {
-            let token = alice.csrf_token(&format!("/resources/{room}?from={day}")).await;
-            let refused = alice
-                .post_form(
-                    &format!("/resources/{room}/bookings"),
-                    &[("csrf_token", &token), ("date", &day.to_string())],
-                )
-                .await;
+            let refused = alice.book_with_form(room, day).await;
             assert_eq!(refused.status(), 409);
             let page = refused.text().await.expect("page");
             assert!(page.contains(expected) && !page.contains(wrong), "{lang:?}: {expected:?}: {page}");

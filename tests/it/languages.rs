@@ -149,13 +149,7 @@ async fn the_language_follows_the_switch_then_the_browser_and_refusals_are_said_
     assert!(page.contains(&format!("{} (", day.format("%Y-%m-%d"))), "days written the Japanese way");
 
     // The lost race, said in Japanese on the page and in JSON; the code stays the same.
-    let token = browser.csrf_token(&format!("/resources/{room}")).await;
-    let refused = browser
-        .post_form(
-            &format!("/resources/{room}/bookings"),
-            &[("csrf_token", &token), ("date", &day.to_string())],
-        )
-        .await;
+    let refused = browser.book_with_form(room, day).await;
     assert_eq!(refused.status(), 409);
     let page = refused.text().await.expect("page");
     assert!(page.contains("その日は満員です(1 つだけの枠が埋まっています)。"), "{page}");

@@ -425,6 +425,25 @@ impl Client {
         self.post_json("/api/v1/orders", &serde_json::json!({ "lines": lines })).await
     }
 
+    /// Switches this client's language (`en`, `ja`) with the header's form, as a person would.
+    pub async fn speak(&self, lang: &str) {
+        let token = self.csrf_token("/").await;
+        let switched =
+            self.post_form("/language", &[("csrf_token", &token), ("lang", lang), ("next", "/")]).await;
+        assert_eq!(switched.status(), 303, "language switched to {lang}");
+    }
+
+    /// Books `resource_id` on `day` with the resource page's form (its CSRF token read from the
+    /// page that shows `day`); the answer is the page the browser would get.
+    pub async fn book_with_form(&self, resource_id: i64, day: chrono::NaiveDate) -> reqwest::Response {
+        let token = self.csrf_token(&format!("/resources/{resource_id}?from={day}")).await;
+        self.post_form(
+            &format!("/resources/{resource_id}/bookings"),
+            &[("csrf_token", &token), ("date", &day.to_string())],
+        )
+        .await
+    }
+
     pub async fn book(&self, resource_id: i64, day: chrono::NaiveDate) -> reqwest::Response {
         self.post_json(
             "/api/v1/reservations",
