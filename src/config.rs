@@ -87,6 +87,11 @@ pub struct Env {
     /// per batch, each request answered as if alone.
     #[arg(long, env = "BOOKING_COALESCING", default_value_t = true, action = clap::ArgAction::Set, value_parser = flag)]
     booking_coalescing: bool,
+    /// Place the single-line orders queued for one product together: one stock row lock, one
+    /// transaction and one commit per batch, each order answered as if alone. Off: every order
+    /// runs on its own.
+    #[arg(long, env = "ORDER_COALESCING", default_value_t = true, action = clap::ArgAction::Set, value_parser = flag)]
+    order_coalescing: bool,
     /// Record the lock metrics of /metrics and /admin/metrics; off only to measure what
     /// recording them costs.
     #[arg(long, env = "METRICS", default_value_t = true, action = clap::ArgAction::Set, value_parser = flag)]
@@ -285,6 +290,8 @@ pub struct Config {
     pub row_lock_wait_secs: u32,
     /// `BOOKING_COALESCING` (see `bookings::coalesce`).
     pub coalesce_bookings: bool,
+    /// `ORDER_COALESCING` (see `orders::coalesce`).
+    pub coalesce_orders: bool,
     /// `METRICS`.
     pub metrics: bool,
     /// `METRICS_TOKEN`: the bearer token `/metrics` asks for; without one, `/metrics` is served
@@ -340,6 +347,7 @@ impl std::fmt::Debug for Config {
             lock_waiters_max,
             row_lock_wait_secs,
             coalesce_bookings,
+            coalesce_orders,
             metrics,
             metrics_token,
             hashing_slots,
@@ -367,6 +375,7 @@ impl std::fmt::Debug for Config {
             .field("lock_waiters_max", lock_waiters_max)
             .field("row_lock_wait_secs", row_lock_wait_secs)
             .field("coalesce_bookings", coalesce_bookings)
+            .field("coalesce_orders", coalesce_orders)
             .field("metrics", metrics)
             .field("metrics_token", &metrics_token.as_ref().map(|_| "[set, not shown]"))
             .field("hashing_slots", hashing_slots)
@@ -466,6 +475,7 @@ impl TryFrom<Env> for Config {
             lock_waiters_max: env.lock_waiters_max.map_or_else(|| default_waiters_max(env.pool_size), size),
             row_lock_wait_secs: env.row_lock_wait_secs,
             coalesce_bookings: env.booking_coalescing,
+            coalesce_orders: env.order_coalescing,
             metrics: env.metrics,
             metrics_token,
             hashing_slots,
@@ -640,12 +650,15 @@ mod tests {
             parse(&[("POOL_SIZE", "40"), ("HASHING_SLOTS", "3"), ("DEMO_MODE", "1")]).expect("valid");
         assert_eq!((config.lock_waiters_max, config.blocking_threads), (10, 43));
         assert!(config.demo_mode && !config.cookie_secure, "a demo is served over plain HTTP");
+        assert!(config.coalesce_bookings && config.coalesce_orders, "coalescing is on by default");
         let db = ("DATABASE_URL", "mysql://app:pw@db/haita");
-        let production = parse(&[db, ("BOOKING_COALESCING", "false"), ("BATCH_LOCK", "DB")]).expect("valid");
+        let production = parse(&[db, ("BOOKING_COALESCING", "false"), ("ORDER_COALESCING", "off"), ("BATCH_LOCK", "DB")])
+            .expect("valid");
         let emptied =
             parse(&[db, ("DEMO_MODE", ""), ("METRICS", ""), ("COOKIE_SECURE", "Off")]).expect("valid");
         assert!(!emptied.demo_mode && !emptied.metrics && !emptied.cookie_secure, "set but empty is no");
         assert!(production.cookie_secure && !production.coalesce_bookings && !production.demo_mode);
+        assert!(!production.coalesce_orders);
         assert_eq!(production.batch_lock, BatchLock::Db);
     }
 

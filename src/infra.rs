@@ -118,6 +118,8 @@ impl AsProblem for Infra {
                 Problem::busy_in(match name.scope() {
                     "book" => "busy.book",
                     "stock" => "busy.stock",
+                    // Queued behind a flash sale's batches (`orders::coalesce`).
+                    "order" => "busy.demand",
                     "edit" => "busy.edit",
                     _ => "busy.server",
                 })

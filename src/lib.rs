@@ -100,6 +100,8 @@ impl Application {
         let state = aweb::Data::new(AppState::new(pool.clone(), config));
         // This instance's queues of bookings per day, served in batches.
         let coalescer = aweb::Data::new(bookings::coalesce::Coalescer::new(state.config.max_future_bookings));
+        // And of single-line orders per product.
+        let order_coalescer = aweb::Data::new(orders::coalesce::Coalescer::new(state.config.max_orders_per_minute));
         // One per instance, shared by its workers: at most one demo race at a time, and its
         // progress for everyone watching.
         #[cfg(feature = "lab")]
@@ -112,7 +114,10 @@ impl Application {
             // Runs on each worker thread as it starts: that thread records into this instance's
             // registry from now on.
             metrics::use_on_this_thread(state.metrics.clone());
-            let app = App::new().app_data(state.clone()).app_data(coalescer.clone());
+            let app = App::new()
+                .app_data(state.clone())
+                .app_data(coalescer.clone())
+                .app_data(order_coalescer.clone());
             #[cfg(feature = "lab")]
             let app = app.app_data(race_board.clone()).app_data(outside.clone());
             app.app_data(error::json_config(error::BODY_LIMIT))

@@ -55,6 +55,8 @@ pub struct Metrics {
     pub lock_waiters_refused: IntCounterVec,
     /// Bookings decided per coalesced batch (one lock, one transaction, one commit each).
     pub booking_batch_size: Histogram,
+    /// Orders decided per coalesced batch (one stock row lock, one transaction, one commit each).
+    pub order_batch_size: Histogram,
     /// Sessions checked per query (`auth::session::SessionChecks`): with the batches above, how
     /// many blocking hops a booking request costs (one per batch of each).
     pub session_check_batch_size: Histogram,
@@ -124,6 +126,10 @@ fn build() -> Result<Metrics, prometheus::Error> {
             HistogramOpts::new("booking_batch_size", "Bookings decided per coalesced batch")
                 .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0]),
         )?,
+        order_batch_size: Histogram::with_opts(
+            HistogramOpts::new("order_batch_size", "Orders decided per coalesced batch")
+                .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0]),
+        )?,
         session_check_batch_size: Histogram::with_opts(
             HistogramOpts::new("session_check_batch_size", "Sessions checked per query")
                 .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
@@ -154,6 +160,7 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry.register(Box::new(m.lock_waiters_budget.clone()))?;
     m.registry.register(Box::new(m.lock_waiters_refused.clone()))?;
     m.registry.register(Box::new(m.booking_batch_size.clone()))?;
+    m.registry.register(Box::new(m.order_batch_size.clone()))?;
     m.registry.register(Box::new(m.session_check_batch_size.clone()))?;
     m.registry.register(Box::new(m.idempotent_replays.clone()))?;
     m.registry.register(Box::new(m.pool_connections.clone()))?;

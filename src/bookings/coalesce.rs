@@ -6,8 +6,8 @@
 //! sales solve this inside the server (one lock, many pending updates, one commit); this does
 //! it in the application, on a stock server.
 //!
-//! Requests for a day queue here, in memory, holding no connection. The first to arrive starts
-//! a drainer for that day, which takes the waiting requests in arrival order, at most
+//! Requests for a day queue in memory ([`Batches`]), holding no connection. The first to arrive
+//! starts a drainer for that day, which takes the waiting requests in arrival order, at most
 //! [`MAX_BATCH`] at a time, and books them with one lock and one transaction
 //! (`service::book_batch`); each request gets the answer it would have got on its own in that
 //! order. Requests that arrive meanwhile form the next batch. With N instances, at most N
@@ -17,8 +17,7 @@
 //! queue with 503 `busy`; once a batch has taken it, its answer is on the way. The drainer runs
 //! as a task of its own, so a client that disconnects cannot strand the requests behind it.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -28,7 +27,7 @@ use super::model::{BookingDate, Reservation};
 use super::service;
 use crate::auth::session::Ticket;
 use crate::db::DbPool;
-use crate::locking::{LockError, LockName, LockQueue};
+use crate::locking::{Batches, LockError, LockName, LockQueue};
 
 /// Most bookings decided in one transaction: large enough to absorb a burst, small enough that
 /// one transaction's row locks and duration stay short.
@@ -46,30 +45,23 @@ enum Reply {
 }
 
 struct Waiter {
-    /// This request's place in the queue, to leave it by.
-    place: u64,
     /// Whose booking (checked in the batch's read).
     ticket: Ticket,
     deadline: Instant,
     reply: oneshot::Sender<Reply>,
 }
 
-#[derive(Default)]
-struct Day {
-    waiting: VecDeque<Waiter>,
-}
-
 /// One per app instance.
 pub struct Coalescer {
-    days: Mutex<HashMap<LockName, Day>>,
-    places: std::sync::atomic::AtomicU64,
+    /// The requests waiting per day (`LockName` of the day's lock).
+    days: Batches<Waiter>,
     /// `MAX_FUTURE_BOOKINGS_PER_USER`, checked for each request of a batch as if it ran alone.
     max_future: u32,
 }
 
 impl Coalescer {
     pub fn new(max_future: u32) -> Self {
-        Self { days: Mutex::new(HashMap::new()), places: std::sync::atomic::AtomicU64::new(1), max_future }
+        Self { days: Batches::new(MAX_BATCH), max_future }
     }
 
     /// Books `resource_id` on `date` for the user of `ticket`, in the day's next batch.
@@ -84,21 +76,9 @@ impl Coalescer {
     ) -> Answer {
         let name = pool.names().booking(resource_id, date.day());
         let deadline = Instant::now() + wait;
-        let place = self.places.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (reply, mut answer) = oneshot::channel();
-        let start_drainer = {
-            let mut days = self.days.lock().unwrap_or_else(PoisonError::into_inner);
-            let start = !days.contains_key(&name);
-            days.entry(name.clone()).or_default().waiting.push_back(Waiter {
-                place,
-                ticket: ticket.clone(),
-                deadline,
-                reply,
-            });
-            start
-        };
-        crate::metrics::record(|m| m.lock_queue_depth.with_label_values(&["book"]).inc());
-        if start_drainer {
+        let joined = self.days.join(&name, Waiter { ticket: ticket.clone(), deadline, reply });
+        if joined.drain {
             let drain = Drain {
                 coalescer: Arc::clone(self),
                 pool: pool.clone(),
@@ -114,11 +94,10 @@ impl Coalescer {
         let reply = match waited {
             Ok(reply) => reply,
             // Still queued: leave with "busy". Already in a batch: its answer is coming.
-            Err(_) if self.withdraw(&name, place) => {
+            Err(_) if self.days.withdraw(&name, joined.place) => {
                 crate::metrics::record(|m| {
                     m.named_lock_acquisitions.with_label_values(&["book", "timed_out_queued"]).inc()
                 });
-                crate::metrics::record(|m| m.lock_queue_depth.with_label_values(&["book"]).dec());
                 return Err(LockError::TimedOut { name, waited: wait }.into());
             }
             Err(_) => answer.await,
@@ -140,45 +119,6 @@ impl Coalescer {
             }
         }
     }
-
-    fn withdraw(&self, name: &LockName, place: u64) -> bool {
-        let mut days = self.days.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(day) = days.get_mut(name) else { return false };
-        let before = day.waiting.len();
-        day.waiting.retain(|w| w.place != place);
-        before != day.waiting.len()
-    }
-
-    /// The next batch of `name`, or `None` (and the day forgotten) when nobody waits.
-    fn next_batch(&self, name: &LockName) -> Option<Vec<Waiter>> {
-        let mut days = self.days.lock().unwrap_or_else(PoisonError::into_inner);
-        let day = days.get_mut(name)?;
-        if day.waiting.is_empty() {
-            days.remove(name);
-            return None;
-        }
-        let take = day.waiting.len().min(MAX_BATCH);
-        Some(day.waiting.drain(..take).collect())
-    }
-}
-
-struct ForgetOnDeath<'a> {
-    coalescer: &'a Coalescer,
-    name: &'a LockName,
-    /// Set when the queue ran empty: `next_batch` has already forgotten the day.
-    finished: bool,
-}
-
-impl Drop for ForgetOnDeath<'_> {
-    fn drop(&mut self) {
-        if !self.finished {
-            let mut days = self.coalescer.days.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(day) = days.remove(self.name) {
-                let waiting = i64::try_from(day.waiting.len()).unwrap_or(0);
-                crate::metrics::record(|m| m.lock_queue_depth.with_label_values(&["book"]).sub(waiting));
-            }
-        }
-    }
 }
 
 /// The drainer of one day: batches until the day's queue is empty.
@@ -194,14 +134,10 @@ struct Drain {
 
 impl Drain {
     async fn run(self) {
-        // Should this task die (a panic, or its runtime stopping), the day must not stay "being
-        // drained" by nobody: forgetting it drops the waiters' reply senders, and they go on
-        // alone.
-        let mut death = ForgetOnDeath { coalescer: &self.coalescer, name: &self.name, finished: false };
-        while let Some(batch) = self.coalescer.next_batch(&self.name) {
-            crate::metrics::record(|m| {
-                m.lock_queue_depth.with_label_values(&["book"]).sub(i64::try_from(batch.len()).unwrap_or(0))
-            });
+        // Should this task die (a panic, or its runtime stopping), dropping the drainer forgets
+        // the day: the waiters' reply senders are dropped, and they go on alone.
+        let mut drainer = self.coalescer.days.drainer(&self.name);
+        while let Some(batch) = drainer.next_batch() {
             let (late, batch): (Vec<Waiter>, Vec<Waiter>) =
                 batch.into_iter().partition(|w| w.deadline <= Instant::now());
             for waiter in late {
@@ -239,6 +175,5 @@ impl Drain {
                 }
             }
         }
-        death.finished = true;
     }
 }

@@ -91,6 +91,14 @@ impl Namespace {
         self.name("stock", &product_id.to_string())
     }
 
+    /// The name a product's single-line orders queue under for their turn at its stock row
+    /// (`orders::coalesce`). No server lock of this name is ever taken: the stock row's own
+    /// `FOR UPDATE` serialises the batches; the name keys the in-memory queue and says what a
+    /// request that waited too long was waiting for.
+    pub fn order(&self, product_id: i64) -> LockName {
+        self.name("order", &product_id.to_string())
+    }
+
     /// The lock every instance takes before running migrations.
     pub fn migrations(&self) -> LockName {
         self.name("migrate", "schema")

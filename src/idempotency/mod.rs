@@ -21,6 +21,11 @@
 //!    claim back with everything else: the next retry runs afresh, which is what the client
 //!    wants from a 503.
 //!
+//! A coalesced batch (`orders::coalesce`) runs many keyed requests in one transaction: each
+//! claims its key and stores its answer there, in arrival order ([`once_among_others`]), so
+//! every answer still commits with its effect. A passing failure of one of them cannot roll the
+//! others back; its claim is deleted instead, which leaves what a rollback would have.
+//!
 //! Keys are per user (one user's key never meets another's), may be 1 to 255 visible ASCII
 //! characters, and are kept for [`TTL`]: an answer is replayed for a day, after which the key
 //! may be used again. The same key with a different request is refused (422
@@ -164,6 +169,7 @@ const READ: &str = "SELECT fingerprint, outcome, expires_at FROM idempotency_key
 const RECLAIM: &str = "UPDATE idempotency_keys SET fingerprint = ?, outcome = NULL, created_at = ?, expires_at = ? \
      WHERE user_id = ? AND idempotency_key = ?";
 const ANSWER: &str = "UPDATE idempotency_keys SET outcome = ? WHERE user_id = ? AND idempotency_key = ?";
+const UNCLAIM: &str = "DELETE FROM idempotency_keys WHERE user_id = ? AND idempotency_key = ?";
 
 /// Runs `work` inside the caller's transaction at most once per key: the first time, its
 /// outcome (success or [`Refusal::is_answer`] refusal) is stored in the same transaction; a
@@ -183,31 +189,71 @@ where
     E: Serialize + DeserializeOwned + Refusal + From<IdempotencyError> + From<DbError>,
 {
     let Some(key) = key else { return work(conn).map(Ok) };
-    if let Some(stored) = key.claim(conn)? {
-        crate::metrics::record(|m| m.idempotent_replays.inc());
-        return Ok(stored);
+    match key.claim(conn)? {
+        Claim::Fresh => {}
+        Claim::Stored(stored) => return Ok(stored),
+        Claim::Refused(refused) => return Err(refused.into()),
     }
-    let outcome = work(conn);
-    match outcome {
+    match work(conn) {
         Err(passing) if !passing.is_answer() => Err(passing),
         outcome => {
-            let text = serde_json::to_string(&outcome).map_err(|e| DbError::SerializationError(e.into()))?;
-            cached_sql::<()>(ANSWER)
-                .bind::<Text, _>(text)
-                .bind::<BigInt, _>(key.user_id)
-                .bind::<Text, _>(&key.key)
-                .execute(conn)?;
+            key.answer(conn, &outcome)?;
             Ok(outcome)
         }
     }
 }
 
+/// [`once`] for one request among several sharing one transaction (a coalesced batch,
+/// `orders::service::order_batch`), where rolling back is not this request's to decide: it
+/// would take the others' work with it.
+///
+/// `work` says which failures doom the transaction (its outer `Err`, passed on: a statement
+/// failed) and which are this request's answer (inner). A passing failure of this request
+/// alone — too many orders a minute, say — is rolled back by hand instead: its claim is deleted,
+/// as a rollback would have left it, and nothing else of it was written. A key reused for
+/// another request is this request's answer too: its claim wrote nothing.
+pub fn once_among_others<T, E>(
+    conn: &mut DbConn,
+    key: Option<&Once>,
+    work: impl FnOnce(&mut DbConn) -> Result<Result<T, E>, E>,
+) -> Result<Result<T, E>, E>
+where
+    T: Serialize + DeserializeOwned,
+    E: Serialize + DeserializeOwned + Refusal + From<IdempotencyError> + From<DbError>,
+{
+    let Some(key) = key else { return work(conn) };
+    match key.claim(conn)? {
+        Claim::Fresh => {}
+        Claim::Stored(stored) => return Ok(stored),
+        Claim::Refused(refused) => return Ok(Err(refused.into())),
+    }
+    match work(conn)? {
+        Err(passing) if !passing.is_answer() => {
+            key.unclaim(conn)?;
+            Ok(Err(passing))
+        }
+        outcome => {
+            key.answer(conn, &outcome)?;
+            Ok(outcome)
+        }
+    }
+}
+
+/// What claiming a key found.
+enum Claim<T, E> {
+    /// The key is this transaction's now: run the request.
+    Fresh,
+    /// The key's first request has committed this answer.
+    Stored(Result<T, E>),
+    /// The key cannot serve this request (bound to another, or its answer unreadable); nothing
+    /// was written.
+    Refused(IdempotencyError),
+}
+
 impl Once {
-    /// Claims the key for this transaction, or returns the answer stored under it.
-    fn claim<T: DeserializeOwned, E: DeserializeOwned + From<IdempotencyError> + From<DbError>>(
-        &self,
-        conn: &mut DbConn,
-    ) -> Result<Option<Result<T, E>>, E> {
+    /// Claims the key for this transaction, or returns the answer stored under it. The outer
+    /// error is a statement's failure.
+    fn claim<T: DeserializeOwned, E: DeserializeOwned>(&self, conn: &mut DbConn) -> Result<Claim<T, E>, DbError> {
         let now = crate::db::now_micros();
         let inserted = cached_sql::<()>(CLAIM)
             .bind::<BigInt, _>(self.user_id)
@@ -217,12 +263,12 @@ impl Once {
             .bind::<Timestamp, _>(now + TTL)
             .execute(conn);
         match inserted {
-            Ok(1) => return Ok(None),
+            Ok(1) => return Ok(Claim::Fresh),
             Ok(_) | Err(DbError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {}
-            Err(other) => return Err(other.into()),
+            Err(other) => return Err(other),
         }
         // Used before, by a transaction that has committed (had it rolled back, the insert
-        // would have succeeded).
+        // would have succeeded), or earlier in this one (a batch holding the same key twice).
         let (fingerprint, outcome, expires_at): (Vec<u8>, Option<String>, NaiveDateTime) =
             cached_sql::<(Binary, Nullable<Text>, Timestamp)>(READ)
                 .bind::<BigInt, _>(self.user_id)
@@ -236,17 +282,39 @@ impl Once {
                 .bind::<BigInt, _>(self.user_id)
                 .bind::<Text, _>(&self.key)
                 .execute(conn)?;
-            return Ok(None);
+            return Ok(Claim::Fresh);
         }
         if fingerprint != self.fingerprint {
-            return Err(IdempotencyError::Reused.into());
+            return Ok(Claim::Refused(IdempotencyError::Reused));
         }
-        let outcome = outcome.ok_or(IdempotencyError::Unreadable)?;
-        let stored = serde_json::from_str(&outcome).map_err(|e| {
-            log::warn!("stored answer for an idempotency key cannot be read: {e}");
-            IdempotencyError::Unreadable
-        })?;
-        Ok(Some(stored))
+        let Some(outcome) = outcome else { return Ok(Claim::Refused(IdempotencyError::Unreadable)) };
+        match serde_json::from_str(&outcome) {
+            Ok(stored) => {
+                crate::metrics::record(|m| m.idempotent_replays.inc());
+                Ok(Claim::Stored(stored))
+            }
+            Err(e) => {
+                log::warn!("stored answer for an idempotency key cannot be read: {e}");
+                Ok(Claim::Refused(IdempotencyError::Unreadable))
+            }
+        }
+    }
+
+    /// Stores `outcome` as the key's answer, in the transaction that claimed it.
+    fn answer<T: Serialize, E: Serialize>(&self, conn: &mut DbConn, outcome: &Result<T, E>) -> Result<(), DbError> {
+        let text = serde_json::to_string(outcome).map_err(|e| DbError::SerializationError(e.into()))?;
+        cached_sql::<()>(ANSWER)
+            .bind::<Text, _>(text)
+            .bind::<BigInt, _>(self.user_id)
+            .bind::<Text, _>(&self.key)
+            .execute(conn)
+            .map(drop)
+    }
+
+    /// Takes back this transaction's claim: what rolling it back would have left (a key that
+    /// had expired and was reclaimed is gone rather than expired, which means the same).
+    fn unclaim(&self, conn: &mut DbConn) -> Result<(), DbError> {
+        cached_sql::<()>(UNCLAIM).bind::<BigInt, _>(self.user_id).bind::<Text, _>(&self.key).execute(conn).map(drop)
     }
 }
 

@@ -14,16 +14,20 @@
 //!   wait timeout, at most a few times, with jittered backoff.
 //! - [`LockQueue`]: one waiter per lock name per instance, in memory, and a budget for the
 //!   sessions that wait at the server, so one hot or stuck key cannot take every connection.
+//! - [`Batches`]: the requests for one hot key waiting in memory, in arrival order, for the one
+//!   task that serves them in batches (one lock, one transaction, one commit for many).
 //!
 //! What each engine's server is asked for them (`GET_LOCK` or `pg_advisory_lock`, and how a
 //! holder is found and its session ended) is the engine's dialect's answer (`db::dialect`); the
 //! names themselves are built where the servers' rules for them are known (`db::lock_names`).
 
+pub mod batches;
 mod named;
 pub mod queue;
 pub mod retry;
 mod transaction_scoped;
 
+pub use batches::Batches;
 pub use crate::db::lock_names::{self as names, LockName, Namespace};
 pub use named::{AcquireError, LockError, NamedLockGuard};
 pub use queue::{LockQueue, Turn};

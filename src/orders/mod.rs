@@ -7,7 +7,12 @@
 //! lines came in. A deadlock that still happens (with a row locked by something else, say)
 //! reruns the whole transaction, at most three times; a row lock wait timeout answers 503 busy
 //! at once (`crate::locking::retry`).
+//!
+//! On a hot product (a flash sale) the single-line orders waiting for its stock row are served
+//! in batches, one lock and one commit for many, each order answered as if alone
+//! (`coalesce`, `ORDER_COALESCING`).
 
+pub mod coalesce;
 pub mod model;
 pub mod routes;
 pub mod service;

@@ -8,6 +8,7 @@ use askama::Template;
 use serde::Deserialize;
 
 use super::OrderError;
+use super::coalesce::Coalescer;
 use super::model::Cart;
 use super::service::{self, OrderView, Placed};
 use crate::auth::SessionUser;
@@ -33,14 +34,23 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
+/// Places the request's order by one of two paths that run the same steps:
+/// - the coalescer ([`Coalescer::order`], then `service::order_batch`) for every order with
+///   `ORDER_COALESCING` on (the default): the single-line orders of one product placed in
+///   batches, in arrival order, keyed or not; a cart of several lines runs on its own there.
+/// - [`service::place_order`], the lesson, for every order with `ORDER_COALESCING=false`.
 async fn place(
     state: &AppState,
+    coalescer: &std::sync::Arc<Coalescer>,
     user: &SessionUser,
     cart: Cart,
     key: Option<IdempotencyKey>,
 ) -> Result<Placed, OrderError> {
     let user_id = user.id;
     let once = key.map(|key| key.bind(user_id, &cart.describe()));
+    if state.config.coalesce_orders {
+        return coalescer.order(&state.pool, state.config.lock_wait, user_id, cart, once).await;
+    }
     let max_per_minute = state.config.max_orders_per_minute;
     state
         .with_pool(move |pool| {
@@ -83,11 +93,12 @@ async fn order_form(
     ctx: PageContext,
     CsrfForm(fields): CsrfForm<HashMap<String, String>>,
     state: web::Data<AppState>,
+    coalescer: web::Data<Coalescer>,
 ) -> actix_web::Result<HttpResponse> {
     let placed = async {
         let cart = cart_from_form(&fields)?;
         let key = IdempotencyKey::from_form(fields.get(idempotency::FORM_FIELD).map(String::as_str))?;
-        place(&state, &user, cart, key).await
+        place(&state, &coalescer, &user, cart, key).await
     };
     match placed.await {
         Ok(placed) => Ok(see_other(&format!("/orders?placed={}", placed.order.id))),
@@ -168,9 +179,10 @@ async fn order_json(
     KeyHeader(key): KeyHeader,
     body: web::Json<OrderRequest>,
     state: web::Data<AppState>,
+    coalescer: web::Data<Coalescer>,
 ) -> Result<HttpResponse, OrderError> {
     let requested: Vec<(i64, i64)> = body.lines.iter().map(|l| (l.product_id, l.quantity)).collect();
-    let placed = place(&state, &user, Cart::parse(&requested)?, key).await?;
+    let placed = place(&state, &coalescer, &user, Cart::parse(&requested)?, key).await?;
     Ok(HttpResponse::Created()
         .insert_header((header::LOCATION, format!("/api/v1/orders/{}", placed.order.id)))
         // How many times the transaction ran: more than 1 means a deadlock or lock wait timeout

@@ -13,6 +13,8 @@ use tokio::sync::Barrier;
 
 use crate::common::{Client, TestApp, TestDb, error_code, invariants, on_both_engines, poll};
 
+mod coalescing;
+
 struct Answer {
     status: u16,
     code: String,
@@ -56,8 +58,23 @@ on_both_engines!(
     fifty_orders_for_ten_units_sell_exactly_ten_on_postgres => fifty_orders_for_ten_units
 );
 
+on_both_engines!(
+    fifty_orders_one_at_a_time_for_ten_units_sell_exactly_ten,
+    fifty_orders_one_at_a_time_for_ten_units_sell_exactly_ten_on_postgres => fifty_orders_one_at_a_time
+);
+
+/// With `ORDER_COALESCING` on, the default: the orders are placed in batches.
 async fn fifty_orders_for_ten_units(db: TestDb) {
-    let app = TestApp::spawn_on(db, 2, |_| {}).await;
+    fifty_orders_on_two_instances(db, true).await;
+}
+
+/// `ORDER_COALESCING=false`: every order takes the stock row's lock for its own transaction.
+async fn fifty_orders_one_at_a_time(db: TestDb) {
+    fifty_orders_on_two_instances(db, false).await;
+}
+
+async fn fifty_orders_on_two_instances(db: TestDb, coalesce: bool) {
+    let app = TestApp::spawn_on(db, 2, |c| c.coalesce_orders = coalesce).await;
     let product = app.product("HOT-1", 500, 10);
     let clients = logged_in_clients(&app, 50).await;
 
