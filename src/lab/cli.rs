@@ -85,13 +85,10 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 200_000)]
         rounds: u32,
     },
-    /// Orders per second, hot product vs spread products, service vs raw SQL.
-    Orders {
-        #[arg(long, default_value_t = 16)]
-        clients: usize,
-        #[arg(long, default_value_t = 5)]
-        seconds: u64,
-    },
+    /// Orders per second on a hot product and spread over 64: coalesced against one at a time
+    /// and the raw `FOR UPDATE` baseline, in process, with the server's statements and commits
+    /// per order; then hot against spread through HTTP.
+    Orders(super::bench::orders::OrdersBench),
 }
 
 pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
@@ -128,12 +125,7 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
             print!("{}", super::bench::metrics::report(&super::bench::metrics::run(rounds)));
             Ok(())
         }
-        LabCommand::Bench { which: BenchCommand::Orders { clients, seconds } } => {
-            anyhow::ensure!((1..=256).contains(&clients), "--clients must be between 1 and 256");
-            let results = super::bench::orders::run(&config.database_url, clients, seconds)?;
-            print!("{}", super::bench::orders::report(&results, clients));
-            Ok(())
-        }
+        LabCommand::Bench { which: BenchCommand::Orders(options) } => super::bench::orders::run(&config, &options),
         LabCommand::Seed => {
             super::require_demo_mode(&config, "seed")?;
             super::seed::run(&crate::prepare_database(&config)?)

@@ -303,6 +303,40 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
     received.assert_cached(10 * figure(&pool, "receipt"));
 }
 
+/// Orders coalesced on one product (`orders::service::order_batch`): the transaction's fixed
+/// statements once for the batch, and for each order placed its row, its id, its line and its
+/// ledger movement: 7 + 4n statements and one commit for n orders.
+#[test]
+fn a_batch_of_orders_prepares_nothing_in_steady_state_and_takes_seven_plus_four_per_order() {
+    use haita::orders::model::Cart;
+    use haita::orders::service::{BatchedOrder, order_batch};
+    let db = TestDb::new();
+    let buyers: Vec<i64> =
+        (0..5).map(|i| create_user(&db, &format!("batched{i}"), haita::auth::Role::Customer).id).collect();
+    let product = crate::common::create_product(&db, "COUNT-BATCH", 250, 1000);
+    let pool = single_connection_pool(&db);
+    let batch = |buyers: &[i64]| {
+        let line = Cart::parse(&[(product, 1)]).expect("cart").lines()[0];
+        let orders: Vec<BatchedOrder> = buyers.iter().map(|&user| BatchedOrder::new(user, line, None)).collect();
+        let batched = order_batch(&pool, &Default::default(), product, &orders, 100).expect("batch");
+        assert!(batched.answers.iter().all(Result::is_ok), "every order placed");
+    };
+    batch(&buyers);
+    batch(&buyers[..1]);
+
+    let five = Commands::of(&pool, || (0..5).for_each(|_| batch(&buyers)));
+    // START TRANSACTION, the users' rows FOR UPDATE, the catalog, the users' orders of the last
+    // minute, the stock row FOR UPDATE; per order: INSERT order, LAST_INSERT_ID, INSERT line,
+    // INSERT ledger movement; one UPDATE of the stock row; COMMIT.
+    five.assert_cached(5 * figure(&pool, "order_batch_of_five"));
+
+    // An order the coalescer finds alone at its product: a batch of one, the one-at-a-time order's
+    // statements.
+    let alone = Commands::of(&pool, || (0..10).for_each(|_| batch(&buyers[..1])));
+    alone.assert_cached(10 * figure(&pool, "order_coalesced_alone"));
+    assert_eq!(figure(&pool, "order_coalesced_alone"), figure(&pool, "order"));
+}
+
 #[test]
 fn an_edit_lock_prepares_nothing_in_steady_state() {
     use haita::edit_locks::service::{self as edit_locks, Policy};

@@ -3,7 +3,8 @@
 //!
 //! - `bookings.rs`: the booking strategies, through HTTP (to a separate server process,
 //!   `server.rs`) and as raw SQL;
-//! - `orders.rs`: the order path, through the service and as hand-written SQL;
+//! - `orders.rs`: a hot product, orders coalesced against one at a time and the raw
+//!   `FOR UPDATE`, in process; hot against spread through HTTP;
 //! - `coalescing.rs`: one hot day, bookings one at a time against coalesced batches;
 //! - `stuck.rs`: one day's lock held by a stuck session, and what everything else waits;
 //! - `metrics.rs`: what recording the lock metrics costs a booking, on against off;

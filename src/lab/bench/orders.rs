@@ -1,106 +1,286 @@
-//! `haita bench orders`: how much the order path costs over the bare SQL it issues.
+//! `haita bench orders`: what a hot product costs an order, one at a time and coalesced, next to
+//! the bare `FOR UPDATE` it is built on.
 //!
-//! Two workloads, each run twice on a scratch database: through [`service::place_order`] (diesel
-//! DSL, the retry wrapper, the read-back of the order) and as the same statements written by hand
-//! and sent through the same pool. Each client is a thread placing one-unit orders in a loop:
-//! *hot* — every order takes the same product, so all clients queue on one row lock; *spread* —
-//! each order takes one of 64 products at random. The ratio app/raw says what the code around
-//! the SQL costs; the hot workload says what a single hot row costs anyone.
+//! Everything happens in a scratch database next to `DATABASE_URL`'s (`<its name>_bench_<random>`),
+//! dropped at the end; every order is for one unit of a product with stock for all.
+//!
+//! **In process**, without HTTP, `--clients` clients order as fast as they can for `--seconds`,
+//! on a pool of `POOL_SIZE` connections, by three paths (alternating, `--repeat` times each; the
+//! median run is printed):
+//! - *raw*: the baseline, the order's statements written by hand the plain way (`sql_query`,
+//!   diesel's own transaction: each statement prepared and closed again), `SELECT … FOR UPDATE`
+//!   on the stock row, check, decrement, insert, commit, read back;
+//! - *one at a time*: `service::place_order`, what every order ran before coalescing, and what
+//!   `ORDER_COALESCING=false` runs: a transaction per order, each queueing on the row's lock;
+//! - *coalesced*: `orders::coalesce::Coalescer`, what an order request runs by default: the
+//!   product's queued orders placed in batches, one transaction each.
+//!
+//! Keys (`--keys`): *hot*, every order for one product (a flash sale), and *spread*, each order
+//! for one of 64 products at random. The server's own counters (`SHOW GLOBAL STATUS`, so run on
+//! a quiet server) give statements and commits per order; PostgreSQL keeps no such count
+//! without an extension (`super::NOT_COUNTED_ON_POSTGRES`).
+//!
+//! **Through HTTP**, the app as a process of its own (`server.rs`, coalescing on, its default),
+//! `--clients` logged-in HTTP clients in this process post `/api/v1/orders`, hot and spread
+//! (both, whatever `--keys` says: the one is the other's reference), with the blocking-pool hops
+//! per order read from the server's `/metrics`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Text, Untyped};
+use diesel::sql_types::{BigInt, Integer, Text};
 use rand::Rng;
 
+use super::ServerCounters;
+use super::server::ServerProcess;
 use crate::config::Config;
 use crate::db::{self, DbConn, DbPool, Engine, ScratchDatabase, cached_sql};
 use crate::lab::stats::percentile_ms;
 use crate::locking::retry::RetryPolicy;
+use crate::orders::coalesce::Coalescer;
 use crate::orders::model::Cart;
-use crate::orders::service;
+use crate::orders::{OrderError, service};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Path {
-    App,
-    Raw,
+#[derive(clap::Args)]
+pub struct OrdersBench {
+    /// Clients ordering at once, in process and through HTTP.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// Seconds measured per run.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Key patterns measured in process, comma-separated: hot, spread (HTTP measures both).
+    #[arg(long, value_delimiter = ',', default_value = "hot,spread")]
+    keys: Vec<String>,
+    /// Runs per path, alternating; the median is printed (the machine is shared, and one noisy
+    /// second should not decide a ratio).
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    /// Measure only one part: `in-process` or `http`.
+    #[arg(long)]
+    only: Option<String>,
 }
 
-#[derive(Clone, Debug)]
-pub struct Measured {
-    pub workload: &'static str,
-    pub path: Path,
-    pub orders: usize,
-    pub failed: usize,
-    pub per_second: f64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    /// Statements the server prepared per order (server-wide counter: run on a quiet server);
-    /// `None` on PostgreSQL, which counts no prepares without an extension.
-    pub prepares_per_order: Option<f64>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keys {
+    Hot,
+    Spread,
+}
+
+impl Keys {
+    fn label(self) -> &'static str {
+        match self {
+            Keys::Hot => "hot",
+            Keys::Spread => "spread",
+        }
+    }
+}
+
+/// How an order is placed, in process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    Raw,
+    OneAtATime,
+    Coalesced,
+}
+
+impl Path {
+    const ALL: [Path; 3] = [Path::Raw, Path::OneAtATime, Path::Coalesced];
+
+    fn label(self) -> &'static str {
+        match self {
+            Path::Raw => "raw FOR UPDATE",
+            Path::OneAtATime => "one at a time",
+            Path::Coalesced => "coalesced",
+        }
+    }
+}
+
+/// The options, checked before anything is prepared.
+struct Plan {
+    clients: usize,
+    window: Duration,
+    repeat: u32,
+    keys: Vec<Keys>,
+    in_process: bool,
+    http: bool,
+}
+
+impl OrdersBench {
+    fn plan(&self) -> anyhow::Result<Plan> {
+        anyhow::ensure!((1..=256).contains(&self.clients), "--clients must be between 1 and 256");
+        let keys = self
+            .keys
+            .iter()
+            .map(|k| match k.as_str() {
+                "hot" => Ok(Keys::Hot),
+                "spread" => Ok(Keys::Spread),
+                other => Err(anyhow::anyhow!("unknown key pattern {other:?}: use hot, spread")),
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        anyhow::ensure!(!keys.is_empty(), "--keys: name hot, spread or both");
+        let (in_process, http) = match self.only.as_deref() {
+            None => (true, true),
+            Some("in-process") => (true, false),
+            Some("http") => (false, true),
+            Some(other) => anyhow::bail!("--only {other:?}: use in-process or http"),
+        };
+        Ok(Plan {
+            clients: self.clients,
+            window: Duration::from_secs(self.seconds.clamp(1, 60)),
+            repeat: self.repeat.clamp(1, 9),
+            keys,
+            in_process,
+            http,
+        })
+    }
+}
+
+/// One run of one path.
+#[derive(Clone, Debug, Default)]
+struct Measured {
+    placed: u64,
+    /// Answers other than an order placed (a busy answer, an error), and the first of them.
+    failed: u64,
+    first_failure: Option<String>,
+    per_second: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// Per order placed; `None` where the server keeps no count (PostgreSQL).
+    statements: Option<f64>,
+    commits: Option<f64>,
+    prepares: Option<f64>,
+    /// Blocking-pool hops per order (HTTP only): order batches and session-check batches.
+    hops: Option<f64>,
+}
+
+impl Measured {
+    fn new(mut latencies: Vec<Duration>, failed: u64, first_failure: Option<String>, elapsed: Duration) -> Self {
+        latencies.sort_unstable();
+        let placed = latencies.len() as u64;
+        Self {
+            placed,
+            failed,
+            first_failure,
+            per_second: placed as f64 / elapsed.as_secs_f64().max(1e-9),
+            p50_ms: percentile_ms(&latencies, 50.0),
+            p99_ms: percentile_ms(&latencies, 99.0),
+            ..Self::default()
+        }
+    }
+
+    /// What the server counted between `before` and now, per order placed.
+    fn counted(mut self, pool: &DbPool, before: &ServerCounters) -> anyhow::Result<Self> {
+        let done = ServerCounters::read(pool)?.since(before);
+        let per_order = |n: Option<u64>| n.map(|n| n as f64 / self.placed.max(1) as f64);
+        (self.statements, self.commits, self.prepares) =
+            (per_order(done.statements), per_order(done.commits), per_order(done.prepares));
+        Ok(self)
+    }
+
+    /// The run with the median throughput.
+    fn median(mut runs: Vec<Measured>) -> Measured {
+        runs.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
+        let middle = runs.len() / 2;
+        runs.into_iter().nth(middle).unwrap_or_default()
+    }
 }
 
 const SPREAD_PRODUCTS: i64 = 64;
 const STOCK: u32 = 900_000_000;
+const PASSWORD: &str = "bench-password-not-secret";
 
-/// Runs the four measurements on a scratch database next to the one in `database_url`
-/// (`<its name>_bench_<random>`), which is dropped afterwards.
-pub fn run(database_url: &str, clients: usize, seconds: u64) -> anyhow::Result<Vec<Measured>> {
-    let (_, name) = db::split_database_url(database_url)?;
-    let scratch = ScratchDatabase::create(database_url, &format!("{name}_bench_"))?;
-    let config = Config { pool_size: u32::try_from(clients + 2)?, ..Config::for_database(&scratch.url) };
-    let pool = db::build_pool(&config)?;
-    crate::run_migrations(&pool)?;
-    let (users, hot, spread) = prepare(&mut *pool.get()?, clients)?;
+/// The scratch database and what every run shares.
+struct Prepared {
+    config: Config,
+    pool: DbPool,
+    /// A buyer per client (one person's orders queue on their user row, `crate::auth::quota`: a
+    /// single buyer would measure that queue, not the stock row).
+    users: Vec<i64>,
+    hot: i64,
+    spread: Vec<i64>,
+    /// Last, so it is dropped after the pool, however the bench ends.
+    scratch: ScratchDatabase,
+}
 
-    let duration = Duration::from_secs(seconds);
-    let mut results = Vec::new();
-    for (workload, products) in [("hot", vec![hot]), ("spread", spread)] {
-        for path in [Path::App, Path::Raw] {
-            let prepared_before = statements_prepared(&mut *pool.get()?)?;
-            let mut measured = measure(&pool, workload, path, &users, &products, clients, duration);
-            let prepared = statements_prepared(&mut *pool.get()?)?;
-            measured.prepares_per_order = prepared
-                .zip(prepared_before)
-                .map(|(now, then)| now.saturating_sub(then) as f64 / measured.orders.max(1) as f64);
-            results.push(measured);
-        }
+/// `haita bench orders`: the in-process table, then the HTTP one, each printed as measured.
+pub fn run(config: &Config, options: &OrdersBench) -> anyhow::Result<()> {
+    if std::env::var_os("RUST_LOG").is_none() {
+        // One access-log line per request would be part of what is measured.
+        log::set_max_level(log::LevelFilter::Warn);
     }
+    let plan = options.plan()?;
+    let (_, name) = db::split_database_url(&config.database_url)?;
+    let scratch = ScratchDatabase::create(&config.database_url, &format!("{name}_bench_"))?;
+    let bench_config = Config { database_url: scratch.url.clone(), ..config.clone() };
+    let pool = crate::prepare_database(&bench_config)?;
+    crate::lab::prepare(&pool)?;
+    let (users, hot, spread) = prepare(&mut *pool.get()?, plan.clients)?;
+    let bench = Prepared { config: bench_config, pool, users: users.iter().map(|(id, _)| *id).collect(), hot, spread, scratch };
+    print!("{}", header(&bench, &plan));
+
+    if plan.in_process {
+        let mut rows = Vec::new();
+        for &keys in &plan.keys {
+            let mut runs: Vec<(Path, Measured)> = Vec::new();
+            for _ in 0..plan.repeat {
+                for path in Path::ALL {
+                    runs.push((path, measure_in_process(&bench, keys, path, plan.clients, plan.window)?));
+                }
+            }
+            for path in Path::ALL {
+                let median = Measured::median(runs.iter().filter(|(p, _)| *p == path).map(|(_, m)| m.clone()).collect());
+                let row = (keys, path, median);
+                print!("{}", in_process_row(&row));
+                rows.push(row);
+            }
+        }
+        print!("{}", in_process_ratios(&rows));
+    }
+    if plan.http {
+        let server = ServerProcess::start(&bench.config)?;
+        let base = server.base_url();
+        let measured = actix_web::rt::System::new().block_on(async {
+            let clients = log_in(&base, &users).await?;
+            print!("{}", http_header(plan.clients));
+            let mut rows = Vec::new();
+            for keys in [Keys::Hot, Keys::Spread] {
+                let mut runs = Vec::new();
+                for _ in 0..plan.repeat {
+                    runs.push(measure_http(&bench, &server, &clients, keys, plan.window).await?);
+                }
+                let median = Measured::median(runs);
+                print!("{}", http_row(keys, &median));
+                rows.push((keys, median));
+            }
+            anyhow::Ok(rows)
+        })?;
+        drop(server);
+        print!("{}", http_ratio(&measured));
+    }
+    let Prepared { pool, scratch, .. } = bench;
     drop(pool);
     drop(scratch);
-    Ok(results)
+    Ok(())
 }
 
-#[derive(QueryableByName)]
-struct Status {
-    #[diesel(sql_type = Text, column_name = "Value")]
-    value: String,
-}
-
-/// The server's count of prepared statements since start (MySQL and MariaDB alike); `None` on
-/// PostgreSQL, which counts them only with the `pg_stat_statements` extension.
-fn statements_prepared(conn: &mut DbConn) -> anyhow::Result<Option<u64>> {
-    if conn.engine() == Engine::Postgres {
-        return Ok(None);
-    }
-    let status: Status =
-        cached_sql::<Untyped>("SHOW GLOBAL STATUS LIKE 'Com_stmt_prepare'").get_result(conn)?;
-    Ok(Some(status.value.parse()?))
-}
-
-/// A buyer per client (one person's orders queue on their user row, `crate::auth::quota`: a
-/// single buyer would measure that queue, not the stock rows), one hot product and 64 spread
-/// products, all with plenty of stock (and the ledger rows that stock implies).
-fn prepare(conn: &mut DbConn, clients: usize) -> anyhow::Result<(Vec<i64>, i64, Vec<i64>)> {
+/// A buyer per client, logged in (a session each, for the HTTP clients), one hot product and 64
+/// spread products, all with plenty of stock (and the ledger rows that stock implies).
+fn prepare(conn: &mut DbConn, clients: usize) -> anyhow::Result<(Vec<(i64, String)>, i64, Vec<i64>)> {
+    use crate::auth::service::{UserSpec, create_user};
     let mut users = Vec::new();
     for i in 0..clients.max(1) {
-        cached_sql::<()>(
-            "INSERT INTO users (username, display_name, password_hash, role) VALUES (?, 'bench', '-', 'customer')",
-        )
-        .bind::<Text, _>(format!("bench-{i}"))
-        .execute(conn)?;
-        users.push(crate::db::last_insert_id(conn)?);
+        let username = format!("bench{i:03}");
+        let spec = UserSpec {
+            username: &username,
+            display_name: &username,
+            password: PASSWORD,
+            role: crate::auth::Role::Customer,
+            is_demo: true,
+        };
+        users.push((create_user(conn, &spec)?.id, username));
     }
     let mut ids = Vec::new();
     for i in 0..=SPREAD_PRODUCTS {
@@ -125,67 +305,122 @@ fn prepare(conn: &mut DbConn, clients: usize) -> anyhow::Result<(Vec<i64>, i64, 
     Ok((users, hot, ids))
 }
 
-fn measure(
-    pool: &DbPool,
-    workload: &'static str,
-    path: Path,
-    users: &[i64],
-    products: &[i64],
-    clients: usize,
-    duration: Duration,
-) -> Measured {
-    let start = Arc::new(Barrier::new(clients));
-    let threads: Vec<_> = (0..clients)
-        .map(|client| {
-            let (pool, start, products) = (pool.clone(), start.clone(), products.to_vec());
-            let user_id = users[client % users.len()];
-            std::thread::spawn(move || {
-                let mut latencies = Vec::new();
-                let mut failed = 0;
-                start.wait();
-                let began = Instant::now();
-                while began.elapsed() < duration {
-                    let product = products[rand::rng().random_range(0..products.len())];
-                    let t = Instant::now();
-                    let ok = match path {
-                        Path::App => place_through_service(&pool, user_id, product),
-                        Path::Raw => place_by_hand(&pool, user_id, product),
-                    };
-                    if ok {
-                        latencies.push(t.elapsed());
-                    } else {
-                        failed += 1;
-                    }
-                }
-                (latencies, failed)
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    let mut failed = 0;
-    for thread in threads {
-        if let Ok((mine, f)) = thread.join() {
-            latencies.extend(mine);
-            failed += f;
+impl Prepared {
+    /// The product of the next order.
+    fn product(&self, keys: Keys) -> i64 {
+        match keys {
+            Keys::Hot => self.hot,
+            Keys::Spread => self.spread[rand::rng().random_range(0..self.spread.len())],
         }
-    }
-    latencies.sort_unstable();
-    Measured {
-        workload,
-        path,
-        orders: latencies.len(),
-        failed,
-        per_second: latencies.len() as f64 / duration.as_secs_f64(),
-        p50_ms: percentile_ms(&latencies, 50.0),
-        p99_ms: percentile_ms(&latencies, 99.0),
-        prepares_per_order: None,
     }
 }
 
-fn place_through_service(pool: &DbPool, user_id: i64, product: i64) -> bool {
-    let Ok(cart) = Cart::parse(&[(product, 1)]) else { return false };
+// ---- in process ----------------------------------------------------------------------------
+
+fn measure_in_process(
+    bench: &Prepared,
+    keys: Keys,
+    path: Path,
+    clients: usize,
+    window: Duration,
+) -> anyhow::Result<Measured> {
+    let before = ServerCounters::read(&bench.pool)?;
+    let measured = match path {
+        Path::Raw | Path::OneAtATime => on_threads(bench, keys, path, clients, window),
+        Path::Coalesced => on_tasks(bench, keys, clients, window),
+    };
+    measured.counted(&bench.pool, &before)
+}
+
+/// `clients` threads, each ordering in a loop on the pool: the raw path and the service.
+fn on_threads(bench: &Prepared, keys: Keys, path: Path, clients: usize, window: Duration) -> Measured {
+    let start = Barrier::new(clients);
+    let started = Instant::now();
+    let tallies: Vec<(Vec<Duration>, u64, Option<String>)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..clients)
+            .map(|client| {
+                let (start, user_id) = (&start, bench.users[client % bench.users.len()]);
+                scope.spawn(move || {
+                    let (mut latencies, mut failed, mut first) = (Vec::new(), 0, None);
+                    start.wait();
+                    let deadline = Instant::now() + window;
+                    while Instant::now() < deadline {
+                        let product = bench.product(keys);
+                        let t = Instant::now();
+                        let placed = match path {
+                            Path::Raw => place_by_hand(&bench.pool, user_id, product).map_err(|e| e.to_string()),
+                            _ => place_through_service(&bench.pool, user_id, product).map_err(|e| e.to_string()),
+                        };
+                        match placed {
+                            Ok(()) => latencies.push(t.elapsed()),
+                            Err(e) => {
+                                failed += 1;
+                                first.get_or_insert(e);
+                            }
+                        }
+                    }
+                    (latencies, failed, first)
+                })
+            })
+            .collect();
+        threads.into_iter().filter_map(|t| t.join().ok()).collect()
+    });
+    let elapsed = started.elapsed();
+    let (mut latencies, mut failed, mut first) = (Vec::new(), 0, None);
+    for (mine, f, e) in tallies {
+        latencies.extend(mine);
+        failed += f;
+        first = first.or(e);
+    }
+    Measured::new(latencies, failed, first, elapsed)
+}
+
+/// `clients` async tasks, each ordering in a loop through the coalescer, as the app's handlers
+/// do (the batches run on the blocking pool).
+fn on_tasks(bench: &Prepared, keys: Keys, clients: usize, window: Duration) -> Measured {
+    let coalescer = Arc::new(Coalescer::new(u32::MAX));
+    let wait = bench.config.lock_wait;
+    let started = Instant::now();
+    let tallies = actix_web::rt::System::new().block_on(async {
+        let tasks = (0..clients).map(|client| {
+            let (coalescer, pool, user_id) = (coalescer.clone(), bench.pool.clone(), bench.users[client % bench.users.len()]);
+            let products: Vec<i64> = (0..4096).map(|_| bench.product(keys)).collect();
+            actix_web::rt::spawn(async move {
+                let (mut latencies, mut failed, mut first) = (Vec::new(), 0u64, None);
+                let deadline = Instant::now() + window;
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    let product = products[n % products.len()];
+                    n += 1;
+                    let Ok(cart) = Cart::parse(&[(product, 1)]) else { continue };
+                    let t = Instant::now();
+                    match coalescer.order(&pool, wait, user_id, cart, None).await {
+                        Ok(_) => latencies.push(t.elapsed()),
+                        Err(e) => {
+                            failed += 1;
+                            first.get_or_insert(e.to_string());
+                        }
+                    }
+                }
+                (latencies, failed, first)
+            })
+        });
+        futures_util::future::join_all(tasks).await
+    });
+    let elapsed = started.elapsed();
+    let (mut latencies, mut failed, mut first) = (Vec::new(), 0, None);
+    for (mine, f, e) in tallies.into_iter().flatten() {
+        latencies.extend(mine);
+        failed += f;
+        first = first.or(e);
+    }
+    Measured::new(latencies, failed, first, elapsed)
+}
+
+fn place_through_service(pool: &DbPool, user_id: i64, product: i64) -> Result<(), OrderError> {
+    let cart = Cart::parse(&[(product, 1)])?;
     // The benchmark's customers order far faster than a person may: no rate limit.
-    service::place_order(pool, &RetryPolicy::default(), user_id, &cart, None, u32::MAX).is_ok()
+    service::place_order(pool, &RetryPolicy::default(), user_id, &cart, None, u32::MAX).map(drop)
 }
 
 #[derive(QueryableByName)]
@@ -203,9 +438,9 @@ struct OnHand {
 /// The statements `place_order` sends for a one-line cart, written by hand: read the price, lock
 /// and check the stock row, decrement, insert order, line and ledger row, commit, read the order
 /// back with its lines.
-fn place_by_hand(pool: &DbPool, user_id: i64, product: i64) -> bool {
-    let Ok(mut conn) = pool.get() else { return false };
-    let placed = conn.transaction(|conn| -> QueryResult<i64> {
+fn place_by_hand(pool: &DbPool, user_id: i64, product: i64) -> anyhow::Result<()> {
+    let mut conn = pool.get()?;
+    let order_id = conn.transaction(|conn| -> QueryResult<i64> {
         let price = plain(conn, "SELECT id, name, price_cents FROM products WHERE id IN (?)")
             .bind::<BigInt, _>(product)
             .get_result::<Priced>(conn)?
@@ -239,28 +474,24 @@ fn place_by_hand(pool: &DbPool, user_id: i64, product: i64) -> bool {
         .bind::<BigInt, _>(user_id)
         .execute(conn)?;
         Ok(order_id)
-    });
-    let Ok(order_id) = placed else { return false };
-    let read_back = plain(&conn, "SELECT id, user_id, created_at, total_cents FROM orders WHERE id = ? AND user_id = ?")
+    })?;
+    plain(&conn, "SELECT id, user_id, created_at, total_cents FROM orders WHERE id = ? AND user_id = ?")
         .bind::<BigInt, _>(order_id)
         .bind::<BigInt, _>(user_id)
-        .execute(&mut conn)
-        .and_then(|_| {
-            plain(
-                &conn,
-                "SELECT l.order_id, l.product_id, p.sku, p.name, l.quantity, l.unit_price_cents \
-                 FROM order_lines l JOIN products p ON p.id = l.product_id WHERE l.order_id IN (?) ORDER BY l.order_id, l.product_id",
-            )
-            .bind::<BigInt, _>(order_id)
-            .execute(&mut conn)
-        });
-    read_back.is_ok()
+        .execute(&mut conn)?;
+    plain(
+        &conn,
+        "SELECT l.order_id, l.product_id, p.sku, p.name, l.quantity, l.unit_price_cents \
+         FROM order_lines l JOIN products p ON p.id = l.product_id WHERE l.order_id IN (?) ORDER BY l.order_id, l.product_id",
+    )
+    .bind::<BigInt, _>(order_id)
+    .execute(&mut conn)?;
+    Ok(())
 }
 
 /// `diesel::sql_query` with the engine's placeholders (`$1`, `$2`, … on PostgreSQL for the `?`
 /// of the text): the plain way this path measures, each statement prepared and closed again on
-/// every call. `cached_sql` would keep it prepared, as the service does; that is the difference
-/// the ratio shows.
+/// every call. `cached_sql` would keep it prepared, as the service does.
 fn plain(conn: &DbConn, sql: &str) -> diesel::query_builder::SqlQuery {
     match conn.engine() {
         Engine::Mysql => diesel::sql_query(sql),
@@ -277,32 +508,269 @@ fn plain(conn: &DbConn, sql: &str) -> diesel::query_builder::SqlQuery {
     }
 }
 
-/// The table `haita bench orders` prints.
-pub fn report(results: &[Measured], clients: usize) -> String {
+// ---- through HTTP --------------------------------------------------------------------------
+
+/// A logged-in bench user's HTTP client.
+struct Client {
+    http: reqwest::Client,
+}
+
+async fn log_in(base: &str, users: &[(i64, String)]) -> anyhow::Result<Vec<Client>> {
+    let mut clients = Vec::with_capacity(users.len());
+    for (_, username) in users {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .cookie_store(true)
+            .pool_max_idle_per_host(1)
+            // actix closes a connection idle for 5 s (its keep-alive); a client reusing one just
+            // then gets "error sending request". Between runs a client idles longer, so it lets go
+            // of its connection first.
+            .pool_idle_timeout(Duration::from_secs(2))
+            .build()?;
+        let response = http
+            .post(format!("{base}/api/v1/session"))
+            .json(&serde_json::json!({"username": username, "password": PASSWORD}))
+            .send()
+            .await?;
+        anyhow::ensure!(response.status().is_success(), "bench user {username} could not log in");
+        clients.push(Client { http });
+    }
+    Ok(clients)
+}
+
+async fn measure_http(
+    bench: &Prepared,
+    server: &ServerProcess,
+    clients: &[Client],
+    keys: Keys,
+    window: Duration,
+) -> anyhow::Result<Measured> {
+    let before = ServerCounters::read(&bench.pool)?;
+    let hops_before = blocking_hops(server).await?;
+    let url = format!("{}/api/v1/orders", server.base_url());
+    let next = AtomicU64::new(0);
+    let started = Instant::now();
+    let deadline = started + window;
+    let tasks = clients.iter().map(|client| {
+        let (url, next) = (&url, &next);
+        let products: Vec<i64> = (0..4096).map(|_| bench.product(keys)).collect();
+        async move {
+            let (mut latencies, mut failed, mut first) = (Vec::new(), 0u64, None);
+            while Instant::now() < deadline {
+                let n = usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(0);
+                let body = serde_json::json!({"lines": [{"product_id": products[n % products.len()], "quantity": 1}]});
+                let t = Instant::now();
+                match client.http.post(url).json(&body).send().await {
+                    Ok(r) if r.status() == 201 => latencies.push(t.elapsed()),
+                    Ok(r) => {
+                        failed += 1;
+                        let status = r.status();
+                        let text = r.text().await.unwrap_or_default();
+                        first.get_or_insert_with(|| format!("{status} {text}"));
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        first.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+            (latencies, failed, first)
+        }
+    });
+    let tallies = futures_util::future::join_all(tasks).await;
+    let elapsed = started.elapsed();
+    let (mut latencies, mut failed, mut first) = (Vec::new(), 0, None);
+    for (mine, f, e) in tallies {
+        latencies.extend(mine);
+        failed += f;
+        first = first.or(e);
+    }
+    let mut measured = Measured::new(latencies, failed, first, elapsed).counted(&bench.pool, &before)?;
+    measured.hops = Some((blocking_hops(server).await? - hops_before) / measured.placed.max(1) as f64);
+    Ok(measured)
+}
+
+/// The blocking hops the server has made for orders so far: one per order batch and one per
+/// session-check batch (the two drainers' histograms count their batches).
+async fn blocking_hops(server: &ServerProcess) -> anyhow::Result<f64> {
+    let text = reqwest::Client::new()
+        .get(format!("{}/metrics", server.base_url()))
+        .bearer_auth(server.metrics_token())
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let count = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(count("haita_order_batch_size_count") + count("haita_session_check_batch_size_count"))
+}
+
+// ---- the tables ----------------------------------------------------------------------------
+
+fn header(bench: &Prepared, plan: &Plan) -> String {
+    let server = match bench.pool.engine() {
+        Engine::Mysql => "MySQL/MariaDB",
+        Engine::Postgres => "PostgreSQL",
+    };
     let mut out = format!(
-        "orders benchmark: {clients} clients, one-unit orders\n{:<8} {:<4} {:>9} {:>9} {:>9} {:>7} {:>9} {:>8}\n",
-        "workload", "path", "orders/s", "p50 ms", "p99 ms", "failed", "prep/ord", "app/raw"
+        "haita bench orders: database {} ({server}), pool {} connections, {} clients, one-unit orders, \
+         {} s per run, median of {}\n",
+        bench.scratch.name,
+        bench.config.pool_size,
+        plan.clients,
+        plan.window.as_secs(),
+        plan.repeat
     );
-    for m in results {
-        let raw = results.iter().find(|r| r.workload == m.workload && r.path == Path::Raw);
-        let ratio = match (m.path, raw) {
-            (Path::App, Some(raw)) if raw.per_second > 0.0 => format!("{:.2}", m.per_second / raw.per_second),
-            _ => String::new(),
-        };
+    if bench.pool.engine() == Engine::Postgres {
+        out.push_str(super::NOT_COUNTED_ON_POSTGRES);
+        out.push('\n');
+    }
+    if plan.in_process {
         out.push_str(&format!(
-            "{:<8} {:<4} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>9} {:>8}\n",
-            m.workload,
-            if m.path == Path::App { "app" } else { "raw" },
-            m.per_second,
-            m.p50_ms,
-            m.p99_ms,
-            m.failed,
-            m.prepares_per_order.map_or_else(|| "n/a".to_string(), |p| format!("{p:.1}")),
-            ratio
+            "\nin process (no HTTP); stmts, commit, prep: what the server counted, per order placed\n\
+             {:<7} {:<15} {:>9} {:>8} {:>8} {:>7} {:>6} {:>7} {:>5}\n",
+            "keys", "path", "orders/s", "p50 ms", "p99 ms", "failed", "stmts", "commit", "prep"
         ));
     }
-    if results.iter().any(|m| m.prepares_per_order.is_none()) {
-        out.push_str("prep/ord is n/a on PostgreSQL: it counts prepared statements only with the pg_stat_statements extension\n");
+    out
+}
+
+/// A count the server may not keep, right-aligned in `width`: `n/a` where it keeps none.
+fn counted(value: Option<f64>, width: usize, decimals: usize) -> String {
+    value.map_or_else(|| format!("{:>width$}", "n/a"), |v| format!("{v:>width$.decimals$}"))
+}
+
+fn failures(m: &Measured) -> String {
+    match &m.first_failure {
+        Some(first) if m.failed > 0 => format!("    {} failed (first: {first})\n", m.failed),
+        _ => String::new(),
+    }
+}
+
+fn in_process_row((keys, path, m): &(Keys, Path, Measured)) -> String {
+    format!(
+        "{:<7} {:<15} {:>9.0} {:>8.2} {:>8.2} {:>7} {} {} {}\n{}",
+        keys.label(),
+        path.label(),
+        m.per_second,
+        m.p50_ms,
+        m.p99_ms,
+        m.failed,
+        counted(m.statements, 6, 1),
+        counted(m.commits, 7, 2),
+        counted(m.prepares, 5, 1),
+        failures(m)
+    )
+}
+
+/// Per key pattern: coalesced against one at a time (the issue's target on a hot product: 4×),
+/// and each against the raw baseline.
+fn in_process_ratios(rows: &[(Keys, Path, Measured)]) -> String {
+    let mut out = String::new();
+    for keys in [Keys::Hot, Keys::Spread] {
+        let rate = |path: Path| rows.iter().find(|(k, p, _)| *k == keys && *p == path).map(|(_, _, m)| m.per_second);
+        if let (Some(raw), Some(alone), Some(batched)) = (rate(Path::Raw), rate(Path::OneAtATime), rate(Path::Coalesced)) {
+            let ratio = |a: f64, b: f64| a / b.max(f64::MIN_POSITIVE);
+            out.push_str(&format!(
+                "{}: coalesced / one at a time {:.2}; one at a time / raw {:.2}; coalesced / raw {:.2}\n",
+                keys.label(),
+                ratio(batched, alone),
+                ratio(alone, raw),
+                ratio(batched, raw)
+            ));
+        }
     }
     out
+}
+
+fn http_header(clients: usize) -> String {
+    format!(
+        "\nthrough HTTP: a separate `haita serve` (ORDER_COALESCING on), {clients} HTTP clients in this process, \
+         POST /api/v1/orders; hops: blocking-pool hops per order\n\
+         {:<7} {:>9} {:>8} {:>8} {:>7} {:>6} {:>7} {:>5}\n",
+        "keys", "orders/s", "p50 ms", "p99 ms", "failed", "stmts", "commit", "hops"
+    )
+}
+
+fn http_row(keys: Keys, m: &Measured) -> String {
+    format!(
+        "{:<7} {:>9.0} {:>8.2} {:>8.2} {:>7} {} {} {}\n{}",
+        keys.label(),
+        m.per_second,
+        m.p50_ms,
+        m.p99_ms,
+        m.failed,
+        counted(m.statements, 6, 1),
+        counted(m.commits, 7, 2),
+        counted(m.hops, 5, 2),
+        failures(m)
+    )
+}
+
+/// Hot against spread through HTTP (the issue's target: at least 1.0).
+fn http_ratio(rows: &[(Keys, Measured)]) -> String {
+    let rate = |keys: Keys| rows.iter().find(|(k, _)| *k == keys).map(|(_, m)| m.per_second);
+    match (rate(Keys::Hot), rate(Keys::Spread)) {
+        (Some(hot), Some(spread)) => format!("through HTTP: hot / spread {:.2}\n", hot / spread.max(f64::MIN_POSITIVE)),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(keys: &str, only: Option<&str>, clients: usize) -> OrdersBench {
+        OrdersBench {
+            clients,
+            seconds: 1,
+            keys: keys.split(',').map(str::to_owned).collect(),
+            repeat: 1,
+            only: only.map(str::to_owned),
+        }
+    }
+
+    fn measured(per_second: f64) -> Measured {
+        Measured { placed: 10, per_second, p50_ms: 1.5, p99_ms: 9.25, statements: Some(2.25), ..Measured::default() }
+    }
+
+    #[test]
+    fn options_are_checked_before_anything_is_prepared() {
+        let plan = options("hot", None, 64).plan().expect("valid");
+        assert_eq!((plan.keys, plan.in_process, plan.http), (vec![Keys::Hot], true, true));
+        let plan = options("hot,spread", Some("http"), 8).plan().expect("valid");
+        assert!(!plan.in_process && plan.http);
+        let error = |o: OrdersBench| o.plan().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error(options("warm", None, 64)).contains("use hot, spread"));
+        assert!(error(options("hot", Some("both"), 64)).contains("in-process or http"));
+        assert!(error(options("hot", None, 0)).contains("between 1 and 256"));
+    }
+
+    #[test]
+    fn the_ratios_compare_paths_of_one_key_pattern_and_say_what_is_missing() {
+        let rows = vec![
+            (Keys::Hot, Path::Raw, measured(500.0)),
+            (Keys::Hot, Path::OneAtATime, measured(1000.0)),
+            (Keys::Hot, Path::Coalesced, measured(5000.0)),
+        ];
+        assert_eq!(
+            in_process_ratios(&rows),
+            "hot: coalesced / one at a time 5.00; one at a time / raw 2.00; coalesced / raw 10.00\n"
+        );
+        let row = in_process_row(&rows[2]);
+        assert!(row.starts_with("hot     coalesced            5000     1.50     9.25       0   2.2     n/a   n/a\n"), "{row:?}");
+        assert_eq!(http_ratio(&[(Keys::Hot, measured(900.0)), (Keys::Spread, measured(600.0))]), "through HTTP: hot / spread 1.50\n");
+        assert_eq!(http_ratio(&[(Keys::Hot, measured(900.0))]), "");
+    }
+
+    #[test]
+    fn failures_get_a_line_of_their_own() {
+        let failing = Measured { failed: 3, first_failure: Some("503 busy".into()), ..measured(10.0) };
+        assert_eq!(failures(&failing), "    3 failed (first: 503 busy)\n");
+        assert_eq!(failures(&measured(10.0)), "");
+    }
 }
