@@ -652,8 +652,9 @@ mod tests {
         assert!(config.demo_mode && !config.cookie_secure, "a demo is served over plain HTTP");
         assert!(config.coalesce_bookings && config.coalesce_orders, "coalescing is on by default");
         let db = ("DATABASE_URL", "mysql://app:pw@db/haita");
-        let production = parse(&[db, ("BOOKING_COALESCING", "false"), ("ORDER_COALESCING", "off"), ("BATCH_LOCK", "DB")])
-            .expect("valid");
+        let production =
+            parse(&[db, ("BOOKING_COALESCING", "false"), ("ORDER_COALESCING", "off"), ("BATCH_LOCK", "DB")])
+                .expect("valid");
         let emptied =
             parse(&[db, ("DEMO_MODE", ""), ("METRICS", ""), ("COOKIE_SECURE", "Off")]).expect("valid");
         assert!(!emptied.demo_mode && !emptied.metrics && !emptied.cookie_secure, "set but empty is no");

@@ -101,7 +101,8 @@ impl Application {
         // This instance's queues of bookings per day, served in batches.
         let coalescer = aweb::Data::new(bookings::coalesce::Coalescer::new(state.config.max_future_bookings));
         // And of single-line orders per product.
-        let order_coalescer = aweb::Data::new(orders::coalesce::Coalescer::new(state.config.max_orders_per_minute));
+        let order_coalescer =
+            aweb::Data::new(orders::coalesce::Coalescer::new(state.config.max_orders_per_minute));
         // One per instance, shared by its workers: at most one demo race at a time, and its
         // progress for everyone watching.
         #[cfg(feature = "lab")]

@@ -22,9 +22,10 @@
 //!    wants from a 503.
 //!
 //! A coalesced batch (`orders::coalesce`) runs many keyed requests in one transaction: each
-//! claims its key and stores its answer there, in arrival order ([`once_among_others`]), so
-//! every answer still commits with its effect. A passing failure of one of them cannot roll the
-//! others back; its claim is deleted instead, which leaves what a rollback would have.
+//! claims its key there in arrival order and its answer is stored there too ([`Once::claim`],
+//! [`Once::answer`]), so every answer still commits with its effect. A passing failure of one
+//! of them cannot roll the others back; its claim is deleted instead ([`Once::unclaim`]), which
+//! leaves what a rollback would have.
 //!
 //! Keys are per user (one user's key never meets another's), may be 1 to 255 visible ASCII
 //! characters, and are kept for [`TTL`]: an answer is replayed for a day, after which the key
@@ -203,44 +204,8 @@ where
     }
 }
 
-/// [`once`] for one request among several sharing one transaction (a coalesced batch,
-/// `orders::service::order_batch`), where rolling back is not this request's to decide: it
-/// would take the others' work with it.
-///
-/// `work` says which failures doom the transaction (its outer `Err`, passed on: a statement
-/// failed) and which are this request's answer (inner). A passing failure of this request
-/// alone — too many orders a minute, say — is rolled back by hand instead: its claim is deleted,
-/// as a rollback would have left it, and nothing else of it was written. A key reused for
-/// another request is this request's answer too: its claim wrote nothing.
-pub fn once_among_others<T, E>(
-    conn: &mut DbConn,
-    key: Option<&Once>,
-    work: impl FnOnce(&mut DbConn) -> Result<Result<T, E>, E>,
-) -> Result<Result<T, E>, E>
-where
-    T: Serialize + DeserializeOwned,
-    E: Serialize + DeserializeOwned + Refusal + From<IdempotencyError> + From<DbError>,
-{
-    let Some(key) = key else { return work(conn) };
-    match key.claim(conn)? {
-        Claim::Fresh => {}
-        Claim::Stored(stored) => return Ok(stored),
-        Claim::Refused(refused) => return Ok(Err(refused.into())),
-    }
-    match work(conn)? {
-        Err(passing) if !passing.is_answer() => {
-            key.unclaim(conn)?;
-            Ok(Err(passing))
-        }
-        outcome => {
-            key.answer(conn, &outcome)?;
-            Ok(outcome)
-        }
-    }
-}
-
-/// What claiming a key found.
-enum Claim<T, E> {
+/// What claiming a key found ([`Once::claim`]).
+pub enum Claim<T, E> {
     /// The key is this transaction's now: run the request.
     Fresh,
     /// The key's first request has committed this answer.
@@ -250,10 +215,20 @@ enum Claim<T, E> {
     Refused(IdempotencyError),
 }
 
+/// The steps of [`once`] one by one, for requests that share one transaction and are answered
+/// only once all of them are decided (a coalesced batch, `orders::service::order_batch`): each
+/// claims its key in arrival order, a stored answer ends it there, and the others' answers are
+/// stored once they are known, in the same transaction ([`Once::answer`]). Rolling back is not
+/// one request's to decide there: it would take the others' work with it. So a passing failure
+/// of one of them takes its claim back instead ([`Once::unclaim`]), which leaves what a rollback
+/// would have.
 impl Once {
-    /// Claims the key for this transaction, or returns the answer stored under it. The outer
-    /// error is a statement's failure.
-    fn claim<T: DeserializeOwned, E: DeserializeOwned>(&self, conn: &mut DbConn) -> Result<Claim<T, E>, DbError> {
+    /// Claims the key for this transaction, or returns the answer stored under it (also one
+    /// stored earlier in this same transaction). The error is a statement's failure.
+    pub fn claim<T: DeserializeOwned, E: DeserializeOwned>(
+        &self,
+        conn: &mut DbConn,
+    ) -> Result<Claim<T, E>, DbError> {
         let now = crate::db::now_micros();
         let inserted = cached_sql::<()>(CLAIM)
             .bind::<BigInt, _>(self.user_id)
@@ -301,7 +276,11 @@ impl Once {
     }
 
     /// Stores `outcome` as the key's answer, in the transaction that claimed it.
-    fn answer<T: Serialize, E: Serialize>(&self, conn: &mut DbConn, outcome: &Result<T, E>) -> Result<(), DbError> {
+    pub fn answer<T: Serialize, E: Serialize>(
+        &self,
+        conn: &mut DbConn,
+        outcome: &Result<T, E>,
+    ) -> Result<(), DbError> {
         let text = serde_json::to_string(outcome).map_err(|e| DbError::SerializationError(e.into()))?;
         cached_sql::<()>(ANSWER)
             .bind::<Text, _>(text)
@@ -313,8 +292,17 @@ impl Once {
 
     /// Takes back this transaction's claim: what rolling it back would have left (a key that
     /// had expired and was reclaimed is gone rather than expired, which means the same).
-    fn unclaim(&self, conn: &mut DbConn) -> Result<(), DbError> {
-        cached_sql::<()>(UNCLAIM).bind::<BigInt, _>(self.user_id).bind::<Text, _>(&self.key).execute(conn).map(drop)
+    pub fn unclaim(&self, conn: &mut DbConn) -> Result<(), DbError> {
+        cached_sql::<()>(UNCLAIM)
+            .bind::<BigInt, _>(self.user_id)
+            .bind::<Text, _>(&self.key)
+            .execute(conn)
+            .map(drop)
+    }
+
+    /// Whether `other` is the same key of the same user (whatever request it is bound to).
+    pub fn same_key(&self, other: &Once) -> bool {
+        self.user_id == other.user_id && self.key == other.key
     }
 }
 

@@ -56,4 +56,39 @@ impl NewStockMovement {
         .execute(conn)
         .map(drop)
     }
+
+    /// Writes `movements` to the ledger in one statement, however many there are (the lines of
+    /// one order, or of a coalesced batch of orders): the rows travel as one JSON array, which
+    /// the server expands into rows (`JSON_TABLE` on MySQL, `json_to_recordset` on PostgreSQL).
+    /// One statement text for any number of rows, so a connection caches one.
+    pub fn insert_all(conn: &mut DbConn, movements: &[Self]) -> QueryResult<()> {
+        if movements.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<serde_json::Value> = movements
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "product_id": m.product_id,
+                    "delta": m.delta,
+                    "reason": m.reason.as_str(),
+                    "order_id": m.order_id,
+                    "actor_user_id": m.actor_user_id,
+                })
+            })
+            .collect();
+        crate::db::cached_sql::<()>(crate::db::Sql::per_engine(
+            "INSERT INTO stock_movements (product_id, delta, reason, order_id, actor_user_id) \
+             SELECT product_id, delta, reason, order_id, actor_user_id FROM JSON_TABLE(?, '$[*]' COLUMNS (\
+               product_id BIGINT PATH '$.product_id', delta INT PATH '$.delta', \
+               reason VARCHAR(16) PATH '$.reason', order_id BIGINT PATH '$.order_id', \
+               actor_user_id BIGINT PATH '$.actor_user_id')) AS m",
+            "INSERT INTO stock_movements (product_id, delta, reason, order_id, actor_user_id) \
+             SELECT product_id, delta, reason, order_id, actor_user_id FROM json_to_recordset(CAST(? AS json)) \
+               AS m(product_id BIGINT, delta INTEGER, reason VARCHAR(16), order_id BIGINT, actor_user_id BIGINT)",
+        ))
+        .bind::<diesel::sql_types::Text, _>(serde_json::Value::Array(rows).to_string())
+        .execute(conn)
+        .map(drop)
+    }
 }

@@ -125,7 +125,9 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
             print!("{}", super::bench::metrics::report(&super::bench::metrics::run(rounds)));
             Ok(())
         }
-        LabCommand::Bench { which: BenchCommand::Orders(options) } => super::bench::orders::run(&config, &options),
+        LabCommand::Bench { which: BenchCommand::Orders(options) } => {
+            super::bench::orders::run(&config, &options)
+        }
         LabCommand::Seed => {
             super::require_demo_mode(&config, "seed")?;
             super::seed::run(&crate::prepare_database(&config)?)

@@ -27,8 +27,8 @@ pub mod queue;
 pub mod retry;
 mod transaction_scoped;
 
-pub use batches::Batches;
 pub use crate::db::lock_names::{self as names, LockName, Namespace};
+pub use batches::Batches;
 pub use named::{AcquireError, LockError, NamedLockGuard};
 pub use queue::{LockQueue, Turn};
 pub use transaction_scoped::{Isolation, transaction_under_lock};

@@ -20,8 +20,8 @@ use super::OrderError;
 use super::model::{Cart, CartLine, Order};
 use crate::db::cached::ListStatements;
 use crate::db::conn::on_engine;
-use crate::db::{DbConn, DbPool, cached_sql};
-use crate::idempotency::{self, Once};
+use crate::db::{DbConn, DbPool, Sql, cached_sql};
+use crate::idempotency::{self, Claim, Once, Refusal};
 use crate::inventory::model::{MovementReason, NewStockMovement, Quantity, on_hand_from_sql};
 use crate::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
 use crate::metrics::{self, Family};
@@ -82,9 +82,8 @@ pub fn place_order(
         })
         .and_then(std::convert::identity)
     })?;
-    let (order, attempts) = placed.settled(|order, attempts| {
-        format!("retried: order {} placed on attempt {attempts}", order.id)
-    })?;
+    let (order, attempts) = placed
+        .settled(|order, attempts| format!("retried: order {} placed on attempt {attempts}", order.id))?;
     Ok(Placed { order, attempts })
 }
 
@@ -254,9 +253,6 @@ pub fn available_under_lock(conn: &mut DbConn, product_id: i64) -> QueryResult<u
 }
 
 const TAKE: &str = "UPDATE stock_levels SET on_hand = on_hand - ? WHERE product_id = ?";
-const INSERT_ORDER: &str = "INSERT INTO orders (user_id, total_cents, created_at) VALUES (?, ?, ?)";
-const INSERT_LINE: &str =
-    "INSERT INTO order_lines (order_id, product_id, quantity, unit_price_cents) VALUES (?, ?, ?, ?)";
 
 /// Takes `quantity` units of `product_id` off its stock row, which the caller has locked and
 /// checked ([`available_under_lock`]).
@@ -267,9 +263,11 @@ fn take(conn: &mut DbConn, product_id: i64, quantity: u32) -> Result<(), OrderEr
 }
 
 /// A batch holds one order at least and never more than `coalesce::MAX_BATCH` (whose units fit
-/// a stock row): anything else is a bug here, not something a request did.
+/// a stock row), and every order written has its row: anything else is a bug here, not
+/// something a request did.
 fn bad_batch() -> OrderError {
-    diesel::result::Error::QueryBuilderError("batch empty or too long".into()).into()
+    diesel::result::Error::QueryBuilderError("batch empty or too long, or an order row not found".into())
+        .into()
 }
 
 /// One attempt; the caller owns the transaction. Returns the order as written, without reading
@@ -306,39 +304,124 @@ fn take_from_stock(conn: &mut DbConn, user_id: i64, cart: &Cart) -> Result<Order
         take(conn, line.product_id, line.quantity.get())?;
         lines.push(catalog.line(line.product_id, line.quantity)?);
     }
-    Ok(record_order(conn, user_id, lines)?)
+    let order = NewOrder { user_id, created_at: crate::db::now_micros(), lines };
+    record_orders(conn, vec![order])?.pop().ok_or_else(bad_batch)
 }
 
-/// Writes an order whose stock the caller has taken: the order, its lines, and for each line the
-/// ledger's movement (`stock_movements`), so that on hand stays the sum of the ledger. Both
-/// paths write through here. Returns the order as written, without reading it back: only its
-/// id comes from the server (`created_at` is set here for that reason).
-fn record_order(conn: &mut DbConn, user_id: i64, lines: Vec<OrderLineView>) -> QueryResult<OrderView> {
-    let total_cents = lines.iter().map(|l| l.unit_price_cents * i64::from(l.quantity)).sum();
-    let created_at = crate::db::now_micros();
-    cached_sql::<()>(INSERT_ORDER)
-        .bind::<BigInt, _>(user_id)
-        .bind::<BigInt, _>(total_cents)
-        .bind::<Timestamp, _>(created_at)
-        .execute(conn)?;
-    let order_id: i64 = crate::db::last_insert_id(conn)?;
-    for line in &lines {
-        cached_sql::<()>(INSERT_LINE)
-            .bind::<BigInt, _>(order_id)
-            .bind::<BigInt, _>(line.product_id)
-            .bind::<Integer, _>(line.quantity)
-            .bind::<BigInt, _>(line.unit_price_cents)
-            .execute(conn)?;
-        NewStockMovement {
-            product_id: line.product_id,
-            delta: -line.quantity,
-            reason: MovementReason::Order,
-            order_id: Some(order_id),
-            actor_user_id: Some(user_id),
-        }
-        .insert(conn)?;
+/// An order decided and about to be written: whose, when, and its lines at the prices read.
+struct NewOrder {
+    user_id: i64,
+    created_at: NaiveDateTime,
+    lines: Vec<OrderLineView>,
+}
+
+/// The orders' rows, travelling as one JSON array the server expands into rows (`JSON_TABLE` on
+/// MySQL, `json_to_recordset` on PostgreSQL): one statement, one text to cache, for one order or
+/// a batch's. Inserted in `n` order, so their ids are handed out in that order.
+const INSERT_ORDERS: Sql = Sql::per_engine(
+    "INSERT INTO orders (user_id, total_cents, created_at) \
+     SELECT user_id, total_cents, created_at FROM JSON_TABLE(?, '$[*]' COLUMNS (\
+       n INT PATH '$.n', user_id BIGINT PATH '$.user_id', total_cents BIGINT PATH '$.total_cents', \
+       created_at DATETIME(6) PATH '$.created_at')) AS o ORDER BY n",
+    "INSERT INTO orders (user_id, total_cents, created_at) \
+     SELECT user_id, total_cents, created_at FROM json_to_recordset(CAST(? AS json)) \
+       AS o(n INTEGER, user_id BIGINT, total_cents BIGINT, created_at TIMESTAMP) ORDER BY n",
+);
+
+/// The ids of the orders [`INSERT_ORDERS`] has just written, ascending, so in the order they
+/// were written. Ours are the rows of our users at or after the first id the insert handed out
+/// (MySQL's `LAST_INSERT_ID()` of a multi-row insert), or the last `n` up to the last id
+/// (PostgreSQL's `lastval()`): those users' rows are locked by this transaction
+/// ([`crate::auth::quota`]), so no other order of theirs can be written meanwhile, and every
+/// earlier one has a smaller id.
+static INSERTED_IDS: LazyLock<ListStatements> = LazyLock::new(|| {
+    ListStatements::per_engine(
+        "SELECT id FROM orders WHERE id >= LAST_INSERT_ID() AND user_id IN ({list}) ORDER BY id LIMIT ?",
+        "SELECT id FROM (SELECT id FROM orders WHERE id <= lastval() AND user_id IN ({list}) \
+           ORDER BY id DESC LIMIT ?) AS ours ORDER BY id",
+        &[1, 4, 16, super::coalesce::MAX_BATCH],
+    )
+});
+
+/// The lines of the orders, one JSON array as for [`INSERT_ORDERS`].
+const INSERT_LINES: Sql = Sql::per_engine(
+    "INSERT INTO order_lines (order_id, product_id, quantity, unit_price_cents) \
+     SELECT order_id, product_id, quantity, unit_price_cents FROM JSON_TABLE(?, '$[*]' COLUMNS (\
+       order_id BIGINT PATH '$.order_id', product_id BIGINT PATH '$.product_id', \
+       quantity INT PATH '$.quantity', unit_price_cents BIGINT PATH '$.unit_price_cents')) AS l",
+    "INSERT INTO order_lines (order_id, product_id, quantity, unit_price_cents) \
+     SELECT order_id, product_id, quantity, unit_price_cents FROM json_to_recordset(CAST(? AS json)) \
+       AS l(order_id BIGINT, product_id BIGINT, quantity INTEGER, unit_price_cents BIGINT)",
+);
+
+/// Writes orders whose stock the caller has taken: the orders, their lines, and for each line
+/// the ledger's movement (`stock_movements`), so that on hand stays the sum of the ledger. Four
+/// statements, whether for the one order of [`take_from_stock`] or for every order a batch sold
+/// ([`order_batch`]). Returns the orders as written, in the order given, without reading them
+/// back: only their ids come from the server (`created_at` is set by the caller for that reason).
+fn record_orders(conn: &mut DbConn, orders: Vec<NewOrder>) -> Result<Vec<OrderView>, OrderError> {
+    if orders.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(OrderView { id: order_id, created_at, total_cents, lines })
+    let total =
+        |o: &NewOrder| o.lines.iter().map(|l| l.unit_price_cents * i64::from(l.quantity)).sum::<i64>();
+    let rows: Vec<serde_json::Value> = orders
+        .iter()
+        .enumerate()
+        .map(|(n, o)| {
+            serde_json::json!({
+                "n": n,
+                "user_id": o.user_id,
+                "total_cents": total(o),
+                "created_at": o.created_at.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
+            })
+        })
+        .collect();
+    cached_sql::<()>(INSERT_ORDERS)
+        .bind::<Text, _>(serde_json::Value::Array(rows).to_string())
+        .execute(conn)?;
+    let mut users: Vec<i64> = orders.iter().map(|o| o.user_id).collect();
+    users.sort_unstable();
+    users.dedup();
+    let (sql, padded) = INSERTED_IDS.padded(&users).ok_or_else(bad_batch)?;
+    let written = i64::try_from(orders.len()).map_err(|_| bad_batch())?;
+    let ids: Vec<i64> =
+        cached_sql::<BigInt>(sql).bind_each::<BigInt, _>(padded).bind::<BigInt, _>(written).load(conn)?;
+    if ids.len() != orders.len() {
+        return Err(bad_batch());
+    }
+    let placed: Vec<(i64, OrderView)> = orders
+        .into_iter()
+        .zip(ids)
+        .map(|(o, id)| {
+            let total_cents = total(&o);
+            (o.user_id, OrderView { id, created_at: o.created_at, total_cents, lines: o.lines })
+        })
+        .collect();
+
+    let (mut rows, mut movements) = (Vec::new(), Vec::new());
+    for (user_id, order) in &placed {
+        for line in &order.lines {
+            rows.push(serde_json::json!({
+                "order_id": order.id,
+                "product_id": line.product_id,
+                "quantity": line.quantity,
+                "unit_price_cents": line.unit_price_cents,
+            }));
+            movements.push(NewStockMovement {
+                product_id: line.product_id,
+                delta: -line.quantity,
+                reason: MovementReason::Order,
+                order_id: Some(order.id),
+                actor_user_id: Some(*user_id),
+            });
+        }
+    }
+    cached_sql::<()>(INSERT_LINES)
+        .bind::<Text, _>(serde_json::Value::Array(rows).to_string())
+        .execute(conn)?;
+    NewStockMovement::insert_all(conn, &movements)?;
+    Ok(placed.into_iter().map(|(_, order)| order).collect())
 }
 
 /// One single-line order of a coalesced batch: who, how many of the batch's product, and the
@@ -365,19 +448,20 @@ pub struct Batched {
 
 /// Coalescing, the layer that sells to many orders at once (`orders::coalesce` gathers them):
 /// the single-line orders of `orders`, in arrival order, for one product, in ONE transaction —
-/// one lock of the stock row, one decrement, one commit, instead of one each. Every order still
-/// gets the answer it would have got alone in that order: sold, or refused with the
-/// `available` it would have seen then.
+/// one lock of the stock row, one decrement, one commit, and the orders written with four
+/// statements for all of them, instead of all of it once per order. Every order still gets the
+/// answer it would have got alone in that order: sold, or refused with the `available` it would
+/// have seen then.
 ///
 /// 1. Lock all the users' rows, in ascending id ([`crate::auth::quota::lock_users`]): a user
-///    placing orders elsewhere waits, and each user's rate is counted as if alone.
+///    ordering elsewhere waits, and each user's rate is counted as if alone.
 /// 2. Read the product and the users' orders of the last minute (plain reads).
 /// 3. Lock the stock row once: [`available_under_lock`].
-/// 4. Decide each order in arrival order, each seeing the ones before it: its idempotency key's
-///    stored answer if it has one ([`idempotency::once_among_others`]), else its rate, the
-///    product, then the stock left; a sold order is written at once ([`record_order`]) and
-///    its answer stored with it if it is keyed.
-/// 5. Take the units sold from the stock row, in one `UPDATE`, and 6. COMMIT.
+/// 4. Decide each order in arrival order, each seeing the ones before it ([`Decide::order`]): the
+///    answer stored under its idempotency key if it has one, else its rate, the product, then
+///    the stock left.
+/// 5. Write the orders sold ([`record_orders`]), take their units from the stock row in one
+///    `UPDATE`, store the keyed orders' answers; 6. COMMIT.
 ///
 /// After a deadlock the whole batch runs again, as [`place_order`] does, and the deadlock is kept
 /// as evidence ("order batch"). The outer error is what every order of the batch would have
@@ -390,6 +474,9 @@ pub fn order_batch(
     orders: &[BatchedOrder],
     max_per_minute: u32,
 ) -> Result<Batched, OrderError> {
+    if orders.is_empty() || orders.len() > super::coalesce::MAX_BATCH {
+        return Err(bad_batch());
+    }
     let users: Vec<i64> = orders.iter().map(|o| o.user_id).collect();
     let decided = retried(pool, policy, "order batch", |conn| {
         crate::db::transaction(conn, |conn| {
@@ -397,43 +484,57 @@ pub fn order_batch(
             crate::auth::quota::lock_users(conn, &users)?;
             // 2. The product and the users' rates.
             let catalog = Catalog::read(conn, &[product_id])?;
-            let mut rates = Rates::read(conn, &users)?;
+            let rates = Rates::read(conn, &users)?;
             // 3. The stock row, once for the batch (a product that does not exist has none).
             let locking = Instant::now();
-            let mut available = match catalog.name(product_id) {
+            let available = match catalog.name(product_id) {
                 Ok(_) => available_under_lock(conn, product_id)?,
                 Err(_) => 0,
             };
             metrics::waited(Family::Row, "stock", locking.elapsed());
             // 4. Each order in arrival order, as if alone.
-            let mut sold = 0;
-            let answers = orders
+            let mut decide =
+                Decide { product_id, catalog, rates, available, max_per_minute, sold: Vec::new() };
+            let mut decisions: Vec<Decision> = Vec::with_capacity(orders.len());
+            for order in orders {
+                let decision = match resent_in(orders, &decisions, order) {
+                    true => Decision::Resent,
+                    false => decide.order(conn, order)?,
+                };
+                decisions.push(decision);
+            }
+            // 5. Write what was sold, take it from the stock row, store the keyed answers.
+            let units = decide
+                .sold
                 .iter()
-                .map(|order| {
-                    idempotency::once_among_others(conn, order.once.as_ref(), |conn| {
-                        if let Err(too_fast) = rates.check(order.user_id, max_per_minute) {
-                            return Ok(Err(too_fast));
-                        }
-                        let line = match catalog.line(product_id, order.quantity) {
-                            Ok(line) => line,
-                            Err(unknown) => return Ok(Err(unknown)),
+                .map(|o| o.lines.iter().map(|l| l.quantity.unsigned_abs()).sum::<u32>())
+                .sum();
+            let mut placed = record_orders(conn, decide.sold)?.into_iter();
+            if units > 0 {
+                take(conn, product_id, units)?;
+            }
+            let mut answers = Vec::with_capacity(orders.len());
+            for (order, decision) in orders.iter().zip(decisions) {
+                let answer = match decision {
+                    Decision::Answered(answer) => answer,
+                    Decision::Decided(outcome) => {
+                        // Sold orders were written in arrival order: the next one written is this one.
+                        let answer = match outcome {
+                            Outcome::Sold => placed.next().ok_or_else(bad_batch),
+                            Outcome::Refused(refused) => Err(refused),
                         };
-                        let requested = order.quantity.get();
-                        if available < requested {
-                            let name = line.name;
-                            return Ok(Err(OrderError::InsufficientStock { product_id, name, requested, available }));
+                        if let Some(once) = &order.once {
+                            once.answer(conn, &answer)?;
                         }
-                        available -= requested;
-                        sold += requested;
-                        let placed = record_order(conn, order.user_id, vec![line])?;
-                        rates.placed(order.user_id, placed.created_at);
-                        Ok(Ok(placed))
-                    })
-                })
-                .collect::<Result<Vec<_>, OrderError>>()?;
-            // 5. One decrement for every unit sold.
-            if sold > 0 {
-                take(conn, product_id, sold)?;
+                        answer
+                    }
+                    Decision::Resent => match order.once.as_ref().map(|once| once.claim(conn)).transpose()? {
+                        Some(Claim::Stored(answer)) => answer,
+                        Some(Claim::Refused(refused)) => Err(refused.into()),
+                        Some(Claim::Fresh) | None => return Err(bad_batch()),
+                    },
+                };
+                answers.push(answer);
             }
             Ok(answers)
         }) // 6. COMMIT
@@ -443,6 +544,98 @@ pub fn order_batch(
         format!("retried: {placed} of {} orders placed on attempt {attempts}", answers.len())
     })?;
     Ok(Batched { answers, attempts })
+}
+
+/// Whether `order` resends the key of an earlier order of the batch whose answer is yet to be
+/// stored (decided under its key, `decisions` so far): it is then answered from that answer,
+/// once stored, as any resend is.
+fn resent_in(orders: &[BatchedOrder], decisions: &[Decision], order: &BatchedOrder) -> bool {
+    let Some(once) = &order.once else { return false };
+    orders.iter().zip(decisions).any(|(earlier, decided)| {
+        matches!(decided, Decision::Decided(_)) && earlier.once.as_ref().is_some_and(|e| e.same_key(once))
+    })
+}
+
+/// What a batch decided for one of its orders, before anything of it is written.
+enum Decision {
+    /// Answered with nothing to store: a refusal without a key, a stored answer, a key bound to
+    /// another request.
+    Answered(Result<OrderView, OrderError>),
+    /// Decided (under the order's key, if it has one, claimed by this transaction): its answer
+    /// is known, and stored under the key, once the batch's sold orders are written.
+    Decided(Outcome),
+    /// The key of an earlier order of this batch, sent again: that order's answer, once stored.
+    Resent,
+}
+
+/// An order's outcome: sold (written with the batch's other sold orders), or refused.
+enum Outcome {
+    Sold,
+    Refused(OrderError),
+}
+
+/// Step 4 of [`order_batch`]: what its orders are decided against, each seeing the ones before
+/// it.
+struct Decide {
+    product_id: i64,
+    catalog: Catalog,
+    rates: Rates,
+    /// What the stock row had ([`available_under_lock`]), less what the batch has sold so far.
+    available: u32,
+    max_per_minute: u32,
+    /// The orders sold so far, in arrival order: written together ([`record_orders`]).
+    sold: Vec<NewOrder>,
+}
+
+impl Decide {
+    /// Decides the next order in arrival order as [`place_order`] would alone: the answer stored
+    /// under its key (claimed here, in this transaction), else its rate, the product and the
+    /// stock left. The error is the transaction's (a statement failed).
+    fn order(&mut self, conn: &mut DbConn, order: &BatchedOrder) -> Result<Decision, OrderError> {
+        if let Some(once) = &order.once {
+            match once.claim(conn)? {
+                Claim::Fresh => {}
+                Claim::Stored(answer) => return Ok(Decision::Answered(answer)),
+                Claim::Refused(refused) => return Ok(Decision::Answered(Err(refused.into()))),
+            }
+        }
+        Ok(match (self.sell(order), &order.once) {
+            (Outcome::Refused(refused), None) => Decision::Answered(Err(refused)),
+            // A refusal that is no answer (too many orders a minute) is not stored: alone, its
+            // transaction would have rolled the key's claim back.
+            (Outcome::Refused(passing), Some(once)) if !passing.is_answer() => {
+                once.unclaim(conn)?;
+                Decision::Answered(Err(passing))
+            }
+            (outcome, _) => Decision::Decided(outcome),
+        })
+    }
+
+    /// The rules, with nothing written yet: the user's rate, the product, the stock left.
+    fn sell(&mut self, order: &BatchedOrder) -> Outcome {
+        if let Err(too_fast) = self.rates.check(order.user_id, self.max_per_minute) {
+            return Outcome::Refused(too_fast);
+        }
+        let line = match self.catalog.line(self.product_id, order.quantity) {
+            Ok(line) => line,
+            Err(unknown) => return Outcome::Refused(unknown),
+        };
+        let requested = order.quantity.get();
+        if self.available < requested {
+            let (product_id, name, available) = (self.product_id, line.name, self.available);
+            return Outcome::Refused(OrderError::InsufficientStock {
+                product_id,
+                name,
+                requested,
+                available,
+            });
+        }
+        self.available -= requested;
+        let created_at = crate::db::now_micros();
+        self.rates.placed(order.user_id, created_at);
+        self.sold.push(NewOrder { user_id: order.user_id, created_at, lines: vec![line] });
+        Outcome::Sold
+    }
 }
 
 /// One of the user's orders.

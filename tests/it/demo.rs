@@ -817,6 +817,42 @@ async fn the_coalescing_bench_runs_all_three_paths_and_drops_its_database() {
     assert_eq!(real_reservations(&app), 0, "the bench never touches DATABASE_URL's data");
 }
 
+/// Every path of both parts runs and places orders without a failure; the numbers themselves
+/// are the machine's, not the test's.
+#[actix_web::test]
+async fn the_orders_bench_runs_every_path_in_process_and_through_http_and_drops_its_database() {
+    let app = TestApp::spawn().await;
+    let output = haita(
+        &app,
+        &["bench", "orders", "--clients", "4", "--seconds", "1", "--repeat", "1", "--keys", "hot"],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let rows: Vec<&str> =
+        ["hot     raw FOR UPDATE ", "hot     one at a time ", "hot     coalesced ", "hot     ", "spread  "]
+            .iter()
+            .map(|start| {
+                stdout.lines().rfind(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{start}: {stdout}"))
+            })
+            .collect();
+    for row in &rows {
+        let columns: Vec<&str> = row.split_whitespace().collect();
+        let at = columns.iter().position(|c| c.parse::<f64>().is_ok()).expect("a number");
+        let (placed, failed): (f64, u64) =
+            (columns[at].parse().expect("orders/s"), columns[at + 3].parse().expect("failed"));
+        assert!(placed > 0.0 && failed == 0, "{row}");
+    }
+    assert!(
+        !stdout.lines().any(|l| l.starts_with("spread  raw")),
+        "--keys hot measures hot in process: {stdout}"
+    );
+    assert!(stdout.contains("hot: coalesced / one at a time "), "{stdout}");
+    assert!(stdout.contains("through HTTP: hot / spread "), "{stdout}");
+    let orders: i64 =
+        haita::schema::orders::table.count().get_result(&mut app.db.raw_connection()).expect("count");
+    assert_eq!(orders, 0, "the bench never touches DATABASE_URL's data");
+}
+
 #[actix_web::test]
 async fn the_stuck_holder_bench_runs_both_paths_with_no_error_on_the_hot_day() {
     let app = TestApp::spawn().await;

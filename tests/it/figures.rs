@@ -39,15 +39,15 @@ pub const STATEMENTS: &[Figure] = &[
     // with their ids, COMMIT, RELEASE_LOCK.
     Figure { name: "booking_batch_of_five", mysql: 14, postgres: 14 },
     // START TRANSACTION, the user's row FOR UPDATE, their orders of the last minute, the
-    // catalog, the stock row FOR UPDATE, UPDATE, the order, its id, its line, its ledger
-    // movement, COMMIT.
+    // catalog, the stock row FOR UPDATE, UPDATE, the order, its id (read back), its line, its
+    // ledger movement, COMMIT (an order of several products: one more FOR UPDATE and UPDATE each).
     Figure { name: "order", mysql: 11, postgres: 11 },
-    // Coalesced single-line orders of one product, n of them in one transaction: START
+    // Coalesced single-line orders of one product, all of a batch's in one transaction: START
     // TRANSACTION, the users' rows, the catalog, their orders of the last minute, the stock row
-    // FOR UPDATE, then per order its row, its id, its line and its ledger movement, one UPDATE of
-    // the stock row, COMMIT: 7 + 4n. Five orders:
-    Figure { name: "order_batch_of_five", mysql: 27, postgres: 27 },
-    // An order the coalescer finds alone (a batch of one): 7 + 4, the same as one at a time.
+    // FOR UPDATE, the orders (one INSERT for all), their ids, their lines, their ledger
+    // movements, one UPDATE of the stock row, COMMIT: eleven, for one order or 32. Five orders:
+    Figure { name: "order_batch_of_five", mysql: 11, postgres: 11 },
+    // An order the coalescer finds alone (a batch of one): the same eleven as one at a time.
     Figure { name: "order_coalesced_alone", mysql: 11, postgres: 11 },
     // The product's existence, GET_LOCK, SET TRANSACTION ISOLATION LEVEL READ COMMITTED, START
     // TRANSACTION, the stock row FOR UPDATE, UPDATE, the ledger movement, its id, COMMIT,

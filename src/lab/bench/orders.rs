@@ -157,7 +157,12 @@ struct Measured {
 }
 
 impl Measured {
-    fn new(mut latencies: Vec<Duration>, failed: u64, first_failure: Option<String>, elapsed: Duration) -> Self {
+    fn new(
+        mut latencies: Vec<Duration>,
+        failed: u64,
+        first_failure: Option<String>,
+        elapsed: Duration,
+    ) -> Self {
         latencies.sort_unstable();
         let placed = latencies.len() as u64;
         Self {
@@ -217,8 +222,9 @@ pub fn run(config: &Config, options: &OrdersBench) -> anyhow::Result<()> {
     let bench_config = Config { database_url: scratch.url.clone(), ..config.clone() };
     let pool = crate::prepare_database(&bench_config)?;
     crate::lab::prepare(&pool)?;
-    let (users, hot, spread) = prepare(&mut *pool.get()?, plan.clients)?;
-    let bench = Prepared { config: bench_config, pool, users: users.iter().map(|(id, _)| *id).collect(), hot, spread, scratch };
+    let Shop { buyers, hot, spread } = prepare(&mut *pool.get()?, plan.clients)?;
+    let users = buyers.iter().map(|(id, _)| *id).collect();
+    let bench = Prepared { config: bench_config, pool, users, hot, spread, scratch };
     print!("{}", header(&bench, &plan));
 
     if plan.in_process {
@@ -231,7 +237,9 @@ pub fn run(config: &Config, options: &OrdersBench) -> anyhow::Result<()> {
                 }
             }
             for path in Path::ALL {
-                let median = Measured::median(runs.iter().filter(|(p, _)| *p == path).map(|(_, m)| m.clone()).collect());
+                let median = Measured::median(
+                    runs.iter().filter(|(p, _)| *p == path).map(|(_, m)| m.clone()).collect(),
+                );
                 let row = (keys, path, median);
                 print!("{}", in_process_row(&row));
                 rows.push(row);
@@ -243,7 +251,7 @@ pub fn run(config: &Config, options: &OrdersBench) -> anyhow::Result<()> {
         let server = ServerProcess::start(&bench.config)?;
         let base = server.base_url();
         let measured = actix_web::rt::System::new().block_on(async {
-            let clients = log_in(&base, &users).await?;
+            let clients = log_in(&base, &buyers).await?;
             print!("{}", http_header(plan.clients));
             let mut rows = Vec::new();
             for keys in [Keys::Hot, Keys::Spread] {
@@ -266,9 +274,16 @@ pub fn run(config: &Config, options: &OrdersBench) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A buyer per client, logged in (a session each, for the HTTP clients), one hot product and 64
-/// spread products, all with plenty of stock (and the ledger rows that stock implies).
-fn prepare(conn: &mut DbConn, clients: usize) -> anyhow::Result<(Vec<(i64, String)>, i64, Vec<i64>)> {
+/// What the bench orders: its buyers (id and username), its hot product and its spread ones.
+struct Shop {
+    buyers: Vec<(i64, String)>,
+    hot: i64,
+    spread: Vec<i64>,
+}
+
+/// A buyer per client (with a password, for the HTTP clients to log in with), one hot product
+/// and 64 spread products, all with plenty of stock (and the ledger rows that stock implies).
+fn prepare(conn: &mut DbConn, clients: usize) -> anyhow::Result<Shop> {
     use crate::auth::service::{UserSpec, create_user};
     let mut users = Vec::new();
     for i in 0..clients.max(1) {
@@ -302,7 +317,7 @@ fn prepare(conn: &mut DbConn, clients: usize) -> anyhow::Result<(Vec<(i64, Strin
         ids.push(id);
     }
     let hot = ids.remove(0);
-    Ok((users, hot, ids))
+    Ok(Shop { buyers: users, hot, spread: ids })
 }
 
 impl Prepared {
@@ -348,8 +363,11 @@ fn on_threads(bench: &Prepared, keys: Keys, path: Path, clients: usize, window: 
                         let product = bench.product(keys);
                         let t = Instant::now();
                         let placed = match path {
-                            Path::Raw => place_by_hand(&bench.pool, user_id, product).map_err(|e| e.to_string()),
-                            _ => place_through_service(&bench.pool, user_id, product).map_err(|e| e.to_string()),
+                            Path::Raw => {
+                                place_by_hand(&bench.pool, user_id, product).map_err(|e| e.to_string())
+                            }
+                            _ => place_through_service(&bench.pool, user_id, product)
+                                .map_err(|e| e.to_string()),
                         };
                         match placed {
                             Ok(()) => latencies.push(t.elapsed()),
@@ -383,7 +401,8 @@ fn on_tasks(bench: &Prepared, keys: Keys, clients: usize, window: Duration) -> M
     let started = Instant::now();
     let tallies = actix_web::rt::System::new().block_on(async {
         let tasks = (0..clients).map(|client| {
-            let (coalescer, pool, user_id) = (coalescer.clone(), bench.pool.clone(), bench.users[client % bench.users.len()]);
+            let (coalescer, pool, user_id) =
+                (coalescer.clone(), bench.pool.clone(), bench.users[client % bench.users.len()]);
             let products: Vec<i64> = (0..4096).map(|_| bench.product(keys)).collect();
             actix_web::rt::spawn(async move {
                 let (mut latencies, mut failed, mut first) = (Vec::new(), 0u64, None);
@@ -672,8 +691,11 @@ fn in_process_row((keys, path, m): &(Keys, Path, Measured)) -> String {
 fn in_process_ratios(rows: &[(Keys, Path, Measured)]) -> String {
     let mut out = String::new();
     for keys in [Keys::Hot, Keys::Spread] {
-        let rate = |path: Path| rows.iter().find(|(k, p, _)| *k == keys && *p == path).map(|(_, _, m)| m.per_second);
-        if let (Some(raw), Some(alone), Some(batched)) = (rate(Path::Raw), rate(Path::OneAtATime), rate(Path::Coalesced)) {
+        let rate =
+            |path: Path| rows.iter().find(|(k, p, _)| *k == keys && *p == path).map(|(_, _, m)| m.per_second);
+        if let (Some(raw), Some(alone), Some(batched)) =
+            (rate(Path::Raw), rate(Path::OneAtATime), rate(Path::Coalesced))
+        {
             let ratio = |a: f64, b: f64| a / b.max(f64::MIN_POSITIVE);
             out.push_str(&format!(
                 "{}: coalesced / one at a time {:.2}; one at a time / raw {:.2}; coalesced / raw {:.2}\n",
@@ -715,7 +737,9 @@ fn http_row(keys: Keys, m: &Measured) -> String {
 fn http_ratio(rows: &[(Keys, Measured)]) -> String {
     let rate = |keys: Keys| rows.iter().find(|(k, _)| *k == keys).map(|(_, m)| m.per_second);
     match (rate(Keys::Hot), rate(Keys::Spread)) {
-        (Some(hot), Some(spread)) => format!("through HTTP: hot / spread {:.2}\n", hot / spread.max(f64::MIN_POSITIVE)),
+        (Some(hot), Some(spread)) => {
+            format!("through HTTP: hot / spread {:.2}\n", hot / spread.max(f64::MIN_POSITIVE))
+        }
         _ => String::new(),
     }
 }
@@ -735,7 +759,14 @@ mod tests {
     }
 
     fn measured(per_second: f64) -> Measured {
-        Measured { placed: 10, per_second, p50_ms: 1.5, p99_ms: 9.25, statements: Some(2.25), ..Measured::default() }
+        Measured {
+            placed: 10,
+            per_second,
+            p50_ms: 1.5,
+            p99_ms: 9.25,
+            statements: Some(2.25),
+            ..Measured::default()
+        }
     }
 
     #[test]
@@ -762,8 +793,16 @@ mod tests {
             "hot: coalesced / one at a time 5.00; one at a time / raw 2.00; coalesced / raw 10.00\n"
         );
         let row = in_process_row(&rows[2]);
-        assert!(row.starts_with("hot     coalesced            5000     1.50     9.25       0   2.2     n/a   n/a\n"), "{row:?}");
-        assert_eq!(http_ratio(&[(Keys::Hot, measured(900.0)), (Keys::Spread, measured(600.0))]), "through HTTP: hot / spread 1.50\n");
+        assert!(
+            row.starts_with(
+                "hot     coalesced            5000     1.50     9.25       0   2.2     n/a   n/a\n"
+            ),
+            "{row:?}"
+        );
+        assert_eq!(
+            http_ratio(&[(Keys::Hot, measured(900.0)), (Keys::Spread, measured(600.0))]),
+            "through HTTP: hot / spread 1.50\n"
+        );
         assert_eq!(http_ratio(&[(Keys::Hot, measured(900.0))]), "");
     }
 
