@@ -283,7 +283,13 @@ on_both_engines!(
 /// is sold out (never a 500), the stock equals the ledger, and batches really formed.
 async fn sixty_four_clients_on_a_hot_product(db: TestDb) {
     const STOCK: u32 = 20;
-    let app = TestApp::spawn_on(db, 4, |c| c.coalesce_orders = true).await;
+    // Four instances, but the connections of about one: a batch takes one at a time, and a
+    // PostgreSQL server serves 100 in all, to every test running at once.
+    let app = TestApp::spawn_on(db, 4, |c| {
+        c.coalesce_orders = true;
+        c.pool_size = 4;
+    })
+    .await;
     let clients: Vec<Client> = (0..64).map(|i| app.client(i)).collect();
     let users: Vec<_> = (0..64).map(|i| app.user(&format!("f{i:02}"), Role::Customer)).collect();
     futures::future::join_all(clients.iter().zip(&users).map(|(c, u)| c.login(u))).await;
