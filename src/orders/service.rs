@@ -331,13 +331,14 @@ const INSERT_ORDERS: Sql = Sql::per_engine(
 /// The ids of the orders [`INSERT_ORDERS`] has just written, ascending, so in the order they
 /// were written. Ours are the rows of our users at or after the first id the insert handed out
 /// (MySQL's `LAST_INSERT_ID()` of a multi-row insert), or the last `n` up to the last id
-/// (PostgreSQL's `lastval()`): those users' rows are locked by this transaction
+/// (PostgreSQL's `lastval()`, read once by its subquery, so that the primary key's index finds
+/// the rows): those users' rows are locked by this transaction
 /// ([`crate::auth::quota`]), so no other order of theirs can be written meanwhile, and every
 /// earlier one has a smaller id.
 static INSERTED_IDS: LazyLock<ListStatements> = LazyLock::new(|| {
     ListStatements::per_engine(
         "SELECT id FROM orders WHERE id >= LAST_INSERT_ID() AND user_id IN ({list}) ORDER BY id LIMIT ?",
-        "SELECT id FROM (SELECT id FROM orders WHERE id <= lastval() AND user_id IN ({list}) \
+        "SELECT id FROM (SELECT id FROM orders WHERE id <= (SELECT lastval()) AND user_id IN ({list}) \
            ORDER BY id DESC LIMIT ?) AS ours ORDER BY id",
         &[1, 4, 16, super::coalesce::MAX_BATCH],
     )
