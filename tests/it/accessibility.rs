@@ -220,7 +220,7 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     let field = format!("input[name=qty_{product}]");
     browser.find(Locator::Css(&field)).await.expect("quantity").send_keys("5").await.expect("type");
     let expected = format!("input qty_{product} true");
-    let focus = submit_then_focus(&browser, "main form button[type=submit]", &expected).await;
+    let focus = submit_then_focus(&browser, "#place-order", &expected).await;
     assert_eq!(focus, expected, "after too many");
     check_answer(&browser, &axe, "order refused", &mut problems).await;
     let marked = browser
