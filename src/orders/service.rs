@@ -19,13 +19,12 @@ use serde::{Deserialize, Serialize};
 use super::OrderError;
 use super::model::{Cart, CartLine, Order};
 use crate::db::cached::ListStatements;
-use crate::db::conn::on_engine;
 use crate::db::{DbConn, DbPool, Sql, cached_sql};
 use crate::idempotency::{self, Claim, Once, Refusal};
-use crate::inventory::model::{MovementReason, NewStockMovement, Quantity, on_hand_from_sql};
+use crate::inventory::model::{MovementReason, NewStockMovement, Quantity};
 use crate::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
 use crate::metrics::{self, Family};
-use crate::schema::{order_lines, orders, products, stock_levels};
+use crate::schema::{order_lines, orders, products};
 
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OrderView {
@@ -76,7 +75,7 @@ pub fn place_order(
             // First, before any read: see `crate::auth::quota`.
             crate::auth::quota::lock_users(conn, &[user_id])?;
             idempotency::once(conn, once, |conn| {
-                Rates::read(conn, &[user_id])?.check(user_id, max_per_minute)?;
+                within_rate(conn, user_id, max_per_minute)?;
                 take_from_stock(conn, user_id, cart)
             })
         })
@@ -240,16 +239,34 @@ impl Rates {
     }
 }
 
+/// Refuses the order when the user placed `max` orders within the last minute already, saying
+/// when the oldest of them leaves it: the rate of one order alone (an order from a checkout hold,
+/// `crate::holds`, counts as any order). Only ever run after the user's row was locked.
+pub fn within_rate(conn: &mut DbConn, user_id: i64, max: u32) -> Result<(), OrderError> {
+    Rates::read(conn, &[user_id])?.check(user_id, max)
+}
+
+/// What can be sold of a product, and what live checkout holds keep aside of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sellable {
+    /// On hand, less the units in live holds.
+    pub available: u32,
+    /// Units in other customers' live checkout holds (`crate::holds`): said in a refusal, so a
+    /// buyer learns the units may come back.
+    pub held: u32,
+}
+
 /// What can be sold of `product_id` now, read under the lock of its stock row
-/// (`SELECT … FOR UPDATE`), which the caller's transaction keeps until it ends: nobody else can
-/// sell from the row meanwhile, so what this says stays true until COMMIT. A product never
-/// received has no row: it has nothing to sell.
+/// (`SELECT … FOR UPDATE`, [`crate::catalog::stock::lock`]), which the caller's transaction keeps
+/// until it ends: nobody else can sell from the row meanwhile, so what this says stays true until
+/// COMMIT. Units in live checkout holds are not for sale. A product never received has no row:
+/// it has nothing to sell.
 ///
 /// Both paths decide with this one answer: [`take_from_stock`] for each line of an order,
 /// [`order_batch`] once for its whole batch, whose orders then take from it in arrival order.
-pub fn available_under_lock(conn: &mut DbConn, product_id: i64) -> QueryResult<u32> {
-    let row = stock_levels::table.find(product_id).select(stock_levels::on_hand);
-    Ok(on_engine!(conn, |c| row.for_update().first::<i32>(c)).optional()?.map_or(0, on_hand_from_sql))
+pub fn available_under_lock(conn: &mut DbConn, product_id: i64) -> QueryResult<Sellable> {
+    Ok(crate::catalog::stock::lock(conn, product_id)?
+        .map_or(Sellable { available: 0, held: 0 }, |s| Sellable { available: s.available(), held: s.held }))
 }
 
 const TAKE: &str = "UPDATE stock_levels SET on_hand = on_hand - ? WHERE product_id = ?";
@@ -272,7 +289,7 @@ fn bad_batch() -> OrderError {
 
 /// One attempt; the caller owns the transaction. Returns the order as written, without reading
 /// it back: only its id comes from the server (`created_at` is set here for that reason).
-fn take_from_stock(conn: &mut DbConn, user_id: i64, cart: &Cart) -> Result<OrderView, OrderError> {
+pub fn take_from_stock(conn: &mut DbConn, user_id: i64, cart: &Cart) -> Result<OrderView, OrderError> {
     // Names and prices: a plain read. The price is the one seen by this transaction.
     let catalog = Catalog::read(conn, &cart.product_ids())?;
 
@@ -283,13 +300,14 @@ fn take_from_stock(conn: &mut DbConn, user_id: i64, cart: &Cart) -> Result<Order
     let locking = Instant::now();
     let locked = cart.lines().iter().try_for_each(|line| {
         let name = catalog.name(line.product_id)?;
-        let available = available_under_lock(conn, line.product_id)?;
+        let Sellable { available, held } = available_under_lock(conn, line.product_id)?;
         if available < line.quantity.get() {
             return Err(OrderError::InsufficientStock {
                 product_id: line.product_id,
                 name: name.to_owned(),
                 requested: line.quantity.get(),
                 available,
+                held,
             });
         }
         Ok(())
@@ -488,14 +506,14 @@ pub fn order_batch(
             let rates = Rates::read(conn, &users)?;
             // 3. The stock row, once for the batch (a product that does not exist has none).
             let locking = Instant::now();
-            let available = match catalog.name(product_id) {
+            let Sellable { available, held } = match catalog.name(product_id) {
                 Ok(_) => available_under_lock(conn, product_id)?,
-                Err(_) => 0,
+                Err(_) => Sellable { available: 0, held: 0 },
             };
             metrics::waited(Family::Row, "stock", locking.elapsed());
             // 4. Each order in arrival order, as if alone.
             let mut decide =
-                Decide { product_id, catalog, rates, available, max_per_minute, sold: Vec::new() };
+                Decide { product_id, catalog, rates, available, held, max_per_minute, sold: Vec::new() };
             let mut decisions: Vec<Decision> = Vec::with_capacity(orders.len());
             for order in orders {
                 let decision = match resent_in(orders, &decisions, order) {
@@ -583,6 +601,8 @@ struct Decide {
     rates: Rates,
     /// What the stock row had ([`available_under_lock`]), less what the batch has sold so far.
     available: u32,
+    /// Units in live checkout holds, which no order of the batch may take.
+    held: u32,
     max_per_minute: u32,
     /// The orders sold so far, in arrival order: written together ([`record_orders`]).
     sold: Vec<NewOrder>,
@@ -623,12 +643,13 @@ impl Decide {
         };
         let requested = order.quantity.get();
         if self.available < requested {
-            let (product_id, name, available) = (self.product_id, line.name, self.available);
+            let (product_id, name, available, held) = (self.product_id, line.name, self.available, self.held);
             return Outcome::Refused(OrderError::InsufficientStock {
                 product_id,
                 name,
                 requested,
                 available,
+                held,
             });
         }
         self.available -= requested;

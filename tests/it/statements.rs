@@ -292,8 +292,8 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
 
     let ordered = Commands::of(&pool, || (0..10).for_each(|_| order()));
     // START TRANSACTION, the user's row FOR UPDATE and the user's orders of the last minute
-    // (the rate), the catalog, the stock row FOR UPDATE, UPDATE, INSERT order, its id, INSERT
-    // line, INSERT ledger movement, COMMIT.
+    // (the rate), the catalog, the stock row FOR UPDATE and the product's live holds, UPDATE,
+    // INSERT order, its id, INSERT line, INSERT ledger movement, COMMIT.
     ordered.assert_cached(10 * figure(&pool, "order"));
 
     let received = Commands::of(&pool, || (0..10).for_each(|_| receive()));
@@ -304,10 +304,10 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
 }
 
 /// Orders coalesced on one product (`orders::service::order_batch`): one transaction for the
-/// batch, whose orders, lines and ledger movements are each written by one statement, so eleven
+/// batch, whose orders, lines and ledger movements are each written by one statement, so twelve
 /// statements and one commit whether the batch holds one order or five (or 32).
 #[test]
-fn a_batch_of_orders_prepares_nothing_in_steady_state_and_takes_eleven_statements_however_long() {
+fn a_batch_of_orders_prepares_nothing_in_steady_state_and_takes_twelve_statements_however_long() {
     use haita::orders::model::Cart;
     use haita::orders::service::{BatchedOrder, order_batch};
     let db = TestDb::new();
@@ -327,16 +327,50 @@ fn a_batch_of_orders_prepares_nothing_in_steady_state_and_takes_eleven_statement
 
     let five = Commands::of(&pool, || (0..5).for_each(|_| batch(&buyers)));
     // START TRANSACTION, the users' rows FOR UPDATE, the catalog, the users' orders of the last
-    // minute, the stock row FOR UPDATE, INSERT the orders, their ids, INSERT their lines, INSERT
-    // their ledger movements, one UPDATE of the stock row, COMMIT.
+    // minute, the stock row FOR UPDATE and its live holds, INSERT the orders, their ids, INSERT
+    // their lines, INSERT their ledger movements, one UPDATE of the stock row, COMMIT.
     five.assert_cached(5 * figure(&pool, "order_batch_of_five"));
 
-    // An order the coalescer finds alone at its product: a batch of one, the same eleven, as
+    // An order the coalescer finds alone at its product: a batch of one, the same twelve, as
     // many as one at a time.
     let alone = Commands::of(&pool, || (0..10).for_each(|_| batch(&buyers[..1])));
     alone.assert_cached(10 * figure(&pool, "order_coalesced_alone"));
     assert_eq!(figure(&pool, "order_coalesced_alone"), figure(&pool, "order"));
     assert_eq!(figure(&pool, "order_batch_of_five"), figure(&pool, "order"));
+}
+
+#[test]
+fn a_hold_and_an_order_from_it_prepare_nothing_in_steady_state() {
+    use haita::holds::model::{HoldLength, HoldRequest};
+    let db = TestDb::new();
+    let customer = create_user(&db, "holder", haita::auth::Role::Customer);
+    let product = crate::common::create_product(&db, "COUNT-H", 250, 100);
+    let pool = single_connection_pool(&db);
+    let request =
+        HoldRequest::parse(product, 1, HoldLength::full(Duration::from_secs(600))).expect("a hold request");
+    let hold = || haita::holds::service::hold(&pool, customer.id, &request, None).expect("hold").id;
+    let order = |id| {
+        haita::holds::service::order_from_hold(&pool, customer.id, id, None, 100).expect("order from hold");
+    };
+    order(hold());
+
+    let (mut held, mut ordered) = (Commands::default(), Commands::default());
+    for _ in 0..10 {
+        let mut id = 0;
+        let one = Commands::of(&pool, || id = hold());
+        let other = Commands::of(&pool, || order(id));
+        for (total, one) in [(&mut held, one), (&mut ordered, other)] {
+            total.statements += one.statements;
+            total.prepares += one.prepares;
+            total.closes += one.closes;
+        }
+    }
+    // START TRANSACTION, the product's name, the stock row FOR UPDATE, its live holds, the
+    // customer's own live hold, INSERT, its id, COMMIT.
+    held.assert_cached(10 * figure(&pool, "hold"));
+    // The order's own path, and around it the user's row and rate, the hold's product, the stock
+    // row and the hold FOR UPDATE, the hold marked used and given its order.
+    ordered.assert_cached(10 * figure(&pool, "order_from_hold"));
 }
 
 #[test]
