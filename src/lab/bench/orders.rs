@@ -154,6 +154,8 @@ struct Measured {
     prepares: Option<f64>,
     /// Blocking-pool hops per order (HTTP only): order batches and session-check batches.
     hops: Option<f64>,
+    /// Orders per coalesced batch, where batches ran (`haita_order_batch_size`).
+    per_batch: Option<f64>,
 }
 
 impl Measured {
@@ -340,10 +342,16 @@ fn measure_in_process(
     window: Duration,
 ) -> anyhow::Result<Measured> {
     let before = ServerCounters::read(&bench.pool)?;
-    let measured = match path {
+    // The batches this process ran: the in-process coalescer records into the process's metrics.
+    let batches = &crate::metrics::METRICS.order_batch_size;
+    let batched_before = (batches.get_sample_count(), batches.get_sample_sum());
+    let mut measured = match path {
         Path::Raw | Path::OneAtATime => on_threads(bench, keys, path, clients, window),
         Path::Coalesced => on_tasks(bench, keys, clients, window),
     };
+    let (count, sum) =
+        (batches.get_sample_count() - batched_before.0, batches.get_sample_sum() - batched_before.1);
+    measured.per_batch = (count > 0).then(|| sum / count as f64);
     measured.counted(&bench.pool, &before)
 }
 
@@ -605,13 +613,23 @@ async fn measure_http(
         first = first.or(e);
     }
     let mut measured = Measured::new(latencies, failed, first, elapsed).counted(&bench.pool, &before)?;
-    measured.hops = Some((blocking_hops(server).await? - hops_before) / measured.placed.max(1) as f64);
+    let after = blocking_hops(server).await?;
+    measured.hops = Some((after.hops - hops_before.hops) / measured.placed.max(1) as f64);
+    let batches = after.batches - hops_before.batches;
+    measured.per_batch = (batches > 0.0).then(|| (after.batched - hops_before.batched) / batches);
     Ok(measured)
 }
 
-/// The blocking hops the server has made for orders so far: one per order batch and one per
-/// session-check batch (the two drainers' histograms count their batches).
-async fn blocking_hops(server: &ServerProcess) -> anyhow::Result<f64> {
+/// What the server's `/metrics` says so far: its blocking hops for orders (one per order batch
+/// and one per session-check batch, the two drainers' histograms counting their batches), and
+/// its order batches and the orders in them.
+struct Hops {
+    hops: f64,
+    batches: f64,
+    batched: f64,
+}
+
+async fn blocking_hops(server: &ServerProcess) -> anyhow::Result<Hops> {
     let text = reqwest::Client::new()
         .get(format!("{}/metrics", server.base_url()))
         .bearer_auth(server.metrics_token())
@@ -625,7 +643,12 @@ async fn blocking_hops(server: &ServerProcess) -> anyhow::Result<f64> {
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    Ok(count("haita_order_batch_size_count") + count("haita_session_check_batch_size_count"))
+    let batches = count("haita_order_batch_size_count");
+    Ok(Hops {
+        hops: batches + count("haita_session_check_batch_size_count"),
+        batches,
+        batched: count("haita_order_batch_size_sum"),
+    })
 }
 
 // ---- the tables ----------------------------------------------------------------------------
@@ -650,9 +673,10 @@ fn header(bench: &Prepared, plan: &Plan) -> String {
     }
     if plan.in_process {
         out.push_str(&format!(
-            "\nin process (no HTTP); stmts, commit, prep: what the server counted, per order placed\n\
-             {:<7} {:<15} {:>9} {:>8} {:>8} {:>7} {:>6} {:>7} {:>5}\n",
-            "keys", "path", "orders/s", "p50 ms", "p99 ms", "failed", "stmts", "commit", "prep"
+            "\nin process (no HTTP); stmts, commit, prep: what the server counted, per order placed; \
+             batch: orders per coalesced batch\n\
+             {:<7} {:<15} {:>9} {:>8} {:>8} {:>7} {:>6} {:>7} {:>5} {:>6}\n",
+            "keys", "path", "orders/s", "p50 ms", "p99 ms", "failed", "stmts", "commit", "prep", "batch"
         ));
     }
     out
@@ -661,6 +685,11 @@ fn header(bench: &Prepared, plan: &Plan) -> String {
 /// A count the server may not keep, right-aligned in `width`: `n/a` where it keeps none.
 fn counted(value: Option<f64>, width: usize, decimals: usize) -> String {
     value.map_or_else(|| format!("{:>width$}", "n/a"), |v| format!("{v:>width$.decimals$}"))
+}
+
+/// Orders per batch, right-aligned in `width`; blank for a path that runs no batches.
+fn batch(per_batch: Option<f64>, width: usize) -> String {
+    per_batch.map_or_else(|| format!("{:>width$}", ""), |b| format!("{b:>width$.1}"))
 }
 
 fn failures(m: &Measured) -> String {
@@ -672,7 +701,7 @@ fn failures(m: &Measured) -> String {
 
 fn in_process_row((keys, path, m): &(Keys, Path, Measured)) -> String {
     format!(
-        "{:<7} {:<15} {:>9.0} {:>8.2} {:>8.2} {:>7} {} {} {}\n{}",
+        "{:<7} {:<15} {:>9.0} {:>8.2} {:>8.2} {:>7} {} {} {} {}\n{}",
         keys.label(),
         path.label(),
         m.per_second,
@@ -682,6 +711,7 @@ fn in_process_row((keys, path, m): &(Keys, Path, Measured)) -> String {
         counted(m.statements, 6, 1),
         counted(m.commits, 7, 2),
         counted(m.prepares, 5, 1),
+        batch(m.per_batch, 6),
         failures(m)
     )
 }
@@ -712,15 +742,15 @@ fn in_process_ratios(rows: &[(Keys, Path, Measured)]) -> String {
 fn http_header(clients: usize) -> String {
     format!(
         "\nthrough HTTP: a separate `haita serve` (ORDER_COALESCING on), {clients} HTTP clients in this process, \
-         POST /api/v1/orders; hops: blocking-pool hops per order\n\
-         {:<7} {:>9} {:>8} {:>8} {:>7} {:>6} {:>7} {:>5}\n",
-        "keys", "orders/s", "p50 ms", "p99 ms", "failed", "stmts", "commit", "hops"
+         POST /api/v1/orders; hops: blocking-pool hops per order; batch: orders per batch\n\
+         {:<7} {:>9} {:>8} {:>8} {:>7} {:>6} {:>7} {:>5} {:>6}\n",
+        "keys", "orders/s", "p50 ms", "p99 ms", "failed", "stmts", "commit", "hops", "batch"
     )
 }
 
 fn http_row(keys: Keys, m: &Measured) -> String {
     format!(
-        "{:<7} {:>9.0} {:>8.2} {:>8.2} {:>7} {} {} {}\n{}",
+        "{:<7} {:>9.0} {:>8.2} {:>8.2} {:>7} {} {} {} {}\n{}",
         keys.label(),
         m.per_second,
         m.p50_ms,
@@ -729,6 +759,7 @@ fn http_row(keys: Keys, m: &Measured) -> String {
         counted(m.statements, 6, 1),
         counted(m.commits, 7, 2),
         counted(m.hops, 5, 2),
+        batch(m.per_batch, 6),
         failures(m)
     )
 }
@@ -795,10 +826,12 @@ mod tests {
         let row = in_process_row(&rows[2]);
         assert!(
             row.starts_with(
-                "hot     coalesced            5000     1.50     9.25       0   2.2     n/a   n/a\n"
+                "hot     coalesced            5000     1.50     9.25       0    2.2     n/a   n/a       \n"
             ),
             "{row:?}"
         );
+        let batched = Measured { per_batch: Some(12.5), ..measured(5000.0) };
+        assert!(in_process_row(&(Keys::Hot, Path::Coalesced, batched)).ends_with("  n/a   12.5\n"));
         assert_eq!(
             http_ratio(&[(Keys::Hot, measured(900.0)), (Keys::Spread, measured(600.0))]),
             "through HTTP: hot / spread 1.50\n"
