@@ -1,0 +1,1 @@
+//! Starting a flash sale from `/demo`.

@@ -1,0 +1,137 @@
+//! The flash sale (`haita::lab::flash`): 500 buyers through the HTTP API of two instances on one
+//! database, 50 units, sold at the click and with checkout holds. Whatever the buyers were told,
+//! the database is what is checked: nothing sold beyond the stock, the stock row equal to its
+//! ledger, one unit per buyer, every hold ended.
+
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use haita::lab::flash::{FlashReport, Variant, VariantResult};
+use haita::lab::schema::demo_flash_sales;
+
+use crate::common::{TestApp, TestDb, invariants, on_both_engines};
+
+/// Two instances in `DEMO_MODE` on `db`, its lab tables made.
+async fn two_instances(db: TestDb) -> TestApp {
+    haita::lab::prepare(&db.pool).expect("lab migrations");
+    TestApp::spawn_on(db, 2, |c| c.demo_mode = true).await
+}
+
+/// `haita demo flash-sale` against every instance of `app`, on a blocking thread (the instances
+/// serve the buyers meanwhile); its stdout.
+async fn flash_sale(app: &TestApp, extra: &[&str]) -> String {
+    let mut args: Vec<String> = ["demo", "flash-sale", "--seed", "31"].map(String::from).to_vec();
+    for address in &app.addresses {
+        args.extend(["--base-url".to_string(), address.clone()]);
+    }
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let url = app.db.url.clone();
+    let output = actix_web::rt::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_haita"))
+            .args(&args)
+            .env("DATABASE_URL", url)
+            .env("DEMO_MODE", "1")
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run haita")
+    })
+    .await
+    .expect("the CLI's thread");
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+/// The latest sale's report, as stored for `/demo`.
+fn stored_report(app: &TestApp) -> FlashReport {
+    let (id, json): (i64, Option<String>) = demo_flash_sales::table
+        .order(demo_flash_sales::id.desc())
+        .select((demo_flash_sales::id, demo_flash_sales::report))
+        .first(&mut app.db.raw_connection())
+        .expect("a stored flash sale");
+    let mut report: FlashReport = serde_json::from_str(&json.expect("a report")).expect("report JSON");
+    report.id = id;
+    report
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+fn count(app: &TestApp, sql: &str, product: i64) -> i64 {
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(sql)
+        .bind::<BigInt, _>(product)
+        .get_result::<Count>(&mut app.db.raw_connection())
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .n
+}
+
+/// Units of `product` in orders, counted from the order lines.
+fn sold_in_orders(app: &TestApp, product: i64) -> i64 {
+    count(app, "SELECT COUNT(*) AS n FROM order_lines WHERE product_id = ?", product)
+}
+
+/// Buyers with more than one order line of `product`.
+fn buyers_served_twice(app: &TestApp, product: i64) -> i64 {
+    count(
+        app,
+        "SELECT COUNT(*) AS n FROM (SELECT o.user_id FROM orders o JOIN order_lines l ON l.order_id = o.id \
+         WHERE l.product_id = ? GROUP BY o.user_id HAVING COUNT(*) > 1) twice",
+        product,
+    )
+}
+
+/// What every variant of every sale must leave in the database.
+fn sound(app: &TestApp, report: &FlashReport, v: &VariantResult) {
+    let name = v.variant.name();
+    assert_eq!(v.errors, 0, "{name}: answers no buyer expects (a 500?): {:?}", v.first_error);
+    assert_eq!(v.oversold, 0, "{name}: oversold");
+    assert!(v.sold <= i64::from(report.stock), "{name}: sold {}", v.sold);
+    assert_eq!(
+        v.sold,
+        sold_in_orders(app, v.product_id),
+        "{name}: the report counts what the database holds"
+    );
+    assert_eq!((v.on_hand, v.ledger), (i64::from(report.stock) - v.sold, i64::from(report.stock) - v.sold));
+    assert_eq!(invariants::on_hand(&app.db, v.product_id), u32::try_from(v.on_hand).expect("on hand"));
+    assert_eq!(buyers_served_twice(app, v.product_id), 0, "{name}: one unit per buyer");
+    invariants::stock_matches_ledger(&app.db);
+    invariants::orders_match_ledger(&app.db);
+}
+
+/// After the sale nobody is logged in as a buyer.
+fn no_buyer_session_left(app: &TestApp) {
+    use haita::schema::{user_sessions, users};
+    let left: i64 = user_sessions::table
+        .inner_join(users::table)
+        .filter(users::username.eq_any(haita::lab::flash::buyer_names()))
+        .count()
+        .get_result(&mut app.db.raw_connection())
+        .expect("buyers' sessions");
+    assert_eq!(left, 0, "the buyers' sessions end with the sale");
+}
+
+async fn sold_at_the_click_over_two_instances(db: TestDb) {
+    let app = two_instances(db).await;
+    let stdout = flash_sale(&app, &["--variant", "without-holds"]).await;
+    assert!(stdout.contains("500 buyers over 2 instance(s), 50 units"), "{stdout}");
+    assert!(stdout.contains("without holds: nothing oversold"), "{stdout}");
+
+    let report = stored_report(&app);
+    assert_eq!((report.buyers, report.stock, report.instances), (500, 50, 2));
+    let [v] = report.variants.as_slice() else { panic!("one variant: {report:?}") };
+    assert_eq!(v.variant, Variant::WithoutHolds);
+    assert_eq!(v.sold, 50, "every unit sold: {stdout}");
+    assert_eq!(v.sold + i64::from(v.refused), 500, "every buyer bought or was refused: {stdout}");
+    assert_eq!(v.refusals, v.refused, "one answer each");
+    assert!(v.sold_out_ms.is_some(), "{stdout}");
+    sound(&app, &report, v);
+    no_buyer_session_left(&app);
+}
+
+on_both_engines!(
+    a_flash_sale_at_the_click_over_two_instances_sells_the_stock_exactly_once,
+    a_flash_sale_at_the_click_over_two_instances_sells_the_stock_exactly_once_on_postgres
+        => sold_at_the_click_over_two_instances
+);
