@@ -38,8 +38,9 @@ impl Variant {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct VariantResult {
     pub variant: Variant,
-    /// The throwaway product sold.
+    /// The throwaway product sold, and the units it had.
     pub product_id: i64,
+    pub stock: u32,
     /// Units in orders of the product, counted in the database.
     pub sold: i64,
     /// Buyers who wanted a unit and went home without one.
@@ -84,8 +85,8 @@ pub struct VariantResult {
 impl VariantResult {
     /// Whether the database holds what a correct sale leaves: nothing sold beyond the stock,
     /// and the stock row equal to its ledger.
-    pub fn sound(&self, stock: u32) -> bool {
-        self.oversold == 0 && self.on_hand == self.ledger && self.on_hand == i64::from(stock) - self.sold
+    pub fn sound(&self) -> bool {
+        self.oversold == 0 && self.on_hand == self.ledger && self.on_hand == i64::from(self.stock) - self.sold
     }
 }
 
@@ -172,7 +173,7 @@ impl FlashReport {
         out.push('\n');
         for v in &self.variants {
             let name = v.variant.name();
-            let verdict = if v.sound(self.stock) {
+            let verdict = if v.sound() {
                 "nothing oversold; the stock row equals its ledger".to_string()
             } else {
                 format!(

@@ -617,6 +617,7 @@ fn count(pool: &DbPool, variant: Variant, product: i64, stock: u32) -> Result<Va
     Ok(VariantResult {
         variant,
         product_id: product,
+        stock,
         sold,
         oversold: (sold - i64::from(stock)).max(0),
         on_hand,

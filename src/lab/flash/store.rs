@@ -118,12 +118,19 @@ pub fn cooldown_left(conn: &mut DbConn, started_by: &str) -> Result<Option<Durat
 /// latest that ended.
 #[derive(Clone, Debug, Default)]
 pub struct Shown {
-    /// Who started the sale running now, and when.
-    pub running: Option<(String, NaiveDateTime)>,
+    /// The sale running now.
+    pub running: Option<Running>,
     /// The latest sale that ended with a report.
     pub report: Option<FlashReport>,
     /// Why the latest sale failed, when it ended after the latest report.
     pub failure: Option<String>,
+}
+
+/// Who started the sale running now, and when.
+#[derive(Clone, Debug)]
+pub struct Running {
+    pub started_by: String,
+    pub started_at: NaiveDateTime,
 }
 
 /// The flash sales `/demo` shows.
@@ -144,7 +151,7 @@ pub fn latest(conn: &mut DbConn) -> Result<Shown, FlashError> {
     let mut shown = Shown::default();
     for (id, started_by, running, report, failure, created_at) in rows {
         if running.is_some() {
-            shown.running = Some((started_by, created_at));
+            shown.running = Some(Running { started_by, started_at: created_at });
         } else if let Some(json) = report {
             let mut report: FlashReport = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
             report.id = id;

@@ -135,3 +135,69 @@ on_both_engines!(
     a_flash_sale_at_the_click_over_two_instances_sells_the_stock_exactly_once_on_postgres
         => sold_at_the_click_over_two_instances
 );
+
+/// Whether `page` shows a flash sale's report.
+fn shows_a_report(page: &str) -> bool {
+    page.contains("id=\"flash-about\"") && page.contains("class=\"flash-sale cards\"")
+}
+
+/// From `/demo` a logged-in user starts the standard sale against the instance they are on; the
+/// report is stored, so every instance shows it. Another sale is refused while one runs on any
+/// instance, and within the user's cooldown; a visitor is asked to log in; a forged form is 403.
+#[actix_web::test]
+async fn the_demo_page_starts_a_flash_sale_that_every_instance_then_shows() {
+    let app = two_instances(TestDb::new()).await;
+    let seller = app.client(0);
+    seller.login(&app.user("seller", haita::auth::Role::Customer)).await;
+    let page = app.client(1).get("/demo").await.text().await.expect("page");
+    assert!(
+        page.contains("id=\"flash-none\"") && page.contains("/login?next=%2Fdemo"),
+        "a visitor logs in first"
+    );
+
+    let token = seller.csrf_token("/demo").await;
+    let forged = seller.post_form("/demo/flash-sales", &[("csrf_token", "forged")]).await;
+    assert_eq!(forged.status(), 403);
+    let started = seller.post_form("/demo/flash-sales", &[("csrf_token", &token)]).await;
+    assert_eq!(started.status(), 303, "the sale runs on; the browser goes back to the page");
+    assert_eq!(started.headers()["location"], "/demo#flash");
+
+    let other = app.client(1);
+    crate::common::poll::until_async(
+        "the other instance to show how the sale ended",
+        std::time::Duration::from_secs(180),
+        async || {
+            let page = other.get("/demo").await.text().await.expect("page");
+            shows_a_report(&page) || page.contains("id=\"flash-failed\"")
+        },
+    )
+    .await;
+    let page = other.get("/demo").await.text().await.expect("page");
+    assert!(!page.contains("id=\"flash-failed\""), "the sale failed: {page}");
+    let report = stored_report(&app);
+    assert_eq!((report.buyers, report.stock, report.instances), (500, 50, 1), "this instance only");
+    assert_eq!(report.started_by, "seller");
+    let page = other.get("/demo").await.text().await.expect("page");
+    assert!(page.contains(&format!("Flash sale {}: 500 buyers over 1 instance(s)", report.id)), "{page}");
+
+    let again = seller.post_form("/demo/flash-sales", &[("csrf_token", &token)]).await;
+    assert_eq!(again.status(), 429, "within the user's cooldown");
+    assert!(again.headers().contains_key("retry-after"));
+    assert!(again.text().await.expect("page").contains("id=\"flash-refused\""));
+
+    // Another instance's sale holds the slot: nobody else may start one meanwhile.
+    haita::db::cached_sql::<()>(
+        "INSERT INTO demo_flash_sales (started_by, running, lease_until) VALUES ('carol', 1, {now} + {? microseconds})",
+    )
+    .bind::<BigInt, _>(60_000_000_i64)
+    .execute(&mut app.db.conn())
+    .expect("a running sale");
+    let second = app.client(1);
+    second.login(&app.user("second", haita::auth::Role::Customer)).await;
+    let token = second.csrf_token("/demo").await;
+    let refused = second.post_form("/demo/flash-sales", &[("csrf_token", &token)]).await;
+    assert_eq!(refused.status(), 409);
+    let page = refused.text().await.expect("page");
+    assert!(page.contains("A flash sale started by carol is running"), "{page}");
+    assert!(page.contains("id=\"flash-running\""), "and the page says so");
+}
