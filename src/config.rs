@@ -118,6 +118,11 @@ pub struct Env {
     /// order_rate with Retry-After. Counted under a lock of the user's row, so exactly.
     #[arg(long, env = "MAX_ORDERS_PER_MINUTE_PER_USER", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     max_orders_per_minute_per_user: u32,
+    /// How long a checkout hold keeps units of a product aside for the customer who took it
+    /// (minutes, 1 to 120); a client may ask for a shorter hold, never a longer one. Expiry is
+    /// read from the database's clock, so every instance agrees on it.
+    #[arg(long, env = "HOLD_MINUTES", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=120))]
+    hold_minutes: u32,
     /// Comma-separated CIDRs of the proxies in front of the app (e.g. 10.0.0.0/8,::1/128). A
     /// request from one of them is counted against the right-most X-Forwarded-For address that
     /// is not a trusted proxy; any other request against its TCP peer, whatever it says. Empty:
@@ -300,6 +305,8 @@ pub struct Config {
     pub max_future_bookings: u32,
     /// `MAX_ORDERS_PER_MINUTE_PER_USER`: orders per user within any 60 seconds.
     pub max_orders_per_minute: u32,
+    /// `HOLD_MINUTES`: the longest a checkout hold lasts (`crate::holds`).
+    pub hold_length: Duration,
     /// `TRUSTED_PROXIES`: whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// `EDIT_LOCK_TTL_SECS`.
@@ -347,6 +354,7 @@ impl std::fmt::Debug for Config {
             login_failure_window,
             max_future_bookings,
             max_orders_per_minute,
+            hold_length,
             trusted_proxies,
             edit_lock_ttl,
             batch_lock,
@@ -374,6 +382,7 @@ impl std::fmt::Debug for Config {
             .field("login_failure_window", login_failure_window)
             .field("max_future_bookings", max_future_bookings)
             .field("max_orders_per_minute", max_orders_per_minute)
+            .field("hold_length", hold_length)
             .field("trusted_proxies", trusted_proxies)
             .field("edit_lock_ttl", edit_lock_ttl)
             .field("batch_lock", batch_lock)
@@ -473,6 +482,7 @@ impl TryFrom<Env> for Config {
             login_failure_window: Duration::from_secs(env.login_failure_window_secs),
             max_future_bookings: env.max_future_bookings_per_user,
             max_orders_per_minute: env.max_orders_per_minute_per_user,
+            hold_length: Duration::from_secs(u64::from(env.hold_minutes) * 60),
             trusted_proxies: env.trusted_proxies,
             edit_lock_ttl: Duration::from_secs(env.edit_lock_ttl_secs),
             batch_lock,
@@ -556,6 +566,8 @@ mod tests {
             ("POOL_SIZE", "1", "2..=10000"),
             ("POOL_SIZE", "many", "invalid digit"),
             ("EDIT_LOCK_TTL_SECS", "4", "5..=86400"),
+            ("HOLD_MINUTES", "0", "1..=120"),
+            ("HOLD_MINUTES", "121", "1..=120"),
             ("METRICS", "maybe", "use 1 or 0"),
             ("BATCH_LOCK", "redis", "redis"),
         ] {

@@ -17,6 +17,7 @@ pub mod config;
 pub mod db;
 pub mod deadlocks;
 pub mod edit_locks;
+pub mod holds;
 pub mod http;
 pub mod i18n;
 pub mod idempotency;
@@ -230,6 +231,7 @@ fn routes(cfg: &mut aweb::ServiceConfig, demo_mode: bool) {
         .configure(admin::routes::configure)
         .configure(catalog::routes::configure)
         .configure(orders::routes::configure)
+        .configure(holds::routes::configure)
         .configure(inventory::routes::configure);
     #[cfg(feature = "lab")]
     if demo_mode {

@@ -33,6 +33,7 @@ use crate::web::AppState;
         (name = "bookings", description = "Resources and reservations: check-then-insert under a date-keyed named lock"),
         (name = "products", description = "The catalog; optimistic edits with ETag / If-Match"),
         (name = "orders", description = "Orders: SELECT … FOR UPDATE in product-id order, retried on deadlock"),
+        (name = "holds", description = "Checkout holds: a quantity kept aside until it expires by the database's clock, decided under the stock row lock"),
         (name = "stock", description = "Receipts: increase-or-insert under a per-product named lock"),
         (name = "resources", description = "Resources, edited under pessimistic edit locks"),
         (name = "admin", description = "Lock administration and the audit log (admin role)")
@@ -84,6 +85,7 @@ fn render(with_demo: bool) -> String {
         crate::bookings::routes::Api::openapi(),
         crate::catalog::routes::Api::openapi(),
         crate::orders::routes::Api::openapi(),
+        crate::holds::routes::Api::openapi(),
         crate::inventory::routes::Api::openapi(),
         crate::resources::routes::Api::openapi(),
         crate::admin::routes::Api::openapi(),

@@ -233,6 +233,21 @@ diesel::table! {
 }
 
 diesel::table! {
+    stock_holds (id) {
+        id -> Bigint,
+        product_id -> Bigint,
+        user_id -> Bigint,
+        quantity -> Integer,
+        created_at -> Timestamp,
+        expires_at -> Timestamp,
+        #[max_length = 16]
+        ended -> Nullable<Varchar>,
+        order_id -> Nullable<Bigint>,
+        ended_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
     stock_levels (product_id) {
         product_id -> Bigint,
         on_hand -> Integer,
@@ -284,6 +299,9 @@ diesel::joinable!(resource_closures -> users (closed_by));
 diesel::joinable!(products -> users (updated_by));
 diesel::joinable!(reservations -> resources (resource_id));
 diesel::joinable!(reservations -> users (user_id));
+diesel::joinable!(stock_holds -> orders (order_id));
+diesel::joinable!(stock_holds -> products (product_id));
+diesel::joinable!(stock_holds -> users (user_id));
 diesel::joinable!(stock_levels -> products (product_id));
 diesel::joinable!(stock_movements -> orders (order_id));
 diesel::joinable!(stock_movements -> products (product_id));
@@ -319,6 +337,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     products,
     reservations,
     resources,
+    stock_holds,
     stock_levels,
     stock_movements,
     user_sessions,

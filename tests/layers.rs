@@ -35,6 +35,7 @@ const LAYERS: &[&[&str]] = &[
     &["resources", "catalog"],
     &["bookings", "inventory"],
     &["orders", "batch"],
+    &["holds"],
     &["admin", "account"],
     // The app: the lab (a cargo feature), the OpenAPI document, the command line.
     &["lab"],

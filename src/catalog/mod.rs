@@ -1,13 +1,16 @@
 //! The product catalog: what can be ordered, at what price, and how many are in stock.
 //!
-//! Stock itself is changed only by `inventory` (receipts) and `orders` (sales); this module only
-//! reads it, so the locking rules of stock live in those two places.
+//! Stock itself is changed only by `inventory` (receipts) and `orders` (sales), and kept aside
+//! by `holds` (checkout holds); this module reads it. What can still be sold — on hand, less the
+//! live holds — is read in one place, `stock.rs`: under the stock row's lock for every sale and
+//! hold, as a snapshot for the page.
 
 pub mod edit;
 pub mod model;
 pub mod quantity;
 pub mod routes;
 pub mod service;
+pub mod stock;
 
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};

@@ -67,6 +67,8 @@ struct ProductsPage {
     max_quantity: u32,
     saved: Option<i64>,
     order: Option<OrderRefused>,
+    /// `order` is about a checkout hold the page's form asked for, not an order.
+    hold_refused: bool,
 }
 
 /// An order the page's form just sent and the shop refused: the quantities as typed, and why,
@@ -125,6 +127,25 @@ pub async fn render_products_page(
     saved: Option<i64>,
     order: Option<OrderRefused>,
 ) -> actix_web::Result<HttpResponse> {
+    render(state, ctx, saved, order, false).await
+}
+
+/// The catalog answering, in place, a checkout hold its form asked for and the shop refused.
+pub async fn render_refused_hold(
+    state: &AppState,
+    ctx: PageContext,
+    refused: OrderRefused,
+) -> actix_web::Result<HttpResponse> {
+    render(state, ctx, None, Some(refused), true).await
+}
+
+async fn render(
+    state: &AppState,
+    ctx: PageContext,
+    saved: Option<i64>,
+    order: Option<OrderRefused>,
+    hold_refused: bool,
+) -> actix_web::Result<HttpResponse> {
     let products = load(state).await?;
     let status = order.as_ref().map_or(StatusCode::OK, |o| o.status);
     let mut response = html(&ProductsPage {
@@ -133,6 +154,7 @@ pub async fn render_products_page(
         max_quantity: super::quantity::Quantity::MAX_PER_LINE,
         saved,
         order,
+        hold_refused,
     })?;
     *response.status_mut() = status;
     Ok(response)

@@ -33,8 +33,17 @@ pub enum OrderError {
     Quantity { product_id: i64, error: QuantityError },
     #[error("product {0} does not exist")]
     UnknownProduct(i64),
+    /// `held`: units of the product in other customers' checkout holds, which `available`
+    /// leaves out.
     #[error("only {available} of product {product_id} left, {requested} requested")]
-    InsufficientStock { product_id: i64, name: String, requested: u32, available: u32 },
+    InsufficientStock {
+        product_id: i64,
+        name: String,
+        requested: u32,
+        available: u32,
+        #[serde(default)]
+        held: u32,
+    },
     /// The user placed `max` orders within the last minute (`MAX_ORDERS_PER_MINUTE_PER_USER`);
     /// the oldest of them leaves it in `retry_after` seconds.
     #[error("{max} orders within a minute already; try again in {retry_after} s")]
@@ -99,18 +108,25 @@ impl AsProblem for OrderError {
             Self::UnknownProduct(id) => {
                 answer.said("order.no_product", &[("id", id.to_string())]).with("product_id", *id)
             }
-            Self::InsufficientStock { product_id, name, requested, available } => answer
+            Self::InsufficientStock { product_id, name, requested, available, held } => answer
                 .said(
-                    if *available == 0 { "order.out_of_stock" } else { "order.only_left" },
+                    match (available, held) {
+                        // Not "out of stock": they may come back when the holds expire.
+                        (0, 1..) => "order.all_held",
+                        (0, _) => "order.out_of_stock",
+                        _ => "order.only_left",
+                    },
                     &[
                         ("name", name.clone()),
                         ("requested", requested.to_string()),
                         ("available", available.to_string()),
+                        ("held", held.to_string()),
                     ],
                 )
                 .with("product_id", *product_id)
                 .with("available", *available)
-                .with("requested", *requested),
+                .with("requested", *requested)
+                .with("held", *held),
             Self::NotFound(_) => answer.said("order.not_found", &[]),
             Self::TooFast { max, retry_after } => Problem {
                 retry_after: Some(*retry_after),

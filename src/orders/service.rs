@@ -10,13 +10,12 @@ use serde::{Deserialize, Serialize};
 use super::OrderError;
 use super::model::{Cart, Order};
 use crate::db::cached::ListStatements;
-use crate::db::conn::on_engine;
 use crate::db::{DbConn, DbPool, cached_sql};
 use crate::idempotency::{self, Once};
-use crate::inventory::model::{MovementReason, NewStockMovement, on_hand_from_sql};
+use crate::inventory::model::{MovementReason, NewStockMovement};
 use crate::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
 use crate::metrics::{self, Family};
-use crate::schema::{order_lines, orders, products, stock_levels};
+use crate::schema::{order_lines, orders, products};
 
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OrderView {
@@ -115,7 +114,7 @@ const RATE_WINDOW: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
 /// Refuses the order when the user placed `max` orders within the last minute already, saying
 /// when the oldest of them leaves it. Only ever run after the user's row was locked.
-fn within_rate(conn: &mut DbConn, user_id: i64, max: u32) -> Result<(), OrderError> {
+pub fn within_rate(conn: &mut DbConn, user_id: i64, max: u32) -> Result<(), OrderError> {
     let now = crate::db::now_micros();
     let (recent, oldest): (i64, Option<chrono::NaiveDateTime>) =
         cached_sql::<(BigInt, diesel::sql_types::Nullable<Timestamp>)>(RECENT)
@@ -140,7 +139,7 @@ const INSERT_LINE: &str =
 
 /// One attempt; the caller owns the transaction. Returns the order as written, without reading
 /// it back: only its id comes from the server (`created_at` is set here for that reason).
-fn take_from_stock(conn: &mut DbConn, user_id: i64, cart: &Cart) -> Result<OrderView, OrderError> {
+pub fn take_from_stock(conn: &mut DbConn, user_id: i64, cart: &Cart) -> Result<OrderView, OrderError> {
     // Names and prices: a plain read. The price is the one seen by this transaction.
     let (sql, ids) = CATALOG.padded(&cart.product_ids()).ok_or(OrderError::Empty)?;
     let catalog: Vec<(i64, String, String, i64)> =
@@ -152,17 +151,19 @@ fn take_from_stock(conn: &mut DbConn, user_id: i64, cart: &Cart) -> Result<Order
     // list, and two carts sharing products always queue in the same order instead of
     // deadlocking. A product never received has no row: it has nothing to sell.
     let locking = Instant::now();
+    // What is available is what checkout holds leave (`crate::catalog::stock`): units someone
+    // holds are never sold to anyone else.
     let locked = cart.lines().iter().try_for_each(|line| {
         let (_, _, name, _) = product(line.product_id)?;
-        let row = stock_levels::table.find(line.product_id).select(stock_levels::on_hand);
-        let available =
-            on_engine!(conn, |c| row.for_update().first::<i32>(c)).optional()?.map_or(0, on_hand_from_sql);
+        let stock = crate::catalog::stock::lock(conn, line.product_id)?;
+        let (available, held) = stock.map_or((0, 0), |s| (s.available(), s.held));
         if available < line.quantity.get() {
             return Err(OrderError::InsufficientStock {
                 product_id: line.product_id,
                 name: name.clone(),
                 requested: line.quantity.get(),
                 available,
+                held,
             });
         }
         Ok(())

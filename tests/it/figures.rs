@@ -39,9 +39,17 @@ pub const STATEMENTS: &[Figure] = &[
     // with their ids, COMMIT, RELEASE_LOCK.
     Figure { name: "booking_batch_of_five", mysql: 14, postgres: 14 },
     // START TRANSACTION, the user's row FOR UPDATE, their orders of the last minute, the
-    // catalog, the stock row FOR UPDATE, UPDATE, the order, its id, its line, its ledger
-    // movement, COMMIT.
-    Figure { name: "order", mysql: 11, postgres: 11 },
+    // catalog, the stock row FOR UPDATE, the product's live holds, UPDATE, the order, its id, its
+    // line, its ledger movement, COMMIT.
+    Figure { name: "order", mysql: 12, postgres: 12 },
+    // START TRANSACTION, the product's name, the stock row FOR UPDATE, its live holds, the
+    // customer's own live hold of it, INSERT, its id, COMMIT.
+    Figure { name: "hold", mysql: 8, postgres: 8 },
+    // START TRANSACTION, the user's row FOR UPDATE, their orders of the last minute, the hold's
+    // product, the stock row FOR UPDATE with its live holds, the hold FOR UPDATE, UPDATE it used,
+    // then the order's own path (the catalog, the stock row and its live holds again, UPDATE, the
+    // order, its id, its line, its ledger movement), the hold's order id, COMMIT.
+    Figure { name: "order_from_hold", mysql: 18, postgres: 18 },
     // The product's existence, GET_LOCK, SET TRANSACTION ISOLATION LEVEL READ COMMITTED, START
     // TRANSACTION, the stock row FOR UPDATE, UPDATE, the ledger movement, its id, COMMIT,
     // RELEASE_LOCK.

@@ -20,6 +20,7 @@ mod edit_locks;
 mod figures;
 mod grants;
 mod hardening;
+mod holds;
 mod idempotency;
 mod inventory;
 mod lab_apart;

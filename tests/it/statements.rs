@@ -292,8 +292,8 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
 
     let ordered = Commands::of(&pool, || (0..10).for_each(|_| order()));
     // START TRANSACTION, the user's row FOR UPDATE and the user's orders of the last minute
-    // (the rate), the catalog, the stock row FOR UPDATE, UPDATE, INSERT order, LAST_INSERT_ID,
-    // INSERT line, INSERT ledger movement, COMMIT.
+    // (the rate), the catalog, the stock row FOR UPDATE and the product's live holds, UPDATE,
+    // INSERT order, LAST_INSERT_ID, INSERT line, INSERT ledger movement, COMMIT.
     ordered.assert_cached(10 * figure(&pool, "order"));
 
     let received = Commands::of(&pool, || (0..10).for_each(|_| receive()));
@@ -301,6 +301,40 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
     // locks: the named lock serialises the product), START TRANSACTION, the stock row FOR UPDATE,
     // UPDATE, INSERT movement, LAST_INSERT_ID, COMMIT, RELEASE_LOCK.
     received.assert_cached(10 * figure(&pool, "receipt"));
+}
+
+#[test]
+fn a_hold_and_an_order_from_it_prepare_nothing_in_steady_state() {
+    use haita::holds::model::{HoldLength, HoldRequest};
+    let db = TestDb::new();
+    let customer = create_user(&db, "holder", haita::auth::Role::Customer);
+    let product = crate::common::create_product(&db, "COUNT-H", 250, 100);
+    let pool = single_connection_pool(&db);
+    let request =
+        HoldRequest::parse(product, 1, HoldLength::full(Duration::from_secs(600))).expect("a hold request");
+    let hold = || haita::holds::service::hold(&pool, customer.id, &request, None).expect("hold").id;
+    let order = |id| {
+        haita::holds::service::order_from_hold(&pool, customer.id, id, None, 100).expect("order from hold");
+    };
+    order(hold());
+
+    let (mut held, mut ordered) = (Commands::default(), Commands::default());
+    for _ in 0..10 {
+        let mut id = 0;
+        let one = Commands::of(&pool, || id = hold());
+        let other = Commands::of(&pool, || order(id));
+        for (total, one) in [(&mut held, one), (&mut ordered, other)] {
+            total.statements += one.statements;
+            total.prepares += one.prepares;
+            total.closes += one.closes;
+        }
+    }
+    // START TRANSACTION, the product's name, the stock row FOR UPDATE, its live holds, the
+    // customer's own live hold, INSERT, its id, COMMIT.
+    held.assert_cached(10 * figure(&pool, "hold"));
+    // The order's own path, and around it the user's row and rate, the hold's product, the stock
+    // row and the hold FOR UPDATE, the hold marked used and given its order.
+    ordered.assert_cached(10 * figure(&pool, "order_from_hold"));
 }
 
 #[test]

@@ -301,3 +301,61 @@ pub fn on_hand(db: &TestDb, product_id: i64) -> u32 {
         .expect("on_hand")
         .map_or(0, |n| u32::try_from(n).expect("on_hand is never negative"))
 }
+
+/// 3 with checkout holds, read in one statement (one snapshot), so it can be asked *while* holds
+/// and orders run: for every product, `on_hand` never below 0, the units of its live holds
+/// (not ended, not expired by the database's clock) never more than `on_hand`, and `on_hand` the
+/// sum of its ledger. Ask it on a pooled connection: its session runs in UTC like the app's.
+/// What is wrong, one line per product.
+pub fn holds_oversold_or_off_ledger(conn: &mut haita::db::DbConn) -> Vec<String> {
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
+        "SELECT CONCAT('product ', s.product_id, ': on_hand ', s.on_hand, ', live holds ', COALESCE(h.held, 0), \
+                ', ledger ', COALESCE(m.total, 'none')) AS what \
+         FROM stock_levels s \
+         LEFT JOIN (SELECT product_id, SUM(quantity) AS held FROM stock_holds \
+                    WHERE ended IS NULL AND expires_at > {now} GROUP BY product_id) h ON h.product_id = s.product_id \
+         LEFT JOIN (SELECT product_id, SUM(delta) AS total FROM stock_movements GROUP BY product_id) m \
+                ON m.product_id = s.product_id \
+         WHERE s.on_hand < 0 OR COALESCE(h.held, 0) > s.on_hand OR NOT (s.on_hand <=> m.total)",
+        "SELECT 'product ' || s.product_id || ': on_hand ' || s.on_hand || ', live holds ' || COALESCE(h.held, 0) \
+                || ', ledger ' || COALESCE(CAST(m.total AS TEXT), 'none') AS what \
+         FROM stock_levels s \
+         LEFT JOIN (SELECT product_id, SUM(quantity) AS held FROM stock_holds \
+                    WHERE ended IS NULL AND expires_at > {now} GROUP BY product_id) h ON h.product_id = s.product_id \
+         LEFT JOIN (SELECT product_id, SUM(delta) AS total FROM stock_movements GROUP BY product_id) m \
+                ON m.product_id = s.product_id \
+         WHERE s.on_hand < 0 OR COALESCE(h.held, 0) > s.on_hand OR s.on_hand IS DISTINCT FROM m.total",
+    ))
+    .load::<Violation>(conn)
+    .expect("invariant query")
+    .into_iter()
+    .map(|v| v.what)
+    .collect()
+}
+
+/// [`holds_oversold_or_off_ledger`], asserted.
+pub fn holds_within_stock(db: &TestDb) {
+    let found = holds_oversold_or_off_ledger(&mut db.conn());
+    assert!(found.is_empty(), "invariant 3 with holds (held ≤ on hand = ledger) violated: {found:?}");
+}
+
+/// The live holds of a product by the database's clock: how many, and how many units.
+pub fn live_holds(db: &TestDb, product_id: i64) -> (i64, i64) {
+    #[derive(QueryableByName)]
+    struct Live {
+        #[diesel(sql_type = BigInt)]
+        holds: i64,
+        #[diesel(sql_type = BigInt)]
+        units: i64,
+    }
+    let live: Live = haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
+        "SELECT COUNT(*) AS holds, CAST(COALESCE(SUM(quantity), 0) AS SIGNED) AS units FROM stock_holds \
+         WHERE product_id = ? AND ended IS NULL AND expires_at > {now}",
+        "SELECT COUNT(*) AS holds, COALESCE(SUM(quantity), 0) AS units FROM stock_holds \
+         WHERE product_id = ? AND ended IS NULL AND expires_at > {now}",
+    ))
+    .bind::<BigInt, _>(product_id)
+    .get_result(&mut db.conn())
+    .expect("live holds");
+    (live.holds, live.units)
+}
