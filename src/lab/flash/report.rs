@@ -90,6 +90,9 @@ impl VariantResult {
     }
 }
 
+/// One figure of a variant, as the text table prints it.
+type Cell = fn(&VariantResult) -> String;
+
 /// A finished sale, as stored in `demo_flash_sales`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FlashReport {
@@ -133,30 +136,27 @@ impl FlashReport {
             self.buyers,
             self.login_ms,
         );
-        let rows: [(&str, Box<dyn Fn(&VariantResult) -> String>); 16] = [
-            ("sold", Box::new(|v| v.sold.to_string())),
-            ("refused (buyers)", Box::new(|v| v.refused.to_string())),
-            ("409 insufficient_stock", Box::new(|v| v.refusals.to_string())),
-            ("abandoned", Box::new(|v| v.abandoned.to_string())),
-            ("holds taken", Box::new(|v| v.holds_taken.to_string())),
-            ("holds used", Box::new(|v| v.holds_used.to_string())),
-            ("holds released", Box::new(|v| v.holds_released.to_string())),
-            ("holds expired", Box::new(|v| v.holds_expired.to_string())),
-            ("re-held units", Box::new(|v| v.reheld.to_string())),
-            ("orders from an expired hold", Box::new(|v| v.expired_orders.to_string())),
-            ("oversold", Box::new(|v| v.oversold.to_string())),
-            ("on hand / ledger", Box::new(|v| format!("{} / {}", v.on_hand, v.ledger))),
-            ("busy (resent)", Box::new(|v| v.busy.to_string())),
-            ("errors", Box::new(|v| v.errors.to_string())),
-            ("requests", Box::new(|v| v.requests.to_string())),
-            (
-                "time to sell out",
-                Box::new(|v| match v.sold_out_ms {
-                    Some(ms) => format!("{ms} ms"),
-                    None if v.capped => "not sold out (time cap)".into(),
-                    None => "not sold out".into(),
-                }),
-            ),
+        let rows: [(&str, Cell); 16] = [
+            ("sold", |v| v.sold.to_string()),
+            ("refused (buyers)", |v| v.refused.to_string()),
+            ("409 insufficient_stock", |v| v.refusals.to_string()),
+            ("abandoned", |v| v.abandoned.to_string()),
+            ("holds taken", |v| v.holds_taken.to_string()),
+            ("holds used", |v| v.holds_used.to_string()),
+            ("holds released", |v| v.holds_released.to_string()),
+            ("holds expired", |v| v.holds_expired.to_string()),
+            ("re-held units", |v| v.reheld.to_string()),
+            ("orders from an expired hold", |v| v.expired_orders.to_string()),
+            ("oversold", |v| v.oversold.to_string()),
+            ("on hand / ledger", |v| format!("{} / {}", v.on_hand, v.ledger)),
+            ("busy (resent)", |v| v.busy.to_string()),
+            ("errors", |v| v.errors.to_string()),
+            ("requests", |v| v.requests.to_string()),
+            ("time to sell out", |v| match v.sold_out_ms {
+                Some(ms) => format!("{ms} ms"),
+                None if v.capped => "not sold out (time cap)".into(),
+                None => "not sold out".into(),
+            }),
         ];
         let _ = write!(out, "{:<30}", "");
         for v in &self.variants {

@@ -35,8 +35,9 @@ use crate::schema::{order_lines, products, stock_levels, stock_movements};
 
 pub const DEFAULT_BUYERS: u32 = 500;
 pub const DEFAULT_STOCK: u32 = 50;
-/// Short, so that a sale shows holds running out within seconds (a shop's are minutes long).
-pub const DEFAULT_HOLD_SECONDS: u32 = 2;
+/// Short, so that a sale shows holds running out within seconds (a shop's are minutes long),
+/// yet longer than a buyer's way back to the counter through the crowd at the stock row.
+pub const DEFAULT_HOLD_SECONDS: u32 = 3;
 pub const MAX_HOLD_SECONDS: u32 = 60;
 pub const DEFAULT_ABANDON_PERCENT: u32 = 20;
 pub const DEFAULT_SLOW_PERCENT: u32 = 10;
@@ -50,8 +51,8 @@ const LOGINS_AT_ONCE: usize = 8;
 /// A buyer told there is nothing left to hold asks again after this, doubling up to
 /// [`MAX_BACKOFF`] (each wait drawn between half and all of it): the "try again" of a shop's
 /// page, not a stampede.
-const FIRST_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_millis(1_600);
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_millis(2_000);
 /// A buyer's checkout, from the hold to the order: drawn between these, in milliseconds.
 const CHECKOUT_MS: std::ops::Range<u64> = 50..300;
 /// How much longer than the hold a slow buyer's first checkout takes: their order then meets
@@ -648,7 +649,7 @@ mod tests {
     fn a_sale_is_bounded_with_a_message_naming_the_field() {
         let one = ["http://127.0.0.1:8080/".to_string()];
         let spec = SaleSpec::parse(&one, &asked()).expect("defaults");
-        assert_eq!((spec.buyers, spec.stock, spec.hold_seconds), (500, 50, 2));
+        assert_eq!((spec.buyers, spec.stock, spec.hold_seconds), (500, 50, 3));
         assert_eq!(spec.base_urls, ["http://127.0.0.1:8080"]);
         assert_eq!(spec.variants, Variant::BOTH);
         for (asked, field) in [

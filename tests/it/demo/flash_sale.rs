@@ -112,28 +112,70 @@ fn no_buyer_session_left(app: &TestApp) {
     assert_eq!(left, 0, "the buyers' sessions end with the sale");
 }
 
-async fn sold_at_the_click_over_two_instances(db: TestDb) {
+/// How the holds of `product` ended, counted in the database by its clock: (taken, used,
+/// released, expired, live).
+fn hold_states(app: &TestApp, product: i64) -> (i64, i64, i64, i64, i64) {
+    let n = |condition: &str| {
+        count(
+            app,
+            &format!("SELECT COUNT(*) AS n FROM stock_holds WHERE product_id = ? AND ({condition})"),
+            product,
+        )
+    };
+    (
+        n("TRUE"),
+        n("ended = 'used'"),
+        n("ended = 'released'"),
+        n("ended IS NULL AND expires_at <= {now}"),
+        n("ended IS NULL AND expires_at > {now}"),
+    )
+}
+
+async fn sold_both_ways_over_two_instances(db: TestDb) {
     let app = two_instances(db).await;
-    let stdout = flash_sale(&app, &["--variant", "without-holds"]).await;
+    let stdout = flash_sale(&app, &[]).await;
     assert!(stdout.contains("500 buyers over 2 instance(s), 50 units"), "{stdout}");
     assert!(stdout.contains("without holds: nothing oversold"), "{stdout}");
+    assert!(stdout.contains("with holds: nothing oversold"), "{stdout}");
 
     let report = stored_report(&app);
-    assert_eq!((report.buyers, report.stock, report.instances), (500, 50, 2));
-    let [v] = report.variants.as_slice() else { panic!("one variant: {report:?}") };
-    assert_eq!(v.variant, Variant::WithoutHolds);
-    assert_eq!(v.sold, 50, "every unit sold: {stdout}");
-    assert_eq!(v.sold + i64::from(v.refused), 500, "every buyer bought or was refused: {stdout}");
-    assert_eq!(v.refusals, v.refused, "one answer each");
-    assert!(v.sold_out_ms.is_some(), "{stdout}");
-    sound(&app, &report, v);
+    assert_eq!((report.buyers, report.stock, report.instances, report.hold_seconds), (500, 50, 2, 3));
+    let [click, held] = report.variants.as_slice() else { panic!("two variants: {stdout}") };
+
+    // At the click: the stock row decides, once per buyer.
+    assert_eq!(click.variant, Variant::WithoutHolds);
+    assert_eq!(click.sold, 50, "every unit sold: {stdout}");
+    assert_eq!(click.sold + i64::from(click.refused), 500, "every buyer bought or was refused: {stdout}");
+    assert_eq!(click.refusals, click.refused, "one answer each");
+    assert_eq!(click.holds_taken, 0);
+    sound(&app, &report, click);
+
+    // With holds: every hold ended, by the database's clock, and what was abandoned was held again.
+    assert_eq!(held.variant, Variant::WithHolds);
+    let (taken, used, released, expired, live) = hold_states(&app, held.product_id);
+    assert_eq!(live, 0, "no hold is live after the sale");
+    assert_eq!(taken, used + released + expired, "every hold ended used, released or expired");
+    assert_eq!(
+        (held.holds_taken, held.holds_used, held.holds_released, held.holds_expired),
+        (taken, used, released, expired),
+        "the report counts what the database holds"
+    );
+    assert_eq!(used, held.sold, "every unit sold was sold from a hold");
+    assert!(held.abandoned > 0, "a fifth of the buyers walk away from their hold: {stdout}");
+    assert!(expired >= i64::from(held.abandoned), "every abandoned hold expired: {stdout}");
+    assert!(held.reheld > 0, "the abandoned units were held again: {stdout}");
+    assert!(
+        i64::from(held.expired_orders) <= expired - i64::from(held.abandoned),
+        "an order refused as expired came from a hold that expired: {stdout}"
+    );
+    sound(&app, &report, held);
     no_buyer_session_left(&app);
 }
 
 on_both_engines!(
-    a_flash_sale_at_the_click_over_two_instances_sells_the_stock_exactly_once,
-    a_flash_sale_at_the_click_over_two_instances_sells_the_stock_exactly_once_on_postgres
-        => sold_at_the_click_over_two_instances
+    a_flash_sale_over_two_instances_sells_the_stock_once_with_or_without_holds,
+    a_flash_sale_over_two_instances_sells_the_stock_once_with_or_without_holds_on_postgres
+        => sold_both_ways_over_two_instances
 );
 
 /// Whether `page` shows a flash sale's report.
