@@ -74,6 +74,18 @@ pub struct VariantResult {
     pub first_error: Option<String>,
     /// Requests the buyers sent, logins not included.
     pub requests: u32,
+    /// From the click to each buyer's first answer that was not "busy" (an order's, or a
+    /// hold's): when a buyer learns whether a unit is theirs. p50 and p99 over the buyers.
+    #[serde(default)]
+    pub first_answer_p50_ms: f64,
+    #[serde(default)]
+    pub first_answer_p99_ms: f64,
+    /// Each order's answer (at the click, or from a hold), from its request: the wait at the
+    /// stock row above all. p50 and p99 over the orders.
+    #[serde(default)]
+    pub order_p50_ms: f64,
+    #[serde(default)]
+    pub order_p99_ms: f64,
     /// From the click to the answer that sold the last unit; `None` when it was not sold out.
     pub sold_out_ms: Option<u64>,
     /// From the click to the last buyer's last answer.
@@ -136,7 +148,7 @@ impl FlashReport {
             self.buyers,
             self.login_ms,
         );
-        let rows: [(&str, Cell); 16] = [
+        let rows: [(&str, Cell); 18] = [
             ("sold", |v| v.sold.to_string()),
             ("refused (buyers)", |v| v.refused.to_string()),
             ("409 insufficient_stock", |v| v.refusals.to_string()),
@@ -152,6 +164,10 @@ impl FlashReport {
             ("busy (resent)", |v| v.busy.to_string()),
             ("errors", |v| v.errors.to_string()),
             ("requests", |v| v.requests.to_string()),
+            ("first answer p50 / p99", |v| {
+                format!("{:.0} / {:.0} ms", v.first_answer_p50_ms, v.first_answer_p99_ms)
+            }),
+            ("an order's answer p50 / p99", |v| format!("{:.0} / {:.0} ms", v.order_p50_ms, v.order_p99_ms)),
             ("time to sell out", |v| match v.sold_out_ms {
                 Some(ms) => format!("{ms} ms"),
                 None if v.capped => "not sold out (time cap)".into(),

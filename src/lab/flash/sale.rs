@@ -30,6 +30,7 @@ use super::store::{self, Slot};
 use crate::catalog::model::NewProduct;
 use crate::db::{self, DbPool, cached_sql};
 use crate::inventory::model::Quantity;
+use crate::lab::stats::percentile_ms;
 use crate::locking::Turn;
 use crate::schema::{order_lines, products, stock_levels, stock_movements};
 
@@ -234,6 +235,14 @@ fn sell(
             wait_for_holds_to_end(pool, product, spec.hold_seconds)?;
         }
         let mut result = count(pool, variant, product, spec.stock)?;
+        let mut first_answers: Vec<Duration> = logs.iter().filter_map(|log| log.first_answer).collect();
+        let mut orders: Vec<Duration> = logs.iter().flat_map(|log| log.orders.iter().copied()).collect();
+        first_answers.sort_unstable();
+        orders.sort_unstable();
+        result.first_answer_p50_ms = percentile_ms(&first_answers, 50.0);
+        result.first_answer_p99_ms = percentile_ms(&first_answers, 99.0);
+        result.order_p50_ms = percentile_ms(&orders, 50.0);
+        result.order_p99_ms = percentile_ms(&orders, 99.0);
         result.requests = shop.take_count();
         result.sold_out_ms = sale.sold_out.get().copied().map(millis);
         result.elapsed_ms = millis(elapsed);
@@ -334,9 +343,13 @@ struct Sale<'a> {
     over: watch::Sender<bool>,
 }
 
-/// What one buyer was answered.
+/// What one buyer was answered, and when.
 #[derive(Default)]
 struct BuyerLog {
+    /// From the click to their first answer that was not "busy".
+    first_answer: Option<Duration>,
+    /// How long each of their orders took to be answered.
+    orders: Vec<Duration>,
     bought: bool,
     refused: bool,
     abandoned: bool,
@@ -370,7 +383,7 @@ impl Sale<'_> {
         let mut log = BuyerLog::default();
         let key = self.key("order", buyer, 0);
         match self
-            .answered(&mut log, async || self.shop.order(&self.sessions[buyer], self.product, &key).await)
+            .ordered(&mut log, async || self.shop.order(&self.sessions[buyer], self.product, &key).await)
             .await
         {
             Some(Answer::Done(_)) => self.sold_one(&mut log),
@@ -445,7 +458,7 @@ impl Sale<'_> {
                 break;
             }
             let key = self.key("order", buyer, attempt);
-            match self.answered(&mut log, async || self.shop.order_from_hold(session, id, &key).await).await {
+            match self.ordered(&mut log, async || self.shop.order_from_hold(session, id, &key).await).await {
                 Some(Answer::Done(_)) => {
                     self.sold_one(&mut log);
                     break;
@@ -476,9 +489,22 @@ impl Sale<'_> {
                     }
                     tokio::time::sleep(after).await;
                 }
-                answer => return Some(answer),
+                answer => {
+                    log.first_answer.get_or_insert_with(|| self.click.elapsed());
+                    return Some(answer);
+                }
             }
         }
+    }
+
+    /// [`Sale::answered`] for an order, timed from its first sending to its answer.
+    async fn ordered(&self, log: &mut BuyerLog, send: impl AsyncFnMut() -> Answer) -> Option<Answer> {
+        let began = Instant::now();
+        let answer = self.answered(log, send).await;
+        if answer.is_some() {
+            log.orders.push(began.elapsed());
+        }
+        answer
     }
 
     /// Waits `wait`, or less when the sale ends meanwhile.
