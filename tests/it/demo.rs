@@ -12,7 +12,7 @@ use haita::lab::demo::Strategy;
 use serde_json::{Value, json};
 
 mod browser;
-mod flash_sale;
+pub mod flash_sale;
 mod outside_locks;
 
 use crate::common::{Client, TestApp, error_code, invariants, poll};

@@ -17,8 +17,8 @@ async fn two_instances(db: TestDb) -> TestApp {
 }
 
 /// `haita demo flash-sale` against every instance of `app`, on a blocking thread (the instances
-/// serve the buyers meanwhile); its stdout.
-async fn flash_sale(app: &TestApp, extra: &[&str]) -> String {
+/// serve the buyers meanwhile); its stdout. The pages' tests run a small one for its report.
+pub async fn flash_sale(app: &TestApp, extra: &[&str]) -> String {
     let mut args: Vec<String> = ["demo", "flash-sale", "--seed", "31"].map(String::from).to_vec();
     for address in &app.addresses {
         args.extend(["--base-url".to_string(), address.clone()]);
