@@ -175,6 +175,7 @@ impl AsProblem for HoldError {
                     match (available, held) {
                         (0, 0) => "hold.out_of_stock",
                         (0, _) => "hold.all_held",
+                        (_, 0) => "order.only_left",
                         _ => "hold.only_left",
                     },
                     &[

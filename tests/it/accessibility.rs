@@ -16,7 +16,9 @@ use haita::auth::Role;
 use serde_json::Value;
 
 use crate::common::TestApp;
-use crate::common::browser::{Chromedriver, click, fill_login, log_in, pick_language};
+use crate::common::browser::{
+    Chromedriver, click, fill_login, log_in, pick_language, text_when_it_says, text_when_shown,
+};
 use crate::common::pages::every_page;
 
 /// axe-core's source. Missing is a failure that says how to install it, never a skip.
@@ -218,7 +220,7 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     let field = format!("input[name=qty_{product}]");
     browser.find(Locator::Css(&field)).await.expect("quantity").send_keys("5").await.expect("type");
     let expected = format!("input qty_{product} true");
-    let focus = submit_then_focus(&browser, "main form button[type=submit]", &expected).await;
+    let focus = submit_then_focus(&browser, "#place-order", &expected).await;
     assert_eq!(focus, expected, "after too many");
     check_answer(&browser, &axe, "order refused", &mut problems).await;
     let marked = browser
@@ -226,6 +228,26 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
         .await
         .expect("the marked link");
     assert_eq!(marked, "/products", "the menu marks the page shown, not the address posted to");
+    // Too many of a product to hold for checkout: its quantity field, on the same page.
+    let quantity = browser.find(Locator::Css(&field)).await.expect("quantity");
+    quantity.clear().await.expect("clear");
+    quantity.send_keys("5").await.expect("type");
+    click(&browser, &format!("button.hold[value=\"{product}\"]")).await;
+    text_when_it_says(&browser, "#order-refused", "Not held").await;
+    assert_eq!(focused(&browser).await, expected, "after holding too many");
+    check_answer(&browser, &axe, "hold refused", &mut problems).await;
+    // A hold that ran out while its checkout page was open: Place order answers in place.
+    let tea = app.product("TEA-A11Y", 1200, 3);
+    let alice = app.client(0);
+    alice.login(&crate::common::TestUser { id: 0, username: "alice".into() }).await;
+    let hold = serde_json::json!({"product_id": tea, "quantity": 1});
+    assert_eq!(alice.post_json("/api/v1/holds", &hold).await.status(), 201);
+    browser.goto(&format!("{base}/checkout")).await.expect("checkout");
+    text_when_shown(&browser, "#live-holds").await;
+    assert_eq!(crate::common::expire_holds_of(&app.db, tea), 1, "the hold runs out by the database's clock");
+    click(&browser, "#live-holds button.place-order").await;
+    text_when_shown(&browser, "#hold-refused").await;
+    check_answer(&browser, &axe, "order from an expired hold refused", &mut problems).await;
 
     // The last place taken by bob meanwhile: the message next to the day.
     browser.goto(&format!("{base}/resources/{room}?from={day}")).await.expect("resource");

@@ -398,7 +398,8 @@ async fn state_changing_api_requests_must_be_json_even_without_a_body() {
     admin.login(&app.user("root-ish", Role::Admin)).await;
     let document: Value = admin.get("/api/v1/openapi.json").await.json().await.expect("openapi");
     let counts = |app: &TestApp| {
-        ["edit_locks", "audit_events", "orders", "stock_movements"].map(|table| count_rows(app, table))
+        ["edit_locks", "audit_events", "orders", "stock_movements", "stock_holds"]
+            .map(|table| count_rows(app, table))
     };
     let before = (snapshot(&app), counts(&app));
 

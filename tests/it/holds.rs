@@ -7,15 +7,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::sql_types::BigInt;
 use haita::auth::Role;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::common::{Client, TestApp, TestDb, error_code, invariants, on_both_engines, poll};
+use crate::common::{
+    Client, TestApp, TestDb, error_code, expire_holds_of, invariants, on_both_engines, poll,
+};
 
-// mod browser;
-// mod pages;
+mod browser;
+mod pages;
 
 /// `POST /api/v1/holds`.
 async fn hold(client: &Client, product: i64, quantity: i64) -> reqwest::Response {
@@ -55,21 +56,6 @@ pub async fn customers(app: &TestApp, prefix: &str, n: usize) -> Vec<Client> {
         futures::future::join_all(wave.iter().map(|(c, u)| c.login(u))).await;
     }
     clients
-}
-
-/// Moves every live hold of `product` into the past, as the database's clock reads it: the
-/// holds expire now, without the test waiting their ten minutes. Honest, because expiry is
-/// nothing but `expires_at` compared with that same clock.
-fn expire_holds_of(db: &TestDb, product: i64) -> usize {
-    haita::db::cached_sql::<()>(
-        "UPDATE stock_holds SET created_at = {now} - {? microseconds}, expires_at = {now} - {? microseconds} \
-         WHERE product_id = ? AND ended IS NULL",
-    )
-    .bind::<BigInt, _>(3_600_000_000_i64)
-    .bind::<BigInt, _>(1_000_000_i64)
-    .bind::<BigInt, _>(product)
-    .execute(&mut db.conn())
-    .expect("expire the holds")
 }
 
 fn orders_count(db: &TestDb) -> i64 {

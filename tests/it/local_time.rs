@@ -47,6 +47,8 @@ async fn every_page_writes_its_times_one_way_in_the_viewers_zone_with_the_zone_n
     let root_http = app.client(1);
     root_http.login(&root).await;
     assert_eq!(root_http.order(&[(tea, 1)]).await.status(), 201, "an order of root's to show");
+    let hold = serde_json::json!({"product_id": tea, "quantity": 1});
+    assert_eq!(root_http.post_json("/api/v1/holds", &hold).await.status(), 201, "a hold of root's to show");
 
     let base = app.address().to_string();
     let mut driver = Chromedriver::start_in_time_zone(Some("Asia/Tokyo"));
@@ -58,6 +60,7 @@ async fn every_page_writes_its_times_one_way_in_the_viewers_zone_with_the_zone_n
             ("/admin/audit".to_string(), "main table"),
             ("/admin/locks".to_string(), "main table"),
             ("/orders".to_string(), "main h2"),
+            ("/checkout".to_string(), "#live-holds"),
             ("/stock/receipts".to_string(), "main table"),
             // Carol's lock: the editor's start page sends root on to the "being edited" page.
             (format!("/resources/{room}/edit"), "#holder time"),

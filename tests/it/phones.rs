@@ -6,6 +6,8 @@
 //! - a resource's days: each day with its booked and free counts and its Book button, "booked by
 //!   you" or why it cannot be booked;
 //! - products: each product with its price, its stock and the quantity field;
+//! - checkout: each live hold with its quantity, price, expiry and time left, and its Place order
+//!   and Release buttons;
 //! - the live race: each strategy with its attempts, bookings and double bookings so far;
 //! - a race's results: every figure of every strategy, and the sentence saying what it means;
 //! - the admin's locks: each edit lock's key, owner, and the force-release reason and button;
@@ -137,13 +139,15 @@ async fn what_a_person_reads_and_acts_on_first_is_on_a_phone_screen() {
         paths.iter().find(|p| p.starts_with(prefix)).cloned().expect("a page of the tour")
     };
     let days = path_of("alice", "/resources/");
-    let checks: [(&str, String, &str); 6] = [
+    let checks: [(&str, String, &str); 7] = [
         // Every cell of every day: the day, booked, free, and the Book button or what stands
         // in its place ("booked by you", past, full, closed).
         ("alice", days.clone(), "table.availability td, table.availability td > *"),
         ("alice", days, "table.availability .badge"),
         // The product, its price, its stock and the quantity field.
         ("alice", "/products".into(), "form[action=\"/orders\"] td, form[action=\"/orders\"] td > *"),
+        // Each live hold: what, how many, until when and how long yet, Place order and Release.
+        ("alice", "/checkout".into(), "#live-holds td, #live-holds td > *, #live-holds button"),
         // Each edit lock's key and owner, and the force release: reason and button.
         (
             "root",

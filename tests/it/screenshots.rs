@@ -1,9 +1,9 @@
 //! Screenshots of the main pages as people meet them, in English and in Japanese, on a desktop
 //! (1280 × 900) and a phone (390 × 844), in headless Chromium: the home page's first-visit path,
-//! bob's lost booking race, an over-stock order, the race demo, carol's editor with its lock
-//! banner, and the admin's locks. Written to `SCREENSHOTS_DIR` (`target/screenshots` by
-//! default), so every test run leaves them to look at; `scripts/dev screenshots` writes them to
-//! `docs/screenshots/`, where the README shows them.
+//! bob's lost booking race, an over-stock order, alice's checkout page with a hold counting down,
+//! the race demo, carol's editor with its lock banner, and the admin's locks. Written to
+//! `SCREENSHOTS_DIR` (`target/screenshots` by default), so every test run leaves them to look at;
+//! `scripts/dev screenshots` writes them to `docs/screenshots/`, where the README shows them.
 
 use std::path::PathBuf;
 
@@ -78,6 +78,18 @@ async fn the_main_pages_in_both_languages_on_a_desktop_and_a_phone() {
     };
     let alice_api = app.client(0);
     alice_api.login(&crate::common::TestUser { id: 0, username: "alice".into() }).await;
+    // A checkout hold of alice's, for her checkout page.
+    let matcha: i64 = {
+        use diesel::prelude::*;
+        use haita::schema::products;
+        products::table
+            .filter(products::sku.eq("TEA-MATCHA"))
+            .select(products::id)
+            .first(&mut app.db.raw_connection())
+            .expect("the seeded matcha")
+    };
+    let hold = serde_json::json!({"product_id": matcha, "quantity": 2});
+    assert_eq!(alice_api.post_json("/api/v1/holds", &hold).await.status(), 201);
     let race = serde_json::json!({"strategy": "all", "clients": 32, "attempts": 128});
     assert_eq!(alice_api.post_json("/api/v1/demo/races", &race).await.status(), 201);
     let base = app.address().to_string();
@@ -109,9 +121,12 @@ async fn the_main_pages_in_both_languages_on_a_desktop_and_a_phone() {
                 alice.find(Locator::Css(&format!("input[name=qty_{teapot}]"))).await.expect("a quantity");
             field.clear().await.expect("clear");
             field.send_keys("9").await.expect("type");
-            click(&alice, "main form button[type=submit]").await;
+            click(&alice, "#place-order").await;
             text_when_shown(&alice, "#order-refused").await;
             shoot(&alice, "order-refused", lang, screen).await;
+            alice.goto(&format!("{base}/checkout")).await.expect("checkout");
+            text_when_shown(&alice, "#live-holds .countdown").await;
+            shoot(&alice, "checkout", lang, screen).await;
             alice.close().await.expect("close");
 
             let carol = open(&mut driver, &base, "carol", lang, screen).await;

@@ -14,7 +14,7 @@ use super::TestApp;
 pub type Tour = Vec<(&'static str, Vec<String>)>;
 
 /// Users (root, carol, alice), a long-named room with a booking and a closed day, a product with
-/// an order, a batch run with its audit events and one left incomplete by carol's edit lock;
+/// an order and checkout holds, a batch run with its audit events and one left incomplete by carol's edit lock;
 /// then every page each of them may open.
 pub async fn every_page(app: &TestApp) -> Tour {
     let room = app.resource("Meeting room with a rather long name, second floor, east wing", 3);
@@ -27,6 +27,23 @@ pub async fn every_page(app: &TestApp) -> Tour {
     alice.login(&alice_user).await;
     assert_eq!(alice.book(room, day).await.status(), 201);
     assert_eq!(alice.order(&[(product, 2)]).await.status(), 201);
+    // Checkout holds: one released, one live, and the last tin of matcha held, so the catalog
+    // says "reserved" and "all reserved" and the checkout page lists live and ended holds.
+    let matcha = app.product("MATCHA-TIN-UJI", 1800, 1);
+    let hold = |product: i64| {
+        let alice = &alice;
+        async move {
+            let held = alice
+                .post_json("/api/v1/holds", &serde_json::json!({"product_id": product, "quantity": 1}))
+                .await;
+            assert_eq!(held.status(), 201);
+            held.json::<serde_json::Value>().await.expect("json")["id"].as_i64().expect("id")
+        }
+    };
+    let released = hold(product).await;
+    assert_eq!(alice.send(reqwest::Method::DELETE, &format!("/api/v1/holds/{released}")).await.status(), 204);
+    hold(product).await;
+    hold(matcha).await;
     let closing = Closure {
         from: day + chrono::Days::new(1),
         to: day + chrono::Days::new(2),
@@ -71,6 +88,7 @@ pub async fn every_page(app: &TestApp) -> Tour {
                 format!("/resources/{room}?from={day}"),
                 "/bookings".into(),
                 "/orders".into(),
+                "/checkout".into(),
                 "/products".into(),
                 "/admin/locks".into(), // 403, on the layout
             ],
