@@ -1,4 +1,4 @@
-//! The lab's subcommands: `haita seed | demo race | bench bookings | coalescing | stuck-holder |
+//! The lab's subcommands: `haita seed | demo race | demo flash-sale | bench bookings | coalescing | stuck-holder |
 //! batch | closure | metrics | orders`, flattened into the product's CLI (`crate::cli`) when the `lab` feature is on.
 
 use clap::Subcommand;
@@ -37,6 +37,35 @@ pub enum DemoCommand {
         /// Milliseconds between "the day is free" and the insert.
         #[arg(long)]
         pause_ms: Option<u32>,
+    },
+    /// Hundreds of buyers for a few dozen units of one product, through the HTTP API of running
+    /// instances: sold at the click (orders only), then with checkout holds that expire. Prints
+    /// what each way sold, refused, held and let expire, counted in the database (the sale is
+    /// stored and shown on /demo too).
+    FlashSale {
+        /// An instance to sell through, e.g. http://127.0.0.1:8080. Repeat it for several
+        /// instances on this database: buyer i uses the i-th modulo their number.
+        #[arg(long = "base-url", required = true)]
+        base_urls: Vec<String>,
+        #[arg(long)]
+        buyers: Option<u32>,
+        #[arg(long)]
+        stock: Option<u32>,
+        /// How long a hold lasts, in seconds.
+        #[arg(long)]
+        hold_seconds: Option<u32>,
+        /// Buyers who walk away from their hold, in percent.
+        #[arg(long)]
+        abandon_percent: Option<u32>,
+        /// Buyers whose first checkout takes longer than the hold, in percent.
+        #[arg(long)]
+        slow_percent: Option<u32>,
+        /// Replays the same crowd (who abandons, who is slow).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// without-holds, with-holds, or both (the default). Repeat or separate with commas.
+        #[arg(long, value_delimiter = ',')]
+        variant: Vec<String>,
     },
 }
 
@@ -157,6 +186,37 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
             };
             let outside = super::locks::OutsideLocks::from_config(&config)?;
             let report = super::demo::run_race(&pool, &config, &outside, &spec, "cli", &said)?;
+            print!("{}", report.table());
+            Ok(())
+        }
+        LabCommand::Demo {
+            command:
+                DemoCommand::FlashSale {
+                    base_urls,
+                    buyers,
+                    stock,
+                    hold_seconds,
+                    abandon_percent,
+                    slow_percent,
+                    seed,
+                    variant,
+                },
+        } => {
+            super::require_demo_mode(&config, "demo flash-sale")?;
+            let asked = super::flash::Asked {
+                buyers,
+                stock,
+                hold_seconds,
+                abandon_percent,
+                slow_percent,
+                seed,
+                variants: variant,
+            };
+            let spec = super::flash::SaleSpec::parse(&base_urls, &asked)?;
+            let pool = crate::prepare_database(&config)?;
+            super::prepare(&pool)?;
+            let slot = super::flash::take_slot(&mut *pool.get()?, "cli")?;
+            let report = super::flash::run(&pool, &spec, slot, "cli")?;
             print!("{}", report.table());
             Ok(())
         }

@@ -15,6 +15,7 @@
 pub mod bench;
 pub mod cli;
 pub mod demo;
+pub mod flash;
 pub mod locks;
 pub mod schema;
 pub mod seed;

@@ -15,6 +15,21 @@ diesel::table! {
 }
 
 diesel::table! {
+    demo_flash_sales (id) {
+        id -> Bigint,
+        #[max_length = 64]
+        started_by -> Varchar,
+        running -> Nullable<Smallint>,
+        lease_until -> Timestamp,
+        report -> Nullable<Mediumtext>,
+        #[max_length = 500]
+        failure -> Nullable<Varchar>,
+        created_at -> Timestamp,
+        ended_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
     demo_lock_rows (name) {
         #[max_length = 191]
         name -> Varchar,
@@ -47,4 +62,10 @@ diesel::table! {
 
 diesel::joinable!(demo_bookings -> demo_resources (demo_resource_id));
 
-diesel::allow_tables_to_appear_in_same_query!(demo_bookings, demo_lock_rows, demo_races, demo_resources,);
+diesel::allow_tables_to_appear_in_same_query!(
+    demo_bookings,
+    demo_flash_sales,
+    demo_lock_rows,
+    demo_races,
+    demo_resources,
+);

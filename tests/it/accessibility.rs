@@ -331,8 +331,8 @@ async fn a_lost_edit_lock_and_continue_here_pass_axe() {
 }
 
 /// The lab's pages in `DEMO_MODE`: the home page's first-visit path, the login page listing the
-/// demo accounts, the race demo with a race's results (to a visitor and to a user) and a
-/// strategy's code.
+/// demo accounts, the race demo with a race's and a flash sale's results (to a visitor and to a
+/// user), a strategy's code and the docs the demo links to.
 #[cfg(feature = "lab")]
 #[actix_web::test]
 async fn the_demo_pages_pass_axe_too() {
@@ -347,6 +347,9 @@ async fn the_demo_pages_pass_axe_too() {
         )
         .await;
     assert_eq!(raced.status(), 201);
+    // A small flash sale, for its row's table of results.
+    crate::demo::flash_sale::flash_sale(&app, &["--buyers", "20", "--stock", "5", "--hold-seconds", "1"])
+        .await;
     let base = app.address().to_string();
     let axe = axe_source();
     let mut driver = Chromedriver::start();
@@ -364,6 +367,7 @@ async fn the_demo_pages_pass_axe_too() {
                 "/login",
                 "/demo",
                 "/demo/docs/named-lock-guard.md",
+                "/demo/docs/flash-sale.md",
                 "/demo/code/named-lock-pool-pitfall",
             ] {
                 browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));

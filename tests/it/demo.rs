@@ -12,6 +12,7 @@ use haita::lab::demo::Strategy;
 use serde_json::{Value, json};
 
 mod browser;
+pub mod flash_sale;
 mod outside_locks;
 
 use crate::common::{Client, TestApp, error_code, invariants, poll};

@@ -234,6 +234,29 @@ async fn a_races_results_read_on_a_phone_without_scrolling_sideways() {
     assert!(unseen.is_empty(), "out of sight at 390 px:\n{}", unseen.join("\n"));
 }
 
+/// A flash sale's results on a phone, in English and Japanese: each way of selling a card, every
+/// figure of it on the screen.
+#[cfg(feature = "lab")]
+#[actix_web::test]
+async fn a_flash_sales_results_read_on_a_phone_without_scrolling_sideways() {
+    let app = TestApp::spawn_lab().await;
+    crate::demo::flash_sale::flash_sale(&app, &["--buyers", "20", "--stock", "5", "--hold-seconds", "1"])
+        .await;
+    let base = app.address().to_string();
+    let mut driver = Chromedriver::start();
+    let mut unseen = Vec::new();
+    for lang in ["en", "ja"] {
+        let browser = at_phone_width(&mut driver).await;
+        pick_language(&browser, &base, lang).await;
+        browser.goto(&format!("{base}/demo")).await.expect("the demo page");
+        for line in out_of_sight(&browser, "table.flash-sale td, table.flash-sale td > *", true).await {
+            unseen.push(format!("{lang}: {line}"));
+        }
+        browser.close().await.expect("close");
+    }
+    assert!(unseen.is_empty(), "out of sight at 390 px:\n{}", unseen.join("\n"));
+}
+
 /// The live race on a phone: while a race runs, each strategy's counts, double bookings so far
 /// above all, are on the screen as the page's script updates them.
 #[cfg(feature = "lab")]

@@ -47,7 +47,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/v1/demo/races", web::post().to(race_json))
         .route("/api/v1/demo/races/live", web::get().to(live_json))
         .route("/api/v1/demo/races/{id}", web::get().to(race_by_id_json))
-        .route("/api/v1/demo/bookings", web::post().to(book_json));
+        .route("/api/v1/demo/bookings", web::post().to(book_json))
+        .configure(crate::lab::flash::routes::configure);
 }
 
 /// Who a race started from the page without logging in is recorded as (and cooled down as):
@@ -119,6 +120,10 @@ struct DemoPage {
     form: RaceForm,
     /// Why the form's race was not started, said above the form.
     refused: Option<String>,
+    /// The flash sale running now and the latest one (`crate::lab::flash`).
+    flash: crate::lab::flash::Shown,
+    /// Why the flash sale was not started, said above its button.
+    flash_refused: Option<String>,
     limits: (u32, u32, u32),
     time_cap_secs: u64,
 }
@@ -219,6 +224,24 @@ async fn demo_page(
     render_demo_page(ctx, &state, &board, query.race, form, None).await
 }
 
+/// What the page says was refused: a race (above the race form) or a flash sale (above its
+/// button).
+enum Refused {
+    Race(Problem),
+    FlashSale(Problem),
+}
+
+/// The page again, saying why the flash sale was not started.
+pub(crate) async fn page_refusing_flash_sale(
+    ctx: PageContext,
+    state: &AppState,
+    board: &RaceBoard,
+    refused: Problem,
+) -> actix_web::Result<HttpResponse> {
+    let form = RaceForm::defaults(ctx.user.is_some());
+    render_demo_page(ctx, state, board, None, form, Some(Refused::FlashSale(refused))).await
+}
+
 /// The page, with the race `race` (or the latest), and a refused race's form and reason.
 async fn render_demo_page(
     ctx: PageContext,
@@ -226,9 +249,10 @@ async fn render_demo_page(
     board: &RaceBoard,
     race: Option<i64>,
     form: RaceForm,
-    refused: Option<Problem>,
+    refused: Option<Refused>,
 ) -> actix_web::Result<HttpResponse> {
     let report = state.db(move |conn| race::load(conn, race)).await?;
+    let flash = state.db(crate::lab::flash::latest).await?;
     let bars = report.as_ref().map(|r| bars(r, ctx.lang)).unwrap_or_default();
     let lang = ctx.lang;
     let page = DemoPage {
@@ -245,12 +269,20 @@ async fn render_demo_page(
         report,
         live: board.now(),
         form,
-        refused: refused.as_ref().map(|p| p.message_in(lang)),
+        refused: match &refused {
+            Some(Refused::Race(p)) => Some(p.message_in(lang)),
+            _ => None,
+        },
+        flash,
+        flash_refused: match &refused {
+            Some(Refused::FlashSale(p)) => Some(p.message_in(lang)),
+            _ => None,
+        },
         limits: (race::MAX_CLIENTS, race::MAX_ATTEMPTS, race::MAX_PAUSE_MS),
         time_cap_secs: race::TIME_CAP.as_secs(),
     };
     let mut response = html(&page)?;
-    if let Some(problem) = refused {
+    if let Some(Refused::Race(problem) | Refused::FlashSale(problem)) = refused {
         *response.status_mut() = problem.status;
         if let Some(secs) = problem.retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
@@ -312,7 +344,7 @@ async fn race_form(
         Err(refused @ (DemoError::Invalid { .. } | DemoError::RaceRunning | DemoError::CoolingDown(_))) => {
             let form = if ctx.user.is_some() { RaceForm::typed(&fields) } else { RaceForm::defaults(false) };
             let ctx = ctx.shown_as("/demo".into());
-            render_demo_page(ctx, &state, &board, None, form, Some(refused.problem())).await
+            render_demo_page(ctx, &state, &board, None, form, Some(Refused::Race(refused.problem()))).await
         }
         Err(other) => Err(other.into()),
     }

@@ -1,0 +1,708 @@
+//! The sale: the buyers log in, then each variant sells a throwaway product of its own, and the
+//! database is counted after each.
+//!
+//! All buyers start at the click: their first requests leave together, spread over the
+//! instances (buyer `i` on instance `i % n`), and the stock row of the product is the one thing
+//! they all contend for. The sale is over when the last unit is sold (the runner counts the
+//! `201`s, as a shop shows "sold out") or at [`TIME_CAP`]. Who abandons a hold and whose first
+//! checkout outlasts the hold is drawn once from the sale's seed (exact shares, not odds), so a
+//! seed replays the same crowd; only the arrival order is the machine's.
+//!
+//! Blocking: call [`run`] from a thread of its own (the CLI's, or one `/demo` starts). It drives
+//! the buyers on an async runtime of its own, never on the app's workers.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{Semaphore, watch};
+
+use super::FlashError;
+use super::buyers::{self, Buyers, MAX_BUYERS};
+use super::report::{FlashReport, Variant, VariantResult};
+use super::shop::{Answer, Session, Shop};
+use super::store::{self, Slot};
+use crate::catalog::model::NewProduct;
+use crate::db::{self, DbPool, cached_sql};
+use crate::inventory::model::Quantity;
+use crate::lab::stats::percentile_ms;
+use crate::locking::Turn;
+use crate::schema::{order_lines, products, stock_levels, stock_movements};
+
+pub const DEFAULT_BUYERS: u32 = 500;
+pub const DEFAULT_STOCK: u32 = 50;
+/// Short, so that a sale shows holds running out within seconds (a shop's are minutes long),
+/// yet longer than a buyer's way back to the counter through the crowd at the stock row.
+pub const DEFAULT_HOLD_SECONDS: u32 = 3;
+pub const MAX_HOLD_SECONDS: u32 = 60;
+pub const DEFAULT_ABANDON_PERCENT: u32 = 20;
+pub const DEFAULT_SLOW_PERCENT: u32 = 10;
+pub const MAX_INSTANCES: usize = 8;
+/// No variant sells longer than this; a sale not sold out by then says so.
+pub const TIME_CAP: Duration = Duration::from_secs(60);
+/// The buyers' logins give up after this.
+pub const LOGIN_CAP: Duration = Duration::from_secs(60);
+/// Logins in flight per instance: about its hashing slots, so that none waits for one.
+const LOGINS_AT_ONCE: usize = 8;
+/// A buyer told there is nothing left to hold asks again after this, doubling up to
+/// [`MAX_BACKOFF`] (each wait drawn between half and all of it): the "try again" of a shop's
+/// page, not a stampede.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_millis(2_000);
+/// A buyer's checkout, from the hold to the order: drawn between these, in milliseconds.
+const CHECKOUT_MS: std::ops::Range<u64> = 50..300;
+/// How much longer than the hold a slow buyer's first checkout takes: their order then meets
+/// an expired hold. Told so, they are quicker the next time.
+const SLOW_BY: Duration = Duration::from_millis(500);
+
+/// What to sell, parsed and bounded once.
+#[derive(Clone, Debug)]
+pub struct SaleSpec {
+    /// The instances, e.g. `http://127.0.0.1:8080`; buyer `i` uses `base_urls[i % n]`.
+    pub base_urls: Vec<String>,
+    pub buyers: u32,
+    pub stock: u32,
+    pub hold_seconds: u32,
+    pub abandon_percent: u32,
+    pub slow_percent: u32,
+    pub seed: u64,
+    pub variants: Vec<Variant>,
+}
+
+/// The numbers of a sale as asked for; `None` takes the default.
+#[derive(Clone, Debug, Default)]
+pub struct Asked {
+    pub buyers: Option<u32>,
+    pub stock: Option<u32>,
+    pub hold_seconds: Option<u32>,
+    pub abandon_percent: Option<u32>,
+    pub slow_percent: Option<u32>,
+    pub seed: Option<u64>,
+    /// `without-holds`, `with-holds`; none: both.
+    pub variants: Vec<String>,
+}
+
+impl SaleSpec {
+    /// Bounded, each refusal naming its field and the bound.
+    pub fn parse(base_urls: &[String], asked: &Asked) -> Result<Self, FlashError> {
+        let invalid = |field, message: String| FlashError::Invalid { field, message };
+        if base_urls.is_empty() || base_urls.len() > MAX_INSTANCES {
+            return Err(invalid("base_url", format!("give 1 to {MAX_INSTANCES} instances")));
+        }
+        let mut bases = Vec::new();
+        for url in base_urls {
+            let parsed = url::Url::parse(url)
+                .ok()
+                .filter(|u| u.scheme() == "http" && u.host().is_some() && u.query().is_none());
+            if parsed.is_none() {
+                return Err(invalid("base_url", format!("{url:?} is not an http:// address of an instance")));
+            }
+            bases.push(url.trim_end_matches('/').to_string());
+        }
+        let bounded = |field, value: Option<u32>, default: u32, range: std::ops::RangeInclusive<u32>| {
+            let value = value.unwrap_or(default);
+            if range.contains(&value) {
+                Ok(value)
+            } else {
+                Err(invalid(
+                    field,
+                    format!("must be between {} and {}, got {value}", range.start(), range.end()),
+                ))
+            }
+        };
+        let buyers = bounded("buyers", asked.buyers, DEFAULT_BUYERS, 1..=MAX_BUYERS)?;
+        let stock = bounded("stock", asked.stock, DEFAULT_STOCK.min(buyers), 1..=buyers)?;
+        let hold_seconds =
+            bounded("hold_seconds", asked.hold_seconds, DEFAULT_HOLD_SECONDS, 1..=MAX_HOLD_SECONDS)?;
+        let abandon_percent =
+            bounded("abandon_percent", asked.abandon_percent, DEFAULT_ABANDON_PERCENT, 0..=100)?;
+        let slow_percent =
+            bounded("slow_percent", asked.slow_percent, DEFAULT_SLOW_PERCENT, 0..=100 - abandon_percent)?;
+        let mut variants = Vec::new();
+        for name in &asked.variants {
+            let variant = match name.trim() {
+                "without-holds" => Variant::WithoutHolds,
+                "with-holds" => Variant::WithHolds,
+                other => {
+                    return Err(invalid(
+                        "variant",
+                        format!("{other:?} is neither without-holds nor with-holds"),
+                    ));
+                }
+            };
+            if !variants.contains(&variant) {
+                variants.push(variant);
+            }
+        }
+        if variants.is_empty() {
+            variants = Variant::BOTH.to_vec();
+        }
+        Ok(Self {
+            base_urls: bases,
+            buyers,
+            stock,
+            hold_seconds,
+            abandon_percent,
+            slow_percent,
+            seed: asked.seed.unwrap_or_else(|| rand::rng().random()),
+            variants,
+        })
+    }
+}
+
+/// Takes the one slot for a sale by `started_by` (see `store.rs`): refused while another sale
+/// runs on any instance, or within the user's cooldown.
+pub fn take_slot(conn: &mut db::DbConn, started_by: &str) -> Result<Slot, FlashError> {
+    if let Some(left) = store::cooldown_left(conn, started_by)? {
+        return Err(FlashError::CoolingDown(left.as_secs().max(1)));
+    }
+    store::take(conn, started_by)
+}
+
+/// Runs the sale of `spec` in `slot` and stores its report (or why it failed), freeing the
+/// slot either way. Blocks for up to [`LOGIN_CAP`] and [`TIME_CAP`] per variant.
+pub fn run(pool: &DbPool, spec: &SaleSpec, slot: Slot, started_by: &str) -> Result<FlashReport, FlashError> {
+    let started_at = db::now_micros();
+    let sold = buyers::open(pool, spec.buyers).and_then(|buyers| {
+        let sold = sell(pool, spec, slot.id, &buyers);
+        // Whatever happened, nobody may log in as a buyer after the sale.
+        buyers::close(pool)?;
+        sold
+    });
+    let report = sold.map(|(login_ms, variants)| FlashReport {
+        id: slot.id,
+        started_by: started_by.to_string(),
+        started_at,
+        buyers: spec.buyers,
+        stock: spec.stock,
+        hold_seconds: spec.hold_seconds,
+        abandon_percent: spec.abandon_percent,
+        slow_percent: spec.slow_percent,
+        seed: spec.seed,
+        instances: u32::try_from(spec.base_urls.len()).unwrap_or(u32::MAX),
+        login_ms,
+        on_postgres: pool.engine() == db::Engine::Postgres,
+        variants,
+    });
+    let mut conn = pool.get()?;
+    store::finish(&mut conn, slot, report.as_ref().map_err(ToString::to_string))?;
+    report
+}
+
+/// Logs the buyers in, then sells each variant: the logins' time and each variant's result.
+fn sell(
+    pool: &DbPool,
+    spec: &SaleSpec,
+    sale_id: i64,
+    buyers: &Buyers,
+) -> Result<(u64, Vec<VariantResult>), FlashError> {
+    let shop = Shop::new(&spec.base_urls)?;
+    let system = actix_web::rt::System::new();
+    let began = Instant::now();
+    let sessions = system.block_on(log_in(&shop, buyers))?;
+    let login_ms = millis(began.elapsed());
+    let plans = plans(spec);
+    let mut results = Vec::new();
+    for &variant in &spec.variants {
+        let product = create_product(pool, sale_id, variant, spec.stock, buyers.keeper)?;
+        let (over, _) = watch::channel(false);
+        let now = Instant::now();
+        let sale = Sale {
+            shop: &shop,
+            sessions: &sessions,
+            plans: &plans,
+            sale_id,
+            variant,
+            product,
+            stock: spec.stock,
+            hold_seconds: spec.hold_seconds,
+            seed: spec.seed,
+            click: now,
+            deadline: now + TIME_CAP,
+            sold: AtomicU32::new(0),
+            sold_out: OnceLock::new(),
+            over,
+        };
+        shop.take_count();
+        let logs = system.block_on(sale.run());
+        let elapsed = sale.click.elapsed();
+        if variant == Variant::WithHolds {
+            wait_for_holds_to_end(pool, product, spec.hold_seconds)?;
+        }
+        let mut result = count(pool, variant, product, spec.stock)?;
+        let mut first_answers: Vec<Duration> = logs.iter().filter_map(|log| log.first_answer).collect();
+        let mut orders: Vec<Duration> = logs.iter().flat_map(|log| log.orders.iter().copied()).collect();
+        first_answers.sort_unstable();
+        orders.sort_unstable();
+        result.first_answer_p50_ms = percentile_ms(&first_answers, 50.0);
+        result.first_answer_p99_ms = percentile_ms(&first_answers, 99.0);
+        result.order_p50_ms = percentile_ms(&orders, 50.0);
+        result.order_p99_ms = percentile_ms(&orders, 99.0);
+        result.requests = shop.take_count();
+        result.sold_out_ms = sale.sold_out.get().copied().map(millis);
+        result.elapsed_ms = millis(elapsed);
+        result.capped = result.sold_out_ms.is_none() && elapsed >= TIME_CAP;
+        for log in logs {
+            result.refused += u32::from(log.refused);
+            result.abandoned += u32::from(log.abandoned);
+            result.refusals += log.refusals;
+            result.expired_orders += log.expired_orders;
+            result.busy += log.busy;
+            result.errors += log.errors;
+            result.first_error = result.first_error.or(log.first_error);
+        }
+        results.push(result);
+    }
+    Ok((login_ms, results))
+}
+
+/// Every buyer logged in, buyer `i` on instance `i % n`, a few at a time per instance.
+async fn log_in(shop: &Shop, buyers: &Buyers) -> Result<Vec<Session>, FlashError> {
+    let slots = Semaphore::new(LOGINS_AT_ONCE * shop.instances());
+    let deadline = Instant::now() + LOGIN_CAP;
+    let logins = buyers.names.iter().enumerate().map(|(i, name)| {
+        let slots = &slots;
+        async move {
+            let _slot = slots.acquire().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            loop {
+                match shop.log_in(i % shop.instances(), name, &buyers.password).await {
+                    Ok(session) => return Ok(session),
+                    Err(Answer::Busy(after)) if Instant::now() + after < deadline => {
+                        tokio::time::sleep(after).await;
+                    }
+                    Err(answer) => {
+                        return Err(FlashError::Internal(anyhow::anyhow!(
+                            "{name} could not log in: {answer}"
+                        )));
+                    }
+                }
+            }
+        }
+    });
+    futures_util::future::join_all(logins).await.into_iter().collect()
+}
+
+/// What one buyer does when holds are on, drawn from the sale's seed.
+struct Plan {
+    /// Holds a unit and walks away: the hold runs out.
+    abandons: bool,
+    /// Their first checkout takes longer than the hold.
+    slow: bool,
+    /// Their checkout otherwise.
+    checkout: Duration,
+}
+
+/// Exactly `abandon_percent` of the buyers abandon and `slow_percent` are slow, picked by a
+/// shuffle seeded with the sale's seed.
+fn plans(spec: &SaleSpec) -> Vec<Plan> {
+    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let n = spec.buyers as usize;
+    let share = |percent: u32| (n * percent as usize + 50) / 100;
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rng);
+    let mut plans: Vec<Plan> = (0..n)
+        .map(|_| Plan {
+            abandons: false,
+            slow: false,
+            checkout: Duration::from_millis(rng.random_range(CHECKOUT_MS)),
+        })
+        .collect();
+    let (abandon, slow) = (share(spec.abandon_percent), share(spec.slow_percent));
+    for &buyer in &order[..abandon] {
+        plans[buyer].abandons = true;
+    }
+    for &buyer in &order[abandon..(abandon + slow).min(n)] {
+        plans[buyer].slow = true;
+    }
+    plans
+}
+
+/// One variant's sale, while it runs.
+struct Sale<'a> {
+    shop: &'a Shop,
+    sessions: &'a [Session],
+    plans: &'a [Plan],
+    sale_id: i64,
+    variant: Variant,
+    product: i64,
+    stock: u32,
+    hold_seconds: u32,
+    seed: u64,
+    click: Instant,
+    deadline: Instant,
+    /// Units sold, as the buyers were answered.
+    sold: AtomicU32,
+    /// From the click to the answer that sold the last unit.
+    sold_out: OnceLock<Duration>,
+    /// Flips to true when the last unit is sold: buyers waiting to try again stop waiting.
+    over: watch::Sender<bool>,
+}
+
+/// What one buyer was answered, and when.
+#[derive(Default)]
+struct BuyerLog {
+    /// From the click to their first answer that was not "busy".
+    first_answer: Option<Duration>,
+    /// How long each of their orders took to be answered.
+    orders: Vec<Duration>,
+    bought: bool,
+    refused: bool,
+    abandoned: bool,
+    refusals: u32,
+    expired_orders: u32,
+    busy: u32,
+    errors: u32,
+    first_error: Option<String>,
+}
+
+impl BuyerLog {
+    fn unexpected(&mut self, what: &str, answer: Answer) {
+        self.errors += 1;
+        self.first_error.get_or_insert_with(|| format!("{what}: {answer}"));
+    }
+}
+
+impl Sale<'_> {
+    async fn run(&self) -> Vec<BuyerLog> {
+        let buyers = (0..self.sessions.len()).map(|buyer| async move {
+            match self.variant {
+                Variant::WithoutHolds => self.buy_at_the_click(buyer).await,
+                Variant::WithHolds => self.buy_with_a_hold(buyer).await,
+            }
+        });
+        futures_util::future::join_all(buyers).await
+    }
+
+    /// One order at the click: sold, or told the stock is gone.
+    async fn buy_at_the_click(&self, buyer: usize) -> BuyerLog {
+        let mut log = BuyerLog::default();
+        let key = self.key("order", buyer, 0);
+        match self
+            .ordered(&mut log, async || self.shop.order(&self.sessions[buyer], self.product, &key).await)
+            .await
+        {
+            Some(Answer::Done(_)) => self.sold_one(&mut log),
+            Some(Answer::Refused(code)) if code == "insufficient_stock" => {
+                log.refusals += 1;
+                log.refused = true;
+            }
+            Some(other) => log.unexpected("order", other),
+            None => log.refused = true,
+        }
+        log
+    }
+
+    /// Hold, check out, order from the hold; or walk away from it. Told there is nothing to hold,
+    /// or that the hold ran out, try again until the sale is over.
+    async fn buy_with_a_hold(&self, buyer: usize) -> BuyerLog {
+        let plan = &self.plans[buyer];
+        let session = &self.sessions[buyer];
+        let mut rng = StdRng::seed_from_u64(self.seed ^ (buyer as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut over = self.over.subscribe();
+        let mut log = BuyerLog::default();
+        let mut backoff = FIRST_BACKOFF;
+        let mut first_checkout = true;
+        for attempt in 1.. {
+            if self.is_over() {
+                log.refused = true;
+                break;
+            }
+            let key = self.key("hold", buyer, attempt);
+            let hold = self.answered(&mut log, async || {
+                self.shop.hold(session, self.product, self.hold_seconds, &key).await
+            });
+            let id = match hold.await {
+                Some(Answer::Done(view)) => match view["id"].as_i64() {
+                    Some(id) => id,
+                    None => {
+                        log.unexpected("hold", Answer::Done(view));
+                        break;
+                    }
+                },
+                Some(Answer::Refused(code)) if code == "insufficient_stock" => {
+                    log.refusals += 1;
+                    self.pause(&mut over, backoff.mul_f64(rng.random_range(0.5..1.0))).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+                Some(other) => {
+                    log.unexpected("hold", other);
+                    break;
+                }
+                None => {
+                    log.refused = true;
+                    break;
+                }
+            };
+            backoff = FIRST_BACKOFF;
+            if plan.abandons {
+                log.abandoned = true;
+                break;
+            }
+            let checkout = if plan.slow && first_checkout {
+                Duration::from_secs(self.hold_seconds.into()) + SLOW_BY
+            } else {
+                plan.checkout
+            };
+            first_checkout = false;
+            self.pause(&mut over, checkout).await;
+            if Instant::now() >= self.deadline {
+                // Out of time: give the unit back rather than leave it to expire.
+                let _ = self.shop.release(session, id).await;
+                log.refused = true;
+                break;
+            }
+            let key = self.key("order", buyer, attempt);
+            match self.ordered(&mut log, async || self.shop.order_from_hold(session, id, &key).await).await {
+                Some(Answer::Done(_)) => {
+                    self.sold_one(&mut log);
+                    break;
+                }
+                Some(Answer::Refused(code)) if code == "hold_expired" => log.expired_orders += 1,
+                Some(other) => {
+                    log.unexpected("order from a hold", other);
+                    break;
+                }
+                None => {
+                    log.refused = true;
+                    break;
+                }
+            }
+        }
+        log
+    }
+
+    /// `send`'s answer, sent again (with the same idempotency key) while the answer is "busy"
+    /// or none came; `None` when the time cap comes first.
+    async fn answered(&self, log: &mut BuyerLog, mut send: impl AsyncFnMut() -> Answer) -> Option<Answer> {
+        loop {
+            match send().await {
+                Answer::Busy(after) => {
+                    log.busy += 1;
+                    if Instant::now() + after >= self.deadline {
+                        return None;
+                    }
+                    tokio::time::sleep(after).await;
+                }
+                answer => {
+                    log.first_answer.get_or_insert_with(|| self.click.elapsed());
+                    return Some(answer);
+                }
+            }
+        }
+    }
+
+    /// [`Sale::answered`] for an order, timed from its first sending to its answer.
+    async fn ordered(&self, log: &mut BuyerLog, send: impl AsyncFnMut() -> Answer) -> Option<Answer> {
+        let began = Instant::now();
+        let answer = self.answered(log, send).await;
+        if answer.is_some() {
+            log.orders.push(began.elapsed());
+        }
+        answer
+    }
+
+    /// Waits `wait`, or less when the sale ends meanwhile.
+    async fn pause(&self, over: &mut watch::Receiver<bool>, wait: Duration) {
+        let wait = wait.min(self.deadline.saturating_duration_since(Instant::now()));
+        let _ = tokio::time::timeout(wait, over.wait_for(|over| *over)).await;
+    }
+
+    fn sold_one(&self, log: &mut BuyerLog) {
+        log.bought = true;
+        if self.sold.fetch_add(1, Ordering::Relaxed) + 1 >= self.stock {
+            let _ = self.sold_out.set(self.click.elapsed());
+            self.over.send_replace(true);
+        }
+    }
+
+    fn is_over(&self) -> bool {
+        self.sold.load(Ordering::Relaxed) >= self.stock || Instant::now() >= self.deadline
+    }
+
+    /// An idempotency key no other request of any sale uses.
+    fn key(&self, what: &str, buyer: usize, attempt: u32) -> String {
+        let variant = match self.variant {
+            Variant::WithoutHolds => "click",
+            Variant::WithHolds => "holds",
+        };
+        format!("flash-{}-{variant}-{what}-{buyer}-{attempt}", self.sale_id)
+    }
+}
+
+/// A throwaway product for one variant, its stock received through the app's receipt path
+/// (stock row and ledger).
+fn create_product(
+    pool: &DbPool,
+    sale_id: i64,
+    variant: Variant,
+    stock: u32,
+    keeper: i64,
+) -> Result<i64, FlashError> {
+    let tag = match variant {
+        Variant::WithoutHolds => "A",
+        Variant::WithHolds => "B",
+    };
+    let (sku, name) = (format!("FLASH-{sale_id}-{tag}"), format!("Flash sale {sale_id}, {}", variant.name()));
+    let description = "A throwaway product of a flash sale on /demo.";
+    let mut conn = pool.get()?;
+    let id = db::transaction(&mut conn, |conn| {
+        diesel::insert_into(products::table)
+            .values(NewProduct { sku: &sku, name: &name, description, price_cents: 1_000 })
+            .execute(conn)?;
+        Ok::<_, FlashError>(db::last_insert_id(conn)?)
+    })?;
+    drop(conn);
+    let quantity =
+        Quantity::parse(i64::from(stock), Quantity::MAX_PER_RECEIPT).map_err(anyhow::Error::from)?;
+    crate::inventory::service::receive(
+        pool,
+        Turn::alone(pool.names().stock(id), Duration::from_secs(5)),
+        keeper,
+        id,
+        quantity,
+    )
+    .map_err(anyhow::Error::from)?;
+    Ok(id)
+}
+
+/// Waits until no hold of `product` is live any more, by the database's clock: the abandoned
+/// ones run out within `hold_seconds` of the last hold, and only then are the counts final.
+fn wait_for_holds_to_end(pool: &DbPool, product: i64, hold_seconds: u32) -> Result<(), FlashError> {
+    let give_up = Instant::now() + Duration::from_secs(u64::from(hold_seconds) + 10);
+    let mut conn = pool.get()?;
+    loop {
+        let live: i64 = cached_sql::<BigInt>(
+            "SELECT COUNT(*) FROM stock_holds WHERE product_id = ? AND ended IS NULL AND expires_at > {now}",
+        )
+        .bind::<BigInt, _>(product)
+        .get_result(&mut conn)?;
+        if live == 0 || Instant::now() >= give_up {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[derive(QueryableByName)]
+struct HoldCounts {
+    #[diesel(sql_type = BigInt)]
+    taken: i64,
+    #[diesel(sql_type = BigInt)]
+    used: i64,
+    #[diesel(sql_type = BigInt)]
+    released: i64,
+    #[diesel(sql_type = BigInt)]
+    expired: i64,
+    #[diesel(sql_type = BigInt)]
+    live: i64,
+}
+
+/// What the database holds of `product` after its sale: units in orders, the stock row, the sum
+/// of the ledger, and how the holds ended.
+fn count(pool: &DbPool, variant: Variant, product: i64, stock: u32) -> Result<VariantResult, FlashError> {
+    let mut conn = pool.get()?;
+    let sold: i64 = order_lines::table
+        .filter(order_lines::product_id.eq(product))
+        .select(order_lines::quantity)
+        .load::<i32>(&mut conn)?
+        .into_iter()
+        .map(i64::from)
+        .sum();
+    let on_hand: i64 = stock_levels::table
+        .find(product)
+        .select(stock_levels::on_hand)
+        .first::<i32>(&mut conn)
+        .optional()?
+        .map_or(0, i64::from);
+    let ledger: i64 = stock_movements::table
+        .filter(stock_movements::product_id.eq(product))
+        .select(stock_movements::delta)
+        .load::<i32>(&mut conn)?
+        .into_iter()
+        .map(i64::from)
+        .sum();
+    let holds = if variant == Variant::WithHolds {
+        cached_sql::<diesel::sql_types::Untyped>(
+            "SELECT COUNT(*) AS taken, \
+                    COUNT(CASE WHEN ended = 'used' THEN 1 END) AS used, \
+                    COUNT(CASE WHEN ended = 'released' THEN 1 END) AS released, \
+                    COUNT(CASE WHEN ended IS NULL AND expires_at <= {now} THEN 1 END) AS expired, \
+                    COUNT(CASE WHEN ended IS NULL AND expires_at > {now} THEN 1 END) AS live \
+             FROM stock_holds WHERE product_id = ?",
+        )
+        .bind::<BigInt, _>(product)
+        .get_result::<HoldCounts>(&mut conn)?
+    } else {
+        HoldCounts { taken: 0, used: 0, released: 0, expired: 0, live: 0 }
+    };
+    Ok(VariantResult {
+        variant,
+        product_id: product,
+        stock,
+        sold,
+        oversold: (sold - i64::from(stock)).max(0),
+        on_hand,
+        ledger,
+        holds_taken: holds.taken,
+        holds_used: holds.used,
+        holds_released: holds.released,
+        holds_expired: holds.expired,
+        holds_live: holds.live,
+        reheld: (holds.taken - i64::from(stock)).max(0),
+        ..VariantResult::default()
+    })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked() -> Asked {
+        Asked::default()
+    }
+
+    #[test]
+    fn a_sale_is_bounded_with_a_message_naming_the_field() {
+        let one = ["http://127.0.0.1:8080/".to_string()];
+        let spec = SaleSpec::parse(&one, &asked()).expect("defaults");
+        assert_eq!((spec.buyers, spec.stock, spec.hold_seconds), (500, 50, 3));
+        assert_eq!(spec.base_urls, ["http://127.0.0.1:8080"]);
+        assert_eq!(spec.variants, Variant::BOTH);
+        for (asked, field) in [
+            (Asked { buyers: Some(501), ..asked() }, "buyers"),
+            (Asked { buyers: Some(10), stock: Some(11), ..asked() }, "stock"),
+            (Asked { hold_seconds: Some(0), ..asked() }, "hold_seconds"),
+            (Asked { abandon_percent: Some(80), slow_percent: Some(30), ..asked() }, "slow_percent"),
+            (Asked { variants: vec!["later".into()], ..asked() }, "variant"),
+        ] {
+            let err = SaleSpec::parse(&one, &asked).expect_err(field);
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        for bad in [vec![], vec!["ftp://x".to_string()], vec!["not a url".to_string()]] {
+            assert!(SaleSpec::parse(&bad, &asked()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_seed_picks_exact_shares_and_replays_the_same_crowd() {
+        let one = ["http://127.0.0.1:8080".to_string()];
+        let spec = SaleSpec::parse(&one, &Asked { seed: Some(7), ..asked() }).expect("spec");
+        let (first, again) = (plans(&spec), plans(&spec));
+        assert_eq!(first.iter().filter(|p| p.abandons).count(), 100);
+        assert_eq!(first.iter().filter(|p| p.slow).count(), 50);
+        assert!(!first.iter().any(|p| p.abandons && p.slow));
+        let picked =
+            |plans: &[Plan]| plans.iter().map(|p| (p.abandons, p.slow, p.checkout)).collect::<Vec<_>>();
+        assert_eq!(picked(&first), picked(&again));
+    }
+}
