@@ -86,12 +86,6 @@ async fn overlapping_stays_race(db: TestDb) {
         futures::future::join_all(tasks).await.into_iter().map(|r| r.expect("client task")).collect();
 
     let context = format!("seed {seed}, stays {stays:?}, answers {answers:?}");
-    eprintln!(
-        "RACE {} booked {} full {} busy",
-        answers.iter().filter(|a| a.0 == 201).count(),
-        answers.iter().filter(|a| a.0 == 409).count(),
-        answers.iter().filter(|a| a.0 == 503).count()
-    );
     for (status, code) in &answers {
         assert!(
             matches!((*status, code.as_str()), (201, "") | (409, "fully_booked") | (503, "busy")),
