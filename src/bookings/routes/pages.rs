@@ -1,105 +1,31 @@
-//! HTTP for bookings: thin handlers that parse input, run the service off the executor and
-//! render HTML or JSON.
+//! The booking pages: a resource's days with the form of one day and the stay form (its nights
+//! and price shown before it is booked, a refusal answered in place), and my bookings.
 
-use actix_web::http::{StatusCode, header};
+use actix_web::http::StatusCode;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
 use askama::Template;
 use chrono::NaiveDate;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use super::BookingError;
-use super::coalesce::Coalescer;
-use super::model::{BookingDate, Reservation, Stay, parse_id};
-use super::service::{self, DayAvailability};
-use super::stays;
+use super::book;
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::session::Claimed;
-use crate::http::answers::documented_answers;
+use crate::bookings::BookingError;
+use crate::bookings::coalesce::Coalescer;
+use crate::bookings::model::{BookingDate, Reservation, Stay};
+use crate::bookings::service::{self, DayAvailability};
 use crate::http::error::AsProblem;
 use crate::http::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
-use crate::idempotency::IdempotencyError;
-use crate::idempotency::{IdempotencyKey, KeyHeader};
+use crate::idempotency::IdempotencyKey;
 use crate::resources::Resource;
 use crate::web::{AppState, PageContext, html, see_other};
 
-#[derive(utoipa::OpenApi)]
-#[openapi(paths(availability_json, book_json, my_reservations_json, cancel_json))]
-pub struct Api;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/resources/{id}", web::get().to(resource_page))
-        .route("/resources/{id}/bookings", web::post().to(book_form))
-        .route("/resources/{id}/stays", web::post().to(book_stay_form))
-        .route("/bookings", web::get().to(my_bookings_page))
-        .route("/bookings/{id}/cancel", web::post().to(cancel_form))
-        .route("/api/v1/resources/{id}/availability", web::get().to(availability_json))
-        .service(
-            web::resource("/api/v1/reservations")
-                .route(web::get().to(my_reservations_json))
-                .route(web::post().to(book_json)),
-        )
-        .route("/api/v1/reservations/{id}", web::delete().to(cancel_json));
-}
-
-/// Books for the request's user, by one of three paths that run the same steps:
-/// - [`service::book`], the lesson, for a day with an idempotency key (every form sends one)
-///   and for every day with `BOOKING_COALESCING=false`. A keyed request runs on its own under
-///   the day's lock, never in a coalesced batch: its stored answer belongs to one transaction
-///   of one request.
-/// - the coalescer ([`Coalescer::book`], then `service::book_batch`) for the other days: the
-///   requests of one day booked under one lock, in arrival order.
-/// - [`stays::book_stay`] for a stay of several nights, one at a time under the day lock of
-///   each night, taken in ascending date order. (A stay of one night is a booking of its day.)
-///
-/// The session is checked by the booking itself, in its read of the day, so a booking request
-/// makes one hop to the blocking pool, not two.
-async fn book(
-    state: &AppState,
-    coalescer: &std::sync::Arc<Coalescer>,
-    claimed: &Claimed,
-    resource_id: i64,
-    stay: Stay,
-    key: Option<IdempotencyKey>,
-) -> Result<Reservation, BookingError> {
-    let ticket = claimed.ticket.clone();
-    let once = key.map(|key| key.bind(ticket.user_id(), &stay.described(resource_id)));
-    let max_future = state.config.max_future_bookings;
-    let booked = match stay.single_day() {
-        Some(date) if state.config.coalesce_bookings && once.is_none() => {
-            let wait = state.config.lock_wait;
-            coalescer.book(&state.pool, &state.locks, wait, ticket, resource_id, date).await
-        }
-        Some(date) => {
-            let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
-            state
-                .with_pool(move |pool| {
-                    service::book(pool, turn, &ticket, resource_id, date, once.as_ref(), max_future)
-                })
-                .await
-        }
-        None => {
-            let nights = stays::night_locks(state.pool.names(), resource_id, stay);
-            let turns = state.locks.turns_in_order(nights, state.config.lock_wait).await?;
-            state
-                .with_pool(move |pool| {
-                    stays::book_stay(pool, turns, &ticket, resource_id, stay, once.as_ref(), max_future)
-                })
-                .await
-        }
-    };
-    if let Err(BookingError::SessionEnded) = booked {
-        claimed.forget();
-    }
-    booked
-}
-
-// ---- HTML -------------------------------------------------------------------------------
-
 #[derive(Deserialize)]
-struct FromQuery {
-    from: Option<String>,
-    days: Option<u32>,
+pub(super) struct FromQuery {
+    pub(super) from: Option<String>,
+    /// How many days (the API; the page shows `PAGE_DAYS`).
+    pub(super) days: Option<u32>,
     /// `saved=1` after the resource's editor saved it (HTML only): a "saved" message.
     saved: Option<String>,
     /// A stay picked in the page's form (HTML only): its nights and price are shown.
@@ -110,7 +36,7 @@ struct FromQuery {
 impl FromQuery {
     /// The first day shown: `from` if given (any valid date, past included, for browsing),
     /// else today.
-    fn start(&self) -> Result<NaiveDate, BookingError> {
+    pub(super) fn start(&self) -> Result<NaiveDate, BookingError> {
         match self.from.as_deref() {
             None | Some("") => Ok(service::today()),
             Some(text) => parse_day(text).ok_or_else(|| BookingError::InvalidDate(quoted(text))),
@@ -185,7 +111,7 @@ impl ResourcePage {
 
     /// The day bookings open for `day`: the window's length before it.
     fn opens_on(&self, day: &NaiveDate) -> NaiveDate {
-        *day - chrono::Days::new(super::model::HORIZON_DAYS.unsigned_abs())
+        *day - chrono::Days::new(crate::bookings::model::HORIZON_DAYS.unsigned_abs())
     }
 
     /// The login page, coming back to this page and the stay it shows.
@@ -241,9 +167,9 @@ impl Preview {
     }
 }
 
-const PAGE_DAYS: u32 = 14;
+pub(super) const PAGE_DAYS: u32 = 14;
 
-async fn resource_page(
+pub(super) async fn resource_page(
     ctx: PageContext,
     path: web::Path<i64>,
     query: web::Query<FromQuery>,
@@ -269,7 +195,7 @@ struct Shown {
 
 /// A booking the page's form just sent and the day refused: said on the page the customer was
 /// on, next to the night it is about, with the places as they are now.
-pub struct Refused {
+pub(super) struct Refused {
     /// The booking's day, when it was one day: the sentence names it.
     pub day: Option<NaiveDate>,
     /// The night whose row is marked: the day's, or the night of a stay the refusal names.
@@ -304,7 +230,7 @@ async fn render_resource_page(
         resource,
         days,
         today: service::today(),
-        last_day: super::model::last_bookable_day(service::today()),
+        last_day: crate::bookings::model::last_bookable_day(service::today()),
         saved,
         refused,
         picked: picked.unwrap_or_default(),
@@ -318,7 +244,7 @@ async fn render_resource_page(
 }
 
 #[derive(Deserialize)]
-struct BookForm {
+pub(super) struct BookForm {
     date: String,
     /// Fresh in every rendered form: a double submit or a resend after a lost answer books once.
     idempotency_key: Option<String>,
@@ -328,7 +254,7 @@ struct BookForm {
 /// date) answers in place: the resource page again, the message next to the day, the places as
 /// they are now, with the refusal's status. Anything else (an ended session, a busy server) is
 /// a page of its own.
-async fn book_form(
+pub(super) async fn book_form(
     claimed: Claimed,
     req: HttpRequest,
     path: web::Path<i64>,
@@ -358,7 +284,7 @@ async fn book_form(
 }
 
 #[derive(Deserialize)]
-struct StayForm {
+pub(super) struct StayForm {
     check_in: String,
     check_out: String,
     idempotency_key: Option<String>,
@@ -367,7 +293,7 @@ struct StayForm {
 /// The stay form, sent from a stay's preview on the resource page. Answered like the form of
 /// one day: booked → my bookings; refused → the resource page again, from the check-in day,
 /// the sentence naming the night in the way and that night's row marked.
-async fn book_stay_form(
+pub(super) async fn book_stay_form(
     claimed: Claimed,
     req: HttpRequest,
     path: web::Path<i64>,
@@ -434,12 +360,12 @@ struct MyBookingsPage {
 }
 
 #[derive(Deserialize)]
-struct BookedQuery {
+pub(super) struct BookedQuery {
     booked: Option<i64>,
     cancelled: Option<i64>,
 }
 
-async fn my_bookings_page(
+pub(super) async fn my_bookings_page(
     user: SessionUser,
     ctx: PageContext,
     query: web::Query<BookedQuery>,
@@ -455,7 +381,7 @@ async fn my_bookings_page(
     })?)
 }
 
-async fn cancel_form(
+pub(super) async fn cancel_form(
     user: SessionUser,
     path: web::Path<i64>,
     CsrfForm(_): CsrfForm<TokenOnly>,
@@ -464,111 +390,4 @@ async fn cancel_form(
     let id = path.into_inner();
     state.db(move |conn| service::cancel(conn, user.id, id)).await?;
     Ok(see_other(&format!("/bookings?cancelled={id}")))
-}
-
-// ---- JSON -------------------------------------------------------------------------------
-
-#[derive(Serialize, utoipa::ToSchema)]
-struct AvailabilityBody {
-    resource: Resource,
-    days: Vec<DayAvailability>,
-}
-
-documented_answers!(AvailabilityAnswers: BookingError[ResourceNotFound, InvalidDate, InvalidRange]);
-
-/// Confirmed bookings and free places per day; `mine` marks the caller's own bookings.
-#[utoipa::path(get, path = "/api/v1/resources/{id}/availability", tag = "bookings",
-    params(("id" = i64, Path, minimum = 1, example = 1, description = "Resource id"),
-           ("from" = Option<String>, Query, format = Date, description = "First day, YYYY-MM-DD (default today)"),
-           ("days" = Option<u32>, Query, minimum = 1, maximum = 62, description = "1 to 62 (default 14)")),
-    responses((status = 200, body = AvailabilityBody), AvailabilityAnswers))]
-async fn availability_json(
-    user: Option<SessionUser>,
-    path: web::Path<i64>,
-    query: web::Query<FromQuery>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, BookingError> {
-    let id = path.into_inner();
-    // The API takes an exact date or none; only the page reads an empty date field as "today".
-    if query.from.as_deref() == Some("") {
-        return Err(BookingError::InvalidDate(quoted("")));
-    }
-    let from = query.start()?;
-    let days = query.days.unwrap_or(PAGE_DAYS);
-    let viewer = user.map(|u| u.id);
-    let (resource, days) = state.db(move |conn| service::availability(conn, id, from, days, viewer)).await?;
-    Ok(HttpResponse::Ok().json(AvailabilityBody { resource, days }))
-}
-
-/// One day (`date`), or a stay from a check-in day to a check-out day (`from`, `to`).
-#[derive(Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-struct BookRequest {
-    #[schema(minimum = 1)]
-    resource_id: i64,
-    /// The day to book: one night. Not with `from` and `to`.
-    #[schema(format = Date)]
-    date: Option<String>,
-    /// A stay's check-in day, its first night; with `to`.
-    #[schema(format = Date)]
-    from: Option<String>,
-    /// A stay's check-out day, the morning after its last night: 1 to 14 nights after `from`.
-    #[schema(format = Date)]
-    to: Option<String>,
-}
-
-documented_answers!(BookAnswers:
-    BookingError[InvalidDate, PastDate, TooFarAhead, InvalidId, InvalidStay, UnknownResource, FullyBooked,
-        AlreadyBooked, NightFull, NightBooked, Closed, Quota],
-    IdempotencyError[BadKey, Reused, Unreadable]);
-
-/// Book a resource for a day (`date`), or for a stay of 1 to 14 nights (`from` the check-in day,
-/// `to` the check-out day): under the named lock of each day, taken in ascending date order.
-/// A stay is one reservation: every night of it is booked, or none, and a refusal names the
-/// first night in the way (`night`). With an `Idempotency-Key`, a resend of the same request
-/// (within 24 h) gets the first answer back and books nothing.
-#[utoipa::path(post, path = "/api/v1/reservations", tag = "bookings", request_body = BookRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, e.g. a UUID; per user, kept 24 h")),
-    responses((status = 201, description = "Booked; Location names it", body = Reservation), BookAnswers))]
-async fn book_json(
-    claimed: Claimed,
-    KeyHeader(key): KeyHeader,
-    body: web::Json<BookRequest>,
-    state: web::Data<AppState>,
-    coalescer: web::Data<Coalescer>,
-) -> Result<HttpResponse, BookingError> {
-    let resource_id = parse_id(body.resource_id, "resource_id")?;
-    let stay =
-        Stay::requested(body.date.as_deref(), body.from.as_deref(), body.to.as_deref(), service::today())?;
-    let booked = book(&state, &coalescer, &claimed, resource_id, stay, key).await?;
-    Ok(HttpResponse::Created()
-        .insert_header((header::LOCATION, format!("/api/v1/reservations/{}", booked.id)))
-        .json(booked))
-}
-
-/// The caller's reservations, newest day first.
-#[utoipa::path(get, path = "/api/v1/reservations", tag = "bookings",
-    responses((status = 200, body = Vec<Reservation>)))]
-async fn my_reservations_json(
-    user: SessionUser,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, BookingError> {
-    let mine = state.db(move |conn| service::my_reservations(conn, user.id)).await?;
-    Ok(HttpResponse::Ok().json(mine.into_iter().map(|(r, _)| r).collect::<Vec<_>>()))
-}
-
-documented_answers!(CancelAnswers: BookingError[ReservationNotFound, AlreadyCancelled]);
-
-/// Cancel one of the caller's reservations.
-#[utoipa::path(delete, path = "/api/v1/reservations/{id}", tag = "bookings",
-    params(("id" = i64, Path, minimum = 1, example = 1, description = "Reservation id")),
-    responses((status = 200, body = Reservation), CancelAnswers))]
-async fn cancel_json(
-    user: SessionUser,
-    path: web::Path<i64>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, BookingError> {
-    let id = path.into_inner();
-    let cancelled = state.db(move |conn| service::cancel(conn, user.id, id)).await?;
-    Ok(HttpResponse::Ok().json(cancelled))
 }
