@@ -8,7 +8,7 @@ use haita::db::{self, DbConn, DbPool};
 use haita::locking::{LockError, LockName, NamedLockGuard};
 use rand::Rng;
 
-use crate::common::{TestDb, server, test_config};
+use crate::common::{TestDb, on_both_engines, server, test_config};
 
 fn unique_name() -> LockName {
     haita::locking::Namespace::for_database("locking_tests")
@@ -320,5 +320,79 @@ mod retry {
         assert_eq!(error.lock_conflict(), Some(LockConflict::LockWaitTimeout));
         holder.batch_execute("ROLLBACK").expect("rollback");
         assert!(conn.transaction(|conn| lock_row(conn, row)).is_ok(), "the same connection works afterwards");
+    }
+}
+
+on_both_engines!(
+    several_locks_are_held_by_one_session_and_let_go_of_together,
+    several_locks_are_held_by_one_session_and_let_go_of_together_on_postgres => several_locks_together
+);
+
+/// A stay's locks on the session form (`NamedLocksGuard`, MySQL's): all held by one session,
+/// taken in the names' order whatever order they were given in, and all let go of by the drop,
+/// the connection going back to the pool.
+async fn several_locks_together(db: TestDb) {
+    use haita::locking::{NamedLocksGuard, TurnsInOrder};
+    let pool = small_pool(&db, 2);
+    let names = vec![unique_name(), unique_name(), unique_name()];
+    let turns = TurnsInOrder::alone(names.clone(), Duration::from_secs(1));
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert!(turns.names().eq(sorted.iter()), "taken in the names' order");
+    let mut held = NamedLocksGuard::acquire_pooled(&pool, turns).expect("three locks");
+    let id = connection_id(held.conn());
+    for name in &names {
+        assert_eq!(holder(&db, name), Some(id), "{name} held by the guard's session");
+    }
+    drop(held);
+    for name in &names {
+        assert!(is_free(&db, name), "{name} let go of");
+    }
+    assert!(session_exists(&db, id), "a clean release keeps the session in the pool");
+}
+
+on_both_engines!(
+    several_locks_give_back_those_taken_when_one_is_held_elsewhere,
+    several_locks_give_back_those_taken_when_one_is_held_elsewhere_on_postgres => several_locks_one_held
+);
+
+/// The second of three names is held by another session: the guard takes the first, waits out
+/// its turn for the second, and gives the first back.
+async fn several_locks_one_held(db: TestDb) {
+    use haita::locking::{AcquireError, NamedLocksGuard, TurnsInOrder};
+    let pool = small_pool(&db, 2);
+    let mut names = vec![unique_name(), unique_name(), unique_name()];
+    names.sort();
+    let other = db.session_holding(&names[1]);
+    let turns = TurnsInOrder::alone(names.clone(), Duration::from_secs(1));
+    let refused = NamedLocksGuard::acquire_pooled(&pool, turns);
+    assert!(
+        matches!(refused, Err(AcquireError::Lock(LockError::TimedOut { .. }))),
+        "the held one is waited out"
+    );
+    assert!(is_free(&db, &names[0]), "the first is given back");
+    assert!(is_free(&db, &names[2]), "the third was never taken");
+    drop(other);
+}
+
+on_both_engines!(
+    a_session_holding_more_than_its_several_locks_is_closed,
+    a_session_holding_more_than_its_several_locks_is_closed_on_postgres => several_locks_and_one_more
+);
+
+/// The work takes one more lock on the guard's connection: the release finds more than it took,
+/// and the session is closed rather than pooled, its extra lock ending with it.
+async fn several_locks_and_one_more(db: TestDb) {
+    use haita::locking::{NamedLocksGuard, TurnsInOrder};
+    let pool = small_pool(&db, 2);
+    let (names, extra) = (vec![unique_name(), unique_name()], unique_name());
+    let mut held = NamedLocksGuard::acquire_pooled(&pool, TurnsInOrder::alone(names.clone(), Duration::ZERO))
+        .expect("locks");
+    let id = connection_id(held.conn());
+    assert!(server::try_lock(held.conn(), &extra), "the work takes a lock of its own");
+    drop(held);
+    assert!(!session_exists(&db, id), "the session is closed, not pooled");
+    for name in names.iter().chain([&extra]) {
+        assert!(is_free(&db, name), "{name} ends with the session");
     }
 }

@@ -36,3 +36,4 @@ mod quotas;
 #[cfg(feature = "lab")]
 mod screenshots;
 mod statements;
+mod stays;

@@ -1,0 +1,86 @@
+//! HTTP for bookings: thin handlers that parse input, run the service off the executor and
+//! render HTML ([`pages`]: the resource page with its day and stay forms, my bookings) or JSON
+//! ([`api`]). Both book through one function, [`book`], which picks the path a request takes.
+
+mod api;
+mod pages;
+
+pub use api::Api;
+
+use actix_web::web;
+
+use super::BookingError;
+use super::coalesce::Coalescer;
+use super::model::{Reservation, Stay};
+use super::service;
+use super::stays;
+use crate::auth::session::Claimed;
+use crate::idempotency::IdempotencyKey;
+use crate::web::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/resources/{id}", web::get().to(pages::resource_page))
+        .route("/resources/{id}/bookings", web::post().to(pages::book_form))
+        .route("/resources/{id}/stays", web::post().to(pages::book_stay_form))
+        .route("/bookings", web::get().to(pages::my_bookings_page))
+        .route("/bookings/{id}/cancel", web::post().to(pages::cancel_form))
+        .route("/api/v1/resources/{id}/availability", web::get().to(api::availability_json))
+        .service(
+            web::resource("/api/v1/reservations")
+                .route(web::get().to(api::my_reservations_json))
+                .route(web::post().to(api::book_json)),
+        )
+        .route("/api/v1/reservations/{id}", web::delete().to(api::cancel_json));
+}
+
+/// Books for the request's user, by one of three paths that run the same steps:
+/// - [`service::book`], the lesson, for a day with an idempotency key (every form sends one)
+///   and for every day with `BOOKING_COALESCING=false`. A keyed request runs on its own under
+///   the day's lock, never in a coalesced batch: its stored answer belongs to one transaction
+///   of one request.
+/// - the coalescer ([`Coalescer::book`], then `service::book_batch`) for the other days: the
+///   requests of one day booked under one lock, in arrival order.
+/// - [`stays::book_stay`] for a stay of several nights, one at a time under the day lock of
+///   each night, taken in ascending date order. (A stay of one night is a booking of its day.)
+///
+/// The session is checked by the booking itself, in its read of the day, so a booking request
+/// makes one hop to the blocking pool, not two.
+async fn book(
+    state: &AppState,
+    coalescer: &std::sync::Arc<Coalescer>,
+    claimed: &Claimed,
+    resource_id: i64,
+    stay: Stay,
+    key: Option<IdempotencyKey>,
+) -> Result<Reservation, BookingError> {
+    let ticket = claimed.ticket.clone();
+    let once = key.map(|key| key.bind(ticket.user_id(), &stay.described(resource_id)));
+    let max_future = state.config.max_future_bookings;
+    let booked = match stay.single_day() {
+        Some(date) if state.config.coalesce_bookings && once.is_none() => {
+            let wait = state.config.lock_wait;
+            coalescer.book(&state.pool, &state.locks, wait, ticket, resource_id, date).await
+        }
+        Some(date) => {
+            let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
+            state
+                .with_pool(move |pool| {
+                    service::book(pool, turn, &ticket, resource_id, date, once.as_ref(), max_future)
+                })
+                .await
+        }
+        None => {
+            let nights = stays::night_locks(state.pool.names(), resource_id, stay);
+            let turns = state.locks.turns_in_order(nights, state.config.lock_wait).await?;
+            state
+                .with_pool(move |pool| {
+                    stays::book_stay(pool, turns, &ticket, resource_id, stay, once.as_ref(), max_future)
+                })
+                .await
+        }
+    };
+    if let Err(BookingError::SessionEnded) = booked {
+        claimed.forget();
+    }
+    booked
+}
