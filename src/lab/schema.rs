@@ -45,6 +45,24 @@ diesel::table! {
     }
 }
 
-diesel::joinable!(demo_bookings -> demo_resources (demo_resource_id));
+diesel::table! {
+    demo_stays (id) {
+        id -> Bigint,
+        demo_resource_id -> Bigint,
+        check_in -> Date,
+        check_out -> Date,
+        client -> Integer,
+        created_at -> Timestamp,
+    }
+}
 
-diesel::allow_tables_to_appear_in_same_query!(demo_bookings, demo_lock_rows, demo_races, demo_resources,);
+diesel::joinable!(demo_bookings -> demo_resources (demo_resource_id));
+diesel::joinable!(demo_stays -> demo_resources (demo_resource_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    demo_bookings,
+    demo_lock_rows,
+    demo_races,
+    demo_resources,
+    demo_stays,
+);
