@@ -656,6 +656,7 @@ fn measure_raw(
                                 pool,
                                 resource_id: key.resource_id,
                                 day: key.day,
+                                nights: 1,
                                 client: i32::try_from(ticket.user_id()).unwrap_or(i32::MAX),
                                 pause: Duration::ZERO,
                                 lock_wait: config.lock_wait,
