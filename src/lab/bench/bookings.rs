@@ -68,6 +68,11 @@ pub struct BookingsBench {
     /// (HTTP clients in this process), or `auto` (wrk when installed).
     #[arg(long, default_value = "auto")]
     driver: String,
+    /// Stays of 1–7 nights instead of days: a named lock per night in ascending order against
+    /// PostgreSQL's exclusion constraint, as raw statements (`stays.rs`); takes --clients,
+    /// --keys, --seconds and --repeat.
+    #[arg(long)]
+    stays: bool,
 }
 
 /// Who sends the app path's requests.
@@ -79,8 +84,8 @@ enum Driver {
     Wrk,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Keys {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Keys {
     Hot,
     Spread,
 }
@@ -296,6 +301,10 @@ pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
         log::set_max_level(log::LevelFilter::Warn);
     }
     let plan = options.plan()?;
+    if options.stays {
+        let Plan { patterns, clients, window, repeat, .. } = plan;
+        return super::stays::run(config, &super::stays::Plan { patterns, clients, window, repeat });
+    }
     let bench = Prepared::new(config, plan.most_clients())?;
     let server = ServerProcess::start(&bench.config)?;
     print!(
@@ -953,6 +962,7 @@ mod tests {
             repeat: 3,
             only: None,
             driver: "builtin".into(),
+            stays: false,
         };
         let plan = options("all", "hot", &[1, 16]).plan().expect("valid");
         assert_eq!(plan.strategies.len(), 7, "all means the correct ones that book alone");

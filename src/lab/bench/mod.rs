@@ -2,7 +2,8 @@
 //! same statements issued by hand from the same process, each in a scratch database of its own.
 //!
 //! - `bookings.rs`: the booking strategies, through HTTP (to a separate server process,
-//!   `server.rs`) and as raw SQL;
+//!   `server.rs`) and as raw SQL; with `--stays`, `stays.rs`: stays of several nights under a
+//!   named lock per night against PostgreSQL's exclusion constraint;
 //! - `orders.rs`: the order path, through the service and as hand-written SQL;
 //! - `coalescing.rs`: one hot day, bookings one at a time against coalesced batches;
 //! - `stuck.rs`: one day's lock held by a stuck session, and what everything else waits;
@@ -17,6 +18,7 @@ pub mod coalescing;
 pub mod metrics;
 pub mod orders;
 pub mod server;
+pub mod stays;
 pub mod stuck;
 pub mod wrk;
 

@@ -43,7 +43,7 @@ pub use race::{
     Bounds, KEEP_RACES, MAX_ATTEMPTS, MAX_CLIENTS, MAX_PAUSE_MS, MAX_RACE_CONNECTIONS, Progress, RaceReport,
     RaceSpec, StrategyResult, Tally, create_resource, run as run_race,
 };
-pub use strategies::{Answer, Attempt, Queue, Seen, Strategy};
+pub use strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};

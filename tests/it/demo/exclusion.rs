@@ -158,3 +158,49 @@ async fn the_page_and_the_cli_race_it_or_say_why_not_in_both_languages() {
         }
     }
 }
+
+/// `bench bookings --stays` measures stays under a named lock per night on both engines, and
+/// beside them the exclusion constraint where the server has one (on MariaDB its row says why
+/// not); every row answered attempts, none failed, no night was booked twice, and the bench's
+/// database is dropped. Nothing here is timed.
+#[actix_web::test]
+async fn the_stays_bench_sets_the_exclusion_constraint_beside_the_named_locks() {
+    let app = TestApp::spawn().await;
+    let bench = ["bench", "bookings", "--stays", "--clients", "2", "--keys", "hot,spread"];
+    let output = haita(&app, &[&bench[..], &["--seconds", "1", "--repeat", "1"]].concat());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let row = |path: &str, keys: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{path:<20} {keys:<7}")))
+            .unwrap_or_else(|| panic!("no {path} {keys} row: {stdout}"))
+    };
+    let answered = |line: &str| -> f64 {
+        line.split('|').nth(1).and_then(|m| m.split_whitespace().next()?.parse().ok()).unwrap_or(0.0)
+    };
+    for keys in ["hot", "spread"] {
+        assert!(answered(row("named locks", keys)) > 0.0, "{stdout}");
+        let exclusion = row("exclusion constraint", keys);
+        match app.db.pool.engine() {
+            Engine::Postgres => assert!(answered(exclusion) > 0.0, "{stdout}"),
+            Engine::Mysql => {
+                assert!(
+                    exclusion.ends_with("n/a: MariaDB and MySQL have no exclusion constraint"),
+                    "{stdout}"
+                )
+            }
+        }
+    }
+    assert!(!stdout.contains(" errors (first: "), "{stdout}");
+    assert!(stdout.contains("nights booked twice after the bench: 0 (must be 0)"), "{stdout}");
+
+    let left: super::Count = haita::db::cached_sql::<diesel::sql_types::Untyped>(Sql::per_engine(
+        "SELECT COUNT(*) AS n FROM information_schema.SCHEMATA \
+         WHERE LOCATE(CONCAT(DATABASE(), '_bench_'), SCHEMA_NAME) = 1",
+        "SELECT COUNT(*) AS n FROM pg_database WHERE starts_with(datname, current_database() || '_bench_')",
+    ))
+    .get_result(&mut app.db.raw_connection())
+    .expect("databases");
+    assert_eq!(left.n, 0, "the bench database is dropped");
+}
