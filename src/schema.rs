@@ -200,6 +200,7 @@ diesel::table! {
         resource_id -> Bigint,
         user_id -> Bigint,
         day -> Date,
+        check_out -> Date,
         #[max_length = 16]
         status -> Varchar,
         created_at -> Timestamp,
@@ -227,6 +228,7 @@ diesel::table! {
         name -> Varchar,
         description -> Text,
         capacity -> Integer,
+        price_cents -> Bigint,
         version -> Integer,
         updated_at -> Timestamp,
     }

@@ -11,6 +11,7 @@ pub mod coalesce;
 pub mod model;
 pub mod routes;
 pub mod service;
+pub mod stays;
 
 use chrono::NaiveDate;
 
@@ -18,6 +19,7 @@ use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::idempotency::{IdempotencyError, Refusal};
 use crate::infra::{Infra, infra_error};
+use model::StayProblem;
 
 /// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`
 /// (`crate::idempotency`); only refusals ([`Refusal::is_answer`]) ever are.
@@ -33,6 +35,9 @@ pub enum BookingError {
     InvalidId(String),
     #[error("invalid range: {0}")]
     InvalidRange(String),
+    /// The dates sent are no stay (`model::Stay`): which way, said in the answer.
+    #[error("not a stay: {0:?}")]
+    InvalidStay(StayProblem),
     #[error("resource {0} does not exist")]
     UnknownResource(i64),
     #[error("resource {0} not found")]
@@ -43,6 +48,12 @@ pub enum BookingError {
     FullyBooked { capacity: i32 },
     #[error("already booked by this user")]
     AlreadyBooked,
+    /// A night of a stay has no free place: the first such night (`stays::decide_stay`).
+    #[error("the night of {night} is fully booked (capacity {capacity})")]
+    NightFull { night: NaiveDate, capacity: i32 },
+    /// The user already has a booking of this resource covering a night of the stay.
+    #[error("already booked by this user for the night of {night}")]
+    NightBooked { night: NaiveDate },
     /// The resource is closed that day (maintenance, `crate::batch::closure`).
     #[error("closed on {day}: {reason}")]
     Closed { day: NaiveDate, reason: String },
@@ -72,12 +83,30 @@ impl BookingError {
             self,
             Self::FullyBooked { .. }
                 | Self::AlreadyBooked
+                | Self::NightFull { .. }
+                | Self::NightBooked { .. }
                 | Self::Closed { .. }
                 | Self::Quota { .. }
                 | Self::PastDate(_)
                 | Self::TooFarAhead(_)
                 | Self::InvalidDate(_)
+                | Self::InvalidStay(_)
         )
+    }
+
+    /// The night a refusal is about, when it names one: the page marks that night's row.
+    pub fn night(&self) -> Option<NaiveDate> {
+        match self {
+            Self::NightFull { night, .. } | Self::NightBooked { night } => Some(*night),
+            Self::Closed { day, .. } => Some(*day),
+            _ => None,
+        }
+    }
+}
+
+impl From<StayProblem> for BookingError {
+    fn from(problem: StayProblem) -> Self {
+        Self::InvalidStay(problem)
     }
 }
 
@@ -86,7 +115,12 @@ impl Refusal for BookingError {
     fn is_answer(&self) -> bool {
         matches!(
             self,
-            Self::FullyBooked { .. } | Self::AlreadyBooked | Self::Closed { .. } | Self::UnknownResource(_)
+            Self::FullyBooked { .. }
+                | Self::AlreadyBooked
+                | Self::NightFull { .. }
+                | Self::NightBooked { .. }
+                | Self::Closed { .. }
+                | Self::UnknownResource(_)
         )
     }
 }
@@ -97,11 +131,14 @@ answers! { BookingError {
     TooFarAhead => UNPROCESSABLE_ENTITY "too_far_ahead",
     InvalidId => UNPROCESSABLE_ENTITY "invalid_id",
     InvalidRange => UNPROCESSABLE_ENTITY "invalid_range",
+    InvalidStay => UNPROCESSABLE_ENTITY "invalid_stay",
     UnknownResource => UNPROCESSABLE_ENTITY "unknown_resource",
     ResourceNotFound => NOT_FOUND "not_found",
     ReservationNotFound => NOT_FOUND "not_found",
     FullyBooked => CONFLICT "fully_booked",
     AlreadyBooked => CONFLICT "already_booked",
+    NightFull => CONFLICT "fully_booked",
+    NightBooked => CONFLICT "already_booked",
     Closed => CONFLICT "closed",
     AlreadyCancelled => CONFLICT "already_cancelled",
     Quota => CONFLICT "booking_quota",
@@ -132,6 +169,16 @@ impl AsProblem for BookingError {
             ),
             Self::InvalidId(field) => answer.saying(format!("{field} must be a positive number.")),
             Self::InvalidRange(why) => answer.saying(why.clone()),
+            Self::InvalidStay(StayProblem::CheckOutNotAfterCheckIn { check_in, check_out }) => answer.said(
+                "booking.check_out_not_after",
+                &[("check_in", check_in.to_string()), ("check_out", check_out.to_string())],
+            ),
+            Self::InvalidStay(StayProblem::TooManyNights { nights }) => answer.said(
+                "booking.too_many_nights",
+                &[("nights", nights.to_string()), ("max", model::MAX_NIGHTS.to_string())],
+            ),
+            Self::InvalidStay(StayProblem::Incomplete) => answer.said("booking.stay_incomplete", &[]),
+            Self::InvalidStay(StayProblem::DateAndStay) => answer.said("booking.date_and_stay", &[]),
             Self::UnknownResource(id) | Self::ResourceNotFound(id) => {
                 answer.said("booking.no_resource", &[("id", id.to_string())])
             }
@@ -142,6 +189,18 @@ impl AsProblem for BookingError {
                 answer.said("booking.fully_booked", &[("capacity", capacity.to_string())])
             }
             Self::AlreadyBooked => answer.said("booking.already_booked", &[]),
+            Self::NightFull { night, capacity: 1 } => answer
+                .said("booking.night_full.one", &[("night", night.to_string())])
+                .with("night", night.to_string()),
+            Self::NightFull { night, capacity } => answer
+                .said(
+                    "booking.night_full",
+                    &[("night", night.to_string()), ("capacity", capacity.to_string())],
+                )
+                .with("night", night.to_string()),
+            Self::NightBooked { night } => answer
+                .said("booking.night_booked", &[("night", night.to_string())])
+                .with("night", night.to_string()),
             Self::Closed { day, reason } => answer
                 .said("booking.closed_on", &[("day", day.to_string()), ("reason", reason.clone())])
                 .with("reason", reason.clone()),

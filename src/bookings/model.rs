@@ -20,8 +20,12 @@ pub struct Reservation {
     pub id: i64,
     pub resource_id: i64,
     pub user_id: i64,
+    /// The first night: the day of a one-day booking, a stay's check-in day.
     #[serde(rename = "date")]
     pub day: NaiveDate,
+    /// The day after the last night: a stay's check-out day (`day` + 1 for one night).
+    #[serde(rename = "to")]
+    pub check_out: NaiveDate,
     pub status: ReservationStatus,
     #[serde(with = "crate::http::utc")]
     pub created_at: NaiveDateTime,
@@ -32,6 +36,11 @@ pub struct Reservation {
 impl Reservation {
     pub fn by_id(id: i64) -> reservations::BoxedQuery<'static, crate::db::MultiBackend> {
         reservations::table.filter(reservations::id.eq(id)).into_boxed()
+    }
+
+    /// How many nights it covers: 1 for a booking of one day.
+    pub fn nights(&self) -> i64 {
+        (self.check_out - self.day).num_days()
     }
 }
 
@@ -62,6 +71,108 @@ impl BookingDate {
 
     pub fn day(self) -> NaiveDate {
         self.0
+    }
+}
+
+pub use crate::resources::model::{MAX_NIGHTS, first_check_in_covering};
+
+/// What a customer asks for: the nights from a check-in day up to, not including, a check-out
+/// day — 1 to [`MAX_NIGHTS`] of them, the first not before today, the last within the booking
+/// horizon. A booking of one day is a stay of one night. Built once from user input, like
+/// [`BookingDate`]; the service never sees the raw strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stay {
+    first: BookingDate,
+    check_out: NaiveDate,
+}
+
+/// Why the dates sent for a stay are no stay (all answered `422 invalid_stay`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StayProblem {
+    /// The check-out day is the check-in day or before it.
+    CheckOutNotAfterCheckIn { check_in: NaiveDate, check_out: NaiveDate },
+    /// More nights than one stay may have.
+    TooManyNights { nights: i64 },
+    /// Only one of check-in and check-out was sent.
+    Incomplete,
+    /// A `date` and a `from`/`to` together: one night, or a stay, not both.
+    DateAndStay,
+}
+
+impl Stay {
+    /// The stay from `check_in` to `check_out`, as a form or the API sends them.
+    pub fn parse(check_in: &str, check_out: &str, today: NaiveDate) -> Result<Self, BookingError> {
+        let first = parse_day(check_in).ok_or_else(|| BookingError::InvalidDate(quoted(check_in)))?;
+        let check_out = parse_day(check_out).ok_or_else(|| BookingError::InvalidDate(quoted(check_out)))?;
+        if check_out <= first {
+            return Err(StayProblem::CheckOutNotAfterCheckIn { check_in: first, check_out }.into());
+        }
+        let nights = (check_out - first).num_days();
+        if nights > i64::from(MAX_NIGHTS) {
+            return Err(StayProblem::TooManyNights { nights }.into());
+        }
+        // The first night must be bookable today, and so must the last: both within the window.
+        let first = BookingDate::parse(check_in, today)?;
+        let last = check_out - chrono::Days::new(1);
+        if last > last_bookable_day(today) {
+            return Err(BookingError::TooFarAhead(last));
+        }
+        Ok(Self { first, check_out })
+    }
+
+    /// What a request names: a `date` (one night) or a `from` and a `to` (a stay), never both.
+    pub fn requested(
+        date: Option<&str>,
+        from: Option<&str>,
+        to: Option<&str>,
+        today: NaiveDate,
+    ) -> Result<Self, BookingError> {
+        match (date, from, to) {
+            (Some(date), None, None) => Ok(Self::one_night(BookingDate::parse(date, today)?)),
+            (None, Some(from), Some(to)) => Self::parse(from, to, today),
+            (Some(_), _, _) => Err(StayProblem::DateAndStay.into()),
+            (None, _, _) => Err(StayProblem::Incomplete.into()),
+        }
+    }
+
+    pub fn one_night(day: BookingDate) -> Self {
+        Self { first: day, check_out: day.day() + chrono::Days::new(1) }
+    }
+
+    pub fn check_in(self) -> NaiveDate {
+        self.first.day()
+    }
+
+    pub fn check_out(self) -> NaiveDate {
+        self.check_out
+    }
+
+    pub fn nights(self) -> u32 {
+        u32::try_from((self.check_out - self.first.day()).num_days()).unwrap_or(MAX_NIGHTS)
+    }
+
+    /// Each night, in ascending date order.
+    pub fn each_night(self) -> impl Iterator<Item = NaiveDate> {
+        self.first.day().iter_days().take(self.nights() as usize)
+    }
+
+    pub fn last_night(self) -> NaiveDate {
+        self.check_out - chrono::Days::new(1)
+    }
+
+    /// The one day, when the stay is one night: such a stay is a booking of one day, in every
+    /// way (`service::book`, coalescing).
+    pub fn single_day(self) -> Option<BookingDate> {
+        (self.nights() == 1).then_some(self.first)
+    }
+
+    /// The request as an idempotency key is bound to it: a resend with the same key must ask
+    /// for the same nights. A stay of one night reads as the booking of that day it is.
+    pub fn described(self, resource_id: i64) -> String {
+        match self.single_day() {
+            Some(day) => format!("book resource {resource_id} on {}", day.day()),
+            None => format!("book resource {resource_id} from {} to {}", self.check_in(), self.check_out),
+        }
     }
 }
 

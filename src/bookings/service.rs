@@ -14,7 +14,7 @@ use diesel::sql_types::{BigInt, Date, Integer, Nullable, Text, Timestamp};
 use serde::Serialize;
 
 use super::BookingError;
-use super::model::{BookingDate, Reservation, ReservationStatus};
+use super::model::{BookingDate, Reservation, ReservationStatus, Stay, first_check_in_covering};
 use crate::auth::session::{self, Ticket};
 use crate::db::cached::ListStatements;
 use crate::db::{DbConn, DbPool, cached_sql};
@@ -119,7 +119,7 @@ fn check_then_insert(
         .iter()
         .zip(verdicts)
         .map(|(ticket, verdict)| match verdict {
-            Verdict::Insert => Ok(Ok(insert(conn, ticket.user_id(), resource_id, date)?)),
+            Verdict::Insert => Ok(Ok(insert(conn, ticket.user_id(), resource_id, Stay::one_night(date))?)),
             refused => Ok(Err(day.refusal(refused, ticket, date))),
         })
         .collect()
@@ -172,18 +172,24 @@ struct Day {
 /// request whose session has just ended gets as far as the day's lock before it is refused,
 /// which any logged-in user could do anyway; the cookie is sealed, so nobody else can.
 /// `{share}` is the shared row lock in the engine's words (`db::dialect`).
+///
+/// "The day's count" counts stays too: every confirmed reservation that covers the night,
+/// `day <= night < check_out`, found in a range of the slot index no longer than a stay can be
+/// (`first_check_in_covering`). A stay that covers this night took this day's lock as well
+/// (`stays::book_stay`), so the count is as exact as it is for bookings of one day. The user's
+/// future bookings (`held`) are those with a night today or later, a stay under way included.
 static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
     ListStatements::new(
         &format!(
             "SELECT r.capacity, \
-             (SELECT COUNT(*) FROM reservations x \
-               WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed') AS confirmed, \
-             (SELECT COUNT(*) FROM reservations x \
-               WHERE x.resource_id = r.id AND x.day = ? AND x.status = 'confirmed' AND x.user_id = ?) AS mine, \
+             (SELECT COUNT(*) FROM reservations x WHERE x.resource_id = r.id \
+               AND x.day BETWEEN ? AND ? AND x.status = 'confirmed' AND x.check_out > ?) AS confirmed, \
+             (SELECT COUNT(*) FROM reservations x WHERE x.resource_id = r.id \
+               AND x.day BETWEEN ? AND ? AND x.status = 'confirmed' AND x.check_out > ? AND x.user_id = ?) AS mine, \
              (SELECT c.reason FROM resource_closures c WHERE c.resource_id = r.id AND c.day = ?) AS closed, \
              (SELECT COUNT(*) FROM user_sessions s WHERE {}) AS live, \
              (SELECT COUNT(*) FROM reservations x \
-               WHERE x.user_id = ? AND x.day >= ? AND x.status = 'confirmed') AS held \
+               WHERE x.user_id = ? AND x.day >= ? AND x.status = 'confirmed' AND x.check_out > ?) AS held \
              FROM resources r WHERE r.id = ? {{share}}",
             session::LIVE_SESSION
         ),
@@ -196,7 +202,8 @@ static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
 static READ_BOOKED: LazyLock<ListStatements> = LazyLock::new(|| {
     ListStatements::new(
         "SELECT user_id FROM reservations \
-         WHERE resource_id = ? AND day = ? AND status = 'confirmed' AND user_id IN ({list})",
+         WHERE resource_id = ? AND day BETWEEN ? AND ? AND status = 'confirmed' AND check_out > ? \
+           AND user_id IN ({list})",
         &[4, 8, 16, super::coalesce::MAX_BATCH],
     )
 });
@@ -206,7 +213,7 @@ static READ_BOOKED: LazyLock<ListStatements> = LazyLock::new(|| {
 static READ_HELD: LazyLock<ListStatements> = LazyLock::new(|| {
     ListStatements::new(
         "SELECT user_id, COUNT(*) FROM reservations \
-         WHERE status = 'confirmed' AND day >= ? AND user_id IN ({list}) GROUP BY user_id",
+         WHERE status = 'confirmed' AND day >= ? AND check_out > ? AND user_id IN ({list}) GROUP BY user_id",
         &[4, 8, 16, super::coalesce::MAX_BATCH],
     )
 });
@@ -226,16 +233,22 @@ fn read_day(
     let users: Vec<i64> = tickets.iter().map(Ticket::user_id).collect();
     let mut sessions: Vec<&str> = tickets.iter().map(Ticket::session_id).collect();
     let (read_day, padded) = READ_DAY.padded(&sessions).ok_or_else(bad_batch)?;
-    let today = today();
+    let (today, night) = (today(), date.day());
+    let earliest = first_check_in_covering(night);
     type Row = (i32, i64, i64, Option<String>, i64, i64);
     let row: Option<Row> = cached_sql::<(Integer, BigInt, BigInt, Nullable<Text>, BigInt, BigInt)>(read_day)
-        .bind::<Date, _>(date.day())
-        .bind::<Date, _>(date.day())
+        .bind::<Date, _>(earliest)
+        .bind::<Date, _>(night)
+        .bind::<Date, _>(night)
+        .bind::<Date, _>(earliest)
+        .bind::<Date, _>(night)
+        .bind::<Date, _>(night)
         .bind::<BigInt, _>(users[0])
-        .bind::<Date, _>(date.day())
+        .bind::<Date, _>(night)
         .bind::<Timestamp, _>(session::live_after())
         .bind_each::<Text, _>(padded)
         .bind::<BigInt, _>(users[0])
+        .bind::<Date, _>(first_check_in_covering(today))
         .bind::<Date, _>(today)
         .bind::<BigInt, _>(resource_id)
         .get_result(conn)
@@ -247,12 +260,15 @@ fn read_day(
         let (sql, padded) = READ_BOOKED.padded(others).ok_or_else(bad_batch)?;
         let found: Vec<i64> = cached_sql::<BigInt>(sql)
             .bind::<BigInt, _>(resource_id)
-            .bind::<Date, _>(date.day())
+            .bind::<Date, _>(earliest)
+            .bind::<Date, _>(night)
+            .bind::<Date, _>(night)
             .bind_each::<BigInt, _>(padded)
             .load(conn)?;
         booked.extend(found);
         let (sql, padded) = READ_HELD.padded(others).ok_or_else(bad_batch)?;
         let counted: Vec<(i64, i64)> = cached_sql::<(BigInt, BigInt)>(sql)
+            .bind::<Date, _>(first_check_in_covering(today))
             .bind::<Date, _>(today)
             .bind_each::<BigInt, _>(padded)
             .load(conn)?;
@@ -270,25 +286,32 @@ fn read_day(
     Ok(Some(Day { capacity, confirmed, booked, closed, live, held, max_future }))
 }
 
-const INSERT: &str = "INSERT INTO reservations (resource_id, user_id, day, status, created_at) \
-     VALUES (?, ?, ?, 'confirmed', ?)";
+const INSERT: &str = "INSERT INTO reservations (resource_id, user_id, day, check_out, status, created_at) \
+     VALUES (?, ?, ?, ?, 'confirmed', ?)";
 
-/// Inserts one confirmed booking and returns it as stored, without reading it back: only the
-/// id comes from the server. `created_at` is set here rather than by the column's default for
-/// that reason (to the microsecond, what DATETIME(6) keeps).
-fn insert(conn: &mut DbConn, user_id: i64, resource_id: i64, date: BookingDate) -> QueryResult<Reservation> {
+/// Inserts one confirmed booking — of one day, or a stay — and returns it as stored, without
+/// reading it back: only the id comes from the server. `created_at` is set here rather than by
+/// the column's default for that reason (to the microsecond, what DATETIME(6) keeps).
+pub(super) fn insert(
+    conn: &mut DbConn,
+    user_id: i64,
+    resource_id: i64,
+    stay: Stay,
+) -> QueryResult<Reservation> {
     let created_at = crate::db::now_micros();
     cached_sql::<()>(INSERT)
         .bind::<BigInt, _>(resource_id)
         .bind::<BigInt, _>(user_id)
-        .bind::<Date, _>(date.day())
+        .bind::<Date, _>(stay.check_in())
+        .bind::<Date, _>(stay.check_out())
         .bind::<Timestamp, _>(created_at)
         .execute(conn)?;
     Ok(Reservation {
         id: crate::db::last_insert_id(conn)?,
         resource_id,
         user_id,
-        day: date.day(),
+        day: stay.check_in(),
+        check_out: stay.check_out(),
         status: ReservationStatus::Confirmed,
         created_at,
         cancelled_at: None,
@@ -550,20 +573,26 @@ pub fn availability(
     }
     let resource = Resource::find(conn, resource_id)?.ok_or(BookingError::ResourceNotFound(resource_id))?;
     let to = from + chrono::Days::new(u64::from(days) - 1);
+    // Every confirmed reservation with a night in the range, stays that began before it too,
+    // counted per span of nights (a few dozen rows however many bookings there are).
     let in_range = reservations::table
         .filter(reservations::resource_id.eq(resource_id))
+        .filter(reservations::day.between(first_check_in_covering(from), to))
         .filter(reservations::status.eq(ReservationStatus::Confirmed))
-        .filter(reservations::day.between(from, to));
-    let counts: Vec<(NaiveDate, i64)> = in_range
-        .group_by(reservations::day)
-        .select((reservations::day, diesel::dsl::count_star()))
+        .filter(reservations::check_out.gt(from));
+    let spans: Vec<(NaiveDate, NaiveDate, i64)> = in_range
+        .group_by((reservations::day, reservations::check_out))
+        .select((reservations::day, reservations::check_out, diesel::dsl::count_star()))
         .load(conn)?;
-    let mine: Vec<NaiveDate> = match viewer {
-        Some(user_id) => {
-            in_range.filter(reservations::user_id.eq(user_id)).select(reservations::day).load(conn)?
-        }
+    let mine: Vec<(NaiveDate, NaiveDate)> = match viewer {
+        Some(user_id) => in_range
+            .filter(reservations::user_id.eq(user_id))
+            .select((reservations::day, reservations::check_out))
+            .load(conn)?,
         None => Vec::new(),
     };
+    let covers =
+        |date: NaiveDate| move |(day, check_out): &(NaiveDate, NaiveDate)| *day <= date && date < *check_out;
     let closed: Vec<(NaiveDate, String)> = resource_closures::table
         .filter(resource_closures::resource_id.eq(resource_id))
         .filter(resource_closures::day.between(from, to))
@@ -573,13 +602,17 @@ pub fn availability(
         .iter_days()
         .take(days as usize)
         .map(|date| {
-            let confirmed = counts.iter().find(|(d, _)| *d == date).map_or(0, |(_, n)| *n);
+            let confirmed = spans
+                .iter()
+                .filter(|(day, check_out, _)| covers(date)(&(*day, *check_out)))
+                .map(|(_, _, n)| n)
+                .sum();
             DayAvailability {
                 date,
                 capacity: resource.capacity,
                 confirmed,
                 available: (i64::from(resource.capacity) - confirmed).max(0),
-                mine: mine.contains(&date),
+                mine: mine.iter().any(covers(date)),
                 closed: closed.iter().find(|(d, _)| *d == date).map(|(_, why)| why.clone()),
             }
         })

@@ -110,8 +110,10 @@ impl Namespace {
 }
 
 /// A named-lock name, built only by a [`Namespace`]: namespaced, case-stable, at most 64
-/// characters.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// characters. Names are ordered as text, the one order in which every taker of several locks
+/// takes them (`locking::TurnsInOrder`); one resource's day locks sort by date, ISO dates being
+/// ordered as text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockName(String);
 
 impl LockName {

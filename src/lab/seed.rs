@@ -23,10 +23,12 @@ pub const DEMO_USERS: &[(&str, &str, &str, Role)] = &[
     ("admin", "Admin", "admin-demo", Role::Admin),
 ];
 
-const DEMO_RESOURCES: &[(&str, &str, i32)] = &[
-    ("Meeting room 1", "Six seats, a screen and a whiteboard. One booking per day.", 1),
-    ("Tennis court", "Outdoor hard court; two groups a day share it.", 2),
-    ("Lab bench", "Three benches in the maker lab, booked by the day.", 3),
+/// (name, description, capacity, price of a night in cents).
+const DEMO_RESOURCES: &[(&str, &str, i32, i64)] = &[
+    ("Meeting room 1", "Six seats, a screen and a whiteboard. One booking per day.", 1, 0),
+    ("Tennis court", "Outdoor hard court; two groups a day share it.", 2, 0),
+    ("Lab bench", "Three benches in the maker lab, booked by the day.", 3, 0),
+    ("Guest room", "Two beds under the roof, for stays of up to 14 nights.", 2, 8500),
 ];
 
 /// (sku, name, description, price in cents, first receipt). The last one has no stock row until
@@ -49,11 +51,11 @@ pub fn run(pool: &DbPool) -> anyhow::Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
-    for (name, description, capacity) in DEMO_RESOURCES {
+    for (name, description, capacity, price_cents) in DEMO_RESOURCES {
         let exists: i64 = resources::table.filter(resources::name.eq(name)).count().get_result(&mut conn)?;
         if exists == 0 {
             diesel::insert_into(resources::table)
-                .values(NewResource { name, description, capacity: *capacity })
+                .values(NewResource { name, description, capacity: *capacity, price_cents: *price_cents })
                 .execute(&mut conn)?;
             log::info!("seed: created resource {name} (capacity {capacity})");
         }

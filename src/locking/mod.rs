@@ -6,6 +6,10 @@
 //!   transaction (a single booking, a stock receipt): PostgreSQL's transaction-scoped advisory
 //!   lock, released by the transaction's end (the guard on MySQL).
 //!
+//! - [`transaction_under_locks`]: the same for work that needs several named locks (a stay,
+//!   one per night), taken in one order ([`TurnsInOrder`]) so that two such requests never wait
+//!   for each other in a circle; on MySQL one session holds them all ([`NamedLocksGuard`]).
+//!
 //! Both take their lock the same way (`named::ask_then_wait`): asked without waiting first,
 //! then waited for within what is left of the request's turn and the instance's waiting budget.
 //! - [`LockName`]: the only way to build a lock name: namespaced, case-stable, at most 64
@@ -25,6 +29,6 @@ pub mod retry;
 mod transaction_scoped;
 
 pub use crate::db::lock_names::{self as names, LockName, Namespace};
-pub use named::{AcquireError, LockError, NamedLockGuard};
-pub use queue::{LockQueue, Turn};
-pub use transaction_scoped::{Isolation, transaction_under_lock};
+pub use named::{AcquireError, LockError, NamedLockGuard, NamedLocksGuard};
+pub use queue::{LockQueue, Turn, TurnsInOrder};
+pub use transaction_scoped::{Isolation, transaction_under_lock, transaction_under_locks};

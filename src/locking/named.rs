@@ -36,7 +36,7 @@
 use std::time::{Duration, Instant};
 
 use super::LockName;
-use super::queue::Turn;
+use super::queue::{Turn, TurnsInOrder};
 use crate::db::dialect::Asked;
 use crate::db::errors::lost_connection;
 use crate::db::{CheckoutError, DbConn, DbPool, PooledConn};
@@ -126,6 +126,83 @@ impl NamedLockGuard {
 
     pub fn name(&self) -> &LockName {
         &self.name
+    }
+}
+
+/// Several named locks held by one session, taken one after another in the order of a
+/// [`TurnsInOrder`] and let go of together: MySQL's form of a stay's locks, one per night
+/// ([`transaction_under_locks`](super::transaction_under_locks); PostgreSQL takes them inside
+/// the transaction instead). MySQL 5.7 and MariaDB 10.0.2 gave a session several named locks at
+/// once; before, a second `GET_LOCK` let go of the first. The hazards are those of
+/// [`NamedLockGuard`], and so are the answers: the guard owns the connection, the work runs on
+/// it, the release must let go of exactly what was taken or the session is closed.
+///
+/// ```text
+/// SELECT GET_LOCK(name1, 0)            -- in the order of the names: ascending dates
+/// SELECT GET_LOCK(name2, 0)            -- (each waited for only if held elsewhere)
+/// …the work, on NamedLocksGuard::conn…
+/// SELECT RELEASE_ALL_LOCKS()           -- drop: must answer 2, the locks taken
+/// ```
+pub struct NamedLocksGuard {
+    conn: PooledConn,
+    /// The turns whose locks the session holds, in the order taken. Dropped after the release,
+    /// like [`NamedLockGuard`]'s one turn.
+    held: Vec<Turn>,
+    /// When the last of them was granted.
+    granted: Instant,
+}
+
+impl NamedLocksGuard {
+    /// Takes the locks of `turns` on one connection of `pool`, in their order, each as
+    /// [`NamedLockGuard::acquire_in_turn`] takes its one (ask with 0, then wait within what is
+    /// left of the turn and the waiting budget). A lock not had gives back those taken before
+    /// it. The first statement may meet a connection that died in the pool, as with
+    /// [`NamedLockGuard::acquire_pooled`]: then it is sent once more, on another connection.
+    pub fn acquire_pooled(pool: &DbPool, turns: TurnsInOrder) -> Result<Self, AcquireError> {
+        let mut guard = Self { conn: pool.get()?, held: Vec::new(), granted: Instant::now() };
+        for turn in turns.into_turns() {
+            match take(&mut guard.conn, &turn) {
+                Err(LockError::Failed { source: Some(e), .. })
+                    if guard.held.is_empty() && lost_connection(&e) =>
+                {
+                    guard.conn = pool.get()?; // the dead one, marked broken, is closed
+                    take(&mut guard.conn, &turn)?;
+                }
+                // Returning drops the guard, which lets go of the locks taken so far.
+                taken => taken?,
+            }
+            guard.held.push(turn);
+        }
+        guard.granted = Instant::now();
+        Ok(guard)
+    }
+
+    /// The connection that holds the locks. Everything done under them must run here.
+    pub fn conn(&mut self) -> &mut DbConn {
+        &mut self.conn
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &LockName> {
+        self.held.iter().map(Turn::name)
+    }
+}
+
+impl Drop for NamedLocksGuard {
+    /// All the locks in one statement (`Dialect::unlock_several`), which must let go of exactly
+    /// those taken; otherwise the session is closed, as [`NamedLockGuard`]'s is.
+    fn drop(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let names: Vec<&str> = self.held.iter().map(|turn| turn.name().as_str()).collect();
+        let released = self.conn.dialect().unlock_several(&mut self.conn, &names);
+        for turn in &self.held {
+            metrics::held(Family::Named, turn.name().scope(), self.granted.elapsed());
+        }
+        if let Err(problem) = released {
+            log::error!("named locks {}: {problem}; closing their connection", names.join(", "));
+            close_instead_of_returning(&mut self.conn);
+        }
     }
 }
 

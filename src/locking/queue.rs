@@ -87,6 +87,26 @@ impl LockQueue {
         }
     }
 
+    /// Turns for several lock names at once, for work that needs all of them (a stay holds
+    /// every night's day lock): one [`turn`](Self::turn) per name, **in the names' order**
+    /// ([`TurnsInOrder`]), all within one wait of `wait`. The per-key queues are a lock of
+    /// their own, in memory: taken in any other order, two such requests of one instance could
+    /// each hold a turn the other waits for, until both time out.
+    pub async fn turns_in_order(
+        &self,
+        names: Vec<LockName>,
+        wait: Duration,
+    ) -> Result<TurnsInOrder, LockError> {
+        let deadline = Instant::now() + wait;
+        let names = TurnsInOrder::order(names);
+        let mut turns = Vec::with_capacity(names.len());
+        for name in names {
+            // A turn not had in time gives back the ones before it (dropped with `turns`).
+            turns.push(self.turn(name, deadline.saturating_duration_since(Instant::now())).await?);
+        }
+        Ok(TurnsInOrder(turns))
+    }
+
     /// A turn for a caller that queues per key itself (the booking coalescer keeps one batch
     /// per key at the server): it shares this instance's waiting budget and ends at `deadline`.
     pub fn turn_queued_elsewhere(&self, name: LockName, deadline: Instant) -> Turn {
@@ -153,6 +173,41 @@ impl Drop for Turn {
         // Let the next request for this key go first, then drop the key's queue if nobody is in it.
         drop(self.key.take());
         forget_if_unused(&self.keys, &self.name);
+    }
+}
+
+/// Turns for several lock names, in ascending order of the names — the one order every taker
+/// of several locks follows, in memory ([`LockQueue::turns_in_order`]) and at the server
+/// ([`transaction_under_locks`](super::transaction_under_locks)), so that no two of them ever
+/// wait for each other in a circle. For one resource's nights, that is the order of the dates
+/// (`LockName`s sort as text, ISO dates too). Built only in that order: holding a
+/// `TurnsInOrder` is the proof that its locks will be asked for in it.
+pub struct TurnsInOrder(Vec<Turn>);
+
+impl TurnsInOrder {
+    /// Turns outside any queue ([`Turn::alone`]), for callers alone with their names: tests, tools.
+    pub fn alone(names: Vec<LockName>, wait: Duration) -> Self {
+        Self(Self::order(names).into_iter().map(|name| Turn::alone(name, wait)).collect())
+    }
+
+    /// Sorted, each name once.
+    fn order(mut names: Vec<LockName>) -> Vec<LockName> {
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// The turns, in the order their locks are to be taken.
+    pub fn turns(&self) -> &[Turn] {
+        &self.0
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &LockName> {
+        self.0.iter().map(Turn::name)
+    }
+
+    pub(super) fn into_turns(self) -> Vec<Turn> {
+        self.0
     }
 }
 

@@ -27,8 +27,8 @@ use std::time::Instant;
 
 use diesel::result::Error as DbError;
 
-use super::named::{AcquireError, LockError, NamedLockGuard, NotTaken, ask_then_wait};
-use super::queue::Turn;
+use super::named::{AcquireError, LockError, NamedLockGuard, NamedLocksGuard, NotTaken, ask_then_wait};
+use super::queue::{Turn, TurnsInOrder};
 use crate::db::dialect::Asked;
 use crate::db::errors::lost_connection;
 use crate::db::{CheckoutError, DbConn, DbPool};
@@ -70,20 +70,87 @@ where
     if !pool.dialect().has_transaction_scoped_lock() {
         return transaction_in_guard(pool, turn, isolation, work);
     }
+    transaction_taking(pool, std::slice::from_ref(&turn), work)
+}
+
+/// [`transaction_under_lock`] for work that needs several named locks at once — a stay holds
+/// the day lock of each of its nights — all held from before the transaction's first read to
+/// its end, and **taken in the order of `turns`** (ascending names, [`TurnsInOrder`]):
+///
+/// - on MySQL, one session's named locks held by a guard around the transaction
+///   ([`NamedLocksGuard`]): `GET_LOCK` each in order; BEGIN; the work; COMMIT; release them all;
+/// - on PostgreSQL, transaction-scoped advisory locks: BEGIN; take each in order ([`take`]); the
+///   work; COMMIT, which lets go of them all.
+///
+/// Why the order: two stays that share two nights, one taking them up the calendar and the other
+/// down, would each take its first night and wait for its second, which the other holds. Neither
+/// can go on; the server notices and fails one of them (a deadlock error: MariaDB 1213, MySQL
+/// 3058, PostgreSQL 40P01), or both wait out their time. Taken in one order, whoever holds the
+/// lower night goes first and the other waits for it, holding nothing the first needs.
+///
+/// Each lock is asked for as [`transaction_under_lock`] asks for its one: without waiting first,
+/// then within what is left of its turn and the waiting budget; a lock not had gives back those
+/// taken before it.
+pub fn transaction_under_locks<T, E>(
+    pool: &DbPool,
+    turns: TurnsInOrder,
+    isolation: Isolation,
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DbError> + From<LockError> + From<CheckoutError>,
+{
+    if !pool.dialect().has_transaction_scoped_lock() {
+        let mut held = NamedLocksGuard::acquire_pooled(pool, turns).map_err(|e| match e {
+            AcquireError::Pool(e) => E::from(e),
+            AcquireError::Lock(e) => E::from(e),
+        })?;
+        let done = in_transaction(held.conn(), isolation, work);
+        drop(held); // released after the COMMIT (or ROLLBACK) above
+        return done;
+    }
+    transaction_taking(pool, turns.turns(), work)
+}
+
+/// PostgreSQL's one transaction that takes the locks of `turns`, in their order, before `work`.
+/// A connection found dead before any of the work was sent is replaced once: the transaction
+/// had done nothing, and its locks went with it.
+fn transaction_taking<T, E>(
+    pool: &DbPool,
+    turns: &[Turn],
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DbError> + From<LockError> + From<CheckoutError>,
+{
     let mut work = Some(work);
     let mut conn = pool.get()?;
-    let mut outcome = attempt(&mut conn, &turn, &mut work);
+    let mut outcome = attempt(&mut conn, turns, &mut work);
     if matches!(&outcome, Err(Failure::Db(e)) if work.is_some() && lost_connection(e)) {
         crate::db::transaction::mark_broken(&mut conn);
         drop(conn); // r2d2 closes it
         conn = pool.get()?;
-        outcome = attempt(&mut conn, &turn, &mut work);
+        outcome = attempt(&mut conn, turns, &mut work);
     }
     outcome.map_err(|failure| match failure {
         Failure::Db(e) => e.into(),
         Failure::Lock(e) => e.into(),
         Failure::Work(e) => e,
     })
+}
+
+fn in_transaction<T, E>(
+    conn: &mut DbConn,
+    isolation: Isolation,
+    work: impl FnOnce(&mut DbConn) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DbError>,
+{
+    match isolation {
+        Isolation::SessionDefault => crate::db::transaction(conn, work),
+        Isolation::ReadCommitted => crate::db::transaction_read_committed(conn, work),
+    }
 }
 
 /// MySQL's [`transaction_under_lock`]: take the session's lock, BEGIN, the work, COMMIT, and
@@ -101,10 +168,7 @@ where
         AcquireError::Pool(e) => E::from(e),
         AcquireError::Lock(e) => E::from(e),
     })?;
-    let done = match isolation {
-        Isolation::SessionDefault => crate::db::transaction(held.conn(), work),
-        Isolation::ReadCommitted => crate::db::transaction_read_committed(held.conn(), work),
-    };
+    let done = in_transaction(held.conn(), isolation, work);
     drop(held); // released after the COMMIT (or ROLLBACK) above
     done
 }
@@ -130,16 +194,18 @@ impl<E> From<DbError> for Failure<E> {
     }
 }
 
-/// PostgreSQL's one transaction: BEGIN, the lock, then `work` (taken out of its `Option` only
-/// once the lock is held, so the caller can tell whether any of it ran), COMMIT.
+/// PostgreSQL's one transaction: BEGIN, the locks in order, then `work` (taken out of its
+/// `Option` only once the locks are held, so the caller can tell whether any of it ran), COMMIT.
 fn attempt<T, E>(
     conn: &mut DbConn,
-    turn: &Turn,
+    turns: &[Turn],
     work: &mut Option<impl FnOnce(&mut DbConn) -> Result<T, E>>,
 ) -> Result<T, Failure<E>> {
     let mut granted = None;
     let done = crate::db::transaction(conn, |conn| {
-        take(conn, turn)?;
+        for turn in turns {
+            take(conn, turn)?;
+        }
         granted = Some(Instant::now());
         let Some(work) = work.take() else {
             // `transaction_under_lock` tries again only while the work has not run.
@@ -150,7 +216,9 @@ fn attempt<T, E>(
     // Held until the transaction ended, COMMIT or ROLLBACK included, like the guard's until its
     // release.
     if let Some(granted) = granted {
-        metrics::held(Family::Named, turn.name().scope(), granted.elapsed());
+        for turn in turns {
+            metrics::held(Family::Named, turn.name().scope(), granted.elapsed());
+        }
     }
     done
 }

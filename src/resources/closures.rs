@@ -84,11 +84,15 @@ pub fn close_day(
         if already.is_some() {
             return Ok(Closed::AlreadyClosed);
         }
-        // Under the day's lock, so no booking of the day is in flight: this is all of them.
+        // Under the day's lock, so no booking of the day is in flight: this is all of them,
+        // stays that cover the night included (a stay takes the lock of each of its days).
         let bookings: Vec<i64> = cached_sql::<BigInt>(
-            "SELECT id FROM reservations WHERE resource_id = ? AND day = ? AND status = 'confirmed' ORDER BY id",
+            "SELECT id FROM reservations WHERE resource_id = ? AND day BETWEEN ? AND ? \
+               AND status = 'confirmed' AND check_out > ? ORDER BY id",
         )
         .bind::<BigInt, _>(resource_id)
+        .bind::<Date, _>(super::model::first_check_in_covering(day))
+        .bind::<Date, _>(day)
         .bind::<Date, _>(day)
         .load(conn)?;
         cached_sql::<()>(

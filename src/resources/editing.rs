@@ -80,12 +80,28 @@ pub fn save(
     })
 }
 
+/// Confirmed reservations of one span of nights, `[day, check_out)`.
 #[derive(QueryableByName)]
-struct BusiestDay {
+struct Span {
     #[diesel(sql_type = Date)]
     day: NaiveDate,
+    #[diesel(sql_type = Date)]
+    check_out: NaiveDate,
     #[diesel(sql_type = BigInt)]
     confirmed: i64,
+}
+
+/// The night from `from` on that the most of `spans` cover, the earliest of equals, with how
+/// many cover it.
+fn busiest_night(spans: &[Span], from: NaiveDate) -> Option<(NaiveDate, i64)> {
+    let mut nights = std::collections::BTreeMap::<NaiveDate, i64>::new();
+    for span in spans {
+        for night in span.day.max(from).iter_days().take_while(|night| *night < span.check_out) {
+            *nights.entry(night).or_default() += span.confirmed;
+        }
+    }
+    // Ascending nights: `max_by_key` keeps the last of equals, so reverse for the earliest.
+    nights.into_iter().rev().max_by_key(|(_, confirmed)| *confirmed)
 }
 
 #[derive(QueryableByName)]
@@ -112,25 +128,27 @@ fn update(
         .optional()?
         .ok_or(ResourceError::NotFound(resource_id))?;
     if let Some(capacity) = changes.capacity {
-        // Past days keep their history; only today and later must still fit. On MySQL a locking
-        // read, so it sees every booking committed before our lock on the resource row, whatever
-        // the snapshot of this transaction. PostgreSQL refuses a locking clause beside GROUP BY
-        // and needs none: at READ COMMITTED each statement reads a snapshot taken when it starts,
-        // after our lock was granted.
-        let busiest: Option<BusiestDay> = cached_sql::<Untyped>(Sql::per_engine(
-            "SELECT day, COUNT(*) AS confirmed FROM reservations \
-             WHERE resource_id = ? AND status = 'confirmed' AND day >= ? \
-             GROUP BY day HAVING COUNT(*) > ? ORDER BY confirmed DESC, day LIMIT 1 LOCK IN SHARE MODE",
-            "SELECT day, COUNT(*) AS confirmed FROM reservations \
-             WHERE resource_id = ? AND status = 'confirmed' AND day >= ? \
-             GROUP BY day HAVING COUNT(*) > ? ORDER BY confirmed DESC, day LIMIT 1",
+        // Past nights keep their history; only today and later must still fit. On MySQL a
+        // locking read, so it sees every booking committed before our lock on the resource row,
+        // whatever the snapshot of this transaction. PostgreSQL refuses a locking clause beside
+        // GROUP BY and needs none: at READ COMMITTED each statement reads a snapshot taken when
+        // it starts, after our lock was granted. Stays cover several nights, so the bookings
+        // are read per span of nights and counted night by night here.
+        let today = super::model::today();
+        let spans: Vec<Span> = cached_sql::<Untyped>(Sql::per_engine(
+            "SELECT day, check_out, COUNT(*) AS confirmed FROM reservations \
+             WHERE resource_id = ? AND status = 'confirmed' AND day >= ? AND check_out > ? \
+             GROUP BY day, check_out LOCK IN SHARE MODE",
+            "SELECT day, check_out, COUNT(*) AS confirmed FROM reservations \
+             WHERE resource_id = ? AND status = 'confirmed' AND day >= ? AND check_out > ? \
+             GROUP BY day, check_out",
         ))
         .bind::<BigInt, _>(resource_id)
-        .bind::<Date, _>(super::model::today())
-        .bind::<Integer, _>(capacity)
-        .get_result(conn)
-        .optional()?;
-        if let Some(BusiestDay { day, confirmed }) = busiest {
+        .bind::<Date, _>(super::model::first_check_in_covering(today))
+        .bind::<Date, _>(today)
+        .load(conn)?;
+        if let Some((day, confirmed)) = busiest_night(&spans, today).filter(|(_, n)| *n > i64::from(capacity))
+        {
             return Err(ResourceError::CapacityBelowBookings { capacity, day, confirmed });
         }
     }

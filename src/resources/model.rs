@@ -15,6 +15,8 @@ pub struct Resource {
     pub name: String,
     pub description: String,
     pub capacity: i32,
+    /// What one night costs, in hundredths of `i18n::CURRENCY`; 0 is free of charge.
+    pub price_cents: i64,
     pub version: i32,
     #[serde(with = "crate::http::utc")]
     pub updated_at: NaiveDateTime,
@@ -41,6 +43,7 @@ pub struct NewResource<'a> {
     pub name: &'a str,
     pub description: &'a str,
     pub capacity: i32,
+    pub price_cents: i64,
 }
 
 pub use crate::http::error::FieldError;
@@ -111,6 +114,19 @@ impl ResourceChanges {
 
 fn cut(text: &str) -> String {
     text.chars().take(20).collect()
+}
+
+/// The most nights one reservation may cover (a booking of one day covers one). The schema
+/// says the same (`reservations_stay_nights`), and the reads rely on it: see
+/// [`first_check_in_covering`].
+pub const MAX_NIGHTS: u32 = 14;
+
+/// The earliest check-in day of a reservation that can cover the night of `night`: none is
+/// longer than [`MAX_NIGHTS`], so the reservations covering a night are those with
+/// `day BETWEEN first_check_in_covering(night) AND night AND check_out > night` — a bounded
+/// range of the index on `(resource_id, day, status, check_out)`, never a scan of the past.
+pub fn first_check_in_covering(night: chrono::NaiveDate) -> chrono::NaiveDate {
+    night - chrono::Days::new(u64::from(MAX_NIGHTS) - 1)
 }
 
 /// "Today" for bookings and closures: the calendar day in the server's local time zone (`TZ`).

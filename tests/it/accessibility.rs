@@ -236,6 +236,18 @@ async fn a_refusal_marks_the_field_in_error_and_moves_the_focus_to_it() {
     let focus = submit_then_focus(&browser, &book, "p refused").await;
     assert_eq!(focus, "p refused", "after a lost booking race");
     check_answer(&browser, &axe, "booking refused", &mut problems).await;
+
+    // A night of a stay taken by bob meanwhile: the message naming the night, on top.
+    let (check_in, check_out) = (day + chrono::Days::new(2), day + chrono::Days::new(5));
+    browser
+        .goto(&format!("{base}/resources/{room}?check_in={check_in}&check_out={check_out}"))
+        .await
+        .expect("a stay picked");
+    check_page(&browser, &axe, "stay picked", &mut problems).await;
+    assert_eq!(bob_client.book(room, day + chrono::Days::new(3)).await.status(), 201);
+    let focus = submit_then_focus(&browser, "#book-stay", "p refused").await;
+    assert_eq!(focus, "p refused", "after a lost stay");
+    check_answer(&browser, &axe, "stay refused", &mut problems).await;
     browser.close().await.expect("close");
 
     // A resource saved with a bad capacity: the capacity field.

@@ -38,6 +38,13 @@ pub const STATEMENTS: &[Figure] = &[
     // three reads (the day, the others' bookings that day, their future bookings), three INSERTs
     // with their ids, COMMIT, RELEASE_LOCK.
     Figure { name: "booking_batch_of_five", mysql: 14, postgres: 14 },
+    // A stay of n nights takes n statements more than this, one lock per night: START
+    // TRANSACTION, the user's row, the resource, the nights, INSERT, LAST_INSERT_ID, COMMIT, and
+    // on MySQL RELEASE_ALL_LOCKS() (one statement for all the nights' locks).
+    Figure { name: "stay", mysql: 8, postgres: 7 },
+    // A refused stay: n locks and START TRANSACTION, the user's row, the resource, the nights,
+    // ROLLBACK, RELEASE_ALL_LOCKS().
+    Figure { name: "stay_refused", mysql: 6, postgres: 5 },
     // START TRANSACTION, the user's row FOR UPDATE, their orders of the last minute, the
     // catalog, the stock row FOR UPDATE, UPDATE, the order, its id, its line, its ledger
     // movement, COMMIT.

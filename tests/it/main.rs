@@ -35,3 +35,4 @@ mod quotas;
 #[cfg(feature = "lab")]
 mod screenshots;
 mod statements;
+mod stays;

@@ -1,6 +1,6 @@
 //! Screenshots of the main pages as people meet them, in English and in Japanese, on a desktop
 //! (1280 × 900) and a phone (390 × 844), in headless Chromium: the home page's first-visit path,
-//! bob's lost booking race, an over-stock order, the race demo, carol's editor with its lock
+//! bob's lost booking race, a stay picked with its nights and price, an over-stock order, the race demo, carol's editor with its lock
 //! banner, and the admin's locks. Written to `SCREENSHOTS_DIR` (`target/screenshots` by
 //! default), so every test run leaves them to look at; `scripts/dev screenshots` writes them to
 //! `docs/screenshots/`, where the README shows them.
@@ -67,6 +67,15 @@ async fn the_main_pages_in_both_languages_on_a_desktop_and_a_phone() {
     }
     haita::lab::seed::run(&app.db.pool).expect("demo data");
     let room = app.resource("Meeting room 2", 1);
+    let guest_room: i64 = {
+        use diesel::prelude::*;
+        use haita::schema::resources;
+        resources::table
+            .filter(resources::name.eq("Guest room"))
+            .select(resources::id)
+            .first(&mut app.db.raw_connection())
+            .expect("the seeded guest room")
+    };
     let teapot: i64 = {
         use diesel::prelude::*;
         use haita::schema::products;
@@ -103,7 +112,13 @@ async fn the_main_pages_in_both_languages_on_a_desktop_and_a_phone() {
             shoot(&bob, "booking-refused", lang, screen).await;
             bob.close().await.expect("close");
 
+            // Alice picks a stay in the guest room: its nights and its price, before she books.
             let alice = open(&mut driver, &base, "alice", lang, screen).await;
+            let check_in = day + Days::new(20);
+            let stay = format!("check_in={check_in}&check_out={}", check_in + Days::new(3));
+            alice.goto(&format!("{base}/resources/{guest_room}?{stay}")).await.expect("a stay");
+            text_when_shown(&alice, "#stay-preview").await;
+            shoot(&alice, "stay-picked", lang, screen).await;
             alice.goto(&format!("{base}/products")).await.expect("products");
             let field =
                 alice.find(Locator::Css(&format!("input[name=qty_{teapot}]"))).await.expect("a quantity");

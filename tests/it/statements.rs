@@ -20,7 +20,7 @@ use haita::bookings::service as bookings;
 use haita::db::{self, DbPool, Engine, cached_sql};
 use haita::locking::Turn;
 
-use crate::common::{TestDb, create_resource, create_user, log_in_directly, test_config};
+use crate::common::{TestDb, create_resource, create_user, log_in_directly, on_both_engines, test_config};
 use crate::figures;
 
 /// One connection, so the session's counters are the pool's.
@@ -266,6 +266,50 @@ fn a_coalesced_booking_alone_is_a_batch_of_one() {
     // GET_LOCK, START TRANSACTION, the user's row FOR UPDATE, the day's read, INSERT,
     // LAST_INSERT_ID, COMMIT, RELEASE_LOCK; on PostgreSQL the same, the lock being the session's.
     counted.assert_cached(10 * figure(&pool, "booking_coalesced_alone"));
+}
+
+on_both_engines!(
+    a_stay_of_n_nights_takes_one_statement_more_per_night,
+    a_stay_of_n_nights_takes_one_statement_more_per_night_on_postgres => stays_counted
+);
+
+/// A stay takes each night's lock, one statement per night, and otherwise the statements of one
+/// booking and one read more (the nights are read apart from the resource). On MySQL their
+/// release is one statement however many there are (`RELEASE_ALL_LOCKS()`); on PostgreSQL the
+/// COMMIT lets go of them. So a stay of n nights costs n + `stay` statements, a refused one
+/// n + `stay_refused`.
+async fn stays_counted(db: TestDb) {
+    use haita::bookings::BookingError;
+    use haita::bookings::model::Stay;
+    use haita::bookings::stays;
+    use haita::locking::TurnsInOrder;
+    let guest = log_in_directly(&db, create_user(&db, "guest", haita::auth::Role::Customer).id);
+    let other = log_in_directly(&db, create_user(&db, "other", haita::auth::Role::Customer).id);
+    let resource = create_resource(&db, "Counted guest room", 1);
+    let pool = single_connection_pool(&db);
+    let stay = |user: &Ticket, from: u64, nights: u64| {
+        let stay = Stay::parse(&day(from), &day(from + nights), bookings::today()).expect("a stay");
+        let turns =
+            TurnsInOrder::alone(stays::night_locks(pool.names(), resource, stay), Duration::from_secs(5));
+        stays::book_stay(&pool, turns, user, resource, stay, None, 30)
+    };
+    stay(&guest, 1, 2).expect("warm-up stay");
+    assert!(matches!(stay(&other, 1, 2), Err(BookingError::NightFull { .. })), "warm-up refusal");
+
+    for (from, nights) in [(10, 2), (20, 5), (40, 14)] {
+        let booked = Commands::of(&pool, || {
+            stay(&guest, from, nights).expect("free nights");
+        });
+        // n × GET_LOCK, START TRANSACTION, the user's row FOR UPDATE, the resource, the nights,
+        // INSERT, LAST_INSERT_ID, COMMIT, RELEASE_ALL_LOCKS().
+        booked.assert_cached(nights + figure(&pool, "stay"));
+        let refused = Commands::of(&pool, || {
+            assert!(matches!(stay(&other, from, nights), Err(BookingError::NightFull { .. })));
+        });
+        // n × GET_LOCK, START TRANSACTION, the user's row, the resource, the nights, ROLLBACK,
+        // RELEASE_ALL_LOCKS().
+        refused.assert_cached(nights + figure(&pool, "stay_refused"));
+    }
 }
 
 #[test]

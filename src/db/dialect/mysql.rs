@@ -125,6 +125,21 @@ impl Dialect for Mysql {
         }
     }
 
+    /// `SELECT RELEASE_ALL_LOCKS()`, which answers how many locks the session let go of,
+    /// counting a lock taken twice twice: it must be exactly as many as were taken. More means
+    /// the work took a lock on our connection (or one of ours twice); fewer, that one of ours
+    /// was gone before its release. (MySQL 5.7 and MariaDB 10.0.2 gave a session several named
+    /// locks at once; before, a second `GET_LOCK` let go of the first.)
+    fn unlock_several(&self, conn: &mut DbConn, names: &[&str]) -> Result<(), String> {
+        match diesel::select(release_all_locks()).get_result::<Option<i64>>(conn) {
+            Ok(Some(released)) if usize::try_from(released).is_ok_and(|n| n == names.len()) => Ok(()),
+            Ok(released) => {
+                Err(format!("RELEASE_ALL_LOCKS let go of {released:?} locks, {} taken", names.len()))
+            }
+            Err(e) => Err(format!("release failed: {e}")),
+        }
+    }
+
     /// `IS_USED_LOCK`: works on every server, no plugin needed.
     fn holder_of(&self, conn: &mut DbConn, name: &str) -> QueryResult<Option<i64>> {
         diesel::select(is_used_lock(name)).get_result(conn)

@@ -146,6 +146,31 @@ impl Dialect for Postgres {
         }
     }
 
+    /// `pg_advisory_unlock` of each name's key, and the session's advisory locks left, counted
+    /// after them, in one statement: each unlock must answer true, and nothing may be left (the
+    /// checks of [`unlock`](Dialect::unlock), for several keys). The keys travel as one text,
+    /// comma-separated, so that one cached statement serves any number of them.
+    fn unlock_several(&self, conn: &mut DbConn, names: &[&str]) -> Result<(), String> {
+        let keys: Vec<String> = names.iter().map(|name| advisory_key(name).to_string()).collect();
+        let released = cached_sql::<(BigInt, BigInt)>(
+            "WITH released AS MATERIALIZED ( \
+               SELECT COUNT(*) FILTER (WHERE NOT pg_advisory_unlock(CAST(k AS BIGINT))) AS refused \
+               FROM unnest(string_to_array(?, ',')) AS k) \
+             SELECT refused, (SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) \
+             FROM released",
+        )
+        .bind::<Text, _>(keys.join(","))
+        .get_result::<(i64, i64)>(conn);
+        match released {
+            Ok((0, 0)) => Ok(()),
+            Ok((refused, leftover)) => Err(format!(
+                "pg_advisory_unlock refused {refused} of {} keys, {leftover} advisory locks still held",
+                names.len()
+            )),
+            Err(e) => Err(format!("release failed: {e}")),
+        }
+    }
+
     /// The name's key looked up in `pg_locks`, where a 64-bit key shows as two 32-bit halves
     /// (`objsubid` 1 marks the form).
     fn holder_of(&self, conn: &mut DbConn, name: &str) -> QueryResult<Option<i64>> {

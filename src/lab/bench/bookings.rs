@@ -600,7 +600,7 @@ fn fresh_target(pool: &DbPool, strategy: Strategy, keys: Keys) -> anyhow::Result
             if strategy == Strategy::NamedLock {
                 let name = format!("bench {i} {:x}", rand::rng().next_u64());
                 diesel::insert_into(resources::table)
-                    .values(NewResource { name: &name, description: "", capacity: 1 })
+                    .values(NewResource { name: &name, description: "", capacity: 1, price_cents: 0 })
                     .execute(&mut conn)?;
                 Ok(crate::db::last_insert_id(&mut conn)?)
             } else {

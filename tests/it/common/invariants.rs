@@ -1,5 +1,7 @@
 //! The invariants listed in `docs/README.md`, checked in the database after concurrent load.
 
+use std::collections::{BTreeMap, HashMap};
+
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 
@@ -20,25 +22,62 @@ fn violations(db: &TestDb, sql: &str) -> Vec<String> {
         .collect()
 }
 
-/// 1. No (resource, day) has more confirmed reservations than the resource's capacity.
+/// One night of a confirmed reservation: (resource, user, night).
+type BookedNight = (i64, i64, chrono::NaiveDate);
+
+/// Every confirmed reservation as the nights it covers, one per night of each, a booking of one
+/// day and a stay alike, and the resources' capacities.
+fn confirmed_nights(db: &TestDb) -> (Vec<BookedNight>, HashMap<i64, i32>) {
+    use haita::schema::{reservations::dsl as r, resources::dsl as s};
+    let mut conn = db.raw_connection();
+    let stays: Vec<(i64, i64, chrono::NaiveDate, chrono::NaiveDate)> = r::reservations
+        .filter(r::status.eq("confirmed"))
+        .select((r::resource_id, r::user_id, r::day, r::check_out))
+        .load(&mut conn)
+        .expect("confirmed reservations");
+    let nights = stays
+        .into_iter()
+        .flat_map(|(resource, user, day, check_out)| {
+            day.iter_days()
+                .take_while(move |night| *night < check_out)
+                .map(move |night| (resource, user, night))
+        })
+        .collect();
+    let capacities = s::resources.select((s::id, s::capacity)).load(&mut conn).expect("capacities");
+    (nights, capacities.into_iter().collect())
+}
+
+/// 1. No night of a resource is covered by more confirmed reservations than its capacity:
+///    bookings of that day and stays that cover it, counted together.
 pub fn no_day_over_capacity(db: &TestDb) {
-    let found = violations(
-        db,
-        "SELECT CONCAT('resource ', r.resource_id, ' on ', r.day, ': ', COUNT(*), ' confirmed, capacity ', s.capacity) AS what \
-         FROM reservations r JOIN resources s ON s.id = r.resource_id \
-         WHERE r.status = 'confirmed' GROUP BY r.resource_id, r.day, s.capacity HAVING COUNT(*) > s.capacity",
-    );
+    let (nights, capacity) = confirmed_nights(db);
+    let mut counted: BTreeMap<(i64, chrono::NaiveDate), i32> = BTreeMap::new();
+    for (resource, _, night) in nights {
+        *counted.entry((resource, night)).or_default() += 1;
+    }
+    let found: Vec<String> = counted
+        .into_iter()
+        .filter(|((resource, _), n)| *n > capacity[resource])
+        .map(|((resource, night), n)| {
+            format!("resource {resource} on {night}: {n} confirmed, capacity {}", capacity[&resource])
+        })
+        .collect();
     assert!(found.is_empty(), "invariant 1 (capacity) violated: {found:?}");
 }
 
-/// 2. No user has two confirmed reservations for the same (resource, day).
+/// 2. No user holds two confirmed reservations covering the same night of one resource.
 pub fn no_user_booked_twice(db: &TestDb) {
-    let found = violations(
-        db,
-        "SELECT CONCAT('user ', user_id, ' has ', COUNT(*), ' on resource ', resource_id, ' ', day) AS what \
-         FROM reservations WHERE status = 'confirmed' GROUP BY user_id, resource_id, day HAVING COUNT(*) > 1",
-    );
-    assert!(found.is_empty(), "invariant 2 (one per user and day) violated: {found:?}");
+    let (nights, _) = confirmed_nights(db);
+    let mut counted: BTreeMap<(i64, i64, chrono::NaiveDate), i32> = BTreeMap::new();
+    for key in nights {
+        *counted.entry(key).or_default() += 1;
+    }
+    let found: Vec<String> = counted
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|((resource, user, night), n)| format!("user {user} has {n} on resource {resource} {night}"))
+        .collect();
+    assert!(found.is_empty(), "invariant 2 (one per user and night) violated: {found:?}");
 }
 
 #[derive(QueryableByName)]
@@ -105,24 +144,26 @@ pub fn no_named_lock_left_held(db: &TestDb) {
     assert!(held.is_empty(), "invariant 5 violated, named locks still held: {held:?}");
 }
 
-/// Users holding confirmed reservations of one resource on one day.
+/// Users holding confirmed reservations of one resource that cover the night of `day`.
 pub fn confirmed_users_on(db: &TestDb, resource_id: i64, day: chrono::NaiveDate) -> Vec<i64> {
     use haita::schema::reservations::dsl as r;
     r::reservations
         .filter(r::resource_id.eq(resource_id))
-        .filter(r::day.eq(day))
+        .filter(r::day.le(day))
+        .filter(r::check_out.gt(day))
         .filter(r::status.eq("confirmed"))
         .select(r::user_id)
         .load(&mut db.raw_connection())
         .expect("users")
 }
 
-/// Confirmed reservations of one resource on one day.
+/// Confirmed reservations of one resource that cover the night of `day`.
 pub fn confirmed_on(db: &TestDb, resource_id: i64, day: chrono::NaiveDate) -> i64 {
     use haita::schema::reservations::dsl as r;
     r::reservations
         .filter(r::resource_id.eq(resource_id))
-        .filter(r::day.eq(day))
+        .filter(r::day.le(day))
+        .filter(r::check_out.gt(day))
         .filter(r::status.eq("confirmed"))
         .count()
         .get_result(&mut db.raw_connection())

@@ -13,7 +13,7 @@ use super::TestApp;
 /// Who looks ("anonymous", or the username to log in as) and the paths they open.
 pub type Tour = Vec<(&'static str, Vec<String>)>;
 
-/// Users (root, carol, alice), a long-named room with a booking and a closed day, a product with
+/// Users (root, carol, alice), a long-named room with a booking, a stay and a closed day, a product with
 /// an order, a batch run with its audit events and one left incomplete by carol's edit lock;
 /// then every page each of them may open.
 pub async fn every_page(app: &TestApp) -> Tour {
@@ -26,6 +26,11 @@ pub async fn every_page(app: &TestApp) -> Tour {
     let alice = app.client(0);
     alice.login(&alice_user).await;
     assert_eq!(alice.book(room, day).await.status(), 201);
+    // A stay of three nights after the closed days below: my bookings list it from–to.
+    let (check_in, check_out) = (day + chrono::Days::new(3), day + chrono::Days::new(6));
+    let stay =
+        serde_json::json!({"resource_id": room, "from": check_in.to_string(), "to": check_out.to_string()});
+    assert_eq!(alice.post_json("/api/v1/reservations", &stay).await.status(), 201);
     assert_eq!(alice.order(&[(product, 2)]).await.status(), 201);
     let closing = Closure {
         from: day + chrono::Days::new(1),
@@ -61,6 +66,11 @@ pub async fn every_page(app: &TestApp) -> Tour {
                 "/login".into(),
                 "/resources".into(),
                 format!("/resources/{room}"),
+                // A stay picked: its nights and price, and the way to log in to book it.
+                format!(
+                    "/resources/{room}?check_in={check_out}&check_out={}",
+                    check_out + chrono::Days::new(2)
+                ),
                 "/products".into(),
                 "/no-such-page".into(),
             ],
@@ -69,6 +79,14 @@ pub async fn every_page(app: &TestApp) -> Tour {
             "alice",
             vec![
                 format!("/resources/{room}?from={day}"),
+                // A stay picked, free to book; and one whose nights are taken (by her own stay).
+                format!(
+                    "/resources/{room}?check_in={check_out}&check_out={}",
+                    check_out + chrono::Days::new(2)
+                ),
+                format!("/resources/{room}?check_in={check_in}&check_out={check_out}"),
+                // Dates that are no stay: the sentence in place (422).
+                format!("/resources/{room}?check_in={check_out}&check_out={check_in}"),
                 "/bookings".into(),
                 "/orders".into(),
                 "/products".into(),

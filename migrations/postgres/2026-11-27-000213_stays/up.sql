@@ -1,0 +1,25 @@
+-- Stays of several nights (src/bookings/stays.rs, docs/stays.md). A reservation covers the
+-- nights from `day`, its check-in day and first night, up to the night before `check_out`: the
+-- half-open range [day, check_out). A booking of one day is a stay of one night
+-- (check_out = day + 1), which is what every reservation made before this migration is.
+--
+-- A stay is at most 14 nights (bookings::model::MAX_NIGHTS), and the reads rely on it: the
+-- reservations that cover night D are those with day between D - 13 and D and check_out after
+-- D, a bounded range of the slot index. The slot index gains check_out, so that count reads the
+-- index alone.
+ALTER TABLE reservations ADD COLUMN check_out DATE NULL;
+
+UPDATE reservations SET check_out = day + 1;
+
+ALTER TABLE reservations
+    ALTER COLUMN check_out SET NOT NULL,
+    ADD CONSTRAINT reservations_stay_nights CHECK (check_out > day AND check_out <= day + 14);
+
+DROP INDEX reservations_by_slot;
+CREATE INDEX reservations_by_slot ON reservations (resource_id, day, status, check_out);
+
+-- What a night costs, in hundredths of the shop's one currency (i18n::CURRENCY): a stay costs
+-- its nights times this. 0 is free of charge (a meeting room, a lab bench).
+ALTER TABLE resources
+    ADD COLUMN price_cents BIGINT NOT NULL DEFAULT 0,
+    ADD CONSTRAINT resources_price_not_negative CHECK (price_cents >= 0);
