@@ -450,7 +450,7 @@ impl Prepared {
     }
 }
 
-fn create_users(pool: &DbPool, n: u32) -> anyhow::Result<Vec<Ticket>> {
+pub(super) fn create_users(pool: &DbPool, n: u32) -> anyhow::Result<Vec<Ticket>> {
     let mut conn = pool.get()?;
     (0..n)
         .map(|i| {

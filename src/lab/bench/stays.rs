@@ -11,14 +11,18 @@
 //!   and one `demo_bookings` row per night, in one transaction. MySQL and MariaDB: `GET_LOCK` on
 //!   the session before the transaction, `RELEASE_LOCK` after the commit; PostgreSQL:
 //!   `pg_advisory_xact_lock` inside the transaction, let go by its commit.
+//! - **app**: the app's own stay path, its service called in this process (no HTTP): a stay of
+//!   several nights through `bookings::stays::book_stay`, one night through `service::book`,
+//!   as the app's routes choose, on real `resources` and `reservations`, each client a user of
+//!   its own. The same day locks in the same order, plus what the app adds: the user's row and
+//!   quota, the closures, the session check, one `reservations` row per stay.
 //! - **exclusion constraint**, PostgreSQL only: one `INSERT` of the stay into `demo_stays`,
 //!   whose constraint refuses one that overlaps another (23P01: refused). Nothing else. Two
 //!   inserts that meet inside the constraint's index may wait for each other; PostgreSQL then
 //!   aborts one (40P01) after `deadlock_timeout`, and it is sent again (`retried`).
 //!
-//! Both are the statements alone, from this process: the app's own stay path (HTTP, the per-key
-//! queue) is not measured here. The last column is each path's throughput over the named
-//! locks' in the same cell, the same run.
+//! None goes through HTTP or the app's per-key queue (each client waits at the server). The last
+//! column is each path's throughput over the named locks' in the same cell, the same run.
 //!
 //! Keys: **hot** is one resource, check-ins within four weeks: soon most nights are taken and
 //! most answers are refusals, as on a sold-out month. **spread** gives attempt `i` eight days of
@@ -33,9 +37,12 @@ use chrono::NaiveDate;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DbError};
 use diesel::sql_types::{BigInt, Date, Integer, Nullable, Text};
-use rand::Rng;
+use rand::{Rng, RngCore};
 
 use super::bookings::Keys;
+use crate::auth::session::Ticket;
+use crate::bookings::model;
+use crate::bookings::{self, BookingError};
 use crate::config::Config;
 use crate::db::conn::on_engine;
 use crate::db::{self, CheckoutError, DbConn, DbPool, Engine, ScratchDatabase, cached_sql};
@@ -43,6 +50,9 @@ use crate::lab::demo::{Strategy, create_resource, lock_name};
 use crate::lab::schema::{demo_bookings, demo_stays};
 use crate::lab::stats::percentile_ms;
 use crate::locking::retry::{MayConflict, RetryPolicy, retry_on_lock_conflict};
+use crate::locking::{Turn, TurnsInOrder};
+use crate::resources::model::NewResource;
+use crate::schema::resources;
 
 /// The nights of a stay: one to a week.
 const NIGHTS: std::ops::RangeInclusive<u32> = 1..=7;
@@ -54,19 +64,28 @@ const SLOTS: u64 = 45;
 /// Places per night of every resource here: the exclusion constraint can hold no more.
 const CAPACITY: i32 = 1;
 
-/// The two ways of keeping stays apart.
+/// The ways of keeping stays apart, in the order of the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
     NamedLocks,
+    App,
     Exclusion,
 }
 
 impl Path {
+    const ALL: [Path; 3] = [Path::NamedLocks, Path::App, Path::Exclusion];
+
     fn label(self) -> &'static str {
         match self {
             Self::NamedLocks => "named locks",
+            Self::App => "app book_stay",
             Self::Exclusion => "exclusion constraint",
         }
+    }
+
+    /// Whether the servers of `engine` can take this path.
+    fn runs_on(self, engine: Engine) -> bool {
+        self != Self::Exclusion || engine.dialect().has_exclusion_constraints()
     }
 }
 
@@ -106,11 +125,28 @@ struct Target {
 }
 
 impl Target {
-    fn fresh(pool: &DbPool, keys: Keys) -> anyhow::Result<Self> {
+    /// Real resources for the app's path, demo resources for the others.
+    fn fresh(pool: &DbPool, keys: Keys, path: Path) -> anyhow::Result<Self> {
         let mut conn = pool.get()?;
         let count = if keys == Keys::Hot { 1 } else { SPREAD_RESOURCES };
         let resources = (0..count)
-            .map(|_| Ok(create_resource(&mut conn, Strategy::ExclusionConstraint, CAPACITY)?))
+            .map(|i| match path {
+                Path::App => {
+                    let name = format!("stays bench {i} {:x}", rand::rng().next_u64());
+                    diesel::insert_into(resources::table)
+                        .values(NewResource {
+                            name: &name,
+                            description: "",
+                            capacity: CAPACITY,
+                            price_cents: 0,
+                        })
+                        .execute(&mut conn)?;
+                    Ok(db::last_insert_id(&mut conn)?)
+                }
+                Path::NamedLocks | Path::Exclusion => {
+                    Ok(create_resource(&mut conn, Strategy::ExclusionConstraint, CAPACITY)?)
+                }
+            })
             .collect::<anyhow::Result<_>>()?;
         let first_day = chrono::Utc::now().date_naive() + chrono::Days::new(1);
         Ok(Self { keys, resources, first_day })
@@ -217,38 +253,27 @@ pub(super) fn run(config: &Config, plan: &Plan) -> anyhow::Result<()> {
     let pool = crate::prepare_database(&bench_config)?;
     crate::lab::prepare(&pool)?;
     let engine = pool.engine();
-    let paths: Vec<Path> = [Path::NamedLocks, Path::Exclusion]
-        .into_iter()
-        .filter(|&p| p == Path::NamedLocks || engine.dialect().has_exclusion_constraints())
-        .collect();
+    let users = super::bookings::create_users(&pool, plan.clients.iter().copied().max().unwrap_or(1))?;
 
     print!("{}", header(&scratch.name, engine, bench_config.pool_size, plan));
     for &keys in &plan.patterns {
         for &clients in &plan.clients {
             let clients = clients as usize;
-            let mut runs: Vec<Vec<Measured>> = paths.iter().map(|_| Vec::new()).collect();
+            let mut runs: [Vec<Measured>; 3] = Default::default();
             for _ in 0..plan.repeat {
-                for (path, runs) in paths.iter().zip(&mut runs) {
-                    let target = Target::fresh(&pool, keys)?;
-                    runs.push(measure(&pool, &bench_config, *path, &target, clients, plan.window)?);
+                for (path, runs) in Path::ALL.into_iter().zip(&mut runs) {
+                    if path.runs_on(engine) {
+                        let target = Target::fresh(&pool, keys, path)?;
+                        let users = &users[..clients];
+                        runs.push(measure(&pool, &bench_config, path, &target, users, plan.window)?);
+                    }
                 }
             }
-            let mut medians = runs.into_iter().map(Measured::median);
-            let baseline = medians.next().unwrap_or_default();
-            let base = baseline.answered_per_sec.max(f64::MIN_POSITIVE);
-            let exclusion = medians.next();
-            let rows = [
-                Row { path: Path::NamedLocks, keys, clients, measured: Some(baseline), ratio: 1.0 },
-                Row {
-                    path: Path::Exclusion,
-                    keys,
-                    clients,
-                    ratio: exclusion.as_ref().map_or(0.0, |m| m.answered_per_sec / base),
-                    measured: exclusion,
-                },
-            ];
-            for row in &rows {
-                print!("{}", report_row(row));
+            let medians = runs.map(|runs| (!runs.is_empty()).then(|| Measured::median(runs)));
+            let base = medians[0].as_ref().map_or(0.0, |m| m.answered_per_sec).max(f64::MIN_POSITIVE);
+            for (path, measured) in Path::ALL.into_iter().zip(medians) {
+                let ratio = measured.as_ref().map_or(0.0, |m| m.answered_per_sec / base);
+                print!("{}", report_row(&Row { path, keys, clients, measured, ratio }));
             }
         }
     }
@@ -260,13 +285,13 @@ pub(super) fn run(config: &Config, plan: &Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `clients` threads booking stays of `target` by `path` for `window`.
+/// A thread per user booking stays of `target` by `path` for `window`.
 fn measure(
     pool: &DbPool,
     config: &Config,
     path: Path,
     target: &Target,
-    clients: usize,
+    users: &[Ticket],
     window: Duration,
 ) -> anyhow::Result<Measured> {
     let counted = super::ServerCounters::read(pool)?;
@@ -275,17 +300,19 @@ fn measure(
     let started = Instant::now();
     let deadline = started + window;
     let tallies: Vec<Tally> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..clients)
-            .map(|client| {
+        let workers: Vec<_> = users
+            .iter()
+            .zip(0..)
+            .map(|(ticket, client)| {
                 let next = &next;
                 scope.spawn(move || {
                     let mut tally = Tally::default();
-                    let client = i32::try_from(client).unwrap_or(i32::MAX);
                     while Instant::now() < deadline {
                         let stay = target.stay(next.fetch_add(1, Ordering::Relaxed));
                         let began = Instant::now();
                         let answer = match path {
                             Path::NamedLocks => book_under_day_locks(pool, config, &stay, client),
+                            Path::App => book_in_the_app(pool, config, &stay, ticket),
                             Path::Exclusion => insert_stay(pool, &stay, client, &mut tally.retried),
                         };
                         tally.latencies.push(began.elapsed());
@@ -377,6 +404,37 @@ fn book_under_day_locks(pool: &DbPool, config: &Config, stay: &Stay, client: i32
     }
 }
 
+/// The app's path, as its routes take it: a stay of several nights through `book_stay` under
+/// the nights' locks in order, one night as the booking of its day.
+fn book_in_the_app(pool: &DbPool, config: &Config, asked: &Stay, ticket: &Ticket) -> anyhow::Result<Outcome> {
+    let today = bookings::service::today();
+    let stay = model::Stay::parse(&asked.check_in.to_string(), &asked.check_out().to_string(), today)?;
+    let resource_id = asked.resource_id;
+    let booked = match stay.single_day() {
+        Some(day) => {
+            let turn = Turn::alone(pool.names().booking(resource_id, day.day()), config.lock_wait);
+            bookings::service::book(pool, turn, ticket, resource_id, day, None, u32::MAX)
+        }
+        None => {
+            let nights = bookings::stays::night_locks(pool.names(), resource_id, stay);
+            let turns = TurnsInOrder::alone(nights, config.lock_wait);
+            bookings::stays::book_stay(pool, turns, ticket, resource_id, stay, None, u32::MAX)
+        }
+    };
+    match booked {
+        Ok(_) => Ok(Outcome::Booked),
+        // A night full, or already the user's own (one user per client books on and on).
+        Err(
+            BookingError::FullyBooked { .. }
+            | BookingError::NightFull { .. }
+            | BookingError::AlreadyBooked
+            | BookingError::NightBooked { .. },
+        ) => Ok(Outcome::Refused),
+        Err(BookingError::Infra(e)) if e.is_busy() => Ok(Outcome::Busy),
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+    }
+}
+
 /// Whether a night of the stay is full, and if none is, a row per night.
 fn check_and_insert(conn: &mut DbConn, stay: &Stay, client: i32) -> anyhow::Result<Outcome> {
     let full_nights: i64 = cached_sql::<BigInt>(
@@ -428,7 +486,7 @@ fn insert_stay(pool: &DbPool, stay: &Stay, client: i32, retried: &mut u64) -> an
 }
 
 /// Nights booked beyond their one place after the bench: days of `demo_bookings` with two rows
-/// or more, and pairs of `demo_stays` that share a night.
+/// or more, and pairs of `demo_stays` or of confirmed `reservations` that share a night.
 fn nights_booked_twice(pool: &DbPool) -> anyhow::Result<i64> {
     let mut conn = pool.get()?;
     let days: i64 = cached_sql::<BigInt>(
@@ -443,7 +501,14 @@ fn nights_booked_twice(pool: &DbPool) -> anyhow::Result<i64> {
          AND b.check_in < a.check_out AND a.check_in < b.check_out",
     )
     .get_result(&mut conn)?;
-    Ok(days + stays)
+    let reservations: i64 = cached_sql::<BigInt>(
+        "SELECT COUNT(*) FROM reservations a JOIN reservations b \
+         ON b.resource_id = a.resource_id AND b.id > a.id \
+         AND b.day < a.check_out AND a.day < b.check_out \
+         WHERE a.status = 'confirmed' AND b.status = 'confirmed'",
+    )
+    .get_result(&mut conn)?;
+    Ok(days + stays + reservations)
 }
 
 // ---- the table ---------------------------------------------------------------------------
@@ -460,10 +525,9 @@ fn header(database: &str, engine: Engine, pool_size: u32, plan: &Plan) -> String
     format!(
         "haita bench bookings --stays: database {database} ({server}), pool {pool_size} connections, \
          {} s per cell, median of {}\n\
-         stays of 1–7 nights, one place a night; the statements alone, from this process (the app's stay \
-         path is not measured here)\n\
+         stays of 1–7 nights, one place a night, from this process (no HTTP, no per-key queue)\n\
          named locks: a lock per night in ascending order, check, a row per night, commit; \
-         exclusion constraint: one INSERT, 23P01 = refused\n\
+         app: the app's stay path in process (book_stay); exclusion constraint: one INSERT, 23P01 = refused\n\
          {note}\n\
          {:<20} {:<7} {:>7} | {:>8} {:>8} {:>7} {:>7} {:>6} {:>6} {:>5} {:>6} {:>5} {:>7} | {:>7}\n",
         plan.window.as_secs(),

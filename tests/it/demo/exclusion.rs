@@ -159,10 +159,10 @@ async fn the_page_and_the_cli_race_it_or_say_why_not_in_both_languages() {
     }
 }
 
-/// `bench bookings --stays` measures stays under a named lock per night on both engines, and
-/// beside them the exclusion constraint where the server has one (on MariaDB its row says why
-/// not); every row answered attempts, none failed, no night was booked twice, and the bench's
-/// database is dropped. Nothing here is timed.
+/// `bench bookings --stays` measures stays under a named lock per night and through the app's
+/// own stay path on both engines, and beside them the exclusion constraint where the server has
+/// one (on MariaDB its row says why not); every row answered attempts, none failed, no night was
+/// booked twice, and the bench's database is dropped. Nothing here is timed.
 #[actix_web::test]
 async fn the_stays_bench_sets_the_exclusion_constraint_beside_the_named_locks() {
     let app = TestApp::spawn().await;
@@ -181,6 +181,7 @@ async fn the_stays_bench_sets_the_exclusion_constraint_beside_the_named_locks() 
     };
     for keys in ["hot", "spread"] {
         assert!(answered(row("named locks", keys)) > 0.0, "{stdout}");
+        assert!(answered(row("app book_stay", keys)) > 0.0, "the app's own stay path: {stdout}");
         let exclusion = row("exclusion constraint", keys);
         match app.db.pool.engine() {
             Engine::Postgres => assert!(answered(exclusion) > 0.0, "{stdout}"),
