@@ -1,8 +1,8 @@
-//! `haita bench bookings --stays`: what keeping stays of several nights apart costs, two ways, in
-//! the same run, in a scratch database of its own.
+//! `haita bench bookings --stays`: what keeping stays of several nights apart costs, three ways,
+//! in the same run, in a scratch database of its own.
 //!
 //! Clients (threads of this process, on one pool of `POOL_SIZE` connections) book random stays
-//! of 1 to 7 nights of demo resources with one place, as fast as they can, for a few seconds per
+//! of 1 to 7 nights of resources with one place, as fast as they can, for a few seconds per
 //! cell and path:
 //!
 //! - **named locks**, the baseline: the statements of a stay booked under the day locks, written
@@ -41,8 +41,7 @@ use rand::{Rng, RngCore};
 
 use super::bookings::Keys;
 use crate::auth::session::Ticket;
-use crate::bookings::model;
-use crate::bookings::{self, BookingError};
+use crate::bookings::{self, BookingError, model};
 use crate::config::Config;
 use crate::db::conn::on_engine;
 use crate::db::{self, CheckoutError, DbConn, DbPool, Engine, ScratchDatabase, cached_sql};
