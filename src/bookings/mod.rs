@@ -178,6 +178,7 @@ impl AsProblem for BookingError {
                 &[("nights", nights.to_string()), ("max", model::MAX_NIGHTS.to_string())],
             ),
             Self::InvalidStay(StayProblem::Incomplete) => answer.said("booking.stay_incomplete", &[]),
+            Self::InvalidStay(StayProblem::NoDates) => answer.said("booking.no_dates", &[]),
             Self::InvalidStay(StayProblem::DateAndStay) => answer.said("booking.date_and_stay", &[]),
             Self::UnknownResource(id) | Self::ResourceNotFound(id) => {
                 answer.said("booking.no_resource", &[("id", id.to_string())])

@@ -95,6 +95,8 @@ pub enum StayProblem {
     TooManyNights { nights: i64 },
     /// Only one of check-in and check-out was sent.
     Incomplete,
+    /// Neither a day nor a stay was sent.
+    NoDates,
     /// A `date` and a `from`/`to` together: one night, or a stay, not both.
     DateAndStay,
 }
@@ -131,6 +133,7 @@ impl Stay {
             (Some(date), None, None) => Ok(Self::one_night(BookingDate::parse(date, today)?)),
             (None, Some(from), Some(to)) => Self::parse(from, to, today),
             (Some(_), _, _) => Err(StayProblem::DateAndStay.into()),
+            (None, None, None) => Err(StayProblem::NoDates.into()),
             (None, _, _) => Err(StayProblem::Incomplete.into()),
         }
     }
@@ -204,5 +207,64 @@ mod tests {
         }
         assert!(matches!(BookingDate::parse("2026-11-22", today()), Err(BookingError::PastDate(_))));
         assert!(matches!(BookingDate::parse("2027-11-24", today()), Err(BookingError::TooFarAhead(_))));
+    }
+
+    fn stay(from: &str, to: &str) -> Result<Stay, BookingError> {
+        Stay::parse(from, to, today())
+    }
+
+    #[test]
+    fn a_stay_is_its_nights_from_check_in_up_to_check_out() {
+        let three = stay("2026-12-30", "2027-01-02").expect("three nights");
+        assert_eq!(three.nights(), 3);
+        let nights: Vec<String> = three.each_night().map(|n| n.to_string()).collect();
+        assert_eq!(
+            nights,
+            ["2026-12-30", "2026-12-31", "2027-01-01"],
+            "ascending, the check-out day not among them"
+        );
+        assert_eq!(three.single_day(), None);
+        let one = stay("2026-11-23", "2026-11-24").expect("one night");
+        assert_eq!(one.single_day(), BookingDate::parse("2026-11-23", today()).ok(), "a booking of that day");
+        assert_eq!(Stay::one_night(BookingDate::parse("2026-11-23", today()).expect("day")), one);
+        assert_eq!(one.described(7), "book resource 7 on 2026-11-23", "the key of a booking of that day");
+        assert_eq!(three.described(7), "book resource 7 from 2026-12-30 to 2027-01-02");
+        // The horizon's last night may be booked; its check-out is the morning after.
+        assert!(stay("2027-11-22", "2027-11-24").is_ok());
+        assert!(stay("2026-11-23", "2026-12-07").is_ok(), "fourteen nights");
+    }
+
+    #[test]
+    fn dates_that_are_no_stay_are_refused_with_their_reason() {
+        let no = |from, to| stay(from, to).expect_err("no stay");
+        assert!(matches!(
+            no("2026-12-01", "2026-12-01"),
+            BookingError::InvalidStay(StayProblem::CheckOutNotAfterCheckIn { .. })
+        ));
+        assert!(matches!(
+            no("2026-12-05", "2026-12-01"),
+            BookingError::InvalidStay(StayProblem::CheckOutNotAfterCheckIn { .. })
+        ));
+        assert!(matches!(
+            no("2026-11-23", "2026-12-08"),
+            BookingError::InvalidStay(StayProblem::TooManyNights { nights: 15 })
+        ));
+        assert!(matches!(no("2026-11-22", "2026-11-24"), BookingError::PastDate(_)));
+        assert!(
+            matches!(no("2027-11-23", "2027-11-25"), BookingError::TooFarAhead(_)),
+            "the last night past the horizon"
+        );
+        assert!(matches!(no("2026-12-01", "soon"), BookingError::InvalidDate(_)));
+        let asked = |date, from, to| Stay::requested(date, from, to, today());
+        assert!(matches!(asked(None, None, None), Err(BookingError::InvalidStay(StayProblem::NoDates))));
+        assert!(matches!(
+            asked(None, Some("2026-12-01"), None),
+            Err(BookingError::InvalidStay(StayProblem::Incomplete))
+        ));
+        assert!(matches!(
+            asked(Some("2026-12-01"), Some("2026-12-01"), Some("2026-12-03")),
+            Err(BookingError::InvalidStay(StayProblem::DateAndStay))
+        ));
+        assert_eq!(asked(Some("2026-12-01"), None, None).ok().map(Stay::nights), Some(1));
     }
 }

@@ -364,3 +364,28 @@ pub fn draft_of(
 pub fn discard_draft(conn: &mut DbConn, resource_id: i64, user_id: i64) -> Result<(), ResourceError> {
     Ok(drafts::discard(conn, user_id, &EditLockKey::resource(resource_id))?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn day(n: u32) -> NaiveDate {
+        NaiveDate::from_ymd_opt(2026, 12, n).expect("a December day")
+    }
+
+    fn span(from: u32, to: u32, confirmed: i64) -> Span {
+        Span { day: day(from), check_out: day(to), confirmed }
+    }
+
+    #[test]
+    fn the_busiest_night_counts_every_stay_that_covers_it_from_today_on() {
+        // Nights 1–4, 3–5 and 4: night 4 is covered three times, by all of them.
+        let spans = [span(1, 5, 1), span(3, 6, 1), span(4, 5, 1)];
+        assert_eq!(busiest_night(&spans, day(1)), Some((day(4), 3)));
+        // Two nights as busy: the earlier one is named.
+        assert_eq!(busiest_night(&[span(1, 2, 2), span(5, 6, 2)], day(1)), Some((day(1), 2)));
+        // A stay under way counts from today; past nights are history.
+        assert_eq!(busiest_night(&[span(1, 4, 5), span(3, 4, 1)], day(3)), Some((day(3), 6)));
+        assert_eq!(busiest_night(&[], day(1)), None);
+    }
+}

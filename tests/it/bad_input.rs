@@ -53,7 +53,7 @@ fn json(what: &'static str, body: &str, status: u16, code: &'static str) -> Case
 fn snapshot(app: &TestApp) -> String {
     let mut conn = app.db.raw_connection();
     [
-        "SELECT CONCAT_WS(',', id, resource_id, user_id, day, status, cancelled_at) FROM reservations ORDER BY id",
+        "SELECT CONCAT_WS(',', id, resource_id, user_id, day, check_out, status, cancelled_at) FROM reservations ORDER BY id",
         "SELECT CONCAT_WS(',', id, capacity, version) FROM resources ORDER BY id",
         "SELECT CONCAT_WS(',', COUNT(*)) FROM users",
     ]
@@ -99,7 +99,61 @@ async fn malformed_requests_get_a_clear_4xx_and_change_nothing() {
             400,
             "malformed_body",
         ),
-        json("missing date", &format!(r#"{{"resource_id": {resource}}}"#), 400, "malformed_body"),
+        json("neither a date nor a stay", &format!(r#"{{"resource_id": {resource}}}"#), 422, "invalid_stay"),
+        json(
+            "a stay without its check-out",
+            &format!(r#"{{"resource_id": {resource}, "from": "{day}"}}"#),
+            422,
+            "invalid_stay",
+        ),
+        json(
+            "a stay that ends on its check-in day",
+            &format!(r#"{{"resource_id": {resource}, "from": "{day}", "to": "{day}"}}"#),
+            422,
+            "invalid_stay",
+        ),
+        json(
+            "a stay of fifteen nights",
+            &format!(
+                r#"{{"resource_id": {resource}, "from": "{day}", "to": "{}"}}"#,
+                day + chrono::Days::new(15)
+            ),
+            422,
+            "invalid_stay",
+        ),
+        json(
+            "a date and a stay together",
+            &format!(
+                r#"{{"resource_id": {resource}, "date": "{day}", "from": "{day}", "to": "{}"}}"#,
+                day + chrono::Days::new(2)
+            ),
+            422,
+            "invalid_stay",
+        ),
+        json(
+            "a stay from the past",
+            &format!(
+                r#"{{"resource_id": {resource}, "from": "{yesterday}", "to": "{}"}}"#,
+                today + chrono::Days::new(2)
+            ),
+            422,
+            "past_date",
+        ),
+        json(
+            "a stay beyond the horizon",
+            &format!(
+                r#"{{"resource_id": {resource}, "from": "{too_far}", "to": "{}"}}"#,
+                too_far + chrono::Days::new(2)
+            ),
+            422,
+            "too_far_ahead",
+        ),
+        json(
+            "a check-out as a number",
+            &format!(r#"{{"resource_id": {resource}, "from": "{day}", "to": 20261224}}"#),
+            400,
+            "malformed_body",
+        ),
         json(
             "unknown field",
             &format!(r#"{{"resource_id": {resource}, "date": "{day}", "capacity": 99}}"#),
@@ -219,6 +273,36 @@ async fn malformed_requests_get_a_clear_4xx_and_change_nothing() {
             body: Body::Form { csrf: Csrf::Real, fields: vec![] },
             logged_in: true,
             status: 400,
+            code: None,
+        },
+        Case {
+            what: "stay form with a check-out before its check-in",
+            method: Method::POST,
+            path: format!("/resources/{resource}/stays"),
+            body: Body::Form {
+                csrf: Csrf::Real,
+                fields: vec![("check_in", day.to_string()), ("check_out", yesterday.to_string())],
+            },
+            logged_in: true,
+            status: 422,
+            code: None,
+        },
+        Case {
+            what: "stay form without its check-out",
+            method: Method::POST,
+            path: format!("/resources/{resource}/stays"),
+            body: Body::Form { csrf: Csrf::Real, fields: vec![("check_in", day.to_string())] },
+            logged_in: true,
+            status: 400,
+            code: None,
+        },
+        Case {
+            what: "a stay picked that is no stay",
+            method: Method::GET,
+            path: format!("/resources/{resource}?check_in={day}&check_out=someday"),
+            body: Body::None,
+            logged_in: false,
+            status: 422,
             code: None,
         },
         Case {
