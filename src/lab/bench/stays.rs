@@ -8,8 +8,9 @@
 //! - **named locks**, the baseline: the statements of a stay booked under the day locks, written
 //!   by hand. One named lock per night, taken in ascending date order (two overlapping stays then
 //!   never each hold a night the other waits for), the check that none of the nights is full,
-//!   and one `demo_bookings` row per night, in one transaction. MySQL and MariaDB: `GET_LOCK` on
-//!   the session before the transaction, `RELEASE_LOCK` after the commit; PostgreSQL:
+//!   and one `demo_bookings` row per night, in one transaction (`db::transaction`, as the app's).
+//!   MySQL and MariaDB: `GET_LOCK` on the session before the transaction, one
+//!   `RELEASE_ALL_LOCKS()` after the commit, as the app lets go of a stay's locks; PostgreSQL:
 //!   `pg_advisory_xact_lock` inside the transaction, let go by its commit.
 //! - **app**: the app's own stay path, its service called in this process (no HTTP): a stay of
 //!   several nights through `bookings::stays::book_stay`, one night through `service::book`,
@@ -381,18 +382,17 @@ fn book_under_day_locks(pool: &DbPool, config: &Config, stay: &Stay, client: i32
                 held += 1;
             }
             if held == names.len() {
-                answer = conn.transaction(|conn| check_and_insert(conn, stay, client));
+                answer = db::transaction(&mut conn, |conn| check_and_insert(conn, stay, client));
             }
-            // Committed above; only now may the next stay look at these nights.
-            for name in names[..held].iter().rev() {
-                cached_sql::<Nullable<BigInt>>("SELECT RELEASE_LOCK(?)")
-                    .bind::<Text, _>(name.as_str())
-                    .execute(&mut conn)?;
+            // Committed above; only now may the next stay look at these nights. The session holds
+            // nothing else, so one statement lets go of them all.
+            if held > 0 {
+                cached_sql::<Nullable<BigInt>>("SELECT RELEASE_ALL_LOCKS()").execute(&mut conn)?;
             }
             answer
         }
         // The locks are the transaction's: its commit lets go of them all.
-        Engine::Postgres => conn.transaction(|conn| {
+        Engine::Postgres => db::transaction(&mut conn, |conn| {
             for name in &names {
                 cached_sql::<()>("SELECT pg_advisory_xact_lock(?)")
                     .bind::<BigInt, _>(name.advisory_key())

@@ -68,7 +68,7 @@ const REPORT_EVERY: Duration = Duration::from_millis(250);
 /// Every demo resource has one place per day, so any second booking of a day is a double booking.
 pub const CAPACITY: i32 = 1;
 /// The nights of a stay, for a strategy that books stays: one to a week.
-pub const STAY_NIGHTS: std::ops::RangeInclusive<u32> = 1..=7;
+const STAY_NIGHTS: std::ops::RangeInclusive<u32> = 1..=7;
 /// The days of one round of stays: a check-in in the first week, at most seven nights.
 const STAY_ROUND_DAYS: u32 = 14;
 
@@ -280,9 +280,12 @@ impl StrategyResult {
             lang.t_with(key, all)
         };
         // What a strategy that books stays puts beyond capacity is nights.
-        let bookings = |count: i64| match self.strategy.books_stays() {
-            true => n(count, "count.night.one", "count.night.many"),
-            false => n(count, "count.booking.one", "count.booking.many"),
+        let bookings = |count: i64| {
+            if self.strategy.books_stays() {
+                n(count, "count.night.one", "count.night.many")
+            } else {
+                n(count, "count.booking.one", "count.booking.many")
+            }
         };
         let busy = if self.busy > 0 {
             format!(
