@@ -14,3 +14,8 @@ GRANT USAGE, CREATE ON SCHEMA public TO haita;
 -- role in this database, which a role may always end (pg_terminate_backend). So neither
 -- pg_signal_backend (which would let it end any role's session) nor pg_read_all_stats (other
 -- roles' queries, addresses and states) is granted, and another role's session is refused (409).
+
+-- The lab's `exclusion-constraint` strategy (DEMO_MODE only) needs btree_gist for its table's
+-- EXCLUDE constraint. Creating an extension takes CREATE on the database, which this role is
+-- not given; created here once, the lab's migration finds it and goes on.
+CREATE EXTENSION IF NOT EXISTS btree_gist;

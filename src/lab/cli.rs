@@ -172,6 +172,7 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
                 attempts,
                 pause_ms,
                 &super::demo::Bounds::LOGGED_IN,
+                pool.engine(),
             )?;
             // The table comes at the end; meanwhile each strategy says when it is through.
             let said = |progress: super::demo::Progress<'_>| {

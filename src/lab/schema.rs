@@ -60,7 +60,19 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    demo_stays (id) {
+        id -> Bigint,
+        demo_resource_id -> Bigint,
+        check_in -> Date,
+        check_out -> Date,
+        client -> Integer,
+        created_at -> Timestamp,
+    }
+}
+
 diesel::joinable!(demo_bookings -> demo_resources (demo_resource_id));
+diesel::joinable!(demo_stays -> demo_resources (demo_resource_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     demo_bookings,
@@ -68,4 +80,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     demo_lock_rows,
     demo_races,
     demo_resources,
+    demo_stays,
 );

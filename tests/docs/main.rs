@@ -22,6 +22,8 @@
 //!   - `<!-- checked: PATH [PATH…] -->`: a hand-written block (the statements of one request in
 //!     order): each line, its `-- comment` dropped and split at `…`, must be found in a string
 //!     literal of those files, compared with values, `$n` and lists as `?` ([`sql::normalise`]).
+//!     A migration's `.sql` file counts as one literal, its statements without their comments;
+//!     a block traced to migrations alone must be found there line by line.
 //!   - `<!-- illustration -->`: SQL or Rust that is deliberately not the project's (the broken
 //!     version of a race, a server's quirk). Not checked.
 //!
@@ -188,6 +190,15 @@ fn unchecked_lines(source: &Source, paths: &[String], content: &str) -> Result<V
     let mut literals = Vec::new();
     let mut names = std::collections::BTreeSet::new();
     for path in paths {
+        if path.ends_with(".sql") {
+            // A migration: its statements, comments left out, are the one literal it holds.
+            let text = std::fs::read_to_string(source.root.join(path)).map_err(|e| format!("{path}: {e}"))?;
+            let statements: String =
+                text.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join(" ");
+            names.extend(sql::names(&statements).into_iter().map(str::to_string));
+            literals.push(sql::normalise(&statements));
+            continue;
+        }
         for literal in source::literals_of_file(source, path)? {
             // Each literal as written and as each engine sends it.
             for engine in [haita::db::Engine::Mysql, haita::db::Engine::Postgres] {
@@ -211,6 +222,11 @@ fn unchecked_lines(source: &Source, paths: &[String], content: &str) -> Result<V
             }
             if literals.iter().any(|l| l.contains(&wanted)) {
                 continue;
+            }
+            // A migration holds its statements as written: nothing there is built by diesel.
+            if paths.iter().all(|p| p.ends_with(".sql")) {
+                missing.push(format!("`{piece}` is not in {}", paths.join(", ")));
+                break;
             }
             // A statement the files write as a literal (same verb, same table) must be found
             // as written: only builder-made statements are traced by their names.
@@ -523,6 +539,20 @@ mod proofs {
         );
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("nowhere"), "{problems:?}");
+        // A migration's DDL, line by line: a constraint changed in the page is caught even
+        // though every column it names is in the file.
+        let migration =
+            "<!-- checked: src/lab/migrations/postgres/2026-11-27-000216_create_demo_stays/up.sql -->";
+        let ddl = |line: &str| {
+            checked(&format!("{migration}\n```sql\nCREATE TABLE demo_stays (\n{line}\n);\n```\n"))
+        };
+        assert_eq!(
+            ddl("    CONSTRAINT demo_stays_one_night_at_least CHECK (check_out > check_in),"),
+            Vec::<String>::new()
+        );
+        let problems = ddl("    CONSTRAINT demo_stays_one_night_at_least CHECK (check_out >= check_in),");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("is not in src/lab/migrations/postgres/"), "{problems:?}");
     }
 
     #[test]

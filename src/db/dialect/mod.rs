@@ -118,6 +118,13 @@ pub trait Dialect: Send + Sync {
     /// only asking). `Asked::Held` after a wait leaves the transaction aborted.
     fn lock_for_transaction(&self, conn: &mut DbConn, name: &str, wait: Duration) -> QueryResult<Asked>;
 
+    // -- What a table's constraints can say --
+
+    /// Whether a constraint can forbid two rows whose ranges overlap (`EXCLUDE USING gist (…
+    /// WITH &&)`), so that the table itself refuses a second booking of the same nights with no
+    /// lock in the application. The lab's `exclusion-constraint` strategy runs only where it can.
+    fn has_exclusion_constraints(&self) -> bool;
+
     // -- The server --
 
     /// What the server is, or why haita must not run on it (fails closed).

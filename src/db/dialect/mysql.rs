@@ -248,6 +248,12 @@ impl Dialect for Mysql {
         Ok(Asked::Refused(format!("MySQL has no transaction-scoped lock for {name}")))
     }
 
+    /// MySQL and MariaDB have none: a unique key compares equal values, never overlapping ranges,
+    /// and a CHECK constraint sees one row.
+    fn has_exclusion_constraints(&self) -> bool {
+        false
+    }
+
     /// Refuses servers on which named locks cannot be trusted (`docs/server-facts.md`).
     fn check_server(&self, conn: &mut DbConn) -> anyhow::Result<ServerFacts> {
         let facts = ServerFacts::read(conn).map_err(|e| {

@@ -302,6 +302,12 @@ impl Dialect for Postgres {
         Ok(Asked::Granted)
     }
 
+    /// `EXCLUDE USING gist`, with the btree_gist extension for the `=` on plain columns beside
+    /// the range's `&&`.
+    fn has_exclusion_constraints(&self) -> bool {
+        true
+    }
+
     fn check_server(&self, conn: &mut DbConn) -> anyhow::Result<ServerFacts> {
         let facts: PostgresFacts = cached_sql::<Untyped>(
             "SELECT version() AS version, CAST(current_setting('server_version_num') AS INTEGER) AS version_num, \

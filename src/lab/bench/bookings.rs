@@ -68,6 +68,11 @@ pub struct BookingsBench {
     /// (HTTP clients in this process), or `auto` (wrk when installed).
     #[arg(long, default_value = "auto")]
     driver: String,
+    /// Stays of 1–7 nights instead of days: a named lock per night in ascending order against
+    /// PostgreSQL's exclusion constraint, as raw statements (`stays.rs`); takes --clients,
+    /// --keys, --seconds and --repeat.
+    #[arg(long)]
+    stays: bool,
 }
 
 /// Who sends the app path's requests.
@@ -79,8 +84,8 @@ enum Driver {
     Wrk,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Keys {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Keys {
     Hot,
     Spread,
 }
@@ -296,6 +301,10 @@ pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
         log::set_max_level(log::LevelFilter::Warn);
     }
     let plan = options.plan()?;
+    if options.stays {
+        let Plan { patterns, clients, window, repeat, .. } = plan;
+        return super::stays::run(config, &super::stays::Plan { patterns, clients, window, repeat });
+    }
     let bench = Prepared::new(config, plan.most_clients())?;
     let server = ServerProcess::start(&bench.config)?;
     print!(
@@ -441,7 +450,7 @@ impl Prepared {
     }
 }
 
-fn create_users(pool: &DbPool, n: u32) -> anyhow::Result<Vec<Ticket>> {
+pub(super) fn create_users(pool: &DbPool, n: u32) -> anyhow::Result<Vec<Ticket>> {
     let mut conn = pool.get()?;
     (0..n)
         .map(|i| {
@@ -656,6 +665,7 @@ fn measure_raw(
                                 pool,
                                 resource_id: key.resource_id,
                                 day: key.day,
+                                nights: 1,
                                 client: i32::try_from(ticket.user_id()).unwrap_or(i32::MAX),
                                 pause: Duration::ZERO,
                                 lock_wait: config.lock_wait,
@@ -952,6 +962,7 @@ mod tests {
             repeat: 3,
             only: None,
             driver: "builtin".into(),
+            stays: false,
         };
         let plan = options("all", "hot", &[1, 16]).plan().expect("valid");
         assert_eq!(plan.strategies.len(), 7, "all means the correct ones that book alone");

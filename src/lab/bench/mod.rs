@@ -2,7 +2,8 @@
 //! same statements issued by hand from the same process, each in a scratch database of its own.
 //!
 //! - `bookings.rs`: the booking strategies, through HTTP (to a separate server process,
-//!   `server.rs`) and as raw SQL;
+//!   `server.rs`) and as raw SQL; with `--stays`, `stays.rs`: stays of several nights under a
+//!   named lock per night against PostgreSQL's exclusion constraint;
 //! - `orders.rs`: a hot product, orders coalesced against one at a time and the raw
 //!   `FOR UPDATE`, in process; hot against spread through HTTP;
 //! - `coalescing.rs`: one hot day, bookings one at a time against coalesced batches;
@@ -18,6 +19,7 @@ pub mod coalescing;
 pub mod metrics;
 pub mod orders;
 pub mod server;
+pub mod stays;
 pub mod stuck;
 pub mod wrk;
 

@@ -24,13 +24,14 @@ macro_rules! docs {
 
 /// Every doc the demo's words name (its strategies, verdicts, footer and flash sale; a test checks
 /// that each one named is linked).
-const DOCS: [Doc; 6] = docs![
+const DOCS: [Doc; 7] = docs![
     "named-lock-check-then-insert.md",
     "named-lock-guard.md",
     "row-locks-in-order.md",
     "contention-in-its-lane.md",
     "other-locks.md",
     "flash-sale.md",
+    "postgres.md",
 ];
 
 /// The doc `name` in `lang`: its title (the first line, a Markdown heading) and the rest.

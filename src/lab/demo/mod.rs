@@ -14,12 +14,14 @@
 //!   and `named-lock-unqueued` shows what the queue prevents: a hot day's waiters fill the pool
 //!   and starve requests that need no lock (the race's bystander measures it).
 //! - `parent-row-lock`, `unique-slot` and `serializable` are the other correct answers, each with
-//!   its cost.
+//!   its cost. `exclusion-constraint` needs no lock at all: its clients book stays of several
+//!   nights, and PostgreSQL's exclusion constraint refuses one that overlaps another — on
+//!   PostgreSQL only, for one place only.
 //! - `redis-lock`, `file-lock` and `lock-table` lock outside the database's lock functions
 //!   (`crate::lab::locks`); `redis-lock-expiring` shows a lease running out under a paused holder,
 //!   and `redis-lock-fenced` the fencing token that makes the database refuse its late write.
 //!
-//! `strategies.rs` holds the thirteen, one function each; `lanes.rs` the queue and batches for
+//! `strategies.rs` holds the fourteen, one function each; `lanes.rs` the queue and batches for
 //! clients that are threads; `race.rs` runs many clients at once and
 //! counts the damage *in the database*; `live.rs` shows a running race to everyone watching;
 //! `routes.rs` serves `/demo` and `/api/v1/demo/…`; `docs.rs` the docs the demo names, at
@@ -41,10 +43,11 @@ pub use race::{
     Bounds, KEEP_RACES, MAX_ATTEMPTS, MAX_CLIENTS, MAX_PAUSE_MS, MAX_RACE_CONNECTIONS, Progress, RaceReport,
     RaceSpec, StrategyResult, Tally, create_resource, run as run_race,
 };
-pub use strategies::{Answer, Attempt, Queue, Seen, Strategy};
+pub use strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
+use crate::i18n::Lang;
 use crate::infra::{Infra, infra_error};
 use crate::lab::locks::redis::LeaseError;
 use crate::lab::locks::table::LockRowError;
@@ -55,6 +58,9 @@ pub enum DemoError {
     Invalid { field: &'static str, message: String },
     #[error("{0} runs only inside a race")]
     RaceOnly(Strategy),
+    /// The strategy needs what this server does not have; `why` is the sentence's key.
+    #[error("{}", Lang::En.t(.why))]
+    Unavailable { strategy: Strategy, why: &'static str },
     #[error("a race is already running on this instance")]
     RaceRunning,
     #[error("another race only in {0} s")]
@@ -99,6 +105,7 @@ answers! { DemoError {
     Invalid => UNPROCESSABLE_ENTITY "invalid_input",
     RaceOnly(s) if s.is_correct() => UNPROCESSABLE_ENTITY "race_only",
     RaceOnly => UNPROCESSABLE_ENTITY "unsafe_strategy",
+    Unavailable => UNPROCESSABLE_ENTITY "strategy_unavailable",
     RaceRunning => CONFLICT "busy",
     CoolingDown => TOO_MANY_REQUESTS "too_many_races",
     RaceNotFound => NOT_FOUND "not_found",
@@ -120,6 +127,7 @@ impl AsProblem for DemoError {
                 .said("demo.err.invalid", &[("field", (*field).to_string()), ("message", message.clone())]),
             Self::RaceOnly(s) => answer
                 .saying(format!("{s} only runs inside a race on /demo: {}.", s.race_only().unwrap_or(""))),
+            Self::Unavailable { why, .. } => answer.said(why, &[]),
             Self::RaceRunning => Problem { retry_after: Some(5), ..answer.said("demo.err.running", &[]) },
             Self::CoolingDown(secs) => Problem {
                 retry_after: Some(u32::try_from(*secs).unwrap_or(u32::MAX)),

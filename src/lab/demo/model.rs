@@ -1,7 +1,7 @@
 use chrono::NaiveDate;
 use diesel::prelude::*;
 
-use crate::lab::schema::{demo_bookings, demo_races, demo_resources};
+use crate::lab::schema::{demo_bookings, demo_races, demo_resources, demo_stays};
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable)]
 #[diesel(table_name = demo_resources, check_for_backend(crate::db::MultiBackend))]
@@ -31,6 +31,16 @@ pub struct NewDemoBooking {
     pub day: NaiveDate,
     pub client: i32,
     pub slot: Option<i32>,
+}
+
+/// A stay of the `exclusion-constraint` strategy: the nights `check_in` … `check_out` − 1.
+#[derive(Debug, Insertable)]
+#[diesel(table_name = demo_stays, check_for_backend(crate::db::MultiBackend))]
+pub struct NewDemoStay {
+    pub demo_resource_id: i64,
+    pub check_in: NaiveDate,
+    pub check_out: NaiveDate,
+    pub client: i32,
 }
 
 /// The bookings of one demo resource on one day: the rows every strategy counts.

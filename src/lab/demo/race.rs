@@ -3,7 +3,10 @@
 //!
 //! Round `r` books day `first_day + r` of a fresh demo resource of capacity 1. Every client waits
 //! at a barrier, so all of a round's attempts start together; a client's attempt is one call of
-//! the strategy, timed from its queue (or pool checkout) to its answer.
+//! the strategy, timed from its queue (or pool checkout) to its answer. A strategy that books
+//! stays gives round `r` a fortnight of its own instead, from `first_day + 14·r`: each client
+//! asks for a random check-in in its first week and 1 to 7 nights, so the round's stays overlap
+//! one another and none reaches into the next round's.
 //!
 //! While the clients run, a reporter counts the bookings so far in the database every
 //! [`REPORT_EVERY`] and hands them to the race's watcher (the page's live view, `live.rs`).
@@ -43,7 +46,7 @@ use crate::config::Config;
 use crate::db::{self, DbConn, DbPool, Sql, cached_sql};
 use crate::i18n::Lang;
 use crate::lab::locks::{OutsideLocks, file};
-use crate::lab::schema::{demo_bookings, demo_races, demo_resources};
+use crate::lab::schema::{demo_bookings, demo_races, demo_resources, demo_stays};
 use crate::lab::stats::percentile_ms;
 use crate::locking::Namespace;
 
@@ -64,6 +67,10 @@ const LOCK_WAIT: Duration = Duration::from_secs(1);
 const REPORT_EVERY: Duration = Duration::from_millis(250);
 /// Every demo resource has one place per day, so any second booking of a day is a double booking.
 pub const CAPACITY: i32 = 1;
+/// The nights of a stay, for a strategy that books stays: one to a week.
+const STAY_NIGHTS: std::ops::RangeInclusive<u32> = 1..=7;
+/// The days of one round of stays: a check-in in the first week, at most seven nights.
+const STAY_ROUND_DAYS: u32 = 14;
 
 /// How long after their previous race a user may start another through the app (a race holds up
 /// to 256 threads and [`MAX_RACE_CONNECTIONS`] connections for up to 130 s; the CLI is the
@@ -113,19 +120,28 @@ pub struct RaceSpec {
 }
 
 impl RaceSpec {
-    /// `names`: strategy names, or `all`. Missing numbers take the defaults, within `bounds`;
-    /// numbers beyond `bounds` are refused, naming the field and the bound.
+    /// `names`: strategy names, or `all` (every strategy the servers of `engine` can run). Missing
+    /// numbers take the defaults, within `bounds`; numbers beyond `bounds` are refused, naming the
+    /// field and the bound; a strategy the server cannot run is refused, saying why.
     pub fn parse(
         names: &[&str],
         clients: Option<u32>,
         attempts: Option<u32>,
         pause_ms: Option<u32>,
         bounds: &Bounds,
+        engine: db::Engine,
     ) -> Result<Self, DemoError> {
         let mut strategies = Vec::new();
         for name in names {
-            let chosen =
-                if name.trim() == "all" { Strategy::ALL.to_vec() } else { vec![Strategy::parse(name)?] };
+            let chosen = if name.trim() == "all" {
+                Strategy::available_on(engine)
+            } else {
+                let strategy = Strategy::parse(name)?;
+                if let Some(why) = strategy.unavailable_on(engine) {
+                    return Err(DemoError::Unavailable { strategy, why });
+                }
+                vec![strategy]
+            };
             for s in chosen {
                 if !strategies.contains(&s) {
                     strategies.push(s);
@@ -263,7 +279,14 @@ impl StrategyResult {
             all.extend(words.iter().cloned());
             lang.t_with(key, all)
         };
-        let bookings = |count: i64| n(count, "count.booking.one", "count.booking.many");
+        // What a strategy that books stays puts beyond capacity is nights.
+        let bookings = |count: i64| {
+            if self.strategy.books_stays() {
+                n(count, "count.night.one", "count.night.many")
+            } else {
+                n(count, "count.booking.one", "count.booking.many")
+            }
+        };
         let busy = if self.busy > 0 {
             format!(
                 " {}",
@@ -376,6 +399,22 @@ impl StrategyResult {
                     n(self.deadlocks_retried.into(), "count.deadlock.one", "count.deadlock.many"),
                 )],
             )),
+            Strategy::ExclusionConstraint => {
+                let mut text = lang.t_with(
+                    "verdict.exclusion",
+                    [("stays", n(self.refused.into(), "count.stay.one", "count.stay.many"))],
+                );
+                if self.deadlocks_retried > 0 {
+                    text.push_str(&lang.t_with(
+                        "verdict.exclusion.deadlocks",
+                        [(
+                            "deadlocks",
+                            n(self.deadlocks_retried.into(), "count.deadlock.one", "count.deadlock.many"),
+                        )],
+                    ));
+                }
+                with_busy(text)
+            }
             Strategy::RedisLock => with_busy(
                 lang.t_with("verdict.redis_lock", [("ttl", strategies::LEASE_TTL.as_secs().to_string())])
                     + &lost,
@@ -439,11 +478,16 @@ impl RaceReport {
         self.attempts.div_ceil(self.clients.max(1))
     }
 
+    /// Whether one of its strategies booked stays (its rounds are fortnights, its damage nights).
+    pub fn books_stays(&self) -> bool {
+        self.results.iter().any(|r| r.strategy.books_stays())
+    }
+
     /// The page's table as text, for `haita demo race`.
     pub fn table(&self) -> String {
         use std::fmt::Write;
         let mut out = format!(
-            "race #{}: {} clients, {} attempts ({} rounds, one day each), pause {} ms, capacity {} per day\n\n",
+            "race #{}: {} clients, {} attempts ({} rounds, one day each), pause {} ms, capacity {} per day\n",
             self.id,
             self.clients,
             self.attempts,
@@ -451,6 +495,11 @@ impl RaceReport {
             self.pause_ms,
             self.capacity
         );
+        if self.books_stays() {
+            out.push_str(&Lang::En.t("demo.race.stays"));
+            out.push('\n');
+        }
+        out.push('\n');
         let _ = writeln!(
             out,
             "{:<24} {:>8} {:>9} {:>7} {:>8} {:>5} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>10} {:>12} {:>10} {:>6}",
@@ -603,6 +652,7 @@ fn forget_old_races(conn: &mut DbConn) -> Result<(), DemoError> {
             .select(demo_resources::id);
         diesel::delete(demo_bookings::table.filter(demo_bookings::demo_resource_id.eq_any(old)))
             .execute(conn)?;
+        diesel::delete(demo_stays::table.filter(demo_stays::demo_resource_id.eq_any(old))).execute(conn)?;
         diesel::delete(
             demo_resources::table
                 .filter(demo_resources::id.lt(first_kept))
@@ -753,7 +803,7 @@ fn run_strategy(
     let days_raced = first_day.iter_days().take(total.rounds as usize);
     let leaks = close_leaked_sessions(&mut conn, pool.names(), resource_id, days_raced, &sessions)?;
     drop(race_pool); // closes every other session of this run
-    let damage = count_damage(&mut conn, resource_id)?;
+    let damage = count_damage(&mut conn, strategy, resource_id)?;
     if strategy == Strategy::FileLock {
         // Every attempt has finished: nobody can be holding or opening these files now.
         for day in first_day.iter_days().take(total.rounds as usize) {
@@ -815,10 +865,18 @@ fn run_client(round: &Round<'_>, client: u32) -> ClientLog {
         if r * spec.clients + client >= spec.attempts {
             continue; // the last round may need fewer clients
         }
+        let (day, nights) = if round.strategy.books_stays() {
+            let mut rng = rand::rng();
+            let fortnight = round.first_day + chrono::Days::new(u64::from(r * STAY_ROUND_DAYS));
+            (fortnight + chrono::Days::new(rng.random_range(0..7)), rng.random_range(STAY_NIGHTS))
+        } else {
+            (round.first_day + chrono::Days::new(u64::from(r)), 1)
+        };
         let attempt = Attempt {
             pool: round.pool,
             resource_id: round.resource_id,
-            day: round.first_day + chrono::Days::new(u64::from(r)),
+            day,
+            nights,
             client: i32::try_from(client).unwrap_or(i32::MAX),
             pause: Duration::from_millis(u64::from(spec.pause_ms)),
             lock_wait: LOCK_WAIT,
@@ -873,8 +931,10 @@ fn report_while_racing(
         }
         next += REPORT_EVERY;
         let mut tally = Tally { attempts: round.answered.load(Ordering::Relaxed), ..last };
-        if let Ok(damage) =
-            pool.get().map_err(DemoError::from).and_then(|mut c| count_damage(&mut c, round.resource_id))
+        if let Ok(damage) = pool
+            .get()
+            .map_err(DemoError::from)
+            .and_then(|mut c| count_damage(&mut c, round.strategy, round.resource_id))
         {
             (tally.confirmed, tally.double_bookings) = (damage.confirmed, damage.beyond);
         }
@@ -993,10 +1053,20 @@ struct DamageRow {
     days: i64,
 }
 
-/// Counted in the database: bookings, bookings beyond capacity, and days over capacity. The
-/// sums are cast back to 64-bit integers (MySQL answers DECIMAL, PostgreSQL NUMERIC), and a day
-/// over capacity counts as 1 (MySQL would sum `n > capacity` itself; PostgreSQL sums no booleans).
-fn count_damage(conn: &mut DbConn, resource_id: i64) -> Result<Damage, DemoError> {
+/// Counted in the database: bookings, bookings beyond capacity, and days over capacity; for a
+/// strategy that books stays, stays, nights booked beyond capacity and nights over capacity.
+fn count_damage(conn: &mut DbConn, strategy: Strategy, resource_id: i64) -> Result<Damage, DemoError> {
+    if strategy.books_stays() {
+        count_stay_damage(conn, resource_id)
+    } else {
+        count_day_damage(conn, resource_id)
+    }
+}
+
+/// The days' damage. The sums are cast back to 64-bit integers (MySQL answers DECIMAL,
+/// PostgreSQL NUMERIC), and a day over capacity counts as 1 (MySQL would sum `n > capacity`
+/// itself; PostgreSQL sums no booleans).
+fn count_day_damage(conn: &mut DbConn, resource_id: i64) -> Result<Damage, DemoError> {
     const DAMAGE: Sql = Sql::per_engine(
         "SELECT CAST(COALESCE(SUM(n), 0) AS SIGNED) AS confirmed, \
                 CAST(COALESCE(SUM(GREATEST(n - capacity, 0)), 0) AS SIGNED) AS beyond, \
@@ -1015,14 +1085,47 @@ fn count_damage(conn: &mut DbConn, resource_id: i64) -> Result<Damage, DemoError
     Ok(Damage { confirmed: row.confirmed, beyond: row.beyond, days: row.days })
 }
 
+/// The stays' damage, night by night: each stay is unrolled into its nights (a recursive query,
+/// one row per night, check_in … check_out − 1), and the nights are counted as the days are
+/// above. The statements differ only in how a day is added to a date.
+fn count_stay_damage(conn: &mut DbConn, resource_id: i64) -> Result<Damage, DemoError> {
+    const DAMAGE: Sql = Sql::per_engine(
+        "WITH RECURSIVE nights (night, check_out) AS ( \
+             SELECT check_in, check_out FROM demo_stays WHERE demo_resource_id = ? \
+             UNION ALL \
+             SELECT night + INTERVAL 1 DAY, check_out FROM nights WHERE night + INTERVAL 1 DAY < check_out) \
+         SELECT CAST((SELECT COUNT(*) FROM demo_stays WHERE demo_resource_id = ?) AS SIGNED) AS confirmed, \
+                CAST(COALESCE(SUM(GREATEST(n - r.capacity, 0)), 0) AS SIGNED) AS beyond, \
+                CAST(COALESCE(SUM(n > r.capacity), 0) AS SIGNED) AS days \
+         FROM (SELECT COUNT(*) AS n FROM nights GROUP BY night) per_night \
+         JOIN demo_resources r ON r.id = ?",
+        "WITH RECURSIVE nights (night, check_out) AS ( \
+             SELECT check_in, check_out FROM demo_stays WHERE demo_resource_id = ? \
+             UNION ALL \
+             SELECT night + 1, check_out FROM nights WHERE night + 1 < check_out) \
+         SELECT CAST((SELECT COUNT(*) FROM demo_stays WHERE demo_resource_id = ?) AS BIGINT) AS confirmed, \
+                CAST(COALESCE(SUM(GREATEST(n - r.capacity, 0)), 0) AS BIGINT) AS beyond, \
+                CAST(COALESCE(SUM(CASE WHEN n > r.capacity THEN 1 ELSE 0 END), 0) AS BIGINT) AS days \
+         FROM (SELECT COUNT(*) AS n FROM nights GROUP BY night) per_night \
+         JOIN demo_resources r ON r.id = ?",
+    );
+    let row: DamageRow = cached_sql::<Untyped>(DAMAGE)
+        .bind::<BigInt, _>(resource_id)
+        .bind::<BigInt, _>(resource_id)
+        .bind::<BigInt, _>(resource_id)
+        .get_result(conn)?;
+    Ok(Damage { confirmed: row.confirmed, beyond: row.beyond, days: row.days })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::answers::Declared;
 
     #[test]
     fn specs_are_bounded_with_a_message_naming_the_field() {
         let parse = |names: &[&str], clients, attempts, pause| {
-            RaceSpec::parse(names, clients, attempts, pause, &Bounds::LOGGED_IN)
+            RaceSpec::parse(names, clients, attempts, pause, &Bounds::LOGGED_IN, db::Engine::Postgres)
         };
         let spec = parse(&["all"], None, None, None).expect("defaults");
         assert_eq!(spec.strategies.len(), Strategy::ALL.len());
@@ -1043,9 +1146,28 @@ mod tests {
     }
 
     #[test]
+    fn all_means_what_the_server_can_run_and_a_strategy_it_cannot_is_refused_saying_why() {
+        let parse =
+            |names: &[&str], engine| RaceSpec::parse(names, None, None, None, &Bounds::LOGGED_IN, engine);
+        let on_postgres = parse(&["all"], db::Engine::Postgres).expect("all");
+        assert!(on_postgres.strategies.contains(&Strategy::ExclusionConstraint));
+        let on_mysql = parse(&["all"], db::Engine::Mysql).expect("all");
+        assert_eq!(on_mysql.strategies.len(), Strategy::ALL.len() - 1);
+        assert!(!on_mysql.strategies.contains(&Strategy::ExclusionConstraint));
+
+        let refused =
+            parse(&["named-lock", "exclusion-constraint"], db::Engine::Mysql).expect_err("no constraint");
+        assert!(matches!(refused, DemoError::Unavailable { strategy: Strategy::ExclusionConstraint, .. }));
+        assert!(refused.to_string().starts_with("exclusion-constraint runs only on PostgreSQL"), "{refused}");
+        assert_eq!(refused.answer().code, "strategy_unavailable");
+        assert_eq!(refused.answer().status, actix_web::http::StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    #[test]
     fn a_visitors_race_is_small_and_holds_few_connections() {
-        let visitor =
-            |clients, attempts| RaceSpec::parse(&["all"], clients, attempts, None, &Bounds::VISITOR);
+        let visitor = |clients, attempts| {
+            RaceSpec::parse(&["all"], clients, attempts, None, &Bounds::VISITOR, db::Engine::Postgres)
+        };
         let spec = visitor(None, None).expect("defaults");
         assert_eq!((spec.clients, spec.attempts, spec.connections), (8, 64, 4));
         let err = visitor(Some(9), None).expect_err("more clients than a visitor may ask for");

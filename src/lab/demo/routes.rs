@@ -20,6 +20,7 @@ use super::race::{self, RaceReport, RaceSpec};
 use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
+use crate::db::Engine;
 use crate::http::answers::documented_answers;
 use crate::http::client_address::ClientAddress;
 use crate::http::error::{AsProblem, Problem};
@@ -92,6 +93,8 @@ struct StrategyInfo {
     name: &'static str,
     lines: [String; 2],
     correct: bool,
+    /// Why this server cannot run it, in the reader's language; its box cannot be ticked.
+    unavailable: Option<String>,
 }
 
 /// One bar of the chart, geometry computed here so the template stays declarative.
@@ -137,11 +140,12 @@ struct RaceForm {
 }
 
 impl RaceForm {
-    /// The form as first shown: the defaults within what the reader may ask for.
-    fn defaults(logged_in: bool) -> Self {
+    /// The form as first shown: the defaults within what the reader may ask for, every strategy
+    /// the server can run ticked.
+    fn defaults(logged_in: bool, engine: Engine) -> Self {
         let bounds = if logged_in { race::Bounds::LOGGED_IN } else { race::Bounds::VISITOR };
         Self {
-            strategies: Strategy::ALL.iter().map(|s| s.name().to_string()).collect(),
+            strategies: Strategy::available_on(engine).iter().map(|s| s.name().to_string()).collect(),
             clients: race::DEFAULT_CLIENTS.min(bounds.max_clients).to_string(),
             attempts: race::DEFAULT_ATTEMPTS.min(bounds.max_attempts).to_string(),
             pause_ms: race::DEFAULT_PAUSE_MS.min(bounds.max_pause_ms).to_string(),
@@ -220,7 +224,7 @@ async fn demo_page(
     state: web::Data<AppState>,
     board: web::Data<RaceBoard>,
 ) -> actix_web::Result<HttpResponse> {
-    let form = RaceForm::defaults(ctx.user.is_some());
+    let form = RaceForm::defaults(ctx.user.is_some(), state.pool.engine());
     render_demo_page(ctx, &state, &board, query.race, form, None).await
 }
 
@@ -238,7 +242,7 @@ pub(crate) async fn page_refusing_flash_sale(
     board: &RaceBoard,
     refused: Problem,
 ) -> actix_web::Result<HttpResponse> {
-    let form = RaceForm::defaults(ctx.user.is_some());
+    let form = RaceForm::defaults(ctx.user.is_some(), state.pool.engine());
     render_demo_page(ctx, state, board, None, form, Some(Refused::FlashSale(refused))).await
 }
 
@@ -254,14 +258,15 @@ async fn render_demo_page(
     let report = state.db(move |conn| race::load(conn, race)).await?;
     let flash = state.db(crate::lab::flash::latest).await?;
     let bars = report.as_ref().map(|r| bars(r, ctx.lang)).unwrap_or_default();
-    let lang = ctx.lang;
+    let (lang, engine) = (ctx.lang, state.pool.engine());
     let page = DemoPage {
         ctx,
         strategies: Strategy::ALL
             .map(|s| StrategyInfo {
                 name: s.name(),
-                lines: s.explanation(lang, state.pool.engine()),
+                lines: s.explanation(lang, engine),
                 correct: s.is_correct(),
+                unavailable: s.unavailable_on(engine).map(|why| lang.t(why).into_owned()),
             })
             .into(),
         chart_height: 40 + ROW * u32::try_from(bars.len()).unwrap_or(0),
@@ -293,7 +298,11 @@ async fn render_demo_page(
 
 /// The form sends one `strategy` field per ticked box, so it is read as pairs. A visitor's form
 /// has no boxes: every strategy then.
-fn spec_from_form(fields: &[(String, String)], bounds: &race::Bounds) -> Result<RaceSpec, DemoError> {
+fn spec_from_form(
+    fields: &[(String, String)],
+    bounds: &race::Bounds,
+    engine: Engine,
+) -> Result<RaceSpec, DemoError> {
     let mut names: Vec<&str> =
         fields.iter().filter(|(k, _)| k == "strategy").map(|(_, v)| v.as_str()).collect();
     if names.is_empty() && *bounds == race::Bounds::VISITOR {
@@ -308,7 +317,7 @@ fn spec_from_form(fields: &[(String, String)], bounds: &race::Bounds) -> Result<
             }),
         }
     };
-    RaceSpec::parse(&names, number("clients")?, number("attempts")?, number("pause_ms")?, bounds)
+    RaceSpec::parse(&names, number("clients")?, number("attempts")?, number("pause_ms")?, bounds, engine)
 }
 
 /// Starts a race and sends the browser to watch it (`#live`). A logged-in user races what the
@@ -325,12 +334,13 @@ async fn race_form(
     board: web::Data<RaceBoard>,
     outside: web::Data<OutsideLocks>,
 ) -> actix_web::Result<HttpResponse> {
+    let engine = state.pool.engine();
     let started = match &ctx.user {
-        Some(user) => match spec_from_form(&fields, &race::Bounds::LOGGED_IN) {
+        Some(user) => match spec_from_form(&fields, &race::Bounds::LOGGED_IN, engine) {
             Ok(spec) => start_race(&state, &board, &outside, user.username.clone(), spec, None).await,
             Err(invalid) => Err(invalid),
         },
-        None => match spec_from_form(&fields, &race::Bounds::VISITOR) {
+        None => match spec_from_form(&fields, &race::Bounds::VISITOR, engine) {
             Ok(spec) => {
                 let address = ClientAddress::of_request(&req, &state.config.trusted_proxies);
                 let (who, visitor) = (VISITOR.to_string(), address);
@@ -341,8 +351,14 @@ async fn race_form(
     };
     match started {
         Ok(_running) => Ok(see_other("/demo#live")),
-        Err(refused @ (DemoError::Invalid { .. } | DemoError::RaceRunning | DemoError::CoolingDown(_))) => {
-            let form = if ctx.user.is_some() { RaceForm::typed(&fields) } else { RaceForm::defaults(false) };
+        Err(
+            refused @ (DemoError::Invalid { .. }
+            | DemoError::Unavailable { .. }
+            | DemoError::RaceRunning
+            | DemoError::CoolingDown(_)),
+        ) => {
+            let form =
+                if ctx.user.is_some() { RaceForm::typed(&fields) } else { RaceForm::defaults(false, engine) };
             let ctx = ctx.shown_as("/demo".into());
             render_demo_page(ctx, &state, &board, None, form, Some(Refused::Race(refused.problem()))).await
         }
@@ -453,10 +469,10 @@ struct RaceRequest {
     pause_ms: Option<u32>,
 }
 
-documented_answers!(RaceAnswers: DemoError[Invalid, RaceRunning, CoolingDown]);
+documented_answers!(RaceAnswers: DemoError[Invalid, Unavailable, RaceRunning, CoolingDown]);
 
 /// Run a race (login required; one at a time per instance). `strategy` is a name, a list of
-/// names, or "all".
+/// names, or "all" (every strategy this server can run: exclusion-constraint needs PostgreSQL).
 #[utoipa::path(post, path = "/api/v1/demo/races", tag = "demo", request_body = RaceRequest,
     responses((status = 201, description = "The report: per strategy attempts, confirmed, double bookings, busy \
                 answers, deadlocks retried, leaked locks, p50/p99 and elapsed time; Location names it"), RaceAnswers))]
@@ -471,7 +487,9 @@ async fn race_json(
         StrategyChoice::One(name) => vec![name.as_str()],
         StrategyChoice::Many(names) => names.iter().map(String::as_str).collect(),
     };
-    let spec = RaceSpec::parse(&names, body.clients, body.attempts, body.pause_ms, &race::Bounds::LOGGED_IN)?;
+    let bounds = race::Bounds::LOGGED_IN;
+    let spec =
+        RaceSpec::parse(&names, body.clients, body.attempts, body.pause_ms, &bounds, state.pool.engine())?;
     let running = start_race(&state, &board, &outside, user.username.clone(), spec, None).await?;
     let report = running.await.map_err(|e| anyhow::anyhow!("the race's thread failed: {e}"))??;
     Ok(HttpResponse::Created()
@@ -532,7 +550,7 @@ struct Booked {
 }
 
 documented_answers!(DemoBookAnswers:
-    DemoError[Invalid, RaceOnly, FullyBooked, DemoResourceFull, UnknownDemoResource, FencedOff, Busy, Lease]);
+    DemoError[Invalid, Unavailable, RaceOnly, FullyBooked, DemoResourceFull, UnknownDemoResource, FencedOff, Busy, Lease]);
 
 /// One booking of a demo resource by one of the correct strategies, on the app's own pool. The
 /// unsafe ones are refused here: on the shared pool the pitfall would leak locks into it.
@@ -545,6 +563,9 @@ async fn book_json(
     outside: web::Data<OutsideLocks>,
 ) -> Result<HttpResponse, DemoError> {
     let strategy = Strategy::parse(&body.strategy)?;
+    if let Some(why) = strategy.unavailable_on(state.pool.engine()) {
+        return Err(DemoError::Unavailable { strategy, why });
+    }
     if strategy.race_only().is_some() {
         return Err(DemoError::RaceOnly(strategy));
     }
@@ -582,8 +603,17 @@ async fn book_json(
             }
             let queue = Queue::Taken(turn);
             let outside = &outside;
-            let attempt =
-                Attempt { pool, resource_id, day, client, pause: Duration::ZERO, lock_wait, queue, outside };
+            let attempt = Attempt {
+                pool,
+                resource_id,
+                day,
+                nights: 1,
+                client,
+                pause: Duration::ZERO,
+                lock_wait,
+                queue,
+                outside,
+            };
             strategy.book(attempt, &mut Seen::default())
         })
         .await?;

@@ -1,10 +1,15 @@
-//! Thirteen ways to book one place of a demo resource on one day, one function each, side by side.
+//! Fourteen ways to book one place of a demo resource on one day, one function each, side by side.
 //!
 //! Every function makes one booking attempt: it answers [`Answer::Confirmed`] after inserting a
 //! row into `demo_bookings`, [`Answer::Full`] when the day has no place left, or an error. All of
 //! them pause for [`Attempt::pause`] between "the day is free" and the insert, so the race window
 //! is wide enough to see on a small machine; a correct strategy must stay correct however long
 //! that pause is.
+//!
+//! One books stays rather than days, and checks nothing before it writes:
+//! [`Strategy::ExclusionConstraint`] inserts a stay of [`Attempt::nights`] into `demo_stays`, whose
+//! exclusion constraint refuses one that overlaps another (PostgreSQL only; it pauses between its
+//! insert and its commit instead).
 //!
 //! Three are wrong on purpose and run only inside a race (`race.rs`), on a pool of their own:
 //! [`Strategy::NoLock`], [`Strategy::NamedLockPoolPitfall`] and [`Strategy::RedisLockExpiring`].
@@ -28,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::DemoError;
 use super::lanes::{Decided, Lanes};
-use super::model::{DemoResource, NewDemoBooking, bookings_on};
+use super::model::{DemoResource, NewDemoBooking, NewDemoStay, bookings_on};
 use crate::db::conn::on_engine;
 use crate::db::errors::is_lock_timeout;
 use crate::db::{DbConn, DbPool, Engine, cached_sql};
@@ -37,7 +42,7 @@ use crate::infra::Infra;
 use crate::lab::locks::OutsideLocks;
 use crate::lab::locks::file::FileLock;
 use crate::lab::locks::table::LockRow;
-use crate::lab::schema::{demo_bookings, demo_resources};
+use crate::lab::schema::{demo_bookings, demo_resources, demo_stays};
 use crate::locking::retry::{RetryPolicy, retry_on_lock_conflict};
 use crate::locking::{LockName, NamedLockGuard, Namespace, Turn};
 
@@ -52,6 +57,7 @@ pub enum Strategy {
     ParentRowLock,
     UniqueSlot,
     Serializable,
+    ExclusionConstraint,
     RedisLock,
     RedisLockExpiring,
     RedisLockFenced,
@@ -60,7 +66,7 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 13] = [
+    pub const ALL: [Strategy; 14] = [
         Strategy::NoLock,
         Strategy::NamedLock,
         Strategy::NamedLockCoalesced,
@@ -69,6 +75,7 @@ impl Strategy {
         Strategy::ParentRowLock,
         Strategy::UniqueSlot,
         Strategy::Serializable,
+        Strategy::ExclusionConstraint,
         Strategy::RedisLock,
         Strategy::RedisLockExpiring,
         Strategy::RedisLockFenced,
@@ -86,6 +93,7 @@ impl Strategy {
             Self::ParentRowLock => "parent-row-lock",
             Self::UniqueSlot => "unique-slot",
             Self::Serializable => "serializable",
+            Self::ExclusionConstraint => "exclusion-constraint",
             Self::RedisLock => "redis-lock",
             Self::RedisLockExpiring => "redis-lock-expiring",
             Self::RedisLockFenced => "redis-lock-fenced",
@@ -121,6 +129,9 @@ impl Strategy {
             Self::NamedLockCoalesced => Some("it batches the clients of a race that book the same day"),
             Self::RedisLockExpiring => Some("it is deliberately unsafe: a holder pauses past its lease"),
             Self::RedisLockFenced => Some("a holder pauses past its lease on purpose, to be refused"),
+            Self::ExclusionConstraint => {
+                Some("its clients book stays of several nights, and this endpoint books one day")
+            }
             Self::NamedLock
             | Self::ParentRowLock
             | Self::UniqueSlot
@@ -129,6 +140,29 @@ impl Strategy {
             | Self::FileLock
             | Self::LockTable => None,
         }
+    }
+
+    /// Whether its clients book stays (a check-in day and [`Attempt::nights`]) into `demo_stays`,
+    /// rather than one day into `demo_bookings`.
+    pub fn books_stays(self) -> bool {
+        self == Self::ExclusionConstraint
+    }
+
+    /// Why the servers of `engine` cannot run it (the text's key in `src/i18n/texts.yml`), or
+    /// `None` when they can. Only the dialect knows what a server has.
+    pub fn unavailable_on(self, engine: Engine) -> Option<&'static str> {
+        match self {
+            Self::ExclusionConstraint if !engine.dialect().has_exclusion_constraints() => {
+                Some("strategy.exclusion.unavailable")
+            }
+            _ => None,
+        }
+    }
+
+    /// The strategies the servers of `engine` can run, in the order of [`Strategy::ALL`]: what
+    /// "all" means there.
+    pub fn available_on(engine: Engine) -> Vec<Strategy> {
+        Self::ALL.into_iter().filter(|s| s.unavailable_on(engine).is_none()).collect()
     }
 
     /// What it does and what it costs, in two lines, for the demo page, in `lang`, naming the
@@ -143,6 +177,7 @@ impl Strategy {
             Self::ParentRowLock => ("strategy.parent_row_lock.does", "strategy.parent_row_lock.costs"),
             Self::UniqueSlot => ("strategy.unique_slot.does", "strategy.unique_slot.costs"),
             Self::Serializable => ("strategy.serializable.does", "strategy.serializable.costs"),
+            Self::ExclusionConstraint => ("strategy.exclusion.does", "strategy.exclusion.costs"),
             Self::RedisLock => ("strategy.redis_lock.does", "strategy.redis_lock.costs"),
             Self::RedisLockExpiring => ("strategy.redis_expiring.does", "strategy.redis_expiring.costs"),
             Self::RedisLockFenced => ("strategy.redis_fenced.does", "strategy.redis_fenced.costs"),
@@ -165,6 +200,7 @@ impl Strategy {
             Self::ParentRowLock => "parent_row_lock",
             Self::UniqueSlot => "unique_slot",
             Self::Serializable => "serializable",
+            Self::ExclusionConstraint => "exclusion_constraint",
             Self::RedisLock => "redis_lock",
             Self::RedisLockExpiring => "redis_lock_expiring",
             Self::RedisLockFenced => "redis_lock_fenced",
@@ -195,6 +231,7 @@ impl Strategy {
             Self::ParentRowLock => parent_row_lock(&attempt, seen),
             Self::UniqueSlot => unique_slot(&attempt, seen),
             Self::Serializable => serializable(&attempt, seen),
+            Self::ExclusionConstraint => exclusion_constraint(&attempt, seen),
             Self::RedisLock => redis_lock(&attempt, seen),
             Self::RedisLockExpiring => redis_lock_expiring(&attempt, seen),
             Self::RedisLockFenced => redis_lock_fenced(&attempt, seen),
@@ -230,6 +267,9 @@ pub struct Attempt<'a> {
     pub resource_id: i64,
     pub day: NaiveDate,
     pub client: i32,
+    /// The nights booked from `day` on: 1 (the day) for every strategy but those that
+    /// [book stays](Strategy::books_stays).
+    pub nights: u32,
     /// Slept between "the day has room" and the insert.
     pub pause: Duration,
     /// How long the attempt may wait for its lock, in the queue and in GET_LOCK together.
@@ -585,6 +625,41 @@ fn serializable(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
     });
     seen.retries += tried.attempts - 1;
     tried.result
+}
+
+/// Correct with no lock and no check, on PostgreSQL only, for one place: the client books its
+/// stay (check-in `day`, `nights` nights) by inserting it, and the table refuses a stay that
+/// shares a night with another of the resource: its constraint `EXCLUDE USING gist
+/// (demo_resource_id WITH =, daterange(check_in, check_out) WITH &&)` fails the insert with
+/// 23P01, answered "full". An insert that overlaps a stay not yet committed waits for that
+/// transaction, then fails (or goes through, had it rolled back); the pause, here between insert
+/// and commit, only makes those waits longer. Two inserts that meet inside the index may each
+/// wait for the other: PostgreSQL then aborts one with a deadlock (40P01), and it is rerun.
+///
+/// A constraint compares two rows at a time: it can say "these two overlap", never "a third
+/// would be one too many". So one place only, and nothing on MariaDB or MySQL, which have no
+/// exclusion constraint (`unavailable_on`).
+fn exclusion_constraint(a: &Attempt<'_>, seen: &mut Seen) -> Result<Answer, DemoError> {
+    let stay = NewDemoStay {
+        demo_resource_id: a.resource_id,
+        check_in: a.day,
+        check_out: a.day + chrono::Days::new(a.nights.into()),
+        client: a.client,
+    };
+    let mut conn = a.pool.get()?;
+    let tried = retry_on_lock_conflict(&RetryPolicy::default(), || {
+        conn.transaction(|conn| {
+            diesel::insert_into(demo_stays::table).values(&stay).execute(conn)?;
+            std::thread::sleep(a.pause); // overlapping inserts wait for this commit meanwhile
+            Ok::<_, DbError>(())
+        })
+    });
+    seen.retries += tried.attempts - 1;
+    match tried.result {
+        Ok(()) => Ok(Answer::Confirmed),
+        Err(DbError::DatabaseError(DatabaseErrorKind::ExclusionViolation, _)) => Ok(Answer::Full),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The lease of `redis-lock` and the row of `lock-table`: far longer than an attempt takes (the
