@@ -233,7 +233,7 @@ mod tests {
         assert_eq!(apart.on(Engine::Postgres), "SELECT 'pg'");
         let tokens = Sql::from("SELECT {now}");
         assert_eq!(tokens.on(Engine::Mysql), "SELECT NOW(6)");
-        assert_eq!(tokens.on(Engine::Postgres), "SELECT LOCALTIMESTAMP");
+        assert_eq!(tokens.on(Engine::Postgres), "SELECT CAST(statement_timestamp() AS timestamp)");
     }
 
     #[test]

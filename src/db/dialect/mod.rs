@@ -14,7 +14,7 @@
 //!
 //! | token | MySQL/MariaDB | PostgreSQL |
 //! |---|---|---|
-//! | `{now}` | `NOW(6)` | `LOCALTIMESTAMP` |
+//! | `{now}` | `NOW(6)` | `CAST(statement_timestamp() AS timestamp)` |
 //! | `{? microseconds}` | `INTERVAL ? MICROSECOND` | `? * INTERVAL '1 microsecond'` |
 //! | `{share}` | `LOCK IN SHARE MODE` | `FOR SHARE` |
 //!
@@ -313,8 +313,8 @@ mod tests {
         );
         assert_eq!(
             expand(Engine::Postgres.dialect(), text),
-            "UPDATE t SET at = LOCALTIMESTAMP, until = LOCALTIMESTAMP + ? * INTERVAL '1 microsecond' \
-             WHERE id = ? FOR SHARE"
+            "UPDATE t SET at = CAST(statement_timestamp() AS timestamp), \
+             until = CAST(statement_timestamp() AS timestamp) + ? * INTERVAL '1 microsecond' WHERE id = ? FOR SHARE"
         );
         assert!(matches!(expand(Engine::Mysql.dialect(), "SELECT 1"), Cow::Borrowed("SELECT 1")));
         assert_eq!(expand(Engine::Mysql.dialect(), "SELECT '{x}', '{'"), "SELECT '{x}', '{'");

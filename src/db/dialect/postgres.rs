@@ -63,7 +63,11 @@ impl Dialect for Postgres {
 
     fn fragment(&self, token: &str) -> Option<&'static str> {
         Some(match token {
-            "now" => "LOCALTIMESTAMP",
+            // The time the *statement* started, as MySQL's NOW(6) is: PostgreSQL's LOCALTIMESTAMP is the
+            // transaction's start, which for a transaction that queued for a row lock is a clock
+            // from before the wait. A hold judged live by it may have expired, and been taken by
+            // someone else, while the transaction waited (`crate::catalog::stock`).
+            "now" => "CAST(statement_timestamp() AS timestamp)",
             "? microseconds" => "? * INTERVAL '1 microsecond'",
             "share" => "FOR SHARE",
             _ => return None,

@@ -8,8 +8,8 @@
 //!   was taken over deletes nothing, and learns that it lost the lock.
 //!
 //! It needs nothing but the database, works across every instance that shares it, and survives
-//! a restart of the app. Expiry is judged by the database's clock alone (`NOW(6)`,
-//! PostgreSQL's `LOCALTIMESTAMP`), so the
+//! a restart of the app. Expiry is judged by the database's clock alone (`{now}`: the
+//! statement's start on both engines), so the
 //! instances' clocks may drift. Like every lease it is exclusive only until it expires: a holder
 //! that pauses past its expiry may find another holder inside. No session holds it, so a crashed
 //! holder's row stays until it expires — choose the TTL as the longest the work may take.
@@ -26,8 +26,7 @@ use crate::infra::Infra;
 use crate::locking::retry::MayConflict;
 
 /// The database's clock, to the microsecond, in UTC on both engines (the pool's sessions run in
-/// UTC): MySQL's `NOW(6)`, PostgreSQL's `LOCALTIMESTAMP`. Each statement runs in a transaction
-/// of its own, so PostgreSQL's "now" (the transaction's start) is the statement's.
+/// UTC): `{now}`, the time the statement started on both engines.
 const DELETE_EXPIRED: &str = "DELETE FROM demo_lock_rows WHERE name = ? AND expires_at < {now}";
 const INSERT: &str =
     "INSERT INTO demo_lock_rows (name, owner, expires_at) VALUES (?, ?, {now} + {? microseconds})";
