@@ -601,6 +601,8 @@ struct HoldCounts {
     expired: i64,
     #[diesel(sql_type = BigInt)]
     live: i64,
+    #[diesel(sql_type = BigInt)]
+    used_without_order: i64,
 }
 
 /// What the database holds of `product` after its sale: units in orders, the stock row, the sum
@@ -633,13 +635,14 @@ fn count(pool: &DbPool, variant: Variant, product: i64, stock: u32) -> Result<Va
                     COUNT(CASE WHEN ended = 'used' THEN 1 END) AS used, \
                     COUNT(CASE WHEN ended = 'released' THEN 1 END) AS released, \
                     COUNT(CASE WHEN ended IS NULL AND expires_at <= {now} THEN 1 END) AS expired, \
-                    COUNT(CASE WHEN ended IS NULL AND expires_at > {now} THEN 1 END) AS live \
+                    COUNT(CASE WHEN ended IS NULL AND expires_at > {now} THEN 1 END) AS live, \
+                    COUNT(CASE WHEN ended = 'used' AND order_id IS NULL THEN 1 END) AS used_without_order \
              FROM stock_holds WHERE product_id = ?",
         )
         .bind::<BigInt, _>(product)
         .get_result::<HoldCounts>(&mut conn)?
     } else {
-        HoldCounts { taken: 0, used: 0, released: 0, expired: 0, live: 0 }
+        HoldCounts { taken: 0, used: 0, released: 0, expired: 0, live: 0, used_without_order: 0 }
     };
     Ok(VariantResult {
         variant,
@@ -654,6 +657,7 @@ fn count(pool: &DbPool, variant: Variant, product: i64, stock: u32) -> Result<Va
         holds_released: holds.released,
         holds_expired: holds.expired,
         holds_live: holds.live,
+        used_without_order: holds.used_without_order,
         reheld: (holds.taken - i64::from(stock)).max(0),
         ..VariantResult::default()
     })

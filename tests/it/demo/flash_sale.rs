@@ -160,7 +160,8 @@ async fn sold_both_ways_over_two_instances(db: TestDb) {
         (taken, used, released, expired),
         "the report counts what the database holds"
     );
-    assert_eq!(used, held.sold, "every unit sold was sold from a hold");
+    assert_eq!(used, held.sold, "every unit sold was sold from a hold, and every used hold sold one");
+    assert_eq!(held.used_without_order, 0, "no hold marked used without its order: {stdout}");
     assert!(held.abandoned > 0, "a fifth of the buyers walk away from their hold: {stdout}");
     assert!(expired >= i64::from(held.abandoned), "every abandoned hold expired: {stdout}");
     assert!(held.reheld > 0, "the abandoned units were held again: {stdout}");
