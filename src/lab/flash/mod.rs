@@ -37,8 +37,8 @@ mod store;
 
 pub use buyers::{MAX_BUYERS, all_names as buyer_names};
 pub use report::{FlashReport, Variant, VariantResult};
-pub use sale::{Asked, SaleSpec, run, take_slot};
-pub use store::{Shown, Slot, latest};
+pub use sale::{Asked, SaleSpec, Starter, run, take_slot};
+pub use store::{KEEP_SALES, Shown, Slot, latest};
 
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};

@@ -137,13 +137,34 @@ impl SaleSpec {
     }
 }
 
-/// Takes the one slot for a sale by `started_by` (see `store.rs`): refused while another sale
-/// runs on any instance, or within the user's cooldown.
-pub fn take_slot(conn: &mut db::DbConn, started_by: &str) -> Result<Slot, FlashError> {
-    if let Some(left) = store::cooldown_left(conn, started_by)? {
+/// Who starts a sale.
+#[derive(Clone, Copy, Debug)]
+pub enum Starter<'a> {
+    /// A user on `/demo`, by name: one sale a minute at most ([`store::COOLDOWN`]).
+    User(&'a str),
+    /// The operator, from a terminal (`haita demo flash-sale`): not rationed.
+    Operator,
+}
+
+impl Starter<'_> {
+    /// Who the sale is recorded as started by.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::User(name) => name,
+            Self::Operator => "cli",
+        }
+    }
+}
+
+/// Takes the one slot for a sale (see `store.rs`): refused while another sale runs on any
+/// instance, or within a user's cooldown.
+pub fn take_slot(conn: &mut db::DbConn, starter: Starter<'_>) -> Result<Slot, FlashError> {
+    if let Starter::User(name) = starter
+        && let Some(left) = store::cooldown_left(conn, name)?
+    {
         return Err(FlashError::CoolingDown(left.as_secs().max(1)));
     }
-    store::take(conn, started_by)
+    store::take(conn, starter.name())
 }
 
 /// Runs the sale of `spec` in `slot` and stores its report (or why it failed), freeing the

@@ -244,3 +244,43 @@ async fn the_demo_page_starts_a_flash_sale_that_every_instance_then_shows() {
     assert!(page.contains("A flash sale started by carol is running"), "{page}");
     assert!(page.contains("id=\"flash-running\""), "and the page says so");
 }
+
+async fn forgotten_with_their_products(db: TestDb) {
+    let app = two_instances(db).await;
+    let small = ["--buyers", "10", "--stock", "3", "--hold-seconds", "1"];
+    flash_sale(&app, &small).await;
+    let first = stored_report(&app);
+    for _ in 0..haita::lab::flash::KEEP_SALES {
+        flash_sale(&app, &small).await;
+    }
+    let kept: Vec<i64> = demo_flash_sales::table
+        .select(demo_flash_sales::id)
+        .order(demo_flash_sales::id)
+        .load(&mut app.db.raw_connection())
+        .expect("sales");
+    assert_eq!(kept.len() as i64, haita::lab::flash::KEEP_SALES, "the newest are kept: {kept:?}");
+    assert!(!kept.contains(&first.id), "the oldest is forgotten");
+    for v in &first.variants {
+        for table in ["products WHERE id", "stock_levels WHERE product_id", "order_lines WHERE product_id"] {
+            let left = count(&app, &format!("SELECT COUNT(*) AS n FROM {table} = ?"), v.product_id);
+            assert_eq!(left, 0, "{table} = {} is gone with its sale", v.product_id);
+        }
+        let ledger =
+            count(&app, "SELECT COUNT(*) AS n FROM stock_movements WHERE product_id = ?", v.product_id);
+        let holds = count(&app, "SELECT COUNT(*) AS n FROM stock_holds WHERE product_id = ?", v.product_id);
+        assert_eq!((ledger, holds), (0, 0));
+    }
+    let latest = stored_report(&app);
+    assert!(
+        latest.variants.iter().all(|v| sold_in_orders(&app, v.product_id) == v.sold),
+        "the kept ones stay"
+    );
+    invariants::stock_matches_ledger(&app.db);
+    invariants::orders_match_ledger(&app.db);
+}
+
+on_both_engines!(
+    old_flash_sales_are_forgotten_with_their_products_orders_and_holds,
+    old_flash_sales_are_forgotten_with_their_products_orders_and_holds_on_postgres
+        => forgotten_with_their_products
+);
