@@ -216,8 +216,9 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
             let spec = super::flash::SaleSpec::parse(&base_urls, &asked)?;
             let pool = crate::prepare_database(&config)?;
             super::prepare(&pool)?;
-            let slot = super::flash::take_slot(&mut *pool.get()?, "cli")?;
-            let report = super::flash::run(&pool, &spec, slot, "cli")?;
+            let operator = super::flash::Starter::Operator;
+            let slot = super::flash::take_slot(&mut *pool.get()?, operator)?;
+            let report = super::flash::run(&pool, &spec, slot, operator.name())?;
             print!("{}", report.table());
             Ok(())
         }

@@ -18,7 +18,8 @@
 //!
 //! - `buyers.rs`: the buyer accounts and their password for one sale;
 //! - `shop.rs`: the buyers' requests, and what each answer means to a buyer;
-//! - `sale.rs`: the logins, the two variants, the buyers' behaviour, what is counted;
+//! - `sale.rs`: what to sell, the two variants one after the other, what is counted;
+//! - `crowd.rs`: the buyers' logins and what each buyer does with the shop's answers;
 //! - `report.rs`: what a sale found, per variant;
 //! - `store.rs`: one sale at a time across every instance, and the stored reports;
 //! - `routes.rs`: starting a sale from `/demo`.
@@ -27,6 +28,7 @@
 //! throwaway product per variant, orders, and the buyer accounts.
 
 mod buyers;
+mod crowd;
 mod report;
 pub mod routes;
 mod sale;
@@ -35,8 +37,8 @@ mod store;
 
 pub use buyers::{MAX_BUYERS, all_names as buyer_names};
 pub use report::{FlashReport, Variant, VariantResult};
-pub use sale::{Asked, SaleSpec, run, take_slot};
-pub use store::{Shown, Slot, latest};
+pub use sale::{Asked, SaleSpec, Starter, run, take_slot};
+pub use store::{KEEP_SALES, Shown, Slot, latest};
 
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};

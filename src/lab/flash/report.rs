@@ -4,6 +4,8 @@
 use chrono::NaiveDateTime;
 use serde::{Deserialize, Serialize};
 
+use crate::i18n::Lang;
+
 /// How the stock is sold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -57,6 +59,10 @@ pub struct VariantResult {
     pub holds_expired: i64,
     /// Still live when counted: 0 after a sale, since the runner waits for them to end.
     pub holds_live: i64,
+    /// Holds marked used that name no order: a unit its buyer was promised and not sold. Must
+    /// be 0.
+    #[serde(default)]
+    pub used_without_order: i64,
     /// Holds of a unit an earlier hold had reserved: holds taken beyond the stock, each on a unit
     /// given back by an expired or released hold (a hold only takes what no live hold reserves).
     pub reheld: i64,
@@ -97,8 +103,33 @@ pub struct VariantResult {
 impl VariantResult {
     /// Whether the database holds what a correct sale leaves: nothing sold beyond the stock,
     /// and the stock row equal to its ledger.
+    /// What the database says of the variant, in a sentence: sound, or what is wrong.
+    pub fn verdict_in(&self, lang: impl std::borrow::Borrow<Lang>) -> String {
+        let lang = *lang.borrow();
+        if self.sound() {
+            lang.t("flash.verdict.sound").into_owned()
+        } else if self.oversold == 0 && self.on_hand == self.ledger {
+            lang.t_with("flash.verdict.used_without_order", [("holds", self.used_without_order.to_string())])
+        } else {
+            lang.t_with(
+                "flash.verdict.oversold",
+                [
+                    ("oversold", self.oversold.to_string()),
+                    ("on_hand", self.on_hand.to_string()),
+                    ("ledger", self.ledger.to_string()),
+                    ("stock", self.stock.to_string()),
+                    ("sold", self.sold.to_string()),
+                ],
+            )
+        }
+    }
+
+    /// Every hold marked used names its order, too.
     pub fn sound(&self) -> bool {
-        self.oversold == 0 && self.on_hand == self.ledger && self.on_hand == i64::from(self.stock) - self.sold
+        self.oversold == 0
+            && self.on_hand == self.ledger
+            && self.on_hand == i64::from(self.stock) - self.sold
+            && self.used_without_order == 0
     }
 }
 
@@ -148,13 +179,14 @@ impl FlashReport {
             self.buyers,
             self.login_ms,
         );
-        let rows: [(&str, Cell); 18] = [
+        let rows: [(&str, Cell); 19] = [
             ("sold", |v| v.sold.to_string()),
             ("refused (buyers)", |v| v.refused.to_string()),
             ("409 insufficient_stock", |v| v.refusals.to_string()),
             ("abandoned", |v| v.abandoned.to_string()),
             ("holds taken", |v| v.holds_taken.to_string()),
             ("holds used", |v| v.holds_used.to_string()),
+            ("  of them without an order", |v| v.used_without_order.to_string()),
             ("holds released", |v| v.holds_released.to_string()),
             ("holds expired", |v| v.holds_expired.to_string()),
             ("re-held units", |v| v.reheld.to_string()),
@@ -189,14 +221,7 @@ impl FlashReport {
         out.push('\n');
         for v in &self.variants {
             let name = v.variant.name();
-            let verdict = if v.sound() {
-                "nothing oversold; the stock row equals its ledger".to_string()
-            } else {
-                format!(
-                    "OVERSOLD by {} (on hand {}, ledger {}, stock {} - sold {})",
-                    v.oversold, v.on_hand, v.ledger, self.stock, v.sold
-                )
-            };
+            let verdict = v.verdict_in(Lang::En);
             let _ = writeln!(out, "{name}: {verdict}");
             if let Some(e) = &v.first_error {
                 let _ = writeln!(out, "    first error: {e}");

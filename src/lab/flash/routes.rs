@@ -35,7 +35,7 @@ async fn flash_sale_form(
 ) -> actix_web::Result<HttpResponse> {
     let spec = SaleSpec::parse(&[this_instance(req.app_config().local_addr())], &Asked::default())?;
     let who = user.username.clone();
-    match state.db(move |conn| super::take_slot(conn, &who)).await {
+    match state.db(move |conn| super::take_slot(conn, super::Starter::User(&who))).await {
         Ok(slot) => {
             let (pool, who) = (state.pool.clone(), user.username.clone());
             // A thread of its own, not the blocking pool: the sale runs an async runtime of its

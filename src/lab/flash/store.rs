@@ -26,8 +26,9 @@ pub const LEASE: Duration = Duration::from_secs(300);
 /// How long after their previous sale one user may start another: a sale keeps 500 buyers busy
 /// on the instances for seconds.
 pub const COOLDOWN: Duration = Duration::from_secs(60);
-/// Sales kept; older rows are deleted after each sale.
-pub const KEEP_SALES: i64 = 20;
+/// Sales kept, with their throwaway products; older ones are deleted after each sale, so the
+/// catalog does not fill up with sold-out flash products.
+pub const KEEP_SALES: i64 = 5;
 
 /// Frees the slot of a sale whose lease has passed: its runner stopped before it could end it.
 const FREE_LAPSED: &str = "UPDATE demo_flash_sales SET running = NULL, ended_at = {now}, \
@@ -63,7 +64,7 @@ pub fn take(conn: &mut DbConn, started_by: &str) -> Result<Slot, FlashError> {
 }
 
 /// Ends the sale of `slot`: its report, or why it failed, and the slot freed for the next one.
-/// Then deletes the rows older than the newest [`KEEP_SALES`].
+/// Then forgets the sales older than the newest [`KEEP_SALES`].
 pub fn finish(
     conn: &mut DbConn,
     slot: Slot,
@@ -80,16 +81,57 @@ pub fn finish(
     .bind::<diesel::sql_types::Nullable<Text>, _>(failure)
     .bind::<BigInt, _>(slot.id)
     .execute(conn)?;
-    let oldest_kept: Option<i64> = demo_flash_sales::table
+    if let Err(e) = forget_old_sales(conn) {
+        // The sale is stored; its old rows are only clutter, tried again after the next sale.
+        log::warn!("could not delete the flash sales older than the newest {KEEP_SALES}: {e}");
+    }
+    Ok(())
+}
+
+/// Deletes the sales older than the newest [`KEEP_SALES`] that have ended, with everything
+/// their throwaway products made: holds, ledger rows, order lines and the orders, stock rows,
+/// products. Both sides of every invariant go together (an order with its ledger rows, a stock
+/// row with its ledger), so the ones left still hold.
+fn forget_old_sales(conn: &mut DbConn) -> Result<(), FlashError> {
+    use crate::schema::{order_lines, orders, products, stock_holds, stock_levels, stock_movements};
+    let Some(oldest_kept) = demo_flash_sales::table
         .order(demo_flash_sales::id.desc())
         .offset(KEEP_SALES - 1)
         .select(demo_flash_sales::id)
-        .first(conn)
-        .optional()?;
-    if let Some(oldest) = oldest_kept {
-        diesel::delete(demo_flash_sales::table.filter(demo_flash_sales::id.lt(oldest))).execute(conn)?;
-    }
-    Ok(())
+        .first::<i64>(conn)
+        .optional()?
+    else {
+        return Ok(());
+    };
+    let old = || demo_flash_sales::table.filter(demo_flash_sales::id.lt(oldest_kept));
+    let reports: Vec<Option<String>> =
+        old().filter(demo_flash_sales::running.is_null()).select(demo_flash_sales::report).load(conn)?;
+    let products: Vec<i64> = reports
+        .iter()
+        .flatten()
+        .filter_map(|json| serde_json::from_str::<FlashReport>(json).ok())
+        .flat_map(|report| report.variants.into_iter().map(|v| v.product_id))
+        .collect();
+    crate::db::transaction(conn, |conn| {
+        if !products.is_empty() {
+            let sold: Vec<i64> = order_lines::table
+                .filter(order_lines::product_id.eq_any(&products))
+                .select(order_lines::order_id)
+                .load(conn)?;
+            diesel::delete(stock_holds::table.filter(stock_holds::product_id.eq_any(&products)))
+                .execute(conn)?;
+            diesel::delete(stock_movements::table.filter(stock_movements::product_id.eq_any(&products)))
+                .execute(conn)?;
+            diesel::delete(order_lines::table.filter(order_lines::product_id.eq_any(&products)))
+                .execute(conn)?;
+            diesel::delete(orders::table.filter(orders::id.eq_any(&sold))).execute(conn)?;
+            diesel::delete(stock_levels::table.filter(stock_levels::product_id.eq_any(&products)))
+                .execute(conn)?;
+            diesel::delete(products::table.filter(products::id.eq_any(&products))).execute(conn)?;
+        }
+        diesel::delete(old().filter(demo_flash_sales::running.is_null())).execute(conn)?;
+        Ok(())
+    })
 }
 
 /// How long `started_by` must still wait before another sale, if at all; by the database's
@@ -133,33 +175,42 @@ pub struct Running {
     pub started_at: NaiveDateTime,
 }
 
-/// The flash sales `/demo` shows.
+/// The flash sales `/demo` shows: three short reads, the report only of the one shown.
 pub fn latest(conn: &mut DbConn) -> Result<Shown, FlashError> {
-    type Row = (i64, String, Option<i16>, Option<String>, Option<String>, NaiveDateTime);
-    let rows: Vec<Row> = demo_flash_sales::table
+    #[derive(QueryableByName)]
+    struct Live {
+        #[diesel(sql_type = Text)]
+        started_by: String,
+        #[diesel(sql_type = diesel::sql_types::Timestamp)]
+        created_at: NaiveDateTime,
+    }
+    // A slot whose lease has passed is a runner that died, not a sale running.
+    let running = cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT started_by, created_at FROM demo_flash_sales WHERE running = 1 AND lease_until > {now}",
+    )
+    .get_result::<Live>(conn)
+    .optional()?
+    .map(|live| Running { started_by: live.started_by, started_at: live.created_at });
+    let report: Option<(i64, Option<String>)> = demo_flash_sales::table
+        .filter(demo_flash_sales::report.is_not_null())
         .order(demo_flash_sales::id.desc())
-        .limit(KEEP_SALES)
-        .select((
-            demo_flash_sales::id,
-            demo_flash_sales::started_by,
-            demo_flash_sales::running,
-            demo_flash_sales::report,
-            demo_flash_sales::failure,
-            demo_flash_sales::created_at,
-        ))
-        .load(conn)?;
-    let mut shown = Shown::default();
-    for (id, started_by, running, report, failure, created_at) in rows {
-        if running.is_some() {
-            shown.running = Some(Running { started_by, started_at: created_at });
-        } else if let Some(json) = report {
+        .select((demo_flash_sales::id, demo_flash_sales::report))
+        .first(conn)
+        .optional()?;
+    let failure: Option<Option<String>> = demo_flash_sales::table
+        .filter(demo_flash_sales::failure.is_not_null())
+        .filter(demo_flash_sales::id.gt(report.as_ref().map_or(0, |(id, _)| *id)))
+        .order(demo_flash_sales::id.desc())
+        .select(demo_flash_sales::failure)
+        .first(conn)
+        .optional()?;
+    let report = match report {
+        Some((id, Some(json))) => {
             let mut report: FlashReport = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
             report.id = id;
-            shown.report = Some(report);
-            break;
-        } else if shown.failure.is_none() {
-            shown.failure = failure;
+            Some(report)
         }
-    }
-    Ok(shown)
+        _ => None,
+    };
+    Ok(Shown { running, report, failure: failure.flatten() })
 }

@@ -160,7 +160,8 @@ async fn sold_both_ways_over_two_instances(db: TestDb) {
         (taken, used, released, expired),
         "the report counts what the database holds"
     );
-    assert_eq!(used, held.sold, "every unit sold was sold from a hold");
+    assert_eq!(used, held.sold, "every unit sold was sold from a hold, and every used hold sold one");
+    assert_eq!(held.used_without_order, 0, "no hold marked used without its order: {stdout}");
     assert!(held.abandoned > 0, "a fifth of the buyers walk away from their hold: {stdout}");
     assert!(expired >= i64::from(held.abandoned), "every abandoned hold expired: {stdout}");
     assert!(held.reheld > 0, "the abandoned units were held again: {stdout}");
@@ -243,3 +244,43 @@ async fn the_demo_page_starts_a_flash_sale_that_every_instance_then_shows() {
     assert!(page.contains("A flash sale started by carol is running"), "{page}");
     assert!(page.contains("id=\"flash-running\""), "and the page says so");
 }
+
+async fn forgotten_with_their_products(db: TestDb) {
+    let app = two_instances(db).await;
+    let small = ["--buyers", "10", "--stock", "3", "--hold-seconds", "1"];
+    flash_sale(&app, &small).await;
+    let first = stored_report(&app);
+    for _ in 0..haita::lab::flash::KEEP_SALES {
+        flash_sale(&app, &small).await;
+    }
+    let kept: Vec<i64> = demo_flash_sales::table
+        .select(demo_flash_sales::id)
+        .order(demo_flash_sales::id)
+        .load(&mut app.db.raw_connection())
+        .expect("sales");
+    assert_eq!(kept.len() as i64, haita::lab::flash::KEEP_SALES, "the newest are kept: {kept:?}");
+    assert!(!kept.contains(&first.id), "the oldest is forgotten");
+    for v in &first.variants {
+        for table in ["products WHERE id", "stock_levels WHERE product_id", "order_lines WHERE product_id"] {
+            let left = count(&app, &format!("SELECT COUNT(*) AS n FROM {table} = ?"), v.product_id);
+            assert_eq!(left, 0, "{table} = {} is gone with its sale", v.product_id);
+        }
+        let ledger =
+            count(&app, "SELECT COUNT(*) AS n FROM stock_movements WHERE product_id = ?", v.product_id);
+        let holds = count(&app, "SELECT COUNT(*) AS n FROM stock_holds WHERE product_id = ?", v.product_id);
+        assert_eq!((ledger, holds), (0, 0));
+    }
+    let latest = stored_report(&app);
+    assert!(
+        latest.variants.iter().all(|v| sold_in_orders(&app, v.product_id) == v.sold),
+        "the kept ones stay"
+    );
+    invariants::stock_matches_ledger(&app.db);
+    invariants::orders_match_ledger(&app.db);
+}
+
+on_both_engines!(
+    old_flash_sales_are_forgotten_with_their_products_orders_and_holds,
+    old_flash_sales_are_forgotten_with_their_products_orders_and_holds_on_postgres
+        => forgotten_with_their_products
+);
