@@ -70,7 +70,7 @@ pub fn place_order(
     once: Option<&Once>,
     max_per_minute: u32,
 ) -> Result<Placed, OrderError> {
-    let placed = retried(pool, policy, "order", |conn| {
+    let attempt = |conn: &mut DbConn| {
         crate::db::transaction(conn, |conn| {
             // First, before any read: see `crate::auth::quota`.
             crate::auth::quota::lock_users(conn, &[user_id])?;
@@ -80,30 +80,24 @@ pub fn place_order(
             })
         })
         .and_then(std::convert::identity)
-    })?;
-    let (order, attempts) = placed
-        .settled(|order, attempts| format!("retried: order {} placed on attempt {attempts}", order.id))?;
+    };
+    let placed =
+        |order: &OrderView, attempts| format!("retried: order {} placed on attempt {attempts}", order.id);
+    let (order, attempts) = retried(pool, policy, "order", attempt, placed)?;
     Ok(Placed { order, attempts })
 }
 
-/// What a transaction run by [`retried`] came to, and the deadlocks it met on the way.
-struct Retried<T> {
-    conn: crate::db::PooledConn,
-    result: Result<T, OrderError>,
-    attempts: u32,
-    /// The deadlock reports stored before each retry (`crate::deadlocks::capture`).
-    evidence: Vec<i64>,
-}
-
 /// Runs `attempt` (one whole transaction) on one pooled connection, again after a deadlock as
-/// `policy` allows. Each deadlock is kept as evidence for the admin (`crate::deadlocks`), as
-/// seen by `seen_by`, read before the retry: the next deadlock on the server would overwrite it.
+/// `policy` allows, and returns its result with the attempts it took. Each deadlock is kept as
+/// evidence for the admin (`crate::deadlocks`), as seen by `seen_by`, with what became of the
+/// request in the end (`placed` words a success).
 fn retried<T>(
     pool: &DbPool,
     policy: &RetryPolicy,
     seen_by: &str,
     mut attempt: impl FnMut(&mut DbConn) -> Result<T, OrderError>,
-) -> Result<Retried<T>, OrderError> {
+    placed: impl Fn(&T, u32) -> String,
+) -> Result<(T, u32), OrderError> {
     let mut conn = pool.get()?;
     let mut evidence = Vec::new();
     let attempted = retry_on_lock_conflict(policy, || {
@@ -116,26 +110,19 @@ fn retried<T>(
             && e.lock_conflict() == Some(LockConflict::Deadlock)
             && let Some(error) = e.database_error()
         {
+            // Read before the retry: the next deadlock on the server would overwrite it.
             evidence.extend(crate::deadlocks::capture(&mut conn, pool.url(), seen_by, error));
         }
         result
     });
-    Ok(Retried { conn, result: attempted.result, attempts: attempted.attempts, evidence })
-}
-
-impl<T> Retried<T> {
-    /// The result and the attempts it took, once each deadlock's report says what became of
-    /// the request (`placed` words a success).
-    fn settled(mut self, placed: impl Fn(&T, u32) -> String) -> Result<(T, u32), OrderError> {
-        for report in std::mem::take(&mut self.evidence) {
-            let outcome = match &self.result {
-                Ok(done) => placed(done, self.attempts),
-                Err(e) => format!("retried: gave up after attempt {} ({e})", self.attempts),
-            };
-            crate::deadlocks::settle(&mut self.conn, report, &outcome);
-        }
-        Ok((self.result?, self.attempts))
+    for report in evidence {
+        let outcome = match &attempted.result {
+            Ok(done) => placed(done, attempted.attempts),
+            Err(e) => format!("retried: gave up after attempt {} ({e})", attempted.attempts),
+        };
+        crate::deadlocks::settle(&mut conn, report, &outcome);
     }
+    Ok((attempted.result?, attempted.attempts))
 }
 
 /// Names, SKUs and prices of the cart's products. Texts for 1, 4, 16 and [`Cart::MAX_LINES`]
@@ -496,73 +483,78 @@ pub fn order_batch(
     if orders.is_empty() || orders.len() > super::coalesce::MAX_BATCH {
         return Err(bad_batch());
     }
-    let users: Vec<i64> = orders.iter().map(|o| o.user_id).collect();
-    let decided = retried(pool, policy, "order batch", |conn| {
-        crate::db::transaction(conn, |conn| {
-            // 1. The users' rows, first.
-            crate::auth::quota::lock_users(conn, &users)?;
-            // 2. The product and the users' rates.
-            let catalog = Catalog::read(conn, &[product_id])?;
-            let rates = Rates::read(conn, &users)?;
-            // 3. The stock row, once for the batch (a product that does not exist has none).
-            let locking = Instant::now();
-            let Sellable { available, held } = match catalog.name(product_id) {
-                Ok(_) => available_under_lock(conn, product_id)?,
-                Err(_) => Sellable { available: 0, held: 0 },
-            };
-            metrics::waited(Family::Row, "stock", locking.elapsed());
-            // 4. Each order in arrival order, as if alone.
-            let mut decide =
-                Decide { product_id, catalog, rates, available, held, max_per_minute, sold: Vec::new() };
-            let mut decisions: Vec<Decision> = Vec::with_capacity(orders.len());
-            for order in orders {
-                let decision = match resent_in(orders, &decisions, order) {
-                    true => Decision::Resent,
-                    false => decide.order(conn, order)?,
-                };
-                decisions.push(decision);
-            }
-            // 5. Write what was sold, take it from the stock row, store the keyed answers.
-            let units = decide
-                .sold
-                .iter()
-                .map(|o| o.lines.iter().map(|l| l.quantity.unsigned_abs()).sum::<u32>())
-                .sum();
-            let mut placed = record_orders(conn, decide.sold)?.into_iter();
-            if units > 0 {
-                take(conn, product_id, units)?;
-            }
-            let mut answers = Vec::with_capacity(orders.len());
-            for (order, decision) in orders.iter().zip(decisions) {
-                let answer = match decision {
-                    Decision::Answered(answer) => answer,
-                    Decision::Decided(outcome) => {
-                        // Sold orders were written in arrival order: the next one written is this one.
-                        let answer = match outcome {
-                            Outcome::Sold => placed.next().ok_or_else(bad_batch),
-                            Outcome::Refused(refused) => Err(refused),
-                        };
-                        if let Some(once) = &order.once {
-                            once.answer(conn, &answer)?;
-                        }
-                        answer
-                    }
-                    Decision::Resent => match order.once.as_ref().map(|once| once.claim(conn)).transpose()? {
-                        Some(Claim::Stored(answer)) => answer,
-                        Some(Claim::Refused(refused)) => Err(refused.into()),
-                        Some(Claim::Fresh) | None => return Err(bad_batch()),
-                    },
-                };
-                answers.push(answer);
-            }
-            Ok(answers)
-        }) // 6. COMMIT
-    })?;
-    let (answers, attempts) = decided.settled(|answers: &Vec<Result<OrderView, OrderError>>, attempts| {
+    let attempt = |conn: &mut DbConn| {
+        crate::db::transaction(conn, |conn| sell_batch(conn, product_id, orders, max_per_minute)) // 6. COMMIT
+    };
+    let placed = |answers: &Vec<Result<OrderView, OrderError>>, attempts| {
         let placed = answers.iter().filter(|a| a.is_ok()).count();
         format!("retried: {placed} of {} orders placed on attempt {attempts}", answers.len())
-    })?;
+    };
+    let (answers, attempts) = retried(pool, policy, "order batch", attempt, placed)?;
     Ok(Batched { answers, attempts })
+}
+
+/// Steps 1 to 5 of [`order_batch`], in its transaction: every order's answer, in arrival order.
+/// The error is the transaction's (a statement failed), which every order would have met.
+fn sell_batch(
+    conn: &mut DbConn,
+    product_id: i64,
+    orders: &[BatchedOrder],
+    max_per_minute: u32,
+) -> Result<Vec<Result<OrderView, OrderError>>, OrderError> {
+    // 1. The users' rows, first.
+    let users: Vec<i64> = orders.iter().map(|o| o.user_id).collect();
+    crate::auth::quota::lock_users(conn, &users)?;
+    // 2. The product and the users' rates.
+    let catalog = Catalog::read(conn, &[product_id])?;
+    let rates = Rates::read(conn, &users)?;
+    // 3. The stock row, once for the batch (a product that does not exist has none).
+    let locking = Instant::now();
+    let Sellable { available, held } = match catalog.name(product_id) {
+        Ok(_) => available_under_lock(conn, product_id)?,
+        Err(_) => Sellable { available: 0, held: 0 },
+    };
+    metrics::waited(Family::Row, "stock", locking.elapsed());
+    // 4. Each order in arrival order, as if alone.
+    let mut decide = Decide { product_id, catalog, rates, available, held, max_per_minute, sold: Vec::new() };
+    let mut decisions: Vec<Decision> = Vec::with_capacity(orders.len());
+    for order in orders {
+        let decision = match resent_in(orders, &decisions, order) {
+            true => Decision::Resent,
+            false => decide.order(conn, order)?,
+        };
+        decisions.push(decision);
+    }
+    // 5. Write what was sold, take it from the stock row, store the keyed answers.
+    let units = decide.sold.iter().flat_map(|o| &o.lines).map(|l| l.quantity.unsigned_abs()).sum();
+    let mut placed = record_orders(conn, decide.sold)?.into_iter();
+    if units > 0 {
+        take(conn, product_id, units)?;
+    }
+    let mut answers = Vec::with_capacity(orders.len());
+    for (order, decision) in orders.iter().zip(decisions) {
+        let answer = match decision {
+            Decision::Answered(answer) => answer,
+            Decision::Decided(outcome) => {
+                let answer = match outcome {
+                    // Sold orders were written in arrival order: the next one written is this one.
+                    Outcome::Sold => Ok(placed.next().ok_or_else(bad_batch)?),
+                    Outcome::Refused(refused) => Err(refused),
+                };
+                if let Some(once) = &order.once {
+                    once.answer(conn, &answer)?;
+                }
+                answer
+            }
+            Decision::Resent => match order.once.as_ref().map(|once| once.claim(conn)).transpose()? {
+                Some(Claim::Stored(answer)) => answer,
+                Some(Claim::Refused(refused)) => Err(refused.into()),
+                Some(Claim::Fresh) | None => return Err(bad_batch()),
+            },
+        };
+        answers.push(answer);
+    }
+    Ok(answers)
 }
 
 /// Whether `order` resends the key of an earlier order of the batch whose answer is yet to be

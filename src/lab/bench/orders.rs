@@ -199,13 +199,24 @@ const SPREAD_PRODUCTS: i64 = 64;
 const STOCK: u32 = 900_000_000;
 const PASSWORD: &str = "bench-password-not-secret";
 
+/// Each client orders in process as this many buyers in turn. One person's orders queue on their
+/// user row (`crate::auth::quota`), so the clients need a buyer each; and each order counts its
+/// buyer's orders of the last minute (`MAX_ORDERS_PER_MINUTE_PER_USER`, lifted here), so a buyer
+/// placing thousands a minute would measure that count, which a person at the rate's cap never
+/// makes long.
+const BUYERS_PER_CLIENT: usize = 50;
+
+/// Through HTTP each client takes turns between this many logged-in buyers (a login costs a
+/// password check on the server: fewer than in process).
+const SESSIONS_PER_CLIENT: usize = 8;
+
 /// The scratch database and what every run shares.
 struct Prepared {
     config: Config,
     pool: DbPool,
-    /// A buyer per client (one person's orders queue on their user row, `crate::auth::quota`: a
-    /// single buyer would measure that queue, not the stock row).
+    /// [`BUYERS_PER_CLIENT`] buyers per client, client `c`'s being `c`, `c + clients`, ….
     users: Vec<i64>,
+    clients: usize,
     hot: i64,
     spread: Vec<i64>,
     /// Last, so it is dropped after the pool, however the bench ends.
@@ -226,7 +237,7 @@ pub fn run(config: &Config, options: &OrdersBench) -> anyhow::Result<()> {
     crate::lab::prepare(&pool)?;
     let Shop { buyers, hot, spread } = prepare(&mut *pool.get()?, plan.clients)?;
     let users = buyers.iter().map(|(id, _)| *id).collect();
-    let bench = Prepared { config: bench_config, pool, users, hot, spread, scratch };
+    let bench = Prepared { config: bench_config, pool, users, clients: plan.clients, hot, spread, scratch };
     print!("{}", header(&bench, &plan));
 
     if plan.in_process {
@@ -253,7 +264,7 @@ pub fn run(config: &Config, options: &OrdersBench) -> anyhow::Result<()> {
         let server = ServerProcess::start(&bench.config)?;
         let base = server.base_url();
         let measured = actix_web::rt::System::new().block_on(async {
-            let clients = log_in(&base, &buyers).await?;
+            let clients = log_in(&base, &buyers[..plan.clients * SESSIONS_PER_CLIENT]).await?;
             print!("{}", http_header(plan.clients));
             let mut rows = Vec::new();
             for keys in [Keys::Hot, Keys::Spread] {
@@ -283,22 +294,29 @@ struct Shop {
     spread: Vec<i64>,
 }
 
-/// A buyer per client (with a password, for the HTTP clients to log in with), one hot product
-/// and 64 spread products, all with plenty of stock (and the ledger rows that stock implies).
+/// [`BUYERS_PER_CLIENT`] buyers per client (the first `clients` with a password, for the HTTP
+/// clients to log in with), one hot product and 64 spread products, all with plenty of stock (and
+/// the ledger rows that stock implies).
 fn prepare(conn: &mut DbConn, clients: usize) -> anyhow::Result<Shop> {
-    use crate::auth::service::{UserSpec, create_user};
-    let mut users = Vec::new();
-    for i in 0..clients.max(1) {
-        let username = format!("bench{i:03}");
-        let spec = UserSpec {
-            username: &username,
-            display_name: &username,
-            password: PASSWORD,
-            role: crate::auth::Role::Customer,
-            is_demo: true,
-        };
-        users.push((create_user(conn, &spec)?.id, username));
-    }
+    // One hash for every buyer's password: each is still a valid argon2 hash of it, and hashing
+    // thousands one by one would take minutes.
+    let hash =
+        crate::auth::password::hash(PASSWORD).map_err(|e| anyhow::anyhow!("hashing the password: {e}"))?;
+    let users = crate::db::transaction(conn, |conn| -> anyhow::Result<Vec<(i64, String)>> {
+        (0..clients.max(1) * BUYERS_PER_CLIENT)
+            .map(|i| {
+                let username = format!("bench{i:05}");
+                cached_sql::<()>(
+                    "INSERT INTO users (username, display_name, password_hash, role) VALUES (?, ?, ?, 'customer')",
+                )
+                .bind::<Text, _>(&username)
+                .bind::<Text, _>(&username)
+                .bind::<Text, _>(&hash)
+                .execute(conn)?;
+                Ok((crate::db::last_insert_id(conn)?, username))
+            })
+            .collect()
+    })?;
     let mut ids = Vec::new();
     for i in 0..=SPREAD_PRODUCTS {
         cached_sql::<()>("INSERT INTO products (sku, name, description, price_cents) VALUES (?, ?, '', 100)")
@@ -323,6 +341,12 @@ fn prepare(conn: &mut DbConn, clients: usize) -> anyhow::Result<Shop> {
 }
 
 impl Prepared {
+    /// The buyer of order `n` of client `client`: the client's buyers in turn.
+    fn buyer(&self, client: usize, n: usize) -> i64 {
+        let at = client + self.clients * (n % BUYERS_PER_CLIENT);
+        self.users[at % self.users.len()]
+    }
+
     /// The product of the next order.
     fn product(&self, keys: Keys) -> i64 {
         match keys {
@@ -362,13 +386,15 @@ fn on_threads(bench: &Prepared, keys: Keys, path: Path, clients: usize, window: 
     let tallies: Vec<(Vec<Duration>, u64, Option<String>)> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..clients)
             .map(|client| {
-                let (start, user_id) = (&start, bench.users[client % bench.users.len()]);
+                let start = &start;
                 scope.spawn(move || {
                     let (mut latencies, mut failed, mut first) = (Vec::new(), 0, None);
                     start.wait();
                     let deadline = Instant::now() + window;
+                    let mut n = 0;
                     while Instant::now() < deadline {
-                        let product = bench.product(keys);
+                        let (product, user_id) = (bench.product(keys), bench.buyer(client, n));
+                        n += 1;
                         let t = Instant::now();
                         let placed = match path {
                             Path::Raw => {
@@ -409,15 +435,15 @@ fn on_tasks(bench: &Prepared, keys: Keys, clients: usize, window: Duration) -> M
     let started = Instant::now();
     let tallies = actix_web::rt::System::new().block_on(async {
         let tasks = (0..clients).map(|client| {
-            let (coalescer, pool, user_id) =
-                (coalescer.clone(), bench.pool.clone(), bench.users[client % bench.users.len()]);
+            let (coalescer, pool) = (coalescer.clone(), bench.pool.clone());
             let products: Vec<i64> = (0..4096).map(|_| bench.product(keys)).collect();
+            let buyers: Vec<i64> = (0..BUYERS_PER_CLIENT).map(|n| bench.buyer(client, n)).collect();
             actix_web::rt::spawn(async move {
                 let (mut latencies, mut failed, mut first) = (Vec::new(), 0u64, None);
                 let deadline = Instant::now() + window;
                 let mut n = 0;
                 while Instant::now() < deadline {
-                    let product = products[n % products.len()];
+                    let (product, user_id) = (products[n % products.len()], buyers[n % buyers.len()]);
                     n += 1;
                     let Ok(cart) = Cart::parse(&[(product, 1)]) else { continue };
                     let t = Instant::now();
@@ -542,9 +568,11 @@ struct Client {
     http: reqwest::Client,
 }
 
+/// A logged-in HTTP client for each of `users`, in their order (so client `c`'s turns are `c`,
+/// `c + clients`, … as in process), logged in a few at a time (the server checks as many
+/// passwords at once as it has cores).
 async fn log_in(base: &str, users: &[(i64, String)]) -> anyhow::Result<Vec<Client>> {
-    let mut clients = Vec::with_capacity(users.len());
-    for (_, username) in users {
+    let log_in_one = |username: String| async move {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .cookie_store(true)
@@ -554,13 +582,24 @@ async fn log_in(base: &str, users: &[(i64, String)]) -> anyhow::Result<Vec<Clien
             // of its connection first.
             .pool_idle_timeout(Duration::from_secs(2))
             .build()?;
-        let response = http
-            .post(format!("{base}/api/v1/session"))
-            .json(&serde_json::json!({"username": username, "password": PASSWORD}))
-            .send()
-            .await?;
-        anyhow::ensure!(response.status().is_success(), "bench user {username} could not log in");
-        clients.push(Client { http });
+        let body = serde_json::json!({"username": username, "password": PASSWORD});
+        for _ in 0..5 {
+            let response = http.post(format!("{base}/api/v1/session")).json(&body).send().await?;
+            match response.status().as_u16() {
+                200..=299 => return Ok(Client { http }),
+                // Every password-check slot was taken for its whole wait: try again, as its
+                // `Retry-After` says.
+                503 => actix_web::rt::time::sleep(Duration::from_secs(1)).await,
+                status => anyhow::bail!("bench user {username} could not log in: {status}"),
+            }
+        }
+        anyhow::bail!("bench user {username} could not log in: the server stayed busy")
+    };
+    let mut clients = Vec::with_capacity(users.len());
+    for chunk in users.chunks(4) {
+        let logged_in =
+            futures_util::future::join_all(chunk.iter().map(|(_, name)| log_in_one(name.clone())));
+        clients.extend(logged_in.await.into_iter().collect::<anyhow::Result<Vec<_>>>()?);
     }
     Ok(clients)
 }
@@ -578,14 +617,19 @@ async fn measure_http(
     let next = AtomicU64::new(0);
     let started = Instant::now();
     let deadline = started + window;
-    let tasks = clients.iter().map(|client| {
+    let tasks = (0..bench.clients).map(|c| {
         let (url, next) = (&url, &next);
         let products: Vec<i64> = (0..4096).map(|_| bench.product(keys)).collect();
+        // This client's buyers, in turn.
+        let sessions: Vec<&Client> = clients.iter().skip(c).step_by(bench.clients).collect();
         async move {
             let (mut latencies, mut failed, mut first) = (Vec::new(), 0u64, None);
+            let mut turn = 0;
             while Instant::now() < deadline {
                 let n = usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(0);
                 let body = serde_json::json!({"lines": [{"product_id": products[n % products.len()], "quantity": 1}]});
+                let client = sessions[turn % sessions.len()];
+                turn += 1;
                 let t = Instant::now();
                 match client.http.post(url).json(&body).send().await {
                     Ok(r) if r.status() == 201 => latencies.push(t.elapsed()),
