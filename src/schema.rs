@@ -201,6 +201,7 @@ diesel::table! {
         user_id -> Bigint,
         day -> Date,
         check_out -> Date,
+        nights -> Integer,
         #[max_length = 16]
         status -> Varchar,
         created_at -> Timestamp,

@@ -63,6 +63,10 @@ pub enum BookingError {
     /// may hold (`MAX_FUTURE_BOOKINGS_PER_USER`, [`service::book`]).
     #[error("already holding {held} future bookings, the most one user may hold")]
     Quota { held: i64 },
+    /// A stay of `nights` would take the user's booked nights (`held`) past `max`
+    /// (`MAX_FUTURE_BOOKINGS_PER_USER`, counted in nights: `stays::decide_stay`).
+    #[error("holding {held} future nights, {nights} more would pass {max}")]
+    StayQuota { held: i64, nights: i64, max: i64 },
     /// The request's session ended (logged out, expired, ended by an admin) before it booked.
     #[error("the session has ended")]
     SessionEnded,
@@ -87,6 +91,7 @@ impl BookingError {
                 | Self::NightBooked { .. }
                 | Self::Closed { .. }
                 | Self::Quota { .. }
+                | Self::StayQuota { .. }
                 | Self::PastDate(_)
                 | Self::TooFarAhead(_)
                 | Self::InvalidDate(_)
@@ -142,6 +147,7 @@ answers! { BookingError {
     Closed => CONFLICT "closed",
     AlreadyCancelled => CONFLICT "already_cancelled",
     Quota => CONFLICT "booking_quota",
+    StayQuota => CONFLICT "booking_quota",
     SessionEnded => UNAUTHORIZED "not_logged_in",
 } carries { Idempotency, Infra } }
 
@@ -206,6 +212,12 @@ impl AsProblem for BookingError {
                 .said("booking.closed_on", &[("day", day.to_string()), ("reason", reason.clone())])
                 .with("reason", reason.clone()),
             Self::AlreadyCancelled => answer.said("booking.already_cancelled", &[]),
+            Self::StayQuota { held, nights, max } => answer
+                .said(
+                    "booking.stay_quota",
+                    &[("held", held.to_string()), ("nights", nights.to_string()), ("max", max.to_string())],
+                )
+                .with("held", *held),
             Self::Quota { held } => {
                 answer.said("booking.quota", &[("held", held.to_string())]).with("held", *held)
             }

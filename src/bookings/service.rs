@@ -177,7 +177,9 @@ struct Day {
 /// `day <= night < check_out`, found in a range of the slot index no longer than a stay can be
 /// (`first_check_in_covering`). A stay that covers this night took this day's lock as well
 /// (`stays::book_stay`), so the count is as exact as it is for bookings of one day. The user's
-/// future bookings (`held`) are those with a night today or later, a stay under way included.
+/// future bookings (`held`) are counted in nights — a booking of one day is one, a stay its
+/// `nights` — over the bookings not over yet (a night today or later), so that the quota holds
+/// stays to the same number of nights as days (`MAX_FUTURE_BOOKINGS_PER_USER`).
 static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
     ListStatements::new(
         &format!(
@@ -188,7 +190,7 @@ static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
                AND x.day BETWEEN ? AND ? AND x.status = 'confirmed' AND x.check_out > ? AND x.user_id = ?) AS mine, \
              (SELECT c.reason FROM resource_closures c WHERE c.resource_id = r.id AND c.day = ?) AS closed, \
              (SELECT COUNT(*) FROM user_sessions s WHERE {}) AS live, \
-             (SELECT COUNT(*) FROM reservations x \
+             (SELECT COALESCE(SUM(x.nights), 0) FROM reservations x \
                WHERE x.user_id = ? AND x.day >= ? AND x.status = 'confirmed' AND x.check_out > ?) AS held \
              FROM resources r WHERE r.id = ? {{share}}",
             session::LIVE_SESSION
@@ -212,7 +214,7 @@ static READ_BOOKED: LazyLock<ListStatements> = LazyLock::new(|| {
 /// counted by [`READ_DAY`]).
 static READ_HELD: LazyLock<ListStatements> = LazyLock::new(|| {
     ListStatements::new(
-        "SELECT user_id, COUNT(*) FROM reservations \
+        "SELECT user_id, SUM(nights) FROM reservations \
          WHERE status = 'confirmed' AND day >= ? AND check_out > ? AND user_id IN ({list}) GROUP BY user_id",
         &[4, 8, 16, super::coalesce::MAX_BATCH],
     )

@@ -43,7 +43,7 @@ use crate::locking::{Isolation, LockName, Namespace, TurnsInOrder};
 ///    [`night_locks`]), and 2. BEGIN — on PostgreSQL BEGIN first, then the locks, as the
 ///    transaction's first statements. All of them are held for exactly this one transaction
 ///    (`locking::transaction_under_locks`).
-/// 3. Lock the user's row, for the per-user quota (a stay counts as one booking).
+/// 3. Lock the user's row, for the per-user quota (which counts a stay's nights).
 /// 4. Read the stay: the resource (its capacity, a closed night, the session, the user's
 ///    future bookings) and the reservations that cover its nights ([`read_stay`]).
 /// 5. Decide: night by night, the user's own booking, then the capacity; then the quota
@@ -117,8 +117,9 @@ pub enum StayVerdict {
 
 /// The booking rules for a stay, with no database in sight: the rules of one day
 /// (`service::decide_in_arrival_order`) applied to each night in date order — the user's own
-/// booking first, then the capacity — and then the user's quota, which a stay uses once. The
-/// first night that fails decides, so a refusal names the earliest night in the way.
+/// booking first, then the capacity — and then the user's quota, counted in nights: `held`
+/// already, and the stay's own must fit under `max_future` (as a booking of one day adds one).
+/// The first night that fails decides, so a refusal names the earliest night in the way.
 pub fn decide_stay(
     live: bool,
     closed: bool,
@@ -141,7 +142,8 @@ pub fn decide_stay(
             return StayVerdict::NightFull(night.night);
         }
     }
-    if held >= max_future { StayVerdict::OverQuota } else { StayVerdict::Insert }
+    let wanted = i64::try_from(nights.len()).unwrap_or(i64::MAX);
+    if held.saturating_add(wanted) > max_future { StayVerdict::OverQuota } else { StayVerdict::Insert }
 }
 
 /// Confirmed reservations of one span of nights, `[day, check_out)`, and how many of them are
@@ -172,7 +174,7 @@ pub struct StayRead {
     closed: Option<(NaiveDate, String)>,
     live: bool,
     nights: Vec<Night>,
-    /// The user's confirmed bookings with a night today or later.
+    /// The nights of the user's confirmed bookings not over yet.
     held: i64,
     max_future: i64,
 }
@@ -187,7 +189,11 @@ impl StayRead {
         match verdict {
             StayVerdict::NightFull(night) => BookingError::NightFull { night, capacity: self.capacity },
             StayVerdict::NightBooked(night) => BookingError::NightBooked { night },
-            StayVerdict::OverQuota => BookingError::Quota { held: self.held },
+            StayVerdict::OverQuota => BookingError::StayQuota {
+                held: self.held,
+                nights: i64::try_from(self.nights.len()).unwrap_or(i64::MAX),
+                max: self.max_future,
+            },
             StayVerdict::SessionEnded => BookingError::SessionEnded,
             StayVerdict::Closed | StayVerdict::Insert => match &self.closed {
                 Some((day, reason)) => BookingError::Closed { day: *day, reason: reason.clone() },
@@ -200,7 +206,7 @@ impl StayRead {
 /// The resource as a stay needs it, in one statement: its capacity (under the shared row lock
 /// of `service`'s day read, for the same reason: a save lowering the capacity waits for us, or
 /// we for it), its first closed night within the stay and why, whether the session is live,
-/// and the user's bookings with a night today or later.
+/// and the nights the user holds in bookings not over yet (the quota counts nights).
 static READ_RESOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT r.capacity, \
@@ -208,7 +214,7 @@ static READ_RESOURCE: LazyLock<String> = LazyLock::new(|| {
          (SELECT c.reason FROM resource_closures c WHERE c.resource_id = r.id AND c.day BETWEEN ? AND ? \
            ORDER BY c.day LIMIT 1) AS closed, \
          (SELECT COUNT(*) FROM user_sessions s WHERE {}) AS live, \
-         (SELECT COUNT(*) FROM reservations x \
+         (SELECT COALESCE(SUM(x.nights), 0) FROM reservations x \
            WHERE x.user_id = ? AND x.day >= ? AND x.status = 'confirmed' AND x.check_out > ?) AS held \
          FROM resources r WHERE r.id = ? {{share}}",
         session::LIVE_SESSION.replace("{list}", "?")
@@ -321,6 +327,9 @@ mod tests {
         assert_eq!(decide_stay(false, true, 2, &free, 0, 30), SessionEnded);
         assert_eq!(decide_stay(true, true, 2, &free, 0, 30), Closed);
         assert_eq!(decide_stay(true, false, 2, &free, 30, 30), OverQuota);
+        // The quota counts nights: two more fit under 30 with 28 held, not with 29.
+        assert_eq!(decide_stay(true, false, 2, &free, 28, 30), Insert);
+        assert_eq!(decide_stay(true, false, 2, &free, 29, 30), OverQuota);
         // A full night is said before the quota: cancelling another booking would not help.
         assert_eq!(decide_stay(true, false, 1, &[night(2, 1, false)], 30, 30), NightFull(day(2)));
     }

@@ -346,3 +346,42 @@ async fn not_a_stay(db: TestDb) {
     assert_eq!(ends_on_the_last_night.status(), 201);
     assert_eq!(invariants::confirmed_on(&app.db, resource, day), 0, "nothing booked");
 }
+
+on_both_engines!(
+    the_quota_counts_a_stays_nights,
+    the_quota_counts_a_stays_nights_on_postgres => quota_in_nights
+);
+
+/// With at most five future nights per user, a stay of four leaves room for one: a stay of two
+/// is refused, saying how many nights are held, a booking of one day still fits, and then
+/// nothing does. Cancelled, the stay gives its four nights back.
+async fn quota_in_nights(db: TestDb) {
+    let app = TestApp::spawn_on(db, 1, |c| c.max_future_bookings = 5).await;
+    let resource = app.resource("Guest room", 9);
+    let client = app.client(0);
+    client.login(&app.user("ines", Role::Customer)).await;
+    let first = future_day();
+
+    let four = book_stay(&client, resource, first, after(first, 4)).await;
+    assert_eq!(four.status(), 201);
+    let four: Value = four.json().await.expect("json");
+    let two_more = book_stay(&client, resource, after(first, 5), after(first, 7)).await;
+    assert_eq!(two_more.status(), 409);
+    let refused: Value = two_more.json().await.expect("json");
+    assert_eq!(
+        (refused["error"].as_str(), refused["held"].as_i64()),
+        (Some("booking_quota"), Some(4)),
+        "{refused}"
+    );
+    assert!(refused["message"].as_str().is_some_and(|m| m.contains("2 more would pass 5")), "{refused}");
+    assert_eq!(client.book(resource, after(first, 5)).await.status(), 201, "one night still fits");
+    let full = client.book(resource, after(first, 6)).await;
+    assert_eq!((full.status().as_u16(), error_code(full).await), (409, "booking_quota".to_string()));
+
+    let id = four["id"].as_i64().expect("id");
+    assert_eq!(
+        client.send(reqwest::Method::DELETE, &format!("/api/v1/reservations/{id}")).await.status(),
+        200
+    );
+    assert_eq!(book_stay(&client, resource, after(first, 6), after(first, 8)).await.status(), 201);
+}

@@ -5,4 +5,5 @@ ALTER TABLE reservations
     DROP INDEX reservations_by_slot,
     ADD INDEX reservations_by_slot (resource_id, day, status),
     DROP CONSTRAINT reservations_stay_nights,
+    DROP COLUMN nights,
     DROP COLUMN check_out;

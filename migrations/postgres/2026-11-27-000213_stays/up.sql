@@ -18,6 +18,10 @@ ALTER TABLE reservations
 DROP INDEX reservations_by_slot;
 CREATE INDEX reservations_by_slot ON reservations (resource_id, day, status, check_out);
 
+-- How many nights: what the per-user quota counts (MAX_FUTURE_BOOKINGS_PER_USER), so that 30
+-- stays of 14 nights cannot hold a whole year. Computed by the server, never written.
+ALTER TABLE reservations ADD COLUMN nights INTEGER GENERATED ALWAYS AS (check_out - day) STORED;
+
 -- What a night costs, in hundredths of the shop's one currency (i18n::CURRENCY): a stay costs
 -- its nights times this. 0 is free of charge (a meeting room, a lab bench).
 ALTER TABLE resources

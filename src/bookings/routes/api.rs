@@ -75,7 +75,7 @@ pub(super) struct BookRequest {
 
 documented_answers!(BookAnswers:
     BookingError[InvalidDate, PastDate, TooFarAhead, InvalidId, InvalidStay, UnknownResource, FullyBooked,
-        AlreadyBooked, NightFull, NightBooked, Closed, Quota],
+        AlreadyBooked, NightFull, NightBooked, Closed, Quota, StayQuota],
     IdempotencyError[BadKey, Reused, Unreadable]);
 
 /// Book a resource for a day (`date`), or for a stay of 1 to 14 nights (`from` the check-in day,
