@@ -421,3 +421,81 @@ async fn twenty_resends_of_one_keyed_order_in_batches_place_it_once() {
     invariants::stock_matches_ledger(&app.db);
     invariants::orders_match_ledger(&app.db);
 }
+
+on_both_engines!(
+    a_deadlock_a_batch_loses_is_kept_for_the_admin_and_the_whole_batch_runs_again,
+    a_deadlock_a_batch_loses_is_kept_for_the_admin_and_the_whole_batch_runs_again_on_postgres
+        => a_deadlock_a_batch_loses
+);
+
+/// A batch locks its buyers' rows, then the stock row. Another session (a maintenance script,
+/// say) holds the stock row and then asks for a buyer's row: a deadlock, which the batch must
+/// lose. InnoDB rolls back the transaction with less to undo, so that session first writes
+/// ballast rows; PostgreSQL aborts the session whose deadlock check runs first, after
+/// `deadlock_timeout` of waiting: the batch, which waits first. The batch's whole transaction
+/// runs again once the other commits, and the deadlock is kept, with what the retry did.
+async fn a_deadlock_a_batch_loses(db: TestDb) {
+    let engine = db.pool.engine();
+    let buyers: Vec<i64> = (0..3).map(|i| create_user(&db, &format!("d{i}"), Role::Customer).id).collect();
+    let product = create_product(&db, "DL-BATCH", 100, 10);
+    let mut other = db.raw_connection();
+    diesel::connection::SimpleConnection::batch_execute(
+        &mut other,
+        match engine {
+            Engine::Mysql => {
+                "CREATE TABLE ballast (n INT NOT NULL) ENGINE = InnoDB; START TRANSACTION; \
+                 INSERT INTO ballast WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) \
+                   SELECT n FROM s"
+            }
+            Engine::Postgres => "START TRANSACTION",
+        },
+    )
+    .expect("ballast");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT product_id FROM stock_levels WHERE product_id = ? FOR UPDATE",
+    )
+    .bind::<BigInt, _>(product)
+    .execute(&mut other)
+    .expect("the other session holds the stock row");
+
+    let (pool, orders) = (
+        db.pool.clone(),
+        buyers
+            .iter()
+            .map(|&user| Step { user, product, quantity: 2, key: None }.batched())
+            .collect::<Vec<_>>(),
+    );
+    let batch = std::thread::spawn(move || {
+        service::order_batch(&pool, &RetryPolicy::default(), product, &orders, 20)
+            .map(|b| (b.attempts, b.answers.iter().filter(|a| a.is_ok()).count()))
+    });
+    invariants::wait_until_a_transaction_waits_for_a_lock(&db).await;
+    // The batch holds its buyers' rows and waits for the stock row: asking for a buyer's row
+    // closes the cycle.
+    haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT id FROM users WHERE id = ? FOR UPDATE")
+        .bind::<BigInt, _>(buyers[1])
+        .execute(&mut other)
+        .expect("the batch, not this session, is rolled back");
+    let mut watcher = db.raw_connection();
+    crate::common::poll::until_async(
+        "the batch to store its deadlock evidence",
+        std::time::Duration::from_secs(30),
+        async || {
+            let stored: i64 = haita::db::cached_sql::<BigInt>("SELECT COUNT(*) FROM deadlock_reports")
+                .get_result(&mut watcher)
+                .expect("reports");
+            stored > 0
+        },
+    )
+    .await;
+    diesel::connection::SimpleConnection::batch_execute(&mut other, "COMMIT").expect("commit");
+
+    let (attempts, placed) = batch.join().expect("batch thread").expect("the batch ran again and placed");
+    assert_eq!((attempts, placed), (2, 3));
+    let reports = haita::deadlocks::recent(&mut db.raw_connection(), 10).expect("reports");
+    let report = reports.iter().find(|r| r.seen_by == "order batch").expect("seen by the batch");
+    assert_eq!(report.outcome.as_deref(), Some("retried: 3 of 3 orders placed on attempt 2"), "{report:?}");
+    assert_eq!(invariants::on_hand(&db, product), 4);
+    invariants::stock_matches_ledger(&db);
+    invariants::orders_match_ledger(&db);
+}
