@@ -1,7 +1,7 @@
 //! HTTP for the demo: `/demo` (anyone may look and watch the standard race; a logged-in user
-//! chooses what to race), `/demo/races/live` (the running race as server-sent events), the JSON
-//! API, and `/api/v1/demo/bookings`, one booking by a correct strategy, which `haita bench`
-//! measures.
+//! chooses what to race; below it the flash sale's row, whose form `crate::lab::flash::routes`
+//! serves), `/demo/races/live` (the running race as server-sent events), the JSON API, and
+//! `/api/v1/demo/bookings`, one booking by a correct strategy, which `haita bench` measures.
 
 use std::time::Duration;
 
