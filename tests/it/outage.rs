@@ -1,21 +1,25 @@
-//! The database going away under load: quick 503s, never a 500 or a long hang, and recovery on
-//! its own when the server is back.
+//! The database going away under load: quick 503s on every path, never a 500 or a long hang,
+//! and recovery on its own when the server is back.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use haita::auth::Role;
+use serde_json::json;
 
 use crate::common::own_server::OwnServer;
-use crate::common::{TestApp, TestDb, future_day, invariants, poll};
+use crate::common::{Client, TestApp, TestDb, future_day, invariants, poll};
 
 #[derive(Debug)]
 struct Answer {
     client: usize,
+    path: &'static str,
     status: u16,
     code: String,
     retry_after: bool,
+    /// The answer's `Content-Type` is HTML (else JSON, or none for a redirect).
+    html: bool,
     started: Instant,
     took: Duration,
 }
@@ -28,12 +32,108 @@ fn every_client(answers: &Mutex<Vec<Answer>>, clients: usize, counts: impl Fn(&A
     had.len() == clients
 }
 
-/// Bookings and orders from 12 clients while the project's own MariaDB is killed with `kill -9`
-/// two seconds into the load, and started again once every client has met the outage.
-/// Checks: only 2xx, 409 and 503 (+ Retry-After) answers; while the server is down no request
-/// waits anywhere near the pool timeout (8 s here: without the outage fast path every request
-/// would wait all of it); requests succeed again after the restart without anyone touching the
-/// app; the invariants hold in the database afterwards.
+/// The longest wait from request to answer while the database is down, on every path: what the
+/// issue asks (under a second, from request to 503), and what is asserted per path. It is the
+/// one duration a test asserts on; measured before the fix, orders took 1.96 s here.
+const WHILE_DOWN: Duration = Duration::from_secs(1);
+
+/// One path of the load: what a client of `role` sends, whether it asks for HTML, and the
+/// answers it gets when the database is up.
+#[derive(Clone, Copy)]
+struct Path {
+    name: &'static str,
+    role: Option<Role>,
+    html: bool,
+    fine: &'static [u16],
+}
+
+const PATHS: &[Path] = &[
+    Path { name: "booking", role: Some(Role::Customer), html: false, fine: &[201, 409] },
+    Path { name: "stay", role: Some(Role::Customer), html: false, fine: &[201, 409] },
+    Path { name: "order, a cart of two lines", role: Some(Role::Customer), html: false, fine: &[201, 409] },
+    Path { name: "order, one line (coalesced)", role: Some(Role::Customer), html: false, fine: &[201, 409] },
+    Path { name: "checkout hold", role: Some(Role::Customer), html: false, fine: &[201, 409] },
+    Path { name: "stock receipt", role: Some(Role::Staff), html: false, fine: &[200, 201] },
+    Path { name: "edit lock", role: Some(Role::Staff), html: false, fine: &[200, 201] },
+    Path { name: "edit lock (editor page)", role: Some(Role::Staff), html: true, fine: &[303] },
+    Path { name: "batch start (admin screen)", role: Some(Role::Admin), html: true, fine: &[303, 409] },
+    Path { name: "login", role: None, html: false, fine: &[200] },
+    Path { name: "catalog page", role: Some(Role::Customer), html: true, fine: &[200] },
+    Path { name: "bookings page", role: Some(Role::Customer), html: true, fine: &[200] },
+    Path { name: "admin locks page", role: Some(Role::Admin), html: true, fine: &[200] },
+];
+
+/// How many clients send each path (index into [`PATHS`]): two on the busiest, so that the
+/// coalesced orders form batches and bookings queue behind each other's locks.
+fn clients_of(path: usize) -> usize {
+    match PATHS[path].name {
+        "booking" | "order, a cart of two lines" | "order, one line (coalesced)" => 2,
+        _ => 1,
+    }
+}
+
+/// What the load works on.
+struct Fixture {
+    resource: i64,
+    stay_resource: i64,
+    products: [i64; 3],
+    /// One resource per staff client, so that its edit locks are its own: the API's, the page's.
+    edited: [i64; 2],
+    first_day: chrono::NaiveDate,
+    login: crate::common::TestUser,
+}
+
+/// The `n`-th request of a client on `path`.
+async fn send(client: &Client, path: &Path, n: u64, csrf: &str, at: &Fixture) -> reqwest::Response {
+    let day = |offset: u64| at.first_day + chrono::Days::new(offset);
+    let [hot, a, b] = at.products;
+    match path.name {
+        "booking" => client.book(at.resource, day(n % 20)).await,
+        "stay" => {
+            let from = day(30 + (n % 20) * 3);
+            let body = json!({"resource_id": at.stay_resource, "from": from.to_string(),
+                              "to": (from + chrono::Days::new(2)).to_string()});
+            client.post_json("/api/v1/reservations", &body).await
+        }
+        "order, a cart of two lines" => client.order(&[(a, 1), (b, 1)]).await,
+        "order, one line (coalesced)" => client.order(&[(hot, 1)]).await,
+        "checkout hold" => client.post_json("/api/v1/holds", &json!({"product_id": a, "quantity": 1})).await,
+        "stock receipt" => {
+            client.post_json("/api/v1/stock/receipts", &json!({"product_id": b, "quantity": 1})).await
+        }
+        "edit lock" => {
+            client.send(reqwest::Method::POST, &format!("/api/v1/resources/{}/edit-lock", at.edited[0])).await
+        }
+        "edit lock (editor page)" => {
+            client
+                .post_form(&format!("/resources/{}/edit/start", at.edited[1]), &[("csrf_token", csrf)])
+                .await
+        }
+        "batch start (admin screen)" => {
+            let form = [("csrf_token", csrf), ("revision", "outage"), ("percent", "1"), ("policy", "wait")];
+            client.post_form("/admin/batch/price-revision", &form).await
+        }
+        "login" => {
+            let body = json!({"username": at.login.username, "password": crate::common::PASSWORD});
+            client.post_json("/api/v1/session", &body).await
+        }
+        "catalog page" => client.get("/products").await,
+        "bookings page" => client.get("/bookings").await,
+        "admin locks page" => client.get("/admin/locks").await,
+        other => unreachable!("no such path: {other}"),
+    }
+}
+
+/// Every path of the app — bookings, stays, orders one at a time and coalesced, checkout holds,
+/// stock receipts, edit locks (API and editor page), a batch start from the admin screen, login
+/// and HTML pages — sent by 17 clients (customers, staff and an admin, each where its path needs
+/// the role) while the project's own database server is killed with `kill -9` two seconds into
+/// the load, and started again once every client has met the outage.
+/// Checks: only the path's own answers and 503 (+ Retry-After) answers, never a 500; per path,
+/// every request sent while the server is down is answered within [`WHILE_DOWN`] — a 503 with
+/// `Retry-After`, in HTML or JSON as asked (or what committed just before the kill); requests
+/// succeed again after the restart without anyone touching the app; the invariants hold in the
+/// database afterwards.
 #[actix_web::test]
 async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
     // The app's log shows the cause of any 500 this test finds (`RUST_LOG=warn` to see it).
@@ -48,34 +148,61 @@ async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
         c.max_orders_per_minute = 100_000;
     })
     .await;
-    let resource = app.resource("Outage room", 3);
-    let product = app.product("OUTAGE-1", 100, 1_000);
-    let clients: Vec<_> = (0..12).map(|i| app.client(i)).collect();
-    for (i, client) in clients.iter().enumerate() {
-        client.login(&app.user(&format!("o{i:02}"), Role::Customer)).await;
+    let at = Arc::new(Fixture {
+        resource: app.resource("Outage room", 3),
+        stay_resource: app.resource("Outage suite", 2),
+        products: [
+            app.product("OUTAGE-HOT", 100, 100_000),
+            app.product("OUTAGE-A", 100, 100_000),
+            app.product("OUTAGE-B", 100, 100_000),
+        ],
+        edited: [app.resource("Edited by the API", 1), app.resource("Edited on its page", 1)],
+        first_day: future_day(),
+        login: app.user("o-login", Role::Customer),
+    });
+    let staff = app.user("o-staff", Role::Staff);
+    let admin = app.user("o-admin", Role::Admin);
+    let mut clients = Vec::new();
+    for (p, path) in PATHS.iter().enumerate() {
+        for _ in 0..clients_of(p) {
+            let i = clients.len();
+            let client = app.client(i);
+            match path.role {
+                Some(Role::Customer) => client.login(&app.user(&format!("o{i:02}"), Role::Customer)).await,
+                Some(Role::Staff) => client.login(&staff).await,
+                Some(Role::Admin) => client.login(&admin).await,
+                None => {}
+            }
+            let csrf = if path.html && path.fine.contains(&303) {
+                client.csrf_token("/").await
+            } else {
+                String::new()
+            };
+            clients.push((client, *path, csrf));
+        }
     }
-    let first_day = future_day();
 
     let n_clients = clients.len();
     let stop = Arc::new(AtomicBool::new(false));
     let answers = Arc::new(Mutex::new(Vec::new()));
-    let load = clients.into_iter().enumerate().map(|(i, client)| {
-        let (stop, answers) = (stop.clone(), answers.clone());
+    let load = clients.into_iter().enumerate().map(|(i, (client, path, csrf))| {
+        let (stop, answers, at) = (stop.clone(), answers.clone(), at.clone());
         actix_web::rt::spawn(async move {
             let mut n = 0u64;
             // Bounded: at most 2 000 requests per client, and the test stops the loop.
             while !stop.load(Ordering::Relaxed) && n < 2_000 {
                 n += 1;
                 let started = Instant::now();
-                let response = if i % 2 == 0 {
-                    client.book(resource, first_day + chrono::Days::new(n % 20)).await
-                } else {
-                    client.order(&[(product, 1)]).await
-                };
+                let response = send(&client, &path, n, &csrf, &at).await;
                 let took = started.elapsed();
                 let status = response.status().as_u16();
                 let retry_after = response.headers().get("retry-after").is_some();
-                let code = if status >= 400 {
+                let html = response
+                    .headers()
+                    .get("content-type")
+                    .and_then(|t| t.to_str().ok())
+                    .is_some_and(|t| t.starts_with("text/html"));
+                let code = if status >= 400 && !html {
                     response
                         .json::<serde_json::Value>()
                         .await
@@ -87,9 +214,11 @@ async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
                 };
                 answers.lock().expect("answers").push(Answer {
                     client: i,
+                    path: path.name,
                     status,
                     code,
                     retry_after,
+                    html,
                     started,
                     took,
                 });
@@ -147,18 +276,13 @@ async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
     tasks.into_iter().for_each(|t| t.expect("client task"));
     let answers = std::mem::take(&mut *answers.lock().expect("answers"));
 
+    let fine_when_up = |a: &Answer| PATHS.iter().any(|p| p.name == a.path && p.fine.contains(&a.status));
     for a in &answers {
-        let fine = matches!(a.status, 200 | 201 | 409) || (a.status == 503 && a.retry_after);
-        assert!(fine, "only success, 409 and 503 with Retry-After, never a 500: {a:?}");
+        let fine = fine_when_up(a) || (a.status == 503 && a.retry_after);
+        assert!(fine, "only the path's own answers and 503 with Retry-After, never a 500: {a:?}");
     }
     let during: Vec<&Answer> =
         answers.iter().filter(|a| a.started >= killed_at && a.started < back_at).collect();
-    let slowest = during.iter().map(|a| a.took).max().unwrap_or_default();
-    let slowest_started = during
-        .iter()
-        .max_by_key(|a| a.took)
-        .map(|a| a.started.saturating_duration_since(killed_at))
-        .unwrap_or_default();
     let unavailable = during.iter().filter(|a| a.status == 503).count();
     let first_success_after = answers
         .iter()
@@ -167,23 +291,54 @@ async fn a_killed_database_gives_quick_503s_and_the_app_recovers_by_itself() {
         .min();
     let codes: std::collections::BTreeSet<&str> = during.iter().map(|a| a.code.as_str()).collect();
     println!(
-        "outage: {} requests while down ({unavailable} × 503, codes {codes:?}), slowest {slowest:?} (started {slowest_started:?} after the kill); \
-         first success {first_success_after:?} after the server was back; {} requests in all",
+        "outage: {} requests while down ({unavailable} × 503, codes {codes:?}); first success \
+         {first_success_after:?} after the server was back; {} requests in all",
         during.len(),
         answers.len()
     );
+    // Per path: how long its answers took while the server was down. Printed for every path
+    // before any is asserted, so that one run shows them all.
+    let mut too_slow = Vec::new();
+    for path in PATHS {
+        let mut took: Vec<Duration> = during.iter().filter(|a| a.path == path.name).map(|a| a.took).collect();
+        took.sort();
+        let p99 = took.get((took.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or_default();
+        let max = took.last().copied().unwrap_or_default();
+        println!(
+            "  {:<28} {:>4} answers while down, p99 {p99:>8.1?}, max {max:>8.1?}",
+            path.name,
+            took.len()
+        );
+        if max >= WHILE_DOWN {
+            too_slow.push(format!("{}: {max:?}", path.name));
+        }
+    }
     assert!(unavailable > 0, "the outage was noticed");
+    for path in PATHS {
+        let its: Vec<&&Answer> = during.iter().filter(|a| a.path == path.name).collect();
+        assert!(its.iter().any(|a| a.status == 503), "{}: met the outage", path.name);
+        for a in its {
+            let said_down = a.status == 503 && a.retry_after && a.html == path.html;
+            assert!(
+                said_down || fine_when_up(a),
+                "{}: while down, a 503 with Retry-After in {} (or what committed before): {a:?}",
+                path.name,
+                if path.html { "HTML" } else { "JSON" }
+            );
+        }
+    }
+    assert!(
+        too_slow.is_empty(),
+        "every path answers within {WHILE_DOWN:?} while the database is down: {too_slow:?}"
+    );
     // Said as it is: the database is down, not busy (a checkout during an outage used to answer
     // `busy`; then nearly every 503 did). Most, not all: a request can meet a full queue or a
     // checkout already waiting just as the server goes. Measured: 2 `busy` of 12 and of 13 503s
     // in two of about twenty runs, never more, so at most a fifth (two when there are few).
-    let said_unavailable = during.iter().filter(|a| a.status == 503 && a.code == "unavailable").count();
-    let said_otherwise = unavailable - said_unavailable;
-    assert!(said_otherwise <= (unavailable / 5).max(2), "503s while down say unavailable: {codes:?}");
-    assert!(
-        slowest < Duration::from_secs(4),
-        "no request waited for the pool timeout while down: {slowest:?}"
-    );
+    let json_503: Vec<&&Answer> = during.iter().filter(|a| a.status == 503 && !a.html).collect();
+    let said_unavailable = json_503.iter().filter(|a| a.code == "unavailable").count();
+    let said_otherwise = json_503.len() - said_unavailable;
+    assert!(said_otherwise <= (json_503.len() / 5).max(2), "503s while down say unavailable: {codes:?}");
     assert!(
         first_success_after.is_some(),
         "requests succeed again once the server is back, with no restart of the app"
