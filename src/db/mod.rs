@@ -31,7 +31,7 @@ pub use conn::{DbConn, Engine, MultiBackend};
 pub use database::{ScratchDatabase, ensure_database_exists, redact, split_database_url};
 pub use dialect::{Dialect, ServerFacts};
 pub use migrations::{MIGRATIONS, Migrations};
-pub use pool::{CheckoutError, DbPool, IDLE_CHECK, OUTAGE_WAIT, PooledConn, build_pool, statements_run};
+pub use pool::{CheckoutError, DbPool, IDLE_CHECK, OUTAGE_NOTICE, PooledConn, build_pool, statements_run};
 pub(crate) use text_enum::text_enum;
 pub use transaction::{transaction, transaction_read_committed};
 

@@ -27,9 +27,20 @@ pub type PooledConn = PooledConnection<conn::Manager>;
 /// While the server is unreachable, r2d2 would keep every request waiting the full
 /// `POOL_TIMEOUT_SECS` for a connection that cannot be made, and requests pile up behind each
 /// other. So the pool remembers a failed connect (r2d2 reports it to its error handler), and
-/// until a connection works again (a new one opens, or an idle one answers its ping) a
-/// checkout waits at most [`OUTAGE_WAIT`]: the answer is a quick 503 with `Retry-After`, and
-/// the pool's own reconnect attempts bring it back.
+/// until a connection works again (a new one opens, an idle one answers its ping, or any
+/// connection's statement is answered) a checkout does not wait at all: it takes an idle
+/// connection that works, or answers at once — a quick 503 with `Retry-After` — and the pool's
+/// own reconnect attempts (at most a second apart) bring it back. A checkout that was already
+/// waiting when the server went looks at the pool's health every [`OUTAGE_NOTICE`].
+///
+/// Not waiting at all is what bounds a whole request, not just one checkout: a request may
+/// check out several times (a session check, a retry after a lost connection, a coalesced batch
+/// and then the order alone, a second connection under a batch's guard), and the coalescing
+/// drainers take their batches one after another, so waits per checkout add up. Measured
+/// (`tests/it/outage.rs`) with a 500 ms wait per checkout during an outage: orders, holds, edit
+/// locks and pages took about 2 s to answer their 503. Now only a checkout already waiting when
+/// the server goes pays one more [`OUTAGE_NOTICE`] at most, and every later one, in that request
+/// or another, answers at once: at most about a quarter of a second, on every path.
 ///
 /// A checkout is not tested with a query: that would be one more round trip on every request.
 /// Each connection's own statements tell the pool how it is ([`Liveness`]): one that lost its
@@ -70,32 +81,42 @@ impl Drop for SettleOpenings {
     }
 }
 
-/// How long a checkout waits while the server is known to be unreachable.
-pub const OUTAGE_WAIT: Duration = Duration::from_millis(500);
+/// How often a checkout waiting for a connection looks at the pool's health: it gives up within
+/// this long of the pool finding the server unreachable (r2d2 cannot wake it when that happens).
+/// Short, because that is the whole of what an outage adds to a request; each look is one
+/// lock of r2d2's mutex, nothing sent to the server.
+pub const OUTAGE_NOTICE: Duration = Duration::from_millis(100);
 
 /// A connection idle longer than this is pinged before it is handed out: a server restart, its
 /// `wait_timeout` or a firewall may have closed it meanwhile. A busy connection never is.
 pub const IDLE_CHECK: Duration = Duration::from_secs(30);
 
 impl DbPool {
-    /// A connection, within `POOL_TIMEOUT_SECS` — or within [`OUTAGE_WAIT`] during an outage.
+    /// A connection, within `POOL_TIMEOUT_SECS` — or at once (an idle one, or none) while the
+    /// server is known to be unreachable.
     ///
-    /// The wait is taken in slices of at most `OUTAGE_WAIT`, so that a checkout that began just
-    /// before the server went away stops waiting as soon as the pool has noticed, instead of
-    /// sitting out the whole pool timeout.
+    /// The wait is taken in slices of at most [`OUTAGE_NOTICE`], so that a checkout that began
+    /// just before the server went away stops waiting as soon as the pool has noticed, instead
+    /// of sitting out the whole pool timeout.
     pub fn get(&self) -> Result<PooledConn, CheckoutError> {
         let began = Instant::now();
         let end = began + self.timeout;
         let checked_out = loop {
+            let down = self.health.is_down();
             let left = end.saturating_duration_since(Instant::now());
-            match self.pool.get_timeout(left.min(OUTAGE_WAIT)) {
+            // While down: an idle connection if there is one (r2d2 may have just reconnected,
+            // or a request given one back), never a wait.
+            let slice = if down { Duration::ZERO } else { left.min(OUTAGE_NOTICE) };
+            match self.pool.get_timeout(slice) {
                 Ok(mut conn) => match self.fit(&mut conn) {
                     Ok(()) => break Ok(conn),
                     // Dropped broken: r2d2 closes it and opens another in its place.
                     Err(()) => continue,
                 },
-                Err(e) if self.health.is_down() => break Err(CheckoutError::Down(e)),
-                Err(e) if left <= OUTAGE_WAIT => break Err(CheckoutError::Busy(e)),
+                Err(e) if down => break Err(CheckoutError::Down(e)),
+                // Noticed during this slice: one more turn, without waiting.
+                Err(_) if self.health.is_down() => continue,
+                Err(e) if left <= OUTAGE_NOTICE => break Err(CheckoutError::Busy(e)),
                 Err(_) => continue,
             }
         };
@@ -195,8 +216,12 @@ impl diesel::connection::Instrumentation for Liveness {
                     self.lost = true;
                     self.health.connection_lost();
                 }
-                // An error the server sent is an answer too.
-                _ => self.last_answer = Instant::now(),
+                // An error the server sent is an answer too; and an answer ends what the pool
+                // took for an outage (a connect refused for another reason: too many clients).
+                _ => {
+                    self.last_answer = Instant::now();
+                    self.health.answered();
+                }
             }
         }
     }
@@ -248,6 +273,14 @@ impl Health {
     fn mark_down(&self, why: &dyn std::fmt::Display) {
         if !self.down.swap(true, Ordering::Relaxed) {
             log::warn!("database unreachable ({why}); answering 503 until a connection works again");
+        }
+    }
+
+    /// A connection's statement was answered: the server is reachable. Only a load while it
+    /// was not thought down, which is every statement but those of an outage's end.
+    fn answered(&self) {
+        if self.is_down() {
+            self.mark_up();
         }
     }
 
