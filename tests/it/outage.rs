@@ -126,7 +126,7 @@ async fn send(client: &Client, path: &Path, n: u64, csrf: &str, at: &Fixture) ->
 
 /// Every path of the app — bookings, stays, orders one at a time and coalesced, checkout holds,
 /// stock receipts, edit locks (API and editor page), a batch start from the admin screen, login
-/// and HTML pages — sent by 17 clients (customers, staff and an admin, each where its path needs
+/// and HTML pages — sent by 16 clients (customers, staff and an admin, each where its path needs
 /// the role) while the project's own database server is killed with `kill -9` two seconds into
 /// the load, and started again once every client has met the outage.
 /// Checks: only the path's own answers and 503 (+ Retry-After) answers, never a 500; per path,
