@@ -10,6 +10,7 @@ mod batch;
 mod bookings;
 mod catalog;
 mod cli;
+mod cluster;
 mod coalescing;
 mod common;
 mod contention;
