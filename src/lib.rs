@@ -100,10 +100,15 @@ impl Application {
         metrics::set_enabled(config.metrics);
         let state = aweb::Data::new(AppState::new(pool.clone(), config));
         // This instance's queues of bookings per day, served in batches.
-        let coalescer = aweb::Data::new(bookings::coalesce::Coalescer::new(state.config.max_future_bookings));
+        // Their waiters are turned away at the same cutoff as the lock queue's (`shutdown`).
+        let cutoff = state.locks.cutoff().clone();
+        let coalescer = aweb::Data::new(bookings::coalesce::Coalescer::new(
+            state.config.max_future_bookings,
+            cutoff.clone(),
+        ));
         // And of single-line orders per product.
         let order_coalescer =
-            aweb::Data::new(orders::coalesce::Coalescer::new(state.config.max_orders_per_minute));
+            aweb::Data::new(orders::coalesce::Coalescer::new(state.config.max_orders_per_minute, cutoff));
         // One per instance, shared by its workers: at most one demo race at a time, and its
         // progress for everyone watching.
         #[cfg(feature = "lab")]

@@ -149,6 +149,12 @@ impl Problem {
         Self { retry_after: Some(2), cause: "database", ..Answer::UNAVAILABLE.said("error.unavailable", &[]) }
     }
 
+    /// This instance is shutting down: the request was still waiting in memory for a lock, and
+    /// nothing of it was done.
+    pub fn draining() -> Self {
+        Self { retry_after: Some(1), cause: "draining", ..Answer::DRAINING.said("error.draining", &[]) }
+    }
+
     pub fn internal() -> Self {
         Answer::INTERNAL.said("error.internal", &[])
     }
