@@ -349,7 +349,7 @@ pub async fn not_found() -> Result<HttpResponse, RequestError> {
 /// Whether this request is answered in JSON (the API) or HTML (everything a browser navigates).
 pub fn wants_json(req: &HttpRequest) -> bool {
     let path = req.path();
-    path.starts_with("/api/") || path == "/health" || path == "/metrics"
+    path.starts_with("/api/") || path == "/health" || path == "/ready" || path == "/metrics"
 }
 
 impl From<actix_web::error::BlockingError> for RequestError {
