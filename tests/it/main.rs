@@ -17,6 +17,7 @@ mod contention;
 mod customer_words;
 #[cfg(feature = "lab")]
 mod demo;
+mod drain;
 mod edit_locks;
 mod figures;
 mod grants;
