@@ -130,6 +130,11 @@ impl Instance {
             .env("LOGIN_FAILURES_PER_ADDRESS", "100000")
             .env("MAX_ORDERS_PER_MINUTE_PER_USER", "100000")
             .env("MAX_FUTURE_BOOKINGS_PER_USER", "100000")
+            // About a dozen days are booked at once across the cluster, so an instance may wait
+            // at the server for that many keys held by the others: a budget that lets it, so that
+            // no 503 busy comes from the load itself (the default, a quarter of the pool, is
+            // for one hot or stuck key).
+            .env("LOCK_WAITERS_MAX", "12")
             // Orders one at a time. Coalesced (the default), a batch of one product's orders
             // sometimes never answers under this load on three instances, with or without any
             // of the events below: its requests wait until the balancer gives up (504), and the
