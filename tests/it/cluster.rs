@@ -354,13 +354,13 @@ struct Goods {
 /// One customer: books and orders in turn until told to stop, a request every 20 ms or so.
 /// Even-numbered customers send every request with an `Idempotency-Key`, the others without.
 async fn customer(i: usize, client: Client, goods: Goods, load: Arc<Load>) {
-    let keyed = i % 2 == 0;
+    let keyed = i.is_multiple_of(2);
     let mut n = 0usize;
     while !load.stop.load(Ordering::Relaxed) {
         n += 1;
-        let order = n % 2 == 0;
+        let order = n.is_multiple_of(2);
         let body = if order {
-            let product = if n % 8 == 0 { goods.scarce } else { goods.plenty };
+            let product = if n.is_multiple_of(8) { goods.scarce } else { goods.plenty };
             json!({"lines": [{"product_id": product, "quantity": 1}]})
         } else {
             // Everyone walks the same 150 days from a different start: days fill up, and each
