@@ -202,7 +202,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             actix_web::rt::System::new().block_on(async move {
                 let app = crate::Application::build(config, pool)?;
                 log::info!("serving on http://{}", bind.replace(":0", &format!(":{}", app.port())));
-                app.run_until_stopped().await?;
+                app.run_until_signalled().await?;
+                log::info!("exiting");
                 Ok(())
             })
         }

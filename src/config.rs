@@ -162,6 +162,19 @@ pub struct Env {
     /// wait for a connection).
     #[arg(long, env = "BLOCKING_THREADS", value_parser = clap::value_parser!(u64).range(1..=1024))]
     blocking_threads: Option<u64>,
+    /// After SIGTERM or SIGINT, how long the instance goes on serving every request while /ready
+    /// answers 503, so that the load balancer's health checks take it out of rotation before it
+    /// stops accepting (seconds; at least the checks' interval times the failures they need). A
+    /// second signal cuts it short. 0: stop accepting at once.
+    #[arg(long, env = "DRAIN_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    drain_secs: u64,
+    /// Once the instance stops accepting, how long it lets the requests in flight finish
+    /// (seconds). Keep it above LOCK_WAIT_SECS + POOL_TIMEOUT_SECS, the longest a request waits
+    /// for its lock and its connection, so that every request gets its own answer; a request
+    /// still queued in memory for a lock shortly before it runs out is answered 503 draining,
+    /// and at the end the connections left are closed.
+    #[arg(long, env = "SHUTDOWN_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    shutdown_timeout_secs: u64,
     /// The lab only (the race demo, `haita bench`): the Redis server of the redis-lock
     /// strategies.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
@@ -330,6 +343,10 @@ pub struct Config {
     /// connection, so a thread beyond the pool's size could only wait for one; a password check
     /// needs no connection but holds a thread for its hashing slot.
     pub blocking_threads: usize,
+    /// `DRAIN_SECS`: serving on after a stop signal, not ready (`crate::shutdown`).
+    pub drain: Duration,
+    /// `SHUTDOWN_TIMEOUT_SECS`: the requests in flight finish within it once accepting stopped.
+    pub shutdown_timeout: Duration,
     /// `DEMO_MODE`: demo data, the demo accounts on the login page and the race demo exist, and
     /// a missing `SESSION_KEY` is generated. Off by default: a production deployment gets none of
     /// it, and must set `SESSION_KEY`.
@@ -370,6 +387,8 @@ impl std::fmt::Debug for Config {
             cookie_secure,
             workers,
             blocking_threads,
+            drain,
+            shutdown_timeout,
             demo_mode,
             redis_url,
             demo_lock_dir,
@@ -399,6 +418,8 @@ impl std::fmt::Debug for Config {
             .field("cookie_secure", cookie_secure)
             .field("workers", workers)
             .field("blocking_threads", blocking_threads)
+            .field("drain", drain)
+            .field("shutdown_timeout", shutdown_timeout)
             .field("demo_mode", demo_mode)
             .field("redis_url", &redact(redis_url))
             .field("demo_lock_dir", demo_lock_dir)
@@ -503,6 +524,8 @@ impl TryFrom<Env> for Config {
             blocking_threads: env
                 .blocking_threads
                 .map_or_else(|| default_blocking_threads(env.pool_size, hashing_slots), size),
+            drain: Duration::from_secs(env.drain_secs),
+            shutdown_timeout: Duration::from_secs(env.shutdown_timeout_secs),
             demo_mode: env.demo_mode,
             redis_url: env.redis_url,
             demo_lock_dir: env.demo_lock_dir.unwrap_or_else(|| std::env::temp_dir().join("haita-locks")),

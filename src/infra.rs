@@ -13,6 +13,7 @@
 //! | deadlock (1213) or row lock wait timeout (1205) that reached the client | 503 `busy` + `Retry-After` |
 //! | no pooled connection within `POOL_TIMEOUT_SECS` | 503 `busy` + `Retry-After` |
 //! | the connection to the server was lost, the server is going away, or the pool cannot reach it | 503 `unavailable` + `Retry-After` |
+//! | this instance is shutting down and the request was still waiting in memory for a lock | 503 `draining` + `Retry-After` |
 //! | anything else (a bug, a broken invariant) | 500, cause chain logged, nothing sent |
 //!
 //! A feature's `impl AsProblem` ends with `Self::Infra(e) => e.problem()`; the
@@ -85,7 +86,10 @@ impl Infra {
             | Self::Lock(LockError::TimedOut { .. } | LockError::Crowded { .. }) => true,
             Self::Pool(CheckoutError::Down(_)) => false,
             Self::Database(e, _) => e.lock_conflict().is_some(),
-            Self::Lock(LockError::Failed { .. }) | Self::Blocking(_) => false,
+            // Nothing was waited out: the instance is leaving.
+            Self::Lock(LockError::Failed { .. } | LockError::ShuttingDown { .. }) | Self::Blocking(_) => {
+                false
+            }
         }
     }
 
@@ -125,6 +129,7 @@ impl AsProblem for Infra {
                 })
                 .because(cause)
             }
+            Self::Lock(LockError::ShuttingDown { .. }) => Problem::draining(),
             Self::Database(e, _) if e.lock_conflict().is_some() => {
                 Problem::busy_in("busy.demand").because("row_lock")
             }
@@ -235,6 +240,15 @@ mod tests {
         let problem = timed_out.problem();
         assert_eq!((problem.status.as_u16(), problem.error), (503, "busy"));
         assert!(problem.message.contains("receiving this product"), "{}", problem.message);
+    }
+
+    #[test]
+    fn a_request_turned_away_by_a_stopping_instance_is_draining() {
+        let turned_away = Infra::Lock(LockError::ShuttingDown {
+            name: crate::locking::Namespace::for_database("haita").stock(3),
+        });
+        assert_eq!(answer(&turned_away), (503, "draining", true));
+        assert!(!turned_away.is_busy() && !turned_away.is_unavailable());
     }
 
     #[test]

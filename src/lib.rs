@@ -31,6 +31,7 @@ pub mod openapi;
 pub mod orders;
 pub mod resources;
 pub mod schema;
+pub mod shutdown;
 pub mod web;
 
 use std::net::TcpListener;
@@ -88,6 +89,7 @@ pub struct Application {
     port: u16,
     server: Server,
     pool: DbPool,
+    shutdown: aweb::Data<shutdown::Shutdown>,
 }
 
 impl Application {
@@ -100,10 +102,17 @@ impl Application {
         metrics::set_enabled(config.metrics);
         let state = aweb::Data::new(AppState::new(pool.clone(), config));
         // This instance's queues of bookings per day, served in batches.
-        let coalescer = aweb::Data::new(bookings::coalesce::Coalescer::new(state.config.max_future_bookings));
+        // Their waiters are turned away at the same cutoff as the lock queue's (`shutdown`).
+        let cutoff = state.locks.cutoff().clone();
+        let coalescer = aweb::Data::new(bookings::coalesce::Coalescer::new(
+            state.config.max_future_bookings,
+            cutoff.clone(),
+        ));
         // And of single-line orders per product.
         let order_coalescer =
-            aweb::Data::new(orders::coalesce::Coalescer::new(state.config.max_orders_per_minute));
+            aweb::Data::new(orders::coalesce::Coalescer::new(state.config.max_orders_per_minute, cutoff));
+        // Readiness, the requests in flight, and the drain on a stop signal.
+        let shutdown = aweb::Data::new(shutdown::Shutdown::new(&state));
         // One per instance, shared by its workers: at most one demo race at a time, and its
         // progress for everyone watching.
         #[cfg(feature = "lab")]
@@ -112,6 +121,8 @@ impl Application {
         #[cfg(feature = "lab")]
         let outside = aweb::Data::new(lab::locks::OutsideLocks::from_config(&state.config)?);
         let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
+        let shutdown_timeout = state.config.shutdown_timeout.as_secs();
+        let app_shutdown = shutdown.clone();
         let server = HttpServer::new(move || {
             // Runs on each worker thread as it starts: that thread records into this instance's
             // registry from now on.
@@ -119,7 +130,8 @@ impl Application {
             let app = App::new()
                 .app_data(state.clone())
                 .app_data(coalescer.clone())
-                .app_data(order_coalescer.clone());
+                .app_data(order_coalescer.clone())
+                .app_data(app_shutdown.clone());
             #[cfg(feature = "lab")]
             let app = app.app_data(race_board.clone()).app_data(outside.clone());
             app.app_data(error::json_config(error::BODY_LIMIT))
@@ -144,6 +156,7 @@ impl Application {
                 )
                 .wrap(security_headers(cookie_secure))
                 .wrap(Logger::new("%r %s %Dms"))
+                .wrap(actix_web::middleware::from_fn(shutdown::track))
         });
         // actix gives each worker a blocking pool of its own: the instance's threads are shared
         // out among the workers.
@@ -154,8 +167,11 @@ impl Application {
             Some(n) => server.workers(n),
             None => server,
         };
+        // Stop signals are `haita serve`'s to handle (`shutdown::on_signals`), not every server's:
+        // the tests start several in one process.
+        let server = server.disable_signals().shutdown_timeout(shutdown_timeout);
         let server = server.listen(listener)?.run();
-        Ok(Self { port, server, pool })
+        Ok(Self { port, server, pool, shutdown })
     }
 
     pub fn port(&self) -> u16 {
@@ -174,6 +190,18 @@ impl Application {
         let housekeeping = actix_web::rt::spawn(housekeeping(self.pool));
         let served = self.server.await;
         housekeeping.abort();
+        served
+    }
+
+    /// [`run_until_stopped`](Self::run_until_stopped), drained and stopped by SIGTERM or SIGINT
+    /// (`shutdown`): what `haita serve` runs.
+    pub async fn run_until_signalled(self) -> std::io::Result<()> {
+        let shutdown = self.shutdown.clone();
+        let signals =
+            actix_web::rt::spawn(shutdown::on_signals(shutdown.clone().into_inner(), self.handle()));
+        let served = self.run_until_stopped().await;
+        signals.abort();
+        shutdown.log_stopped();
         served
     }
 }
@@ -222,7 +250,7 @@ pub fn session_key(config: &Config) -> anyhow::Result<Key> {
 /// Every route; the race demo only where the lab is built in and `DEMO_MODE=1`.
 fn routes(cfg: &mut aweb::ServiceConfig, demo_mode: bool) {
     cfg.route("/", aweb::get().to(home))
-        .route("/health", aweb::get().to(health))
+        .configure(shutdown::routes)
         .route("/metrics", aweb::get().to(metrics_text))
         .route("/api/v1/openapi.json", aweb::get().to(openapi_json))
         .route("/static/style.css", aweb::get().to(stylesheet))
@@ -255,29 +283,6 @@ struct HomePage {
 
 async fn home(ctx: PageContext) -> actix_web::Result<HttpResponse> {
     Ok(web::html(&HomePage { ctx })?)
-}
-
-/// Liveness and database reachability, for load balancers.
-async fn health(state: aweb::Data<AppState>) -> HttpResponse {
-    let database_ok = state
-        .with_pool(|pool| {
-            use diesel::r2d2::R2D2Connection;
-            // A cached `SELECT 1`, one round trip; `None` when no connection was had at all.
-            let ask = || pool.get().ok().map(|mut c| c.ping().is_ok());
-            Ok::<_, actix_web::error::BlockingError>(match ask() {
-                // That connection was dead (and is discarded now): ask once more on another.
-                Some(false) => ask() == Some(true),
-                answer => answer == Some(true),
-            })
-        })
-        .await
-        .unwrap_or(false);
-    if database_ok {
-        HttpResponse::Ok().json(serde_json::json!({"status": "ok", "database": "ok"}))
-    } else {
-        HttpResponse::ServiceUnavailable()
-            .json(serde_json::json!({"status": "degraded", "database": "unreachable"}))
-    }
 }
 
 /// Prometheus text format. Pool gauges are read at scrape time; nothing here touches the database.

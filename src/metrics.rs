@@ -66,6 +66,9 @@ pub struct Metrics {
     pool_idle: IntGauge,
     /// The pool's size (`POOL_SIZE`): with the two above, how saturated it is.
     pub pool_max: IntGauge,
+    /// 1 from a stop signal on (`crate::shutdown`): `/ready` answers 503 and the instance is on
+    /// its way out.
+    pub draining: IntGauge,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -144,6 +147,10 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "pool_max_connections",
             "Connections this instance's pool may open (POOL_SIZE)",
         )?,
+        draining: IntGauge::new(
+            "draining",
+            "1 once a stop signal was received: /ready answers 503 and the instance is leaving",
+        )?,
         registry,
     };
     m.registry.register(Box::new(m.named_lock_acquisitions.clone()))?;
@@ -166,6 +173,7 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry.register(Box::new(m.pool_connections.clone()))?;
     m.registry.register(Box::new(m.pool_idle.clone()))?;
     m.registry.register(Box::new(m.pool_max.clone()))?;
+    m.registry.register(Box::new(m.draining.clone()))?;
     Ok(m)
 }
 

@@ -104,7 +104,8 @@ fn render(with_demo: bool) -> String {
 /// Adds what every operation of a kind answers, so that each handler's annotation lists only
 /// its own answers: 401 where a session is needed, 403 on the admin's operations, 415 on every
 /// write (see `auth::csrf::json_only_api_writes`), 400 and 413 for a body, 400 for a query, 404
-/// for a path parameter, and 503 with `Retry-After` everywhere (busy, or the database down).
+/// for a path parameter, and 503 with `Retry-After` everywhere (busy, the database down, or the
+/// instance shutting down).
 /// Each is taken from its error's declaration (`crate::http::answers`), and each response's
 /// description lists every code it can carry.
 fn complete(document: &mut Value, public: &[(&str, &str)]) {
@@ -122,7 +123,7 @@ fn complete(document: &mut Value, public: &[(&str, &str)]) {
                 .unwrap_or_default();
             let has_body = operation.get("requestBody").is_some();
             let is_admin = operation["tags"].as_array().is_some_and(|tags| tags.contains(&json!("admin")));
-            let mut shared = vec![Answer::BUSY, Answer::UNAVAILABLE];
+            let mut shared = vec![Answer::BUSY, Answer::UNAVAILABLE, Answer::DRAINING];
             let public = public.contains(&(method.as_str(), path.as_str()));
             if !public {
                 shared.extend(answers_of::<AuthError>(&["NotLoggedIn"]));

@@ -37,7 +37,9 @@ const LAYERS: &[&[&str]] = &[
     &["orders", "batch"],
     &["holds"],
     &["admin", "account"],
-    // The app: the lab (a cargo feature), the OpenAPI document, the command line.
+    // The app: readiness and the drain on a stop signal, the lab (a cargo feature), the OpenAPI
+    // document, the command line.
+    &["shutdown"],
     &["lab"],
     &["openapi"],
     &["cli"],

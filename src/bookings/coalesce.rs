@@ -14,7 +14,8 @@
 //! batches per day are at the server, and the named lock still serialises them.
 //!
 //! A request whose deadline (`LOCK_WAIT_SECS`) passes while it is still queued leaves the
-//! queue with 503 `busy`; once a batch has taken it, its answer is on the way. The drainer runs
+//! queue with 503 `busy`, and one still queued when a stopping instance reaches its cutoff
+//! (`locking::Cutoff`) with 503 `draining`; once a batch has taken it, its answer is on the way. The drainer runs
 //! as a task of its own, so a client that disconnects cannot strand the requests behind it.
 
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use super::model::{BookingDate, Reservation};
 use super::service;
 use crate::auth::session::Ticket;
 use crate::db::DbPool;
-use crate::locking::{Batches, LockError, LockName, LockQueue};
+use crate::locking::{Batches, Cutoff, LockError, LockName, LockQueue};
 
 /// Most bookings decided in one transaction: large enough to absorb a burst, small enough that
 /// one transaction's row locks and duration stay short.
@@ -60,8 +61,10 @@ pub struct Coalescer {
 }
 
 impl Coalescer {
-    pub fn new(max_future: u32) -> Self {
-        Self { days: Batches::new(MAX_BATCH), max_future }
+    /// `cutoff`: the instance's (`LockQueue::cutoff`): a stopping instance turns away the
+    /// bookings still queued here.
+    pub fn new(max_future: u32, cutoff: Cutoff) -> Self {
+        Self { days: Batches::new(MAX_BATCH, cutoff), max_future }
     }
 
     /// Books `resource_id` on `date` for the user of `ticket`, in the day's next batch.
@@ -75,6 +78,9 @@ impl Coalescer {
         date: BookingDate,
     ) -> Answer {
         let name = pool.names().booking(resource_id, date.day());
+        if self.days.is_cut() {
+            return Err(self.days.turn_away(&name).into());
+        }
         let deadline = Instant::now() + wait;
         let (reply, mut answer) = oneshot::channel();
         let joined = self.days.join(&name, Waiter { ticket: ticket.clone(), deadline, reply });
@@ -90,17 +96,18 @@ impl Coalescer {
             };
             actix_web::rt::spawn(drain.run());
         }
-        let waited = actix_web::rt::time::timeout(wait, &mut answer).await;
-        let reply = match waited {
+        // Still queued when the wait runs out: "busy"; at the cutoff: "draining". Already in a
+        // batch: its answer.
+        let reply = match self.days.wait(&name, &joined, &mut answer, wait).await {
             Ok(reply) => reply,
-            // Still queued: leave with "busy". Already in a batch: its answer is coming.
-            Err(_) if self.days.withdraw(&name, joined.place) => {
-                crate::metrics::record(|m| {
-                    m.named_lock_acquisitions.with_label_values(&["book", "timed_out_queued"]).inc()
-                });
-                return Err(LockError::TimedOut { name, waited: wait }.into());
+            Err(left) => {
+                if matches!(left, LockError::TimedOut { .. }) {
+                    crate::metrics::record(|m| {
+                        m.named_lock_acquisitions.with_label_values(&["book", "timed_out_queued"]).inc()
+                    });
+                }
+                return Err(left.into());
             }
-            Err(_) => answer.await,
         };
         match reply {
             Ok(Reply::Decided(answer)) => answer,
@@ -138,6 +145,15 @@ impl Drain {
         // the day: the waiters' reply senders are dropped, and they go on alone.
         let mut drainer = self.coalescer.days.drainer(&self.name);
         while let Some(batch) = drainer.next_batch() {
+            let days = &self.coalescer.days;
+            if days.is_cut() {
+                // The instance is stopping: this batch might outlast its budget; nothing of it
+                // has started.
+                for waiter in batch {
+                    let _ = waiter.reply.send(Reply::Decided(Err(days.turn_away(&self.name).into())));
+                }
+                continue;
+            }
             let (late, batch): (Vec<Waiter>, Vec<Waiter>) =
                 batch.into_iter().partition(|w| w.deadline <= Instant::now());
             for waiter in late {

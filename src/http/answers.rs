@@ -38,6 +38,9 @@ impl Answer {
     pub const BUSY: Self = Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy");
     /// The database cannot be reached: try again after `Retry-After`.
     pub const UNAVAILABLE: Self = Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    /// This instance is shutting down and turned the request away before starting on it: send
+    /// it again after `Retry-After` (a load balancer sends it to another instance).
+    pub const DRAINING: Self = Self::new(StatusCode::SERVICE_UNAVAILABLE, "draining");
     /// A bug: logged with its cause, never documented as an answer.
     pub const INTERNAL: Self = Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal");
 

@@ -149,6 +149,12 @@ impl Problem {
         Self { retry_after: Some(2), cause: "database", ..Answer::UNAVAILABLE.said("error.unavailable", &[]) }
     }
 
+    /// This instance is shutting down: the request was still waiting in memory for a lock, and
+    /// nothing of it was done.
+    pub fn draining() -> Self {
+        Self { retry_after: Some(1), cause: "draining", ..Answer::DRAINING.said("error.draining", &[]) }
+    }
+
     pub fn internal() -> Self {
         Answer::INTERNAL.said("error.internal", &[])
     }
@@ -343,7 +349,7 @@ pub async fn not_found() -> Result<HttpResponse, RequestError> {
 /// Whether this request is answered in JSON (the API) or HTML (everything a browser navigates).
 pub fn wants_json(req: &HttpRequest) -> bool {
     let path = req.path();
-    path.starts_with("/api/") || path == "/health" || path == "/metrics"
+    path.starts_with("/api/") || path == "/health" || path == "/ready" || path == "/metrics"
 }
 
 impl From<actix_web::error::BlockingError> for RequestError {

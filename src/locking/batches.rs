@@ -14,19 +14,26 @@
 //! ([`Batches::withdraw`], its deadline passed); once a batch has taken it, its answer is on the
 //! way. What a batch does, and what its requests are told, is the feature's.
 //!
-//! Every request waiting here is counted in `haita_lock_queue_depth` under its key's scope.
+//! Every request waiting here is counted in `haita_lock_queue_depth` under its key's scope. A
+//! stopping instance's [`Cutoff`] turns away the requests still waiting ([`Batches::wait`]), and
+//! a drainer that meets it answers the batch it took instead of starting it
+//! ([`Batches::is_cut`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
-use super::LockName;
+use tokio::sync::oneshot;
+
+use super::{Cutoff, LockError, LockName};
 
 /// The waiting requests of every key of one feature, in one app instance.
 pub struct Batches<W> {
     keys: Mutex<HashMap<LockName, VecDeque<(u64, W)>>>,
     places: AtomicU64,
     max_batch: usize,
+    cutoff: Cutoff,
 }
 
 /// A request's place in its key's queue.
@@ -39,9 +46,49 @@ pub struct Joined {
 }
 
 impl<W> Batches<W> {
-    /// `max_batch`: the most requests one batch takes (at least one).
-    pub fn new(max_batch: usize) -> Self {
-        Self { keys: Mutex::new(HashMap::new()), places: AtomicU64::new(1), max_batch: max_batch.max(1) }
+    /// `max_batch`: the most requests one batch takes (at least one); `cutoff`: the instance's
+    /// (`LockQueue::cutoff`), when its waiting requests are turned away.
+    pub fn new(max_batch: usize, cutoff: Cutoff) -> Self {
+        Self {
+            keys: Mutex::new(HashMap::new()),
+            places: AtomicU64::new(1),
+            max_batch: max_batch.max(1),
+            cutoff,
+        }
+    }
+
+    /// Whether the instance's cutoff has come: a drainer answers what it took with
+    /// [`turn_away`](Self::turn_away) instead of starting another batch.
+    pub fn is_cut(&self) -> bool {
+        self.cutoff.is_cut()
+    }
+
+    /// The answer to a request the cutoff turned away ([`LockError::ShuttingDown`]), counted.
+    pub fn turn_away(&self, name: &LockName) -> LockError {
+        self.cutoff.turn_away(name.clone())
+    }
+
+    /// Waits for the answer of the request `joined` to `name`'s queue, for at most `wait`.
+    /// Still queued when the wait runs out, or when the cutoff comes: it leaves the queue with
+    /// [`LockError::TimedOut`] (503 `busy`) or [`LockError::ShuttingDown`] (503 `draining`).
+    /// Already taken by a batch: its answer is on the way, and is awaited (`Err` only if the
+    /// drainer died without replying).
+    pub async fn wait<T>(
+        &self,
+        name: &LockName,
+        joined: &Joined,
+        answer: &mut oneshot::Receiver<T>,
+        wait: Duration,
+    ) -> Result<Result<T, oneshot::error::RecvError>, LockError> {
+        let waited = self.cutoff.or_cut(actix_web::rt::time::timeout(wait, &mut *answer)).await;
+        match waited {
+            Some(Ok(reply)) => Ok(reply),
+            Some(Err(_)) if self.withdraw(name, joined.place) => {
+                Err(LockError::TimedOut { name: name.clone(), waited: wait })
+            }
+            None if self.withdraw(name, joined.place) => Err(self.turn_away(name)),
+            _ => Ok(answer.await),
+        }
     }
 
     /// Queues `waiter` behind the requests already waiting for `name`.
@@ -143,7 +190,7 @@ mod tests {
 
     #[test]
     fn the_first_request_of_an_idle_key_starts_its_drainer_and_batches_keep_arrival_order() {
-        let batches = Batches::new(2);
+        let batches = Batches::new(2, Cutoff::default());
         let (hot, other) = (name("1"), name("2"));
         let joined: Vec<Joined> = (1..=5).map(|i| batches.join(&hot, i)).collect();
         assert_eq!(joined.iter().map(|j| j.drain).collect::<Vec<_>>(), [true, false, false, false, false]);
@@ -161,7 +208,7 @@ mod tests {
 
     #[test]
     fn a_request_leaves_while_queued_but_not_once_a_batch_took_it() {
-        let batches = Batches::new(1);
+        let batches = Batches::new(1, Cutoff::default());
         let hot = name("1");
         let first = batches.join(&hot, "first");
         let second = batches.join(&hot, "second");
@@ -172,9 +219,33 @@ mod tests {
         assert_eq!(drainer.next_batch(), None);
     }
 
+    #[actix_web::test]
+    async fn at_the_cutoff_a_queued_request_leaves_and_one_in_a_batch_gets_its_answer() {
+        let cutoff = Cutoff::default();
+        let batches = Batches::new(1, cutoff.clone());
+        let hot = name("1");
+        let (in_batch, mut in_batch_answer) = oneshot::channel::<&str>();
+        let (queued, mut queued_answer) = oneshot::channel::<&str>();
+        let first = batches.join(&hot, in_batch);
+        let second = batches.join(&hot, queued);
+        let mut drainer = batches.drainer(&hot);
+        let taken = drainer.next_batch().expect("the first request's batch");
+        cutoff.cut();
+        let wait = Duration::from_secs(60);
+        let left = batches.wait(&hot, &second, &mut queued_answer, wait).await;
+        assert!(matches!(left, Err(LockError::ShuttingDown { .. })), "{left:?}");
+        for reply in taken {
+            reply.send("booked").expect("the waiter listens");
+        }
+        let answered = batches.wait(&hot, &first, &mut in_batch_answer, wait).await;
+        assert_eq!(answered.expect("not turned away").expect("answered"), "booked");
+        assert_eq!(drainer.next_batch().map(|b| b.len()), None, "nobody is left queued");
+        assert_eq!(cutoff.turned_away(), 1);
+    }
+
     #[test]
     fn a_drainer_that_dies_forgets_its_key_so_the_next_request_starts_another() {
-        let batches = Batches::new(4);
+        let batches = Batches::new(4, Cutoff::default());
         let hot = name("1");
         let _ = batches.join(&hot, 1);
         let _ = batches.join(&hot, 2);

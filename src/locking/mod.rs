@@ -20,12 +20,15 @@
 //!   sessions that wait at the server, so one hot or stuck key cannot take every connection.
 //! - [`Batches`]: the requests for one hot key waiting in memory, in arrival order, for the one
 //!   task that serves them in batches (one lock, one transaction, one commit for many).
+//! - [`Cutoff`]: the moment a stopping instance answers every request still waiting in memory
+//!   (503 `draining`) instead of letting its connection be closed unanswered.
 //!
 //! What each engine's server is asked for them (`GET_LOCK` or `pg_advisory_lock`, and how a
 //! holder is found and its session ended) is the engine's dialect's answer (`db::dialect`); the
 //! names themselves are built where the servers' rules for them are known (`db::lock_names`).
 
 pub mod batches;
+mod cutoff;
 mod named;
 pub mod queue;
 pub mod retry;
@@ -33,6 +36,7 @@ mod transaction_scoped;
 
 pub use crate::db::lock_names::{self as names, LockName, Namespace};
 pub use batches::Batches;
+pub use cutoff::Cutoff;
 pub use named::{AcquireError, LockError, NamedLockGuard, NamedLocksGuard};
 pub use queue::{LockQueue, Turn, TurnsInOrder};
 pub use transaction_scoped::{Isolation, transaction_under_lock, transaction_under_locks};

@@ -52,6 +52,11 @@ pub enum LockError {
     /// waiting at the server: refused at once rather than take one more connection to wait.
     #[error("named lock {name} is held elsewhere and the waiting budget is spent")]
     Crowded { name: LockName },
+    /// The instance is shutting down: the request was still waiting in memory for its turn at
+    /// the lock when the shutdown budget was about to run out ([`Cutoff`](super::Cutoff)), and
+    /// did nothing.
+    #[error("this instance is shutting down; the request waiting in memory for {name} was turned away")]
+    ShuttingDown { name: LockName },
     /// `GET_LOCK` answered NULL: the server could not take the lock (killed query, out of memory,
     /// or a user-level-lock deadlock, error 3058, when locks are taken out of order).
     #[error("server could not take named lock {name}: {detail}")]

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
-use super::{LockError, LockName};
+use super::{Cutoff, LockError, LockName};
 use crate::metrics::Family;
 
 type KeyQueues = Mutex<HashMap<LockName, Arc<tokio::sync::Mutex<()>>>>;
@@ -41,19 +41,36 @@ pub struct LockQueue {
     keys: Arc<KeyQueues>,
     waiters: Arc<Semaphore>,
     waiters_max: usize,
+    /// When a stopping instance turns away the requests still queued here.
+    cutoff: Cutoff,
 }
 
 impl LockQueue {
     /// `waiters_max`: how many sessions of this instance may wait at the server for a named lock
     /// at once.
     pub fn new(waiters_max: usize) -> Self {
-        Self { keys: Arc::default(), waiters: Arc::new(Semaphore::new(waiters_max)), waiters_max }
+        Self {
+            keys: Arc::default(),
+            waiters: Arc::new(Semaphore::new(waiters_max)),
+            waiters_max,
+            cutoff: Cutoff::default(),
+        }
+    }
+
+    /// The cutoff of this queue's waits, shared with whatever else of the instance waits in
+    /// memory for a lock (the coalescers' [`Batches`](super::Batches)).
+    pub fn cutoff(&self) -> &Cutoff {
+        &self.cutoff
     }
 
     /// Waits (async, holding nothing) until no other request of this instance is at the
     /// database for `name`, for at most `wait`. The deadline carries over into the wait at the
-    /// server.
+    /// server. Once the instance's [`Cutoff`] is reached, waiting requests leave with
+    /// [`LockError::ShuttingDown`] and new ones are turned away at once.
     pub async fn turn(&self, name: LockName, wait: Duration) -> Result<Turn, LockError> {
+        if self.cutoff.is_cut() {
+            return Err(self.cutoff.turn_away(name));
+        }
         let deadline = Instant::now() + wait;
         let key = {
             let mut keys = self.keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -67,18 +84,19 @@ impl LockQueue {
         // Undone on every way out, including the request being dropped while it waits (the
         // client went away): the gauge comes down and an idle key's queue is forgotten.
         let (waiting, began) = (Waiting::new(&self.keys, &name), Instant::now());
-        let got = actix_web::rt::time::timeout(wait, key.lock_owned()).await;
+        let got = self.cutoff.or_cut(actix_web::rt::time::timeout(wait, key.lock_owned())).await;
         drop(waiting);
         crate::metrics::waited(Family::Queue, name.scope(), began.elapsed());
         match got {
-            Ok(guard) => Ok(Turn {
+            None => Err(self.cutoff.turn_away(name)),
+            Some(Ok(guard)) => Ok(Turn {
                 name,
                 deadline,
                 waiters: Arc::clone(&self.waiters),
                 key: Some(guard),
                 keys: Arc::clone(&self.keys),
             }),
-            Err(_) => {
+            Some(Err(_)) => {
                 crate::metrics::record(|m| {
                     m.named_lock_acquisitions.with_label_values(&[name.scope(), "timed_out_queued"]).inc()
                 });
@@ -313,6 +331,27 @@ mod tests {
         drop(slot_a);
         assert!(c.try_wait_slot().is_some(), "a freed slot is reusable");
         drop(slot_b);
+    }
+
+    #[actix_web::test]
+    async fn at_the_cutoff_the_queued_request_is_turned_away_and_no_other_queues() {
+        let queue = Arc::new(LockQueue::new(4));
+        let first = queue.turn(name("cut"), Duration::from_secs(5)).await.expect("free key");
+        let queued = {
+            let queue = Arc::clone(&queue);
+            actix_web::rt::spawn(async move { queue.turn(name("cut"), Duration::from_secs(60)).await })
+        };
+        while queue.keys.lock().expect("keys").get(&name("cut")).is_none_or(|q| Arc::strong_count(q) < 3) {
+            actix_web::rt::task::yield_now().await; // the second request is in the key's queue
+        }
+        queue.cutoff().cut();
+        let left = queued.await.expect("task");
+        assert!(matches!(left, Err(LockError::ShuttingDown { .. })), "queued: {:?}", left.err());
+        let late = queue.turn(name("other"), Duration::from_secs(5)).await;
+        assert!(matches!(late, Err(LockError::ShuttingDown { .. })), "after the cutoff nobody queues");
+        assert_eq!(queue.cutoff().turned_away(), 2);
+        drop(first);
+        assert_eq!(queue.active_keys(), 0, "the turned-away request left no queue behind");
     }
 
     #[test]

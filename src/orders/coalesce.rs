@@ -32,7 +32,8 @@
 //! it back, and a resend in the same batch finds the first one's answer.
 //!
 //! An order whose deadline (`LOCK_WAIT_SECS`) passes while it is still queued leaves the queue
-//! with 503 `busy`; once a batch has taken it, its answer is on the way. The drainer runs as a
+//! with 503 `busy`, and one still queued when a stopping instance reaches its cutoff
+//! (`locking::Cutoff`) with 503 `draining`; once a batch has taken it, its answer is on the way. The drainer runs as a
 //! task of its own, so a client that disconnects cannot strand the orders behind it.
 
 use std::sync::Arc;
@@ -46,7 +47,7 @@ use super::service::{self, BatchedOrder, Placed};
 use crate::db::DbPool;
 use crate::idempotency::Once;
 use crate::locking::retry::RetryPolicy;
-use crate::locking::{Batches, LockError, LockName};
+use crate::locking::{Batches, Cutoff, LockError, LockName};
 
 /// Most orders decided in one transaction: large enough to absorb a burst, small enough that one
 /// transaction stays short (and the users' row locks it takes, one statement's list).
@@ -77,8 +78,10 @@ pub struct Coalescer {
 }
 
 impl Coalescer {
-    pub fn new(max_per_minute: u32) -> Self {
-        Self { products: Batches::new(MAX_BATCH), max_per_minute }
+    /// `cutoff`: the instance's (`LockQueue::cutoff`): a stopping instance turns away the orders
+    /// still queued here.
+    pub fn new(max_per_minute: u32, cutoff: Cutoff) -> Self {
+        Self { products: Batches::new(MAX_BATCH, cutoff), max_per_minute }
     }
 
     /// Places `cart` for `user_id`: a cart of one line in its product's next batch, any other
@@ -96,6 +99,9 @@ impl Coalescer {
             return alone(pool, user_id, cart, once, max_per_minute).await;
         };
         let name = pool.names().order(line.product_id);
+        if self.products.is_cut() {
+            return Err(self.products.turn_away(&name).into());
+        }
         let deadline = Instant::now() + wait;
         let (reply, mut answer) = oneshot::channel();
         let order = BatchedOrder::new(user_id, line, once.clone());
@@ -109,15 +115,9 @@ impl Coalescer {
             };
             actix_web::rt::spawn(drain.run());
         }
-        let waited = actix_web::rt::time::timeout(wait, &mut answer).await;
-        let reply = match waited {
-            Ok(reply) => reply,
-            // Still queued: leave with "busy". Already in a batch: its answer is coming.
-            Err(_) if self.products.withdraw(&name, joined.place) => {
-                return Err(LockError::TimedOut { name, waited: wait }.into());
-            }
-            Err(_) => answer.await,
-        };
+        // Still queued when the wait runs out: "busy"; at the cutoff: "draining". Already in a
+        // batch: its answer.
+        let reply = self.products.wait(&name, &joined, &mut answer, wait).await?;
         match reply {
             Ok(Reply::Decided(answer)) => answer,
             // The drainer always replies; a dropped sender means its task died (a panic).
@@ -154,6 +154,15 @@ impl Drain {
         // the product: the waiters' reply senders are dropped, and they go on alone.
         let mut drainer = self.coalescer.products.drainer(&self.name);
         while let Some(batch) = drainer.next_batch() {
+            let products = &self.coalescer.products;
+            if products.is_cut() {
+                // The instance is stopping: this batch might outlast its budget; nothing of it
+                // has started.
+                for waiter in batch {
+                    let _ = waiter.reply.send(Reply::Decided(Err(products.turn_away(&self.name).into())));
+                }
+                continue;
+            }
             let (late, batch): (Vec<Waiter>, Vec<Waiter>) =
                 batch.into_iter().partition(|w| w.deadline <= Instant::now());
             for waiter in late {

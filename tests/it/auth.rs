@@ -305,7 +305,9 @@ async fn unknown_pages_and_api_routes_answer_404_in_their_own_format() {
     assert_eq!(page.status(), 404);
     assert!(page.text().await.expect("page").contains("There is nothing at this address"));
     let health: Value = client.get("/health").await.json().await.expect("json");
-    assert_eq!(health["database"], "ok");
+    assert_eq!(health["status"], "ok");
+    let ready: Value = client.get("/ready").await.json().await.expect("json");
+    assert_eq!((&ready["status"], &ready["database"]), (&"ready".into(), &"ok".into()));
 }
 
 #[actix_web::test]

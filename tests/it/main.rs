@@ -10,12 +10,14 @@ mod batch;
 mod bookings;
 mod catalog;
 mod cli;
+mod cluster;
 mod coalescing;
 mod common;
 mod contention;
 mod customer_words;
 #[cfg(feature = "lab")]
 mod demo;
+mod drain;
 mod edit_locks;
 mod figures;
 mod grants;

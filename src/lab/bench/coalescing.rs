@@ -143,7 +143,7 @@ impl Booker {
             locks: Arc::new(LockQueue::new(config.lock_waiters_max)),
             // The benchmark's customers book far more days than a person may: it measures the
             // locking, whose cost (the user's row lock included) is the same under any cap.
-            coalescer: Arc::new(Coalescer::new(u32::MAX)),
+            coalescer: Arc::new(Coalescer::new(u32::MAX, crate::locking::Cutoff::default())),
             wait: config.lock_wait,
         }
     }

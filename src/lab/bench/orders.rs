@@ -430,7 +430,7 @@ fn on_threads(bench: &Prepared, keys: Keys, path: Path, clients: usize, window: 
 /// `clients` async tasks, each ordering in a loop through the coalescer, as the app's handlers
 /// do (the batches run on the blocking pool).
 fn on_tasks(bench: &Prepared, keys: Keys, clients: usize, window: Duration) -> Measured {
-    let coalescer = Arc::new(Coalescer::new(u32::MAX));
+    let coalescer = Arc::new(Coalescer::new(u32::MAX, crate::locking::Cutoff::default()));
     let wait = bench.config.lock_wait;
     let started = Instant::now();
     let tallies = actix_web::rt::System::new().block_on(async {
