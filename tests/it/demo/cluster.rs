@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use diesel::prelude::*;
 use haita::auth::Role;
 use serde_json::{Value, json};
 
@@ -129,4 +130,43 @@ async fn one_race_across_instances(db: TestDb) {
     assert!(live["finished"]["message"].as_str().is_some_and(|m| m.contains("stopped")), "{live}");
     let ran = survivor.post_json("/api/v1/demo/races", &small).await;
     assert_eq!(ran.status(), 201, "the slot is free once the lease has passed");
+}
+
+on_both_engines!(
+    races_asked_of_three_instances_at_once_run_one_at_a_time,
+    races_asked_of_three_instances_at_once_run_one_at_a_time_on_postgres => one_of_many_at_once
+);
+
+/// Twelve users, four on each of three instances, ask for a race at the same moment: one race
+/// runs, the eleven others are refused with 409 `busy`, and the database stored one report.
+async fn one_of_many_at_once(db: TestDb) {
+    let app = TestApp::spawn_lab_on(db, 3).await;
+    let mut clients = Vec::new();
+    for i in 0..12 {
+        let client = app.client(i);
+        client.login(&app.user(&format!("eager{i:02}"), Role::Customer)).await;
+        clients.push(client);
+    }
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(clients.len()));
+    let asked = clients.into_iter().map(|client| {
+        let barrier = barrier.clone();
+        actix_web::rt::spawn(async move {
+            barrier.wait().await;
+            let body = json!({"strategy": "no-lock", "clients": 2, "attempts": 40, "pause_ms": 20});
+            let answer = client.post_json("/api/v1/demo/races", &body).await;
+            let status = answer.status().as_u16();
+            let code = if status == 201 { String::new() } else { error_code(answer).await };
+            (status, code)
+        })
+    });
+    let answers: Vec<(u16, String)> =
+        futures::future::join_all(asked).await.into_iter().map(|a| a.expect("client")).collect();
+    let ran = answers.iter().filter(|(status, _)| *status == 201).count();
+    let refused = answers.iter().filter(|(status, code)| *status == 409 && code == "busy").count();
+    assert_eq!((ran, refused), (1, 11), "{answers:?}");
+    let stored: i64 = haita::lab::schema::demo_races::table
+        .count()
+        .get_result(&mut app.db.conn())
+        .expect("count the reports");
+    assert_eq!(stored, 1, "one race ran");
 }
