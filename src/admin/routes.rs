@@ -364,8 +364,8 @@ struct MetricsScreen {
     instances: Option<Vec<super::instances::Listed>>,
     /// The key numbers' columns: each one's name and its words.
     columns: Vec<(&'static str, String)>,
-    /// Their sums over the live instances, with the columns' words.
-    totals: Vec<(String, String)>,
+    /// Their sums over the live instances, with the columns' names and words.
+    totals: Vec<(&'static str, String, String)>,
     live: usize,
 }
 
@@ -392,8 +392,11 @@ async fn metrics_page(
         .map(|&name| (name, ctx.lang.t(&format!("admin.metrics.count.{name}")).into_owned()))
         .collect();
     let listed = instances.as_deref().unwrap_or_default();
-    let totals =
-        columns.iter().map(|(_, words)| words.clone()).zip(super::instances::totals(listed)).collect();
+    let totals = columns
+        .iter()
+        .zip(super::instances::totals(listed))
+        .map(|((name, words), total)| (*name, words.clone(), total))
+        .collect();
     let live = listed.iter().filter(|i| i.live).count();
     Ok(html(&MetricsScreen {
         ctx,
