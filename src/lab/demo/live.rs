@@ -22,7 +22,9 @@
 //!   cost what one does.
 //!
 //! Every state a racer writes stays at least [`PUBLISH_EVERY`] in the row, twice the reader's
-//! interval, so every reader sees each of them, the last one included.
+//! interval, so a reader that polls on time sees each of them, the last one before the result
+//! included. A watcher of a busy instance may still miss one in between (the channel keeps the
+//! newest state only): counts never go back, and the result always comes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
