@@ -62,6 +62,10 @@ pub struct Env {
     /// Address the HTTP server listens on; port 0 picks a free port.
     #[arg(long, env = "BIND", default_value = "127.0.0.1:8080")]
     bind: String,
+    /// What /admin/metrics calls this instance among the others on the same database (default:
+    /// the host's name and the port it listens on, such as web-1:8080).
+    #[arg(long, env = "INSTANCE_NAME")]
+    instance_name: Option<String>,
     /// Pooled connections per instance. A request holding a named lock holds one for the whole
     /// locked section, so this also bounds how many locked sections run at once in an instance.
     #[arg(long, env = "POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=10_000))]
@@ -296,6 +300,8 @@ pub struct Config {
     pub database_url: String,
     /// `BIND`.
     pub bind: String,
+    /// `INSTANCE_NAME`; `None`: the host's name and the port (`crate::admin::instances`).
+    pub instance_name: Option<String>,
     /// `POOL_SIZE`.
     pub pool_size: u32,
     /// `POOL_TIMEOUT_SECS`.
@@ -365,6 +371,7 @@ impl std::fmt::Debug for Config {
         let Self {
             database_url,
             bind,
+            instance_name,
             pool_size,
             pool_timeout,
             lock_wait,
@@ -396,6 +403,7 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("database_url", &redact(database_url))
             .field("bind", bind)
+            .field("instance_name", instance_name)
             .field("pool_size", pool_size)
             .field("pool_timeout", pool_timeout)
             .field("lock_wait", lock_wait)
@@ -499,6 +507,7 @@ impl TryFrom<Env> for Config {
         Ok(Self {
             database_url,
             bind: env.bind,
+            instance_name: env.instance_name.filter(|name| !name.trim().is_empty()),
             pool_size: env.pool_size,
             pool_timeout: Duration::from_secs(env.pool_timeout_secs),
             lock_wait: Duration::from_secs(env.lock_wait_secs),

@@ -90,6 +90,8 @@ pub struct Application {
     server: Server,
     pool: DbPool,
     shutdown: aweb::Data<shutdown::Shutdown>,
+    /// Writes this instance's row of `app_instances` (`admin::instances`).
+    heartbeat: admin::instances::Heartbeat,
 }
 
 impl Application {
@@ -100,7 +102,13 @@ impl Application {
         let key = session_key(&config)?;
         let (workers, blocking_threads) = (config.workers, config.blocking_threads);
         metrics::set_enabled(config.metrics);
+        let instance =
+            std::sync::Arc::new(admin::instances::Instance::new(config.instance_name.as_deref(), port));
         let state = aweb::Data::new(AppState::new(pool.clone(), config));
+        let heartbeat =
+            admin::instances::Heartbeat::new(instance.clone(), state.metrics.clone(), pool.clone());
+        // Which instance `/admin/metrics` shows, among the others.
+        let instance = aweb::Data::from(instance);
         // This instance's queues of bookings per day, served in batches.
         // Their waiters are turned away at the same cutoff as the lock queue's (`shutdown`).
         let cutoff = state.locks.cutoff().clone();
@@ -113,8 +121,8 @@ impl Application {
             aweb::Data::new(orders::coalesce::Coalescer::new(state.config.max_orders_per_minute, cutoff));
         // Readiness, the requests in flight, and the drain on a stop signal.
         let shutdown = aweb::Data::new(shutdown::Shutdown::new(&state));
-        // One per instance, shared by its workers: at most one demo race at a time, and its
-        // progress for everyone watching.
+        // One per instance, shared by its workers: this instance's watchers of the cluster's
+        // demo race (one reader of the database for all of them).
         #[cfg(feature = "lab")]
         let race_board = aweb::Data::new(lab::demo::RaceBoard::default());
         // The Redis server and lock directory of the demo's outside locks (contacted on use).
@@ -129,6 +137,7 @@ impl Application {
             metrics::use_on_this_thread(state.metrics.clone());
             let app = App::new()
                 .app_data(state.clone())
+                .app_data(instance.clone())
                 .app_data(coalescer.clone())
                 .app_data(order_coalescer.clone())
                 .app_data(app_shutdown.clone());
@@ -171,7 +180,7 @@ impl Application {
         // the tests start several in one process.
         let server = server.disable_signals().shutdown_timeout(shutdown_timeout);
         let server = server.listen(listener)?.run();
-        Ok(Self { port, server, pool, shutdown })
+        Ok(Self { port, server, pool, shutdown, heartbeat })
     }
 
     pub fn port(&self) -> u16 {
@@ -185,11 +194,13 @@ impl Application {
 
     /// Serves until stopped, with the housekeeping that keeps tables from growing: expired
     /// idempotency keys are deleted every few minutes (any instance may do it; deleting twice
-    /// is harmless).
+    /// is harmless); and this instance's row of `app_instances` written every few seconds, and
+    /// marked stopped on the way out.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        let housekeeping = actix_web::rt::spawn(housekeeping(self.pool));
+        let housekeeping = actix_web::rt::spawn(housekeeping(self.pool, self.heartbeat.clone()));
         let served = self.server.await;
         housekeeping.abort();
+        leave(self.heartbeat).await;
         served
     }
 
@@ -209,10 +220,29 @@ impl Application {
 /// How often [`housekeeping`] runs.
 const HOUSEKEEPING_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
 
-async fn housekeeping(pool: DbPool) {
-    let mut every = actix_web::rt::time::interval(HOUSEKEEPING_EVERY);
+/// Every [`admin::instances::BEAT_EVERY`], this instance's row (its failures said once, until a
+/// beat works again); every [`HOUSEKEEPING_EVERY`], the expired idempotency keys. On a blocking
+/// thread each, on a pooled connection given back at once; never fatal.
+async fn housekeeping(pool: DbPool, heartbeat: admin::instances::Heartbeat) {
+    let mut every = actix_web::rt::time::interval(admin::instances::BEAT_EVERY);
+    let (mut beating, mut purged) = (true, None::<std::time::Instant>);
     loop {
         every.tick().await;
+        let beat = heartbeat.clone();
+        match aweb::block(move || beat.beat()).await.map_err(anyhow::Error::from).and_then(|beat| beat) {
+            Ok(()) => beating = true,
+            Err(e) if beating => {
+                beating = false;
+                log::warn!(
+                    "writing this instance's row of app_instances failed (tried again every few seconds): {e}"
+                );
+            }
+            Err(_) => {}
+        }
+        if purged.is_some_and(|at| at.elapsed() < HOUSEKEEPING_EVERY) {
+            continue;
+        }
+        purged = Some(std::time::Instant::now());
         let pool = pool.clone();
         match aweb::block(move || idempotency::purge_expired(&mut *pool.get()?).map_err(anyhow::Error::from))
             .await
@@ -223,6 +253,15 @@ async fn housekeeping(pool: DbPool) {
             Ok(Err(e)) => log::warn!("deleting expired idempotency keys failed: {e}"),
             Err(e) => log::warn!("housekeeping could not run: {e}"),
         }
+    }
+}
+
+/// Marks this instance stopped, so that the others list it so at once rather than after a
+/// minute without a beat. Best effort: a failure is only logged.
+async fn leave(heartbeat: admin::instances::Heartbeat) {
+    match aweb::block(move || heartbeat.leave()).await.map_err(anyhow::Error::from).and_then(|left| left) {
+        Ok(()) => {}
+        Err(e) => log::warn!("marking this instance stopped in app_instances failed: {e}"),
     }
 }
 

@@ -4,6 +4,21 @@
 // types). Redo these two edits after `diesel print-schema`.
 
 diesel::table! {
+    app_instances (id) {
+        #[max_length = 32]
+        id -> Varchar,
+        #[max_length = 255]
+        name -> Varchar,
+        #[max_length = 64]
+        version -> Varchar,
+        started_at -> Timestamp,
+        last_seen -> Timestamp,
+        stopped_at -> Nullable<Timestamp>,
+        metrics -> Text,
+    }
+}
+
+diesel::table! {
     audit_events (id) {
         id -> Bigint,
         at -> Timestamp,
@@ -323,6 +338,7 @@ diesel::table! {
 diesel::joinable!(user_sessions -> users (user_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
+    app_instances,
     audit_events,
     batch_run_reasons,
     batch_run_waits,

@@ -1,4 +1,4 @@
-// Follows this instance's race while the page is open (server-sent events from
+// Follows the cluster's race while the page is open (server-sent events from
 // /demo/races/live): each strategy's attempts, bookings and double bookings so far, the run
 // button held while any race runs (whoever started it), and the result swapped in when it is
 // stored, without a reload. Without script the page still works: the button posts, and the

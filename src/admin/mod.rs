@@ -15,6 +15,7 @@
 //!
 //! Every route takes [`Admin`], so a handler cannot forget the role check.
 
+pub mod instances;
 pub mod metrics;
 pub mod named_locks;
 pub mod routes;

@@ -13,6 +13,7 @@ use crate::batch::forms::{CLOSURE_ACTION, ClosureForm, REVISION_ACTION, Revision
 use crate::edit_locks::{EditLockError, EditLockKey, LockView, service as edit_locks};
 use crate::http::answers::documented_answers;
 use crate::i18n::Lang;
+use crate::infra::Infra;
 use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
@@ -357,18 +358,57 @@ struct MetricsScreen {
     charts: super::metrics::Charts,
     bar_max: u32,
     row_width: u32,
+    /// The instance that serves the page.
+    instance: web::Data<super::instances::Instance>,
+    /// Every instance on the database, or `None` when the database could not be read.
+    instances: Option<Vec<super::instances::Listed>>,
+    /// The key numbers' columns: each one's name and its words.
+    columns: Vec<(&'static str, String)>,
+    /// Their sums over the live instances, with the columns' names and words.
+    totals: Vec<(&'static str, String, String)>,
+    live: usize,
 }
 
-/// This instance's lock metrics, drawn. Reads memory only: no database, no blocking pool.
+/// This instance's lock metrics, drawn from its memory; above them, every instance on the
+/// database with its key numbers (one read of `app_instances`). The charts do not need the
+/// database: while it is away they are shown still, and the list says it could not be read.
 async fn metrics_page(
     Admin(_): Admin,
     ctx: PageContext,
     state: web::Data<AppState>,
+    instance: web::Data<super::instances::Instance>,
 ) -> actix_web::Result<HttpResponse> {
     let charts = super::metrics::charts(&state.metrics.gather(state.pool.state()), ctx.lang);
     let buckets = charts.waits.first().or(charts.holds.first()).map_or(15, |s| s.buckets.len());
     let row_width = u32::try_from(buckets).unwrap_or(15) * (super::metrics::BAR_WIDTH + 2);
-    Ok(html(&MetricsScreen { ctx, charts, bar_max: super::metrics::BAR_MAX, row_width })?)
+    let this = instance.id.clone();
+    let instances = state
+        .db(move |conn| super::instances::list(conn, &this).map_err(Infra::from))
+        .await
+        .map_err(|e| log::warn!("listing the instances failed: {e}"))
+        .ok();
+    let columns: Vec<(&'static str, String)> = super::instances::KEY_METRICS
+        .iter()
+        .map(|&name| (name, ctx.lang.t(&format!("admin.metrics.count.{name}")).into_owned()))
+        .collect();
+    let listed = instances.as_deref().unwrap_or_default();
+    let totals = columns
+        .iter()
+        .zip(super::instances::totals(listed))
+        .map(|((name, words), total)| (*name, words.clone(), total))
+        .collect();
+    let live = listed.iter().filter(|i| i.live).count();
+    Ok(html(&MetricsScreen {
+        ctx,
+        charts,
+        bar_max: super::metrics::BAR_MAX,
+        row_width,
+        instance,
+        instances,
+        columns,
+        totals,
+        live,
+    })?)
 }
 
 // ---- JSON -------------------------------------------------------------------------------

@@ -40,6 +40,18 @@ diesel::table! {
 }
 
 diesel::table! {
+    demo_race_board (id) {
+        id -> Smallint,
+        seq -> Bigint,
+        #[max_length = 64]
+        holder -> Nullable<Varchar>,
+        lease_until -> Nullable<Timestamp>,
+        race -> Nullable<Mediumtext>,
+        finished -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
     demo_races (id) {
         id -> Bigint,
         #[max_length = 64]
@@ -78,6 +90,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     demo_bookings,
     demo_flash_sales,
     demo_lock_rows,
+    demo_race_board,
     demo_races,
     demo_resources,
     demo_stays,

@@ -12,6 +12,7 @@ use haita::lab::demo::Strategy;
 use serde_json::{Value, json};
 
 mod browser;
+mod cluster;
 mod exclusion;
 pub mod flash_sale;
 mod outside_locks;

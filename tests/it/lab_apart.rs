@@ -74,11 +74,12 @@ fn the_product_binary_knows_no_lab_subcommand() {
 fn lab_and_product_migrations_share_one_database() {
     let db = TestDb::new();
     let applied = haita::lab::prepare(&db.pool).expect("lab migrations on a product database");
-    assert_eq!(applied.len(), 7, "{applied:?}");
+    assert_eq!(applied.len(), 8, "{applied:?}");
     assert_eq!(
         demo_tables(&db),
-        6,
-        "demo_resources, demo_bookings, demo_races, demo_lock_rows, demo_flash_sales, demo_stays"
+        7,
+        "demo_resources, demo_bookings, demo_races, demo_lock_rows, demo_flash_sales, demo_stays, \
+         demo_race_board"
     );
     // Each set ignores the versions of the other: nothing pending, no error, either way round.
     assert_eq!(haita::run_migrations(&db.pool).expect("product migrations again"), Vec::<String>::new());

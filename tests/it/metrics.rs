@@ -204,3 +204,161 @@ async fn the_metrics_pages_counts_and_bar_titles_speak_the_readers_language() {
         }
     }
 }
+
+/// One instance's row of `/admin/metrics`'s list of instances: its name (with "this instance"
+/// when it serves the page), its state and its key numbers; or the row of their totals.
+#[derive(Debug)]
+struct Row {
+    name: String,
+    this: bool,
+    state: String,
+    numbers: Vec<(String, f64)>,
+}
+
+impl Row {
+    fn number(&self, name: &str) -> f64 {
+        self.numbers.iter().find(|(n, _)| n == name).map_or(f64::NAN, |(_, v)| *v)
+    }
+}
+
+fn between(text: &str, start: &str, end: &str) -> Option<String> {
+    Some(text.split_once(start)?.1.split_once(end)?.0.to_string())
+}
+
+/// The key numbers in `cells`, by their `data-metric` names.
+fn numbers_in(cells: &str) -> Vec<(String, f64)> {
+    cells
+        .split("data-metric=\"")
+        .skip(1)
+        .filter_map(|cell| {
+            let (name, rest) = cell.split_once("\">")?;
+            Some((name.to_string(), rest.split_once("</td>")?.0.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The instances `/admin/metrics` lists, read from the page, and the row of their totals.
+async fn instances_on(admin: &Client) -> (Vec<Row>, Row) {
+    let page = admin.get("/admin/metrics").await;
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.expect("page");
+    let table = between(&page, "id=\"instances\"", "</table>").expect("the list of instances");
+    let rows = table
+        .split("<tr")
+        .filter(|row| row.contains("data-instance="))
+        .map(|row| {
+            let title = between(row, "<td class=\"title\">", "</td>").expect("title");
+            Row {
+                name: title.split(" <strong").next().unwrap_or_default().trim().to_string(),
+                this: title.contains("class=\"this\""),
+                state: between(row, "class=\"state\">", "</td>").expect("state").trim().to_string(),
+                numbers: numbers_in(row),
+            }
+        })
+        .collect();
+    let totals = between(&table, "id=\"cluster-totals\">", "</tr>").expect("the totals");
+    let title = between(&totals, "<td class=\"title\">", "</td>").expect("the totals' title");
+    (rows, Row { name: title, this: false, state: String::new(), numbers: numbers_in(&totals) })
+}
+
+fn row<'a>(rows: &'a [Row], name: &str) -> Option<&'a Row> {
+    rows.iter().find(|r| r.name == name)
+}
+
+crate::common::on_both_engines!(
+    the_metrics_page_names_its_instance_and_lists_the_others_with_their_numbers,
+    the_metrics_page_names_its_instance_and_lists_the_others_with_their_numbers_on_postgres => instances_listed
+);
+
+/// The named lock acquisitions a row shows.
+const LOCKS: &str = "named_lock_acquisitions_total";
+
+/// Two instances in this process (named by `INSTANCE_NAME`'s setting) and two `haita serve`
+/// processes on one database. `/admin/metrics` on the first names it as the page's instance and
+/// lists the others with the numbers each wrote (the bookings served by the second and by a
+/// process, counted there), their totals over the live ones; the process stopped with SIGTERM
+/// is listed as stopped at once, the one killed with SIGKILL as gone once its last beat is a
+/// minute old (moved back by the database's clock, as the holds' tests expire a hold), and the
+/// totals leave both out.
+async fn instances_listed(db: crate::common::TestDb) {
+    use diesel::RunQueryDsl;
+
+    use crate::common::app_process::AppProcess;
+    use crate::common::poll;
+    let named = std::sync::atomic::AtomicUsize::new(0);
+    let app = TestApp::spawn_on(db, 2, |c| {
+        c.instance_name = Some(format!("web-{}", named.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    })
+    .await;
+    let mut leaving = AppProcess::start(&app.db.url, &[("INSTANCE_NAME", "leaving")]);
+    let mut doomed = AppProcess::start(&app.db.url, &[("INSTANCE_NAME", "doomed")]);
+    let resource = app.resource("counted across", 5);
+    let on_b = app.client(1);
+    on_b.login(&app.user("books-on-b", Role::Customer)).await;
+    for _ in 0..3 {
+        assert_eq!(on_b.book(resource, future_day()).await.status(), 201);
+    }
+    let on_doomed = Client::new(&doomed.address);
+    on_doomed.login(&app.user("books-on-doomed", Role::Customer)).await;
+    for _ in 0..2 {
+        assert_eq!(on_doomed.book(resource, future_day()).await.status(), 201);
+    }
+    let admin = app.client(0);
+    admin.login(&app.user("operator", Role::Admin)).await;
+
+    let mut seen = (Vec::new(), instances_on(&admin).await.1);
+    poll::until_async_every(
+        "every instance listed, with the bookings each served",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        async || {
+            seen = instances_on(&admin).await;
+            let rows = &seen.0;
+            ["web-0", "web-1", "leaving", "doomed"]
+                .iter()
+                .all(|n| row(rows, n).is_some_and(|r| r.state == "live"))
+                && row(rows, "web-1").is_some_and(|b| b.number(LOCKS) >= 3.0)
+                && row(rows, "doomed").is_some_and(|d| d.number(LOCKS) >= 2.0)
+        },
+    )
+    .await;
+    let (rows, totals) = &seen;
+    let this: Vec<&str> = rows.iter().filter(|r| r.this).map(|r| r.name.as_str()).collect();
+    assert_eq!(this, ["web-0"], "the page names its own instance, and only it: {rows:?}");
+    let page = admin.get("/admin/metrics").await.text().await.expect("page");
+    assert!(page.contains("served by the instance web-0"), "the page says which instance it shows");
+    assert_eq!(row(rows, "web-0").expect("A").number(LOCKS), 0.0, "A booked nothing");
+    assert!(totals.name.contains("(4)"), "four live instances: {totals:?}");
+    let sum: f64 = rows.iter().map(|r| r.number(LOCKS)).sum();
+    assert_eq!(totals.number(LOCKS), sum, "the totals add up the live instances: {rows:?} {totals:?}");
+
+    leaving.terminate();
+    poll::until_async_every(
+        "the stopped instance to say so",
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        async || {
+            seen = instances_on(&admin).await;
+            row(&seen.0, "leaving").is_some_and(|r| r.state == "stopped")
+        },
+    )
+    .await;
+
+    doomed.kill();
+    // Killed, it cannot say so: it is live until its last beat is a minute old.
+    let (rows, _) = instances_on(&admin).await;
+    assert_eq!(row(&rows, "doomed").map(|r| r.state.as_str()), Some("live"));
+    haita::db::cached_sql::<()>(
+        "UPDATE app_instances SET last_seen = {now} - {? microseconds} WHERE name = 'doomed'",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(61_000_000_i64)
+    .execute(&mut app.db.conn())
+    .expect("age the killed instance's beat");
+    let (rows, totals) = instances_on(&admin).await;
+    assert_eq!(row(&rows, "doomed").map(|r| r.state.as_str()), Some("gone"), "{rows:?}");
+    assert!(totals.name.contains("(2)"), "two live instances left: {totals:?}");
+    let live: Vec<&str> = rows.iter().take(2).map(|r| r.name.as_str()).collect();
+    assert_eq!(live, ["web-0", "web-1"], "the live ones first: {rows:?}");
+    let live_sum: f64 = rows.iter().take(2).map(|r| r.number(LOCKS)).sum();
+    assert_eq!(totals.number(LOCKS), live_sum, "the gone and the stopped are left out: {rows:?} {totals:?}");
+}

@@ -11,7 +11,8 @@
 //! - the live race: each strategy with its attempts, bookings and double bookings so far;
 //! - a race's results: every figure of every strategy, and the sentence saying what it means;
 //! - the admin's locks: each edit lock's key, owner, and the force-release reason and button;
-//!   each batch run's job, progress and outcome, and "Run again" for a run left incomplete.
+//!   each batch run's job, progress and outcome, and "Run again" for a run left incomplete;
+//! - the admin's metrics: each instance on the database with its state and key numbers.
 //!
 //! Wide tables show each row as a card on a phone (`table.cards` in `static/style.css`); the
 //! tables that remain scroll inside their own box, and the page itself never does.
@@ -139,7 +140,7 @@ async fn what_a_person_reads_and_acts_on_first_is_on_a_phone_screen() {
         paths.iter().find(|p| p.starts_with(prefix)).cloned().expect("a page of the tour")
     };
     let days = path_of("alice", "/resources/");
-    let checks: [(&str, String, &str); 7] = [
+    let checks: [(&str, String, &str); 8] = [
         // Every cell of every day: the day, booked, free, and the Book button or what stands
         // in its place ("booked by you", past, full, closed).
         ("alice", days.clone(), "table.availability td, table.availability td > *"),
@@ -157,6 +158,8 @@ async fn what_a_person_reads_and_acts_on_first_is_on_a_phone_screen() {
         // Each batch run: its job, its progress and outcome, and "Run again" for what is left.
         ("root", "/admin/locks".into(), "#batch-runs td, #batch-runs td > *"),
         ("root", "/admin/locks".into(), "#batch-runs form.run-again button"),
+        // Each instance on the database: its name, state, version, times and key numbers.
+        ("root", "/admin/metrics".into(), "#instances td, #instances td > *"),
     ];
     let base = app.address().to_string();
     let mut driver = Chromedriver::start();

@@ -23,7 +23,8 @@
 //!
 //! `strategies.rs` holds the fourteen, one function each; `lanes.rs` the queue and batches for
 //! clients that are threads; `race.rs` runs many clients at once and
-//! counts the damage *in the database*; `live.rs` shows a running race to everyone watching;
+//! counts the damage *in the database*; `live.rs` shows a running race to everyone watching, on
+//! any instance, and runs one race at a time across them;
 //! `routes.rs` serves `/demo` and `/api/v1/demo/…`; `docs.rs` the docs the demo names, at
 //! `/demo/docs/{name}`.
 
@@ -61,7 +62,7 @@ pub enum DemoError {
     /// The strategy needs what this server does not have; `why` is the sentence's key.
     #[error("{}", Lang::En.t(.why))]
     Unavailable { strategy: Strategy, why: &'static str },
-    #[error("a race is already running on this instance")]
+    #[error("a race is already running")]
     RaceRunning,
     #[error("another race only in {0} s")]
     CoolingDown(u64),

@@ -555,7 +555,7 @@ impl RaceReport {
 }
 
 /// How far one strategy of a running race has got.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tally {
     /// Attempts answered so far.
     pub attempts: u32,

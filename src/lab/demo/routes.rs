@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use super::DemoError;
-use super::live::{Live, RaceBoard};
+use super::live::{self, Live, RaceBoard};
 use super::race::{self, RaceReport, RaceSpec};
 use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 use crate::auth::SessionUser;
@@ -57,7 +57,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 const VISITOR: &str = "a visitor";
 
 /// Starts a race of `spec` for `who` on a blocking thread, once the user's cooldown and the
-/// instance's race slot allow it. Await the handle for the report, or drop it: the race runs to
+/// cluster's race slot allow it. Await the handle for the report, or drop it: the race runs to
 /// its end either way and frees the slot when it does.
 ///
 /// A visitor (`visitor`: their address) waits [`race::VISITOR_COOLDOWN`] between two races of
@@ -78,7 +78,7 @@ async fn start_race(
     if let Some(left) = state.db(move |conn| race::cooldown_left(conn, &asked_for)).await? {
         return Err(DemoError::CoolingDown(left.as_secs().max(1)));
     }
-    let ticket = RaceBoard::take(board, &spec, &who, visitor)?;
+    let ticket = RaceBoard::take(state, board, &spec, &who, visitor).await?;
     let (pool, config, outside) = (state.pool.clone(), state.config.clone(), outside.clone());
     Ok(actix_web::rt::task::spawn_blocking(move || {
         let report = race::run(&pool, &config, &outside, &spec, &who, &|progress| ticket.progress(progress));
@@ -118,7 +118,7 @@ struct DemoPage {
     report: Option<RaceReport>,
     bars: Vec<Bar>,
     chart_height: u32,
-    /// This instance's race in progress, if any, and how the last one ended.
+    /// The race in progress on any instance, if any, and how the last one ended.
     live: Live,
     form: RaceForm,
     /// Why the form's race was not started, said above the form.
@@ -222,10 +222,9 @@ async fn demo_page(
     ctx: PageContext,
     query: web::Query<RaceQuery>,
     state: web::Data<AppState>,
-    board: web::Data<RaceBoard>,
 ) -> actix_web::Result<HttpResponse> {
     let form = RaceForm::defaults(ctx.user.is_some(), state.pool.engine());
-    render_demo_page(ctx, &state, &board, query.race, form, None).await
+    render_demo_page(ctx, &state, query.race, form, None).await
 }
 
 /// What the page says was refused: a race (above the race form) or a flash sale (above its
@@ -239,23 +238,22 @@ enum Refused {
 pub(crate) async fn page_refusing_flash_sale(
     ctx: PageContext,
     state: &AppState,
-    board: &RaceBoard,
     refused: Problem,
 ) -> actix_web::Result<HttpResponse> {
     let form = RaceForm::defaults(ctx.user.is_some(), state.pool.engine());
-    render_demo_page(ctx, state, board, None, form, Some(Refused::FlashSale(refused))).await
+    render_demo_page(ctx, state, None, form, Some(Refused::FlashSale(refused))).await
 }
 
 /// The page, with the race `race` (or the latest), and a refused race's form and reason.
 async fn render_demo_page(
     ctx: PageContext,
     state: &AppState,
-    board: &RaceBoard,
     race: Option<i64>,
     form: RaceForm,
     refused: Option<Refused>,
 ) -> actix_web::Result<HttpResponse> {
     let report = state.db(move |conn| race::load(conn, race)).await?;
+    let live = state.db(live::now).await?;
     let flash = state.db(crate::lab::flash::latest).await?;
     let bars = report.as_ref().map(|r| bars(r, ctx.lang)).unwrap_or_default();
     let (lang, engine) = (ctx.lang, state.pool.engine());
@@ -272,7 +270,7 @@ async fn render_demo_page(
         chart_height: 40 + ROW * u32::try_from(bars.len()).unwrap_or(0),
         bars,
         report,
-        live: board.now(),
+        live,
         form,
         refused: match &refused {
             Some(Refused::Race(p)) => Some(p.message_in(lang)),
@@ -360,7 +358,7 @@ async fn race_form(
             let form =
                 if ctx.user.is_some() { RaceForm::typed(&fields) } else { RaceForm::defaults(false, engine) };
             let ctx = ctx.shown_as("/demo".into());
-            render_demo_page(ctx, &state, &board, None, form, Some(Refused::Race(refused.problem()))).await
+            render_demo_page(ctx, &state, None, form, Some(Refused::Race(refused.problem()))).await
         }
         Err(other) => Err(other.into()),
     }
@@ -369,26 +367,45 @@ async fn race_form(
 /// The race in progress as server-sent events: the state now, then every change, for as long as
 /// the page is open (with a comment line every [`STILL_HERE`], so that proxies keep the
 /// connection). Each event's data is a [`Live`], the same JSON as `/api/v1/demo/races/live`.
-async fn live_events(board: web::Data<RaceBoard>) -> HttpResponse {
-    let first = true;
-    let events = futures_util::stream::unfold((board.subscribe(), first), |(mut states, first)| async move {
-        if !first {
-            match tokio::time::timeout(STILL_HERE, states.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return None, // the board is gone: the app is stopping
-                Err(_) => return Some((Ok(Bytes::from_static(b": still here\n\n")), (states, false))),
-            }
-        }
-        let live = states.borrow_and_update().clone();
-        let data = serde_json::to_string(&live).map_err(actix_web::error::ErrorInternalServerError);
-        Some((data.map(|json| Bytes::from(format!("data: {json}\n\n"))), (states, false)))
-    });
-    HttpResponse::Ok()
+/// The changes come from this instance's one reader of the race board (`live.rs`), whichever
+/// instance runs the race; the first state is read here, after subscribing, so that no change
+/// falls between the two, and a state is never sent twice or out of order.
+async fn live_events(
+    board: web::Data<RaceBoard>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, DemoError> {
+    let states = RaceBoard::watch(&board, &state);
+    let first = state.db(live::now).await?;
+    let events = futures_util::stream::unfold(
+        (states, Some(first), None::<u64>),
+        |(mut states, first, mut sent)| async move {
+            let live = match first {
+                Some(live) => live,
+                None => loop {
+                    match tokio::time::timeout(STILL_HERE, states.changed()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => return None, // the board is gone: the app is stopping
+                        Err(_) => {
+                            return Some((Ok(Bytes::from_static(b": still here\n\n")), (states, None, sent)));
+                        }
+                    }
+                    let live = states.borrow_and_update().clone();
+                    if sent.is_none_or(|seq| live.seq > seq) {
+                        break live;
+                    }
+                },
+            };
+            sent = Some(live.seq);
+            let data = serde_json::to_string(&live).map_err(actix_web::error::ErrorInternalServerError);
+            Some((data.map(|json| Bytes::from(format!("data: {json}\n\n"))), (states, None, sent)))
+        },
+    );
+    Ok(HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         // Compression would hold events back until a block fills.
         .insert_header((header::CONTENT_ENCODING, "identity"))
-        .streaming(events)
+        .streaming(events))
 }
 
 /// How often an idle event stream says it is still there.
@@ -471,7 +488,7 @@ struct RaceRequest {
 
 documented_answers!(RaceAnswers: DemoError[Invalid, Unavailable, RaceRunning, CoolingDown]);
 
-/// Run a race (login required; one at a time per instance). `strategy` is a name, a list of
+/// Run a race (login required; one at a time across every instance on the database). `strategy` is a name, a list of
 /// names, or "all" (every strategy this server can run: exclusion-constraint needs PostgreSQL).
 #[utoipa::path(post, path = "/api/v1/demo/races", tag = "demo", request_body = RaceRequest,
     responses((status = 201, description = "The report: per strategy attempts, confirmed, double bookings, busy \
@@ -497,15 +514,15 @@ async fn race_json(
         .json(report))
 }
 
-/// This instance's race in progress (how far each strategy has got: attempts, bookings and double
-/// bookings so far, counted in the database), and how the last one ended. `/demo/races/live`
-/// streams the same as server-sent events.
+/// The race in progress, on whichever instance runs it (how far each strategy has got: attempts,
+/// bookings and double bookings so far, counted in the database), and how the last one ended.
+/// `/demo/races/live` streams the same as server-sent events.
 #[utoipa::path(get, path = "/api/v1/demo/races/live", tag = "demo",
     responses((status = 200, description = "`race`: the race running now or null, with `strategies` (`stage`: \
                 waiting, running or done; `attempts`, `confirmed`, `double_bookings` so far); `finished`: \
                 `{outcome: report, race_id}` or `{outcome: failed, message}` for the last race")))]
-async fn live_json(board: web::Data<RaceBoard>) -> HttpResponse {
-    HttpResponse::Ok().json(board.now())
+async fn live_json(state: web::Data<AppState>) -> Result<HttpResponse, DemoError> {
+    Ok(HttpResponse::Ok().json(state.db(live::now).await?))
 }
 
 documented_answers!(RaceByIdAnswers: DemoError[RaceNotFound]);

@@ -17,7 +17,6 @@ use super::{Asked, FlashError, SaleSpec};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::http::error::AsProblem;
-use crate::lab::demo::RaceBoard;
 use crate::web::{AppState, PageContext, see_other};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -31,7 +30,6 @@ async fn flash_sale_form(
     req: HttpRequest,
     CsrfForm(_): CsrfForm<Vec<(String, String)>>,
     state: web::Data<AppState>,
-    board: web::Data<RaceBoard>,
 ) -> actix_web::Result<HttpResponse> {
     let spec = SaleSpec::parse(&[this_instance(req.app_config().local_addr())], &Asked::default())?;
     let who = user.username.clone();
@@ -53,7 +51,7 @@ async fn flash_sale_form(
         }
         Err(refused @ (FlashError::Running(_) | FlashError::CoolingDown(_))) => {
             let ctx = ctx.shown_as("/demo".into());
-            crate::lab::demo::routes::page_refusing_flash_sale(ctx, &state, &board, refused.problem()).await
+            crate::lab::demo::routes::page_refusing_flash_sale(ctx, &state, refused.problem()).await
         }
         Err(other) => Err(other.into()),
     }

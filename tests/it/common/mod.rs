@@ -2,6 +2,7 @@
 //! their own cookie jars, and the invariant checks of `docs/README.md`.
 
 pub mod accounts;
+pub mod app_process;
 pub mod browser;
 pub mod invariants;
 pub mod own_server;
@@ -149,6 +150,14 @@ impl TestApp {
         let db = TestDb::new();
         haita::lab::prepare(&db.pool).expect("lab migrations");
         Self::spawn_on(db, 1, |c| c.demo_mode = true).await
+    }
+
+    /// `n` instances in `DEMO_MODE` on one database that has the lab's tables too, as behind a
+    /// load balancer (for the demo's cluster-wide race).
+    #[cfg(feature = "lab")]
+    pub async fn spawn_lab_on(db: TestDb, n: usize) -> Self {
+        haita::lab::prepare(&db.pool).expect("lab migrations");
+        Self::spawn_on(db, n, |c| c.demo_mode = true).await
     }
 
     /// `n` instances on the database `db` (for a server the test controls itself).

@@ -1,0 +1,1 @@
+DROP TABLE demo_race_board;
