@@ -41,6 +41,11 @@ pub enum Infra {
     Blocking(#[from] actix_web::error::BlockingError),
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// This request rode in a coalesced batch (one transaction for many requests) whose
+    /// connection was lost ([`Infra::may_have_committed`]): the batch may have committed, so the
+    /// request is not tried again on its own, which could place it twice.
+    #[error("the connection of the batch this request was in was lost; the batch may have committed")]
+    LostInBatch,
 }
 
 /// The `?` that turned a failure into an [`Infra`]: `From` conversions of ours are
@@ -84,7 +89,7 @@ impl Infra {
         match self {
             Self::Pool(CheckoutError::Busy(_))
             | Self::Lock(LockError::TimedOut { .. } | LockError::Crowded { .. }) => true,
-            Self::Pool(CheckoutError::Down(_)) => false,
+            Self::Pool(CheckoutError::Down(_)) | Self::LostInBatch => false,
             Self::Database(e, _) => e.lock_conflict().is_some(),
             // Nothing was waited out: the instance is leaving.
             Self::Lock(LockError::Failed { .. } | LockError::ShuttingDown { .. }) | Self::Blocking(_) => {
@@ -98,10 +103,22 @@ impl Infra {
         match self {
             Self::Database(e, _) => lost_connection(e),
             Self::Lock(LockError::Failed { source: Some(e), .. }) => lost_connection(e),
-            Self::Pool(CheckoutError::Down(_)) => true,
+            Self::Pool(CheckoutError::Down(_)) | Self::LostInBatch => true,
             // r2d2 reports why its last connect failed in the checkout error's text.
             Self::Pool(CheckoutError::Busy(e)) => {
                 classify_message(&e.to_string()) == Some(Failure::LostConnection)
+            }
+            _ => false,
+        }
+    }
+
+    /// The connection was lost while a statement ran. If that statement was a COMMIT, it may
+    /// have landed: the work must not be done again unless it is known not to have been (an
+    /// idempotency key). A checkout that found the server down never started anything.
+    pub fn may_have_committed(&self) -> bool {
+        match self {
+            Self::Database(e, _) | Self::Lock(LockError::Failed { source: Some(e), .. }) => {
+                lost_connection(e)
             }
             _ => false,
         }
@@ -134,9 +151,10 @@ impl AsProblem for Infra {
                 Problem::busy_in("busy.demand").because("row_lock")
             }
             Self::Pool(_) => Problem::busy_in("busy.server").because("pool"),
-            Self::Database(..) | Self::Blocking(_) | Self::Lock(LockError::Failed { .. }) => {
-                Problem::internal()
-            }
+            Self::Database(..)
+            | Self::Blocking(_)
+            | Self::Lock(LockError::Failed { .. })
+            | Self::LostInBatch => Problem::internal(),
         }
     }
 }

@@ -28,6 +28,7 @@ use super::model::{BookingDate, Reservation};
 use super::service;
 use crate::auth::session::Ticket;
 use crate::db::DbPool;
+use crate::infra::Infra;
 use crate::locking::{Batches, Cutoff, LockError, LockName, LockQueue};
 
 /// Most bookings decided in one transaction: large enough to absorb a burst, small enough that
@@ -43,6 +44,10 @@ enum Reply {
     /// The batch as a whole could not run (the lock stayed held past the batch's deadline, the
     /// pool had no connection, …): try alone, with what is left of this request's own wait.
     Alone,
+    /// The batch's connection was lost: it may have committed, so no request of it tries again
+    /// (as in `orders::coalesce`; here a second try would answer `already_booked` to a booking
+    /// that was made).
+    Lost,
 }
 
 struct Waiter {
@@ -111,6 +116,7 @@ impl Coalescer {
         };
         match reply {
             Ok(Reply::Decided(answer)) => answer,
+            Ok(Reply::Lost) => Err(Infra::LostInBatch.into()),
             // The drainer always replies; a dropped sender means its task died (a panic).
             Ok(Reply::Alone) | Err(_) => {
                 let remaining = deadline.saturating_duration_since(Instant::now());
@@ -182,11 +188,13 @@ impl Drain {
                     }
                 }
                 failed => {
+                    let lost = matches!(&failed, Ok(Err(BookingError::Infra(e))) if e.may_have_committed());
                     if let Ok(Err(e)) = &failed {
-                        log::info!("a booking batch for {} could not run ({e}); each tries alone", self.name);
+                        let then = if lost { "each is answered 503" } else { "each tries alone" };
+                        log::info!("a booking batch for {} could not run ({e}); {then}", self.name);
                     }
                     for waiter in batch {
-                        let _ = waiter.reply.send(Reply::Alone);
+                        let _ = waiter.reply.send(if lost { Reply::Lost } else { Reply::Alone });
                     }
                 }
             }

@@ -231,7 +231,19 @@ fn use_hold(conn: &mut DbConn, user_id: i64, hold_id: i64) -> Result<OrderView, 
         .bind::<BigInt, _>(hold_id)
         .execute(conn)?;
     let cart = Cart::parse(&[(product_id, i64::from(hold.quantity))])?;
-    let order = crate::orders::service::take_from_stock(conn, user_id, &cart)?;
+    let order = match crate::orders::service::take_from_stock(conn, user_id, &cart) {
+        Ok(order) => order,
+        Err(refused) => {
+            // The units were not there after all (only a hand edit of the stock can do that:
+            // every sale respects live holds). The refusal may be committed as the answer to an
+            // idempotency key, so the hold must be left as it was found, live, not "used" with
+            // no order behind it.
+            cached_sql::<()>("UPDATE stock_holds SET ended = NULL, ended_at = NULL WHERE id = ?")
+                .bind::<BigInt, _>(hold_id)
+                .execute(conn)?;
+            return Err(refused.into());
+        }
+    };
     cached_sql::<()>("UPDATE stock_holds SET order_id = ? WHERE id = ?")
         .bind::<BigInt, _>(order.id)
         .bind::<BigInt, _>(hold_id)

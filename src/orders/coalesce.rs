@@ -22,8 +22,11 @@
 //!   batch is deciding — and a cart's shortfall on any line refuses all its lines. The single
 //!   order path does exactly that, correctly and simply; a flash sale's orders are single-line.
 //! - **A batch that could not run** (no pooled connection in time, a row lock held past its
-//!   timeout, a lost connection): each of its orders tries alone, with what is left of its own
-//!   wait; with nothing left it is answered 503 `busy`.
+//!   timeout): each of its orders tries alone, with what is left of its own wait; with nothing
+//!   left it is answered 503 `busy`. A batch whose connection was lost is the exception: lost
+//!   at its COMMIT, it may have been placed, and its orders tried again would be placed twice,
+//!   so each is answered 503 `unavailable`, as an order alone is (a keyed resend then finds the
+//!   answer stored, if the batch did commit).
 //!
 //! Idempotency keys ride along. Real flash-sale clients send one (every catalog form does):
 //! sending keyed orders around the batch would leave exactly the hot orders uncoalesced. Each
@@ -46,6 +49,7 @@ use super::model::Cart;
 use super::service::{self, BatchedOrder, Placed};
 use crate::db::DbPool;
 use crate::idempotency::Once;
+use crate::infra::Infra;
 use crate::locking::retry::RetryPolicy;
 use crate::locking::{Batches, Cutoff, LockError, LockName};
 
@@ -61,6 +65,8 @@ enum Reply {
     Decided(Answer),
     /// The batch as a whole could not run: try alone, with what is left of this order's wait.
     Alone,
+    /// The batch's connection was lost: it may have committed, so no order of it tries again.
+    Lost,
 }
 
 struct Waiter {
@@ -120,6 +126,7 @@ impl Coalescer {
         let reply = self.products.wait(&name, &joined, &mut answer, wait).await?;
         match reply {
             Ok(Reply::Decided(answer)) => answer,
+            Ok(Reply::Lost) => Err(Infra::LostInBatch.into()),
             // The drainer always replies; a dropped sender means its task died (a panic).
             Ok(Reply::Alone) | Err(_) => {
                 if Instant::now() >= deadline {
@@ -190,11 +197,15 @@ impl Drain {
                     }
                 }
                 failed => {
+                    // Lost at its COMMIT, the batch may have been placed: trying its orders alone
+                    // would place them twice. Lost earlier it was not, but the two look alike.
+                    let lost = matches!(&failed, Ok(Err(OrderError::Infra(e))) if e.may_have_committed());
                     if let Ok(Err(e)) = &failed {
-                        log::info!("an order batch for {} could not run ({e}); each tries alone", self.name);
+                        let then = if lost { "each is answered 503" } else { "each tries alone" };
+                        log::info!("an order batch for {} could not run ({e}); {then}", self.name);
                     }
                     for reply in replies {
-                        let _ = reply.send(Reply::Alone);
+                        let _ = reply.send(if lost { Reply::Lost } else { Reply::Alone });
                     }
                 }
             }

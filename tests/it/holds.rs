@@ -450,3 +450,43 @@ async fn resends(db: TestDb) {
     invariants::holds_within_stock(&app.db);
     invariants::orders_match_ledger(&app.db);
 }
+
+on_both_engines!(
+    a_keyed_order_refused_at_payment_leaves_the_hold_live,
+    a_keyed_order_refused_at_payment_leaves_the_hold_live_on_postgres => refused_at_payment
+);
+
+/// The stock under a live hold cut by hand (no sale can do it: every sale respects live holds):
+/// the order from the hold is refused, and with an idempotency key that refusal is committed as
+/// the key's answer. The hold must come out of it as it went in, live, not marked used with no
+/// order behind it; once the stock is back, the hold still buys.
+async fn refused_at_payment(db: TestDb) {
+    let app = TestApp::spawn_on(db, 1, |_| {}).await;
+    let product = app.product("CUT-H", 700, 4);
+    let client = &customers(&app, "cut", 1).await[0];
+    let id = held(hold(client, product, 2).await).await;
+    let set_on_hand = |units: i32| {
+        haita::db::cached_sql::<()>("UPDATE stock_levels SET on_hand = ? WHERE product_id = ?")
+            .bind::<diesel::sql_types::Integer, _>(units)
+            .bind::<diesel::sql_types::BigInt, _>(product)
+            .execute(&mut *app.db.conn())
+            .expect("cut the stock");
+    };
+    set_on_hand(1);
+
+    let path = format!("/api/v1/holds/{id}/order");
+    for _ in 0..2 {
+        // The second is a resend: the stored refusal again, nothing run twice.
+        let refused = keyed(client, &path, "cut-key", &json!(null)).await;
+        assert_eq!(refused.status(), 409);
+        assert_eq!(error_code(refused).await, "insufficient_stock");
+        assert_eq!(invariants::live_holds(&app.db, product), (1, 2), "the hold is still live");
+        assert_eq!(orders_count(&app.db), 0);
+    }
+
+    set_on_hand(4);
+    let bought = order_from(client, id).await;
+    assert_eq!(bought.status(), 201, "{:?}", bought.text().await);
+    assert_eq!(invariants::live_holds(&app.db, product), (0, 0));
+    assert_eq!(orders_count(&app.db), 1);
+}

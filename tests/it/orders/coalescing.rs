@@ -502,3 +502,74 @@ async fn a_deadlock_a_batch_loses(db: TestDb) {
     invariants::stock_matches_ledger(&db);
     invariants::orders_match_ledger(&db);
 }
+
+on_both_engines!(
+    an_order_whose_batch_lost_its_connection_is_answered_503_not_placed_again,
+    an_order_whose_batch_lost_its_connection_is_answered_503_not_placed_again_on_postgres
+        => a_batch_loses_its_connection
+);
+
+/// A batch's connection lost while it runs: lost at its COMMIT the batch may have been placed,
+/// and nobody can tell, so its orders must not try again alone (an unkeyed one would be placed
+/// twice). Here the connection is killed while the batch waits for the stock row (held by this
+/// test), so nothing was placed, and the order is answered 503 `unavailable` all the same; the
+/// next order goes through.
+async fn a_batch_loses_its_connection(db: TestDb) {
+    let engine = db.pool.engine();
+    let app = TestApp::spawn_on(db, 1, |_| {}).await;
+    let product = app.product("LOST-BATCH", 100, 10);
+    let buyer = app.client(0);
+    buyer.login(&app.user("lost0", Role::Customer)).await;
+    let mut other = app.db.raw_connection();
+    diesel::connection::SimpleConnection::batch_execute(&mut other, "START TRANSACTION").expect("begin");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>(
+        "SELECT product_id FROM stock_levels WHERE product_id = ? FOR UPDATE",
+    )
+    .bind::<BigInt, _>(product)
+    .execute(&mut other)
+    .expect("this session holds the stock row");
+
+    let order = actix_web::rt::spawn(async move { buyer.order(&[(product, 1)]).await });
+    invariants::wait_until_a_transaction_waits_for_a_lock(&app.db).await;
+    #[derive(QueryableByName)]
+    struct Waiting {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    let mut killer = app.db.raw_connection();
+    let waiting: Vec<Waiting> =
+        haita::db::cached_sql::<diesel::sql_types::Untyped>(haita::db::Sql::per_engine(
+            "SELECT CAST(p.ID AS SIGNED) AS id FROM information_schema.INNODB_TRX t \
+         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+         WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
+            "SELECT CAST(pid AS BIGINT) AS id FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        ))
+        .load(&mut killer)
+        .expect("the waiting session");
+    assert_eq!(waiting.len(), 1, "one batch waits for the stock row");
+    let kill = match engine {
+        Engine::Mysql => format!("KILL CONNECTION {}", waiting[0].id),
+        Engine::Postgres => format!("SELECT pg_terminate_backend({})", waiting[0].id),
+    };
+    diesel::connection::SimpleConnection::batch_execute(&mut killer, &kill)
+        .expect("kill the batch's session");
+
+    let answer = order.await.expect("order task");
+    assert_eq!(answer.status(), 503, "not tried again alone");
+    assert!(answer.headers().contains_key("retry-after"));
+    assert_eq!(error_code(answer).await, "unavailable");
+    diesel::connection::SimpleConnection::batch_execute(&mut other, "ROLLBACK").expect("release");
+    let orders: i64 = haita::db::cached_sql::<BigInt>("SELECT COUNT(*) FROM orders")
+        .get_result(&mut killer)
+        .expect("orders");
+    assert_eq!(orders, 0);
+
+    let buyer = app.client(1);
+    buyer.login(&app.user("lost1", Role::Customer)).await;
+    let next = buyer.order(&[(product, 1)]).await;
+    assert_eq!(next.status(), 201, "{:?}", next.text().await);
+    assert_eq!(invariants::on_hand(&app.db, product), 9);
+    invariants::stock_matches_ledger(&app.db);
+    invariants::orders_match_ledger(&app.db);
+}
