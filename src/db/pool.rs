@@ -143,6 +143,7 @@ impl DbPool {
             transaction::mark_broken(conn);
             return Err(());
         }
+        renew_statements_after_an_error(conn);
         let stale =
             last_answer.is_none_or(|at| at.elapsed() > IDLE_CHECK || self.health.silent_since_a_loss(at));
         if stale {
@@ -197,6 +198,25 @@ struct Liveness {
     health: Arc<Health>,
     /// Statements run on the connection since the pool opened it ([`statements_run`]).
     statements: u64,
+    /// A statement failed since the connection's prepared statements were last renewed
+    /// ([`renew_statements_after_an_error`]).
+    failed: bool,
+}
+
+/// Closes every prepared statement `conn` keeps if one of its statements failed since the last
+/// time, on an engine where such a statement must not run again
+/// (`Dialect::statement_unsafe_after_an_error`): the next run of each prepares it anew. Called
+/// where a failed statement may be followed by another on the same connection: after a
+/// transaction's ROLLBACK (a retry runs the same statements again) and when the pool hands the
+/// connection out.
+pub fn renew_statements_after_an_error(conn: &mut DbConn) {
+    let Some(liveness) = conn.instrumentation().downcast_mut::<Liveness>() else { return };
+    if !std::mem::take(&mut liveness.failed) || !conn.dialect().statement_unsafe_after_an_error() {
+        return;
+    }
+    use diesel::connection::{CacheSize, Connection};
+    conn.set_prepared_statement_cache_size(CacheSize::Disabled);
+    conn.set_prepared_statement_cache_size(CacheSize::Unbounded);
 }
 
 /// How many statements `conn` has run since the pool opened it (`BEGIN` and `COMMIT`
@@ -211,6 +231,7 @@ impl diesel::connection::Instrumentation for Liveness {
     fn on_connection_event(&mut self, event: diesel::connection::InstrumentationEvent<'_>) {
         if let diesel::connection::InstrumentationEvent::FinishQuery { error, .. } = event {
             self.statements += 1;
+            self.failed |= error.is_some();
             match error {
                 Some(e) if lost_connection(e) => {
                     self.lost = true;
@@ -341,6 +362,7 @@ impl CustomizeConnection<DbConn, diesel::r2d2::Error> for SessionSettings {
             lost: false,
             health: Arc::clone(&self.health),
             statements: 0,
+            failed: false,
         });
         Ok(())
     }

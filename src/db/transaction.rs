@@ -56,6 +56,8 @@ fn finish<T, E: From<Error>>(
             if run(conn, "ROLLBACK").is_err() {
                 mark_broken(conn);
             }
+            // A retry runs the same statements again, on this connection.
+            super::pool::renew_statements_after_an_error(conn);
             Err(e)
         }
     }

@@ -135,12 +135,6 @@ impl Instance {
             // no 503 busy comes from the load itself (the default, a quarter of the pool, is
             // for one hot or stuck key).
             .env("LOCK_WAITERS_MAX", "12")
-            // Orders one at a time. Coalesced (the default), a batch of one product's orders
-            // sometimes never answers under this load on three instances, with or without any
-            // of the events below: its requests wait until the balancer gives up (504), and the
-            // ones behind it answer 503 busy. Seen in 4 of 5 runs; ORDER_COALESCING=1 in the
-            // test's environment brings it back.
-            .env("ORDER_COALESCING", std::env::var("ORDER_COALESCING").unwrap_or_else(|_| "0".into()))
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
@@ -304,6 +298,8 @@ struct Answer {
     code: String,
     /// `X-Served-By`: the instance that answered, `<NOSRV>` when HAProxy answered itself.
     served_by: String,
+    /// From sending the request to its answer (or failure), for the report.
+    took: Duration,
 }
 
 impl Answer {
@@ -364,8 +360,14 @@ async fn customer(i: usize, client: Client, goods: Goods, load: Arc<Load>) {
             json!({"lines": [{"product_id": product, "quantity": 1}]})
         } else {
             // Everyone walks the same 150 days from a different start: days fill up, and each
-            // customer's second visit to a day is refused as already booked.
-            let day = goods.first_day + chrono::Days::new(((n / 2 + i) % 150) as u64);
+            // customer's second visit to a day is refused as already booked. Every fourth
+            // booking is for one hot day, the same for everyone, whose requests each instance
+            // serves in batches (`bookings::coalesce`).
+            let day = if (n / 2).is_multiple_of(4) {
+                goods.first_day + chrono::Days::new(150)
+            } else {
+                goods.first_day + chrono::Days::new(((n / 2 + i) % 150) as u64)
+            };
             json!({"resource_id": goods.resource, "date": day.to_string()})
         };
         let path = if order { "/api/v1/orders" } else { "/api/v1/reservations" };
@@ -374,6 +376,7 @@ async fn customer(i: usize, client: Client, goods: Goods, load: Arc<Load>) {
             request = request.header("Idempotency-Key", format!("c{i}-{n}"));
         }
         load.outstanding.fetch_add(1, Ordering::SeqCst);
+        let sending = Instant::now();
         let sent = request.send().await;
         let (status, code, served_by) = match sent {
             Ok(response) => {
@@ -408,6 +411,7 @@ async fn customer(i: usize, client: Client, goods: Goods, load: Arc<Load>) {
             status,
             code,
             served_by,
+            took: sending.elapsed(),
         });
         load.answered.fetch_add(1, Ordering::Relaxed);
         // Not synchronisation: the pace of the load.
@@ -617,6 +621,10 @@ async fn three_instances_behind_haproxy_survive_a_drain_a_kill_and_a_new_build_u
     );
     for ((phase, label), n) in &per_phase {
         println!("  {:<15} {label}: {n}", PHASES[*phase]);
+    }
+    for (kind, is_order) in [("bookings", false), ("orders", true)] {
+        let slowest = answers.iter().filter(|a| a.order == is_order).map(|a| a.took).max();
+        println!("  slowest of the {kind}: {slowest:?}");
     }
     println!("{timeline:?}");
     println!("the balancer counted {} responses from app2 cut off by its death", timeline.cut_off_by_kill);

@@ -53,6 +53,10 @@ pub trait Dialect: Send + Sync {
     /// the session's level already.
     fn read_committed_for_next_transaction(&self) -> Option<&'static str>;
 
+    /// Whether a prepared statement that met an error must not be run again on its connection
+    /// (`db::pool::renew_statements_after_an_error`).
+    fn statement_unsafe_after_an_error(&self) -> bool;
+
     /// The generated id of the row this session inserted last.
     fn last_insert_id(&self, conn: &mut DbConn) -> QueryResult<i64>;
 

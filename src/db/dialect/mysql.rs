@@ -88,6 +88,16 @@ impl Dialect for Mysql {
         Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
     }
 
+    /// MariaDB's client library (libmariadb, which diesel's `mysqlclient-sys` links): a locking
+    /// read that loses a deadlock after it has sent a row ends its result set with the error,
+    /// and the prepared statement is left expecting the rest of the rows. Run again, it first
+    /// reads for them (the server has already ended them) and waits for ever without sending a
+    /// byte, while the server shows the session idle. Closing it is safe; prepared anew, it
+    /// runs.
+    fn statement_unsafe_after_an_error(&self) -> bool {
+        true
+    }
+
     /// MySQL has no `RETURNING`, and the value is per session, so it is read on the connection
     /// that inserted.
     fn last_insert_id(&self, conn: &mut DbConn) -> QueryResult<i64> {

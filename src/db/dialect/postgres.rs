@@ -91,6 +91,11 @@ impl Dialect for Postgres {
         None
     }
 
+    /// A statement that failed leaves nothing pending: the next `Bind`/`Execute` starts afresh.
+    fn statement_unsafe_after_an_error(&self) -> bool {
+        false
+    }
+
     /// `lastval()`: the same thing as MySQL's `LAST_INSERT_ID()` for identity columns (no trigger
     /// of ours draws on a sequence).
     fn last_insert_id(&self, conn: &mut DbConn) -> QueryResult<i64> {

@@ -573,3 +573,75 @@ async fn a_batch_loses_its_connection(db: TestDb) {
     invariants::stock_matches_ledger(&app.db);
     invariants::orders_match_ledger(&app.db);
 }
+
+on_both_engines!(
+    a_batch_that_loses_a_deadlock_halfway_through_its_buyers_rows_runs_again,
+    a_batch_that_loses_a_deadlock_halfway_through_its_buyers_rows_runs_again_on_postgres
+        => a_deadlock_halfway_through_a_locking_read
+);
+
+/// The deadlock of the test above, met one statement earlier: while the batch locks its
+/// buyers' rows (one `SELECT … FOR UPDATE` for all, in ascending id). The batch has locked and
+/// read the first buyer's row when it waits for the second, which another session holds; that
+/// session then asks for the first: the batch loses, and its error arrives in the middle of a
+/// result set, after a row. On MariaDB's client library, the prepared statement that met it
+/// was left expecting the rest of that result: run again on the same connection (the retry,
+/// or the next request to be handed the connection), it waited for rows the server had
+/// already ended, for ever, while the server showed the session idle. Under load on three
+/// instances, this was the coalesced batch that never answered.
+async fn a_deadlock_halfway_through_a_locking_read(db: TestDb) {
+    let engine = db.pool.engine();
+    let buyers: Vec<i64> = (0..3).map(|i| create_user(&db, &format!("h{i}"), Role::Customer).id).collect();
+    let product = create_product(&db, "DL-HALFWAY", 100, 10);
+    let mut other = db.raw_connection();
+    diesel::connection::SimpleConnection::batch_execute(
+        &mut other,
+        match engine {
+            // Ballast, so that InnoDB rolls back the batch, which has less to undo.
+            Engine::Mysql => {
+                "CREATE TABLE ballast (n INT NOT NULL) ENGINE = InnoDB; START TRANSACTION; \
+                 INSERT INTO ballast WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) \
+                   SELECT n FROM s"
+            }
+            Engine::Postgres => "START TRANSACTION",
+        },
+    )
+    .expect("ballast");
+    haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT id FROM users WHERE id = ? FOR UPDATE")
+        .bind::<BigInt, _>(buyers[1])
+        .execute(&mut other)
+        .expect("the other session holds the second buyer's row");
+
+    let (pool, orders) = (
+        db.pool.clone(),
+        buyers
+            .iter()
+            .map(|&user| Step { user, product, quantity: 1, key: None }.batched())
+            .collect::<Vec<_>>(),
+    );
+    let batch = std::thread::spawn(move || {
+        service::order_batch(&pool, &RetryPolicy::default(), product, &orders, 20)
+            .map(|b| (b.attempts, b.answers.iter().filter(|a| a.is_ok()).count()))
+    });
+    invariants::wait_until_a_transaction_waits_for_a_lock(&db).await;
+    // The batch holds the first buyer's row and waits for the second: asking for the first
+    // closes the cycle.
+    haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT id FROM users WHERE id = ? FOR UPDATE")
+        .bind::<BigInt, _>(buyers[0])
+        .execute(&mut other)
+        .expect("the batch, not this session, is rolled back");
+    diesel::connection::SimpleConnection::batch_execute(&mut other, "COMMIT").expect("commit");
+
+    // A hang has no end to wait for: a minute is far beyond the retry's few milliseconds.
+    crate::common::poll::until_async(
+        "the batch to run again and answer",
+        std::time::Duration::from_secs(60),
+        async || batch.is_finished(),
+    )
+    .await;
+    let (attempts, placed) = batch.join().expect("batch thread").expect("the batch ran again and placed");
+    assert_eq!((attempts, placed), (2, 3));
+    assert_eq!(invariants::on_hand(&db, product), 7);
+    invariants::stock_matches_ledger(&db);
+    invariants::orders_match_ledger(&db);
+}
