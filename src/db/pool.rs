@@ -198,8 +198,8 @@ struct Liveness {
     health: Arc<Health>,
     /// Statements run on the connection since the pool opened it ([`statements_run`]).
     statements: u64,
-    /// A statement failed since the connection's prepared statements were last renewed
-    /// ([`renew_statements_after_an_error`]).
+    /// A statement failed, other than on a broken constraint, since the connection's prepared
+    /// statements were last renewed ([`renew_statements_after_an_error`]).
     failed: bool,
 }
 
@@ -219,6 +219,21 @@ pub fn renew_statements_after_an_error(conn: &mut DbConn) {
     conn.set_prepared_statement_cache_size(CacheSize::Unbounded);
 }
 
+/// Whether a failed statement may have ended mid-result, after rows were sent (a locking read
+/// that lost a deadlock or timed out waiting, a statement killed): every error but a broken
+/// constraint, which the server reports before any row. A duplicate key is how an idempotency
+/// key's resend is recognised, so renewing after it would re-prepare statements on a common path.
+fn may_leave_a_result_unread(error: &diesel::result::Error) -> bool {
+    use diesel::result::{DatabaseErrorKind as Kind, Error};
+    !matches!(
+        error,
+        Error::DatabaseError(
+            Kind::UniqueViolation | Kind::ForeignKeyViolation | Kind::NotNullViolation | Kind::CheckViolation,
+            _
+        )
+    )
+}
+
 /// How many statements `conn` has run since the pool opened it (`BEGIN` and `COMMIT`
 /// included), as diesel reports them; `None` for a connection not opened by a pool. MySQL counts
 /// a session's statements itself (`SHOW SESSION STATUS`); PostgreSQL does not without an
@@ -231,7 +246,7 @@ impl diesel::connection::Instrumentation for Liveness {
     fn on_connection_event(&mut self, event: diesel::connection::InstrumentationEvent<'_>) {
         if let diesel::connection::InstrumentationEvent::FinishQuery { error, .. } = event {
             self.statements += 1;
-            self.failed |= error.is_some();
+            self.failed |= error.is_some_and(may_leave_a_result_unread);
             match error {
                 Some(e) if lost_connection(e) => {
                     self.lost = true;
