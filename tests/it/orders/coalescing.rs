@@ -438,22 +438,9 @@ on_both_engines!(
 /// `deadlock_timeout` of waiting: the batch, which waits first. The batch's whole transaction
 /// runs again once the other commits, and the deadlock is kept, with what the retry did.
 async fn a_deadlock_a_batch_loses(db: TestDb) {
-    let engine = db.pool.engine();
     let buyers: Vec<i64> = (0..3).map(|i| create_user(&db, &format!("d{i}"), Role::Customer).id).collect();
     let product = create_product(&db, "DL-BATCH", 100, 10);
-    let mut other = db.raw_connection();
-    diesel::connection::SimpleConnection::batch_execute(
-        &mut other,
-        match engine {
-            Engine::Mysql => {
-                "CREATE TABLE ballast (n INT NOT NULL) ENGINE = InnoDB; START TRANSACTION; \
-                 INSERT INTO ballast WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) \
-                   SELECT n FROM s"
-            }
-            Engine::Postgres => "START TRANSACTION",
-        },
-    )
-    .expect("ballast");
+    let mut other = session_that_outweighs_a_batch(&db);
     haita::db::cached_sql::<diesel::sql_types::Untyped>(
         "SELECT product_id FROM stock_levels WHERE product_id = ? FOR UPDATE",
     )
@@ -590,23 +577,9 @@ on_both_engines!(
 /// already ended, for ever, while the server showed the session idle. Under load on three
 /// instances, this was the coalesced batch that never answered.
 async fn a_deadlock_halfway_through_a_locking_read(db: TestDb) {
-    let engine = db.pool.engine();
     let buyers: Vec<i64> = (0..3).map(|i| create_user(&db, &format!("h{i}"), Role::Customer).id).collect();
     let product = create_product(&db, "DL-HALFWAY", 100, 10);
-    let mut other = db.raw_connection();
-    diesel::connection::SimpleConnection::batch_execute(
-        &mut other,
-        match engine {
-            // Ballast, so that InnoDB rolls back the batch, which has less to undo.
-            Engine::Mysql => {
-                "CREATE TABLE ballast (n INT NOT NULL) ENGINE = InnoDB; START TRANSACTION; \
-                 INSERT INTO ballast WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) \
-                   SELECT n FROM s"
-            }
-            Engine::Postgres => "START TRANSACTION",
-        },
-    )
-    .expect("ballast");
+    let mut other = session_that_outweighs_a_batch(&db);
     haita::db::cached_sql::<diesel::sql_types::Untyped>("SELECT id FROM users WHERE id = ? FOR UPDATE")
         .bind::<BigInt, _>(buyers[1])
         .execute(&mut other)
@@ -644,4 +617,24 @@ async fn a_deadlock_halfway_through_a_locking_read(db: TestDb) {
     assert_eq!(invariants::on_hand(&db, product), 7);
     invariants::stock_matches_ledger(&db);
     invariants::orders_match_ledger(&db);
+}
+
+/// Another session, in a transaction that has written ballast rows on MySQL, so that InnoDB
+/// rolls back the batch (the transaction with less to undo) when the two deadlock; PostgreSQL
+/// aborts whichever session's deadlock check runs first, so a plain transaction does there.
+fn session_that_outweighs_a_batch(db: &TestDb) -> haita::db::DbConn {
+    let mut other = db.raw_connection();
+    diesel::connection::SimpleConnection::batch_execute(
+        &mut other,
+        match db.pool.engine() {
+            Engine::Mysql => {
+                "CREATE TABLE ballast (n INT NOT NULL) ENGINE = InnoDB; START TRANSACTION; \
+                 INSERT INTO ballast WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) \
+                   SELECT n FROM s"
+            }
+            Engine::Postgres => "START TRANSACTION",
+        },
+    )
+    .expect("ballast");
+    other
 }
