@@ -152,17 +152,7 @@ impl Application {
                 .wrap(actix_web::middleware::from_fn(crate::auth::csrf::json_only_api_writes))
                 .wrap(actix_web::middleware::from_fn(crate::openapi::methods_allowed))
                 .wrap(ErrorHandlers::new().default_handler(error::render_html_errors))
-                .wrap(
-                    SessionMiddleware::builder(CookieSessionStore::default(), key.clone())
-                        .cookie_name("haita_session".into())
-                        .cookie_secure(cookie_secure)
-                        .cookie_same_site(SameSite::Lax)
-                        .cookie_content_security(CookieContentSecurity::Private)
-                        .session_lifecycle(
-                            PersistentSession::default().session_ttl(time::Duration::hours(12)),
-                        )
-                        .build(),
-                )
+                .wrap(session_cookies(key.clone(), cookie_secure))
                 .wrap(security_headers(cookie_secure))
                 .wrap(Logger::new("%r %s %Dms"))
                 .wrap(actix_web::middleware::from_fn(shutdown::track))
@@ -268,6 +258,18 @@ async fn leave(heartbeat: admin::instances::Heartbeat) {
 /// The key that signs and encrypts session cookies: `SESSION_KEY`, or, only in `DEMO_MODE`, a
 /// random one. The CLI asks before it touches the database, so a misconfigured deployment stops
 /// at once.
+/// The session cookie: sealed (encrypted and authenticated) with `key`, so only this app can
+/// write the ticket it carries (`auth::session`); 12 hours, `SameSite=Lax`.
+pub fn session_cookies(key: Key, secure: bool) -> SessionMiddleware<CookieSessionStore> {
+    SessionMiddleware::builder(CookieSessionStore::default(), key)
+        .cookie_name("haita_session".into())
+        .cookie_secure(secure)
+        .cookie_same_site(SameSite::Lax)
+        .cookie_content_security(CookieContentSecurity::Private)
+        .session_lifecycle(PersistentSession::default().session_ttl(time::Duration::hours(12)))
+        .build()
+}
+
 pub fn session_key(config: &Config) -> anyhow::Result<Key> {
     Ok(match &config.session_key {
         Some(bytes) => Key::try_from(bytes.as_slice()).map_err(|e| anyhow::anyhow!("SESSION_KEY: {e}"))?,

@@ -301,7 +301,7 @@ pub fn log_in(session: &Session, user: &User, session_id: String) -> Result<Sess
         lang.keep(session).map_err(|e| AuthError::Session(e.to_string()))?;
     }
     let ticket = Ticket { user_id: user.id, session_id };
-    session.insert(TICKET_KEY, &ticket).map_err(|e| AuthError::Session(e.to_string()))?;
+    carry(session, &ticket)?;
     super::csrf::token(session)?;
     Ok(SessionUser {
         id: user.id,
@@ -310,6 +310,12 @@ pub fn log_in(session: &Session, user: &User, session_id: String) -> Result<Sess
         role: user.role,
         session_id: ticket.session_id,
     })
+}
+
+/// Puts `ticket` in the cookie: what [`log_in`] does once the password was checked, and what
+/// the lab's benches do for sessions they opened themselves (`lab::bench::cookies`).
+pub fn carry(session: &Session, ticket: &Ticket) -> Result<(), AuthError> {
+    session.insert(TICKET_KEY, ticket).map_err(|e| AuthError::Session(e.to_string()))
 }
 
 /// Forgets the cookie (the row is closed by [`close`]).

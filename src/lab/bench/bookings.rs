@@ -28,6 +28,7 @@ use chrono::NaiveDate;
 use diesel::prelude::*;
 use rand::RngCore;
 
+use super::history::{Data, History, Size};
 use super::server::ServerProcess;
 use crate::auth::Role;
 use crate::auth::service::{UserSpec, create_user};
@@ -73,6 +74,17 @@ pub struct BookingsBench {
     /// --keys, --seconds and --repeat.
     #[arg(long)]
     stays: bool,
+    /// What `named-lock` books on: `realistic`, a history like a real site's (`history.rs`:
+    /// many users taking turns, each within the quotas); `hot-user`, one user per client on
+    /// empty resources of one place, each user booking thousands with the quotas lifted.
+    #[arg(long, value_enum, default_value = "realistic")]
+    data: Data,
+    /// Users of the realistic history.
+    #[arg(long, default_value_t = 10_000)]
+    users: u32,
+    /// Reservations of the realistic history (past, present and future).
+    #[arg(long, default_value_t = 1_000_000)]
+    history: u64,
 }
 
 /// Who sends the app path's requests.
@@ -108,6 +120,9 @@ pub(super) struct Target {
     keys: Keys,
     pub(super) resources: Vec<i64>,
     pub(super) first_day: NaiveDate,
+    /// On a realistic history: attempt `i` books as user `i % users` of the history, and the
+    /// spread keys follow that user ([`Target::key`]); else each client books as its own user.
+    pub(super) users: Option<usize>,
 }
 
 impl Target {
@@ -125,9 +140,19 @@ impl Target {
     }
 
     fn key(&self, i: u64) -> Key {
-        match self.keys {
-            Keys::Hot => Key { resource_id: self.resources[0], day: self.first_day },
-            Keys::Spread => {
+        match (self.keys, self.users) {
+            (Keys::Hot, _) => Key { resource_id: self.resources[0], day: self.first_day },
+            // User u's k-th attempt: every user on a resource and day of their own, each next
+            // attempt of theirs 37 resources and 7 days further (`wrk.rs` computes the same).
+            (Keys::Spread, Some(users)) => {
+                let (u, k) = (i % users as u64, i / users as u64);
+                let resource = usize::try_from((u + 37 * k) % self.resources.len() as u64).unwrap_or(0);
+                Key {
+                    resource_id: self.resources[resource],
+                    day: self.first_day + chrono::Days::new((13 * u + 7 * k) % DAYS),
+                }
+            }
+            (Keys::Spread, None) => {
                 let resource = usize::try_from(i / DAYS).unwrap_or(0) % self.resources.len();
                 Key {
                     resource_id: self.resources[resource],
@@ -305,8 +330,13 @@ pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
         let Plan { patterns, clients, window, repeat, .. } = plan;
         return super::stays::run(config, &super::stays::Plan { patterns, clients, window, repeat });
     }
-    let bench = Prepared::new(config, plan.most_clients())?;
-    let server = ServerProcess::start(&bench.config)?;
+    let bench = Prepared::new(config, &plan)?;
+    let server = ServerProcess::start(&bench.config, plan.data == Data::HotUser)?;
+    let cookies = match &bench.history {
+        Some(history) => super::cookies::mint(&server.session_key()?, &history.tickets)?,
+        None => Vec::new(),
+    };
+    print!("{}", describe_data(plan.data, bench.history.as_ref()));
     print!(
         "{}",
         report_header(
@@ -322,7 +352,7 @@ pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
     actix_web::rt::System::new().block_on(async {
         let clients = log_in(&base, &bench.users).await?;
         for cell in plan.cells() {
-            let row = measure_cell(&bench, &server, &plan, cell, &base, &clients).await?;
+            let row = measure_cell(&bench, &server, &plan, cell, &base, &clients, &cookies).await?;
             print!("{}", report_row(&row));
         }
         anyhow::Ok(())
@@ -330,7 +360,10 @@ pub fn run(config: &Config, options: &BookingsBench) -> anyhow::Result<()> {
     drop(server);
     let overbooked = count_overbooked(&bench.app_pool)?;
     print!("{}", report_footer(&overbooked));
-    anyhow::ensure!(overbooked.real + overbooked.demo == 0, "a correct strategy double-booked under load");
+    anyhow::ensure!(
+        overbooked.real + overbooked.twice == 0 && overbooked.demo == 0,
+        "a correct strategy double-booked under load"
+    );
     Ok(())
 }
 
@@ -346,6 +379,8 @@ struct Plan {
     app: bool,
     raw: bool,
     driver: Driver,
+    data: Data,
+    size: Size,
 }
 
 /// One row of the table.
@@ -397,6 +432,15 @@ impl BookingsBench {
                 "auto" => Driver::Builtin,
                 other => anyhow::bail!("unknown driver {other:?}: use auto, wrk, builtin"),
             },
+            data: match self.data {
+                Data::Realistic => {
+                    anyhow::ensure!((100..=1_000_000).contains(&self.users), "--users must be between 100 and 1000000");
+                    anyhow::ensure!(self.history <= 20_000_000, "--history must be at most 20000000");
+                    Data::Realistic
+                }
+                Data::HotUser => Data::HotUser,
+            },
+            size: Size { users: self.users, reservations: self.history },
         })
     }
 }
@@ -429,13 +473,18 @@ struct Prepared {
     /// One logged-in session per user: the raw path books with their tickets, which the
     /// booking checks as it does over HTTP.
     users: Vec<Ticket>,
+    /// The realistic history `named-lock` books on (`--data realistic`).
+    history: Option<History>,
+    /// A different day for each measurement of a hot key on the history.
+    hot_days: AtomicU64,
     /// Last, so it is dropped after the pools, however the bench ends.
     scratch: ScratchDatabase,
 }
 
 impl Prepared {
     /// The scratch database, migrated (the lab's tables too), and its users.
-    fn new(config: &Config, users: u32) -> anyhow::Result<Self> {
+    fn new(config: &Config, plan: &Plan) -> anyhow::Result<Self> {
+        let users = plan.most_clients();
         let (_, name) = db::split_database_url(&config.database_url)?;
         let scratch = ScratchDatabase::create(&config.database_url, &format!("{name}_bench_"))?;
         // The app's own settings (session key, throttles) are the server process's: see
@@ -445,8 +494,17 @@ impl Prepared {
         crate::lab::prepare(&app_pool)?;
         let raw_pool = db::build_pool(&bench_config)?;
         let users = create_users(&app_pool, users)?;
+        let history = match plan.data {
+            Data::Realistic => Some(super::history::seed(
+                &mut *app_pool.get()?,
+                plan.size,
+                bench_config.max_future_bookings,
+            )?),
+            Data::HotUser => None,
+        };
         let outside = OutsideLocks::in_dir(&bench_config, super::server::lock_dir())?;
-        Ok(Self { config: bench_config, app_pool, raw_pool, outside, users, scratch })
+        let hot_days = AtomicU64::new(0);
+        Ok(Self { config: bench_config, app_pool, raw_pool, outside, users, history, hot_days, scratch })
     }
 }
 
@@ -520,38 +578,35 @@ async fn measure_cell(
     cell: Cell,
     base: &str,
     clients: &[Client],
+    history_cookies: &[String],
 ) -> anyhow::Result<Row> {
     let n = cell.clients;
     let (mut raws, mut apps) = (Vec::new(), Vec::new());
     for _ in 0..plan.repeat {
         if plan.raw {
-            let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
+            let target = bench.target(cell.strategy, cell.keys)?;
             let (cpu, server) = (CpuClock::start(app_server), ServerWork::start(&bench.app_pool)?);
-            let mut raw = measure_raw(
-                &bench.raw_pool,
-                &bench.config,
-                &bench.outside,
-                &target,
-                &bench.users[..n],
-                plan.window,
-            );
+            let mut raw = measure_raw(&bench.raw_pool, &bench.config, &bench.outside, &target, (bench.who(n), n), plan.window);
             raw.cpu_us = cpu.per_answer(app_server, &raw).0;
             server.per_answer(&bench.app_pool, &mut raw)?;
             raws.push(raw);
         }
         if plan.app {
-            let target = fresh_target(&bench.app_pool, cell.strategy, cell.keys)?;
+            let target = bench.target(cell.strategy, cell.keys)?;
             let (cpu, server) = (CpuClock::start(app_server), ServerWork::start(&bench.app_pool)?);
             let hops_before = blocking_hops(app_server).await?;
             let mut app = match plan.driver {
                 Driver::Builtin => {
-                    let mut app = measure_app(base, &clients[..n], &target, plan.window).await;
+                    let mut app = measure_app(base, &clients[..n], history_cookies, &target, plan.window).await;
                     (app.cpu_us, app.server_cpu_us) = cpu.per_answer(app_server, &app);
                     app
                 }
                 Driver::Wrk => {
-                    let cookies: Vec<String> = clients[..n].iter().map(|c| c.cookie.clone()).collect();
-                    let report = super::wrk::run(base, &cookies, &target, plan.window)?;
+                    let cookies: Vec<String> = match target.users {
+                        Some(_) => history_cookies.to_vec(),
+                        None => clients[..n].iter().map(|c| c.cookie.clone()).collect(),
+                    };
+                    let report = super::wrk::run(base, &cookies, n, &target, plan.window)?;
                     let mut app = Measured::from_wrk(&report);
                     app.server_cpu_us = cpu.per_answer(app_server, &app).1;
                     app.cpu_us = per_answer(report.cpu, &app);
@@ -590,6 +645,45 @@ async fn blocking_hops(server: &ServerProcess) -> anyhow::Result<f64> {
     Ok(count("haita_booking_batch_size_count") + count("haita_session_check_batch_size_count"))
 }
 
+impl Prepared {
+    /// What one measurement books: on a realistic history, its resources (spread) or its
+    /// largest one on a day no measurement booked before (hot), by its users in turn; else
+    /// [`fresh_target`].
+    fn target(&self, strategy: Strategy, keys: Keys) -> anyhow::Result<Target> {
+        let Some(history) = self.history.as_ref().filter(|_| strategy == Strategy::NamedLock) else {
+            return fresh_target(&self.app_pool, strategy, keys);
+        };
+        let tomorrow = bookings::today() + chrono::Days::new(1);
+        let (resources, first_day) = match keys {
+            Keys::Spread => (history.resources.iter().map(|&(id, _)| id).collect(), tomorrow),
+            Keys::Hot => {
+                let largest = history.resources.iter().max_by_key(|&&(_, capacity)| capacity);
+                let day = tomorrow + chrono::Days::new(self.hot_days.fetch_add(1, Ordering::Relaxed) % DAYS);
+                (largest.map(|&(id, _)| id).into_iter().collect(), day)
+            }
+        };
+        Ok(Target { strategy, keys, resources, first_day, users: Some(history.tickets.len()) })
+    }
+
+    /// Whom the raw path books as with `clients` clients: each client its own user, or the
+    /// history's users in turn, within the quota as the app's are.
+    fn who(&self, clients: usize) -> Who<'_> {
+        match &self.history {
+            Some(history) => Who::Rotating { tickets: &history.tickets, max_future: self.config.max_future_bookings },
+            None => Who::PerClient(&self.users[..clients]),
+        }
+    }
+}
+
+/// Who books on the raw path (see [`Prepared::who`]).
+#[derive(Clone, Copy)]
+enum Who<'a> {
+    /// One user per client, the quota lifted: each books thousands.
+    PerClient(&'a [Ticket]),
+    /// Attempt `i` books as `tickets[i % len]`, under the real quota.
+    Rotating { tickets: &'a [Ticket], max_future: u32 },
+}
+
 /// Fresh resources for one measurement: real ones for the app's booking path, demo ones for
 /// the other strategies. Days start tomorrow, inside the real endpoint's horizon.
 fn fresh_target(pool: &DbPool, strategy: Strategy, keys: Keys) -> anyhow::Result<Target> {
@@ -608,13 +702,19 @@ fn fresh_target(pool: &DbPool, strategy: Strategy, keys: Keys) -> anyhow::Result
             }
         })
         .collect::<anyhow::Result<_>>()?;
-    Ok(Target { strategy, keys, resources, first_day: bookings::today() + chrono::Days::new(1) })
+    Ok(Target { strategy, keys, resources, first_day: bookings::today() + chrono::Days::new(1), users: None })
 }
 
 fn classify_booking(result: &Result<impl Sized, BookingError>) -> Outcome {
     match result {
         Ok(_) => Outcome::Booked,
-        Err(BookingError::FullyBooked { .. } | BookingError::AlreadyBooked) => Outcome::Refused,
+        // A realistic history's users meet the quota and closures as real ones do.
+        Err(
+            BookingError::FullyBooked { .. }
+            | BookingError::AlreadyBooked
+            | BookingError::Quota { .. }
+            | BookingError::Closed { .. },
+        ) => Outcome::Refused,
         Err(BookingError::Infra(e)) if e.is_busy() => Outcome::Busy,
         Err(_) => Outcome::Error,
     }
@@ -626,21 +726,28 @@ fn measure_raw(
     config: &Config,
     outside: &OutsideLocks,
     target: &Target,
-    users: &[Ticket],
+    (who, clients): (Who<'_>, usize),
     window: Duration,
 ) -> Measured {
     let next = AtomicU64::new(0);
     let started = Instant::now();
     let deadline = started + window;
     let tallies: Vec<Tally> = std::thread::scope(|scope| {
-        let workers: Vec<_> = users
-            .iter()
-            .map(|ticket| {
+        let workers: Vec<_> = (0..clients)
+            .map(|client| {
                 let next = &next;
                 scope.spawn(move || {
                     let mut tally = Tally::default();
                     while Instant::now() < deadline {
-                        let key = target.key(next.fetch_add(1, Ordering::Relaxed));
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let key = target.key(i);
+                        let (ticket, max_future) = match who {
+                            // Measures the locking: a hot user has no cap.
+                            Who::PerClient(tickets) => (&tickets[client], u32::MAX),
+                            Who::Rotating { tickets, max_future } => {
+                                (&tickets[usize::try_from(i).unwrap_or(0) % tickets.len()], max_future)
+                            }
+                        };
                         let began = Instant::now();
                         if target.strategy == Strategy::NamedLock {
                             let result = BookingDate::parse(&key.day.to_string(), bookings::today())
@@ -655,8 +762,7 @@ fn measure_raw(
                                         key.resource_id,
                                         day,
                                         None,
-                                        // Measures the locking: a benchmark's customer has no cap.
-                                        u32::MAX,
+                                        max_future,
                                     )
                                 });
                             tally.record(began, classify_booking(&result), || format!("{:?}", result.err()));
@@ -696,7 +802,15 @@ fn measure_raw(
 }
 
 /// `clients` concurrent HTTP clients, each logged in as its own user, against the running app.
-async fn measure_app(base: &str, clients: &[Client], target: &Target, window: Duration) -> Measured {
+/// On a realistic history (`target.users`), attempt `i` sends the cookie of user `i % users`
+/// (`history_cookies`) on its client's connection; else each client its own.
+async fn measure_app(
+    base: &str,
+    clients: &[Client],
+    history_cookies: &[String],
+    target: &Target,
+    window: Duration,
+) -> Measured {
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + window;
@@ -707,7 +821,12 @@ async fn measure_app(base: &str, clients: &[Client], target: &Target, window: Du
         async move {
             let mut tally = Tally::default();
             while Instant::now() < deadline {
-                let key = target.key(next.fetch_add(1, Ordering::Relaxed));
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let key = target.key(i);
+                let cookie = match target.users {
+                    Some(users) => &history_cookies[usize::try_from(i).unwrap_or(0) % users],
+                    None => &client.cookie,
+                };
                 let body = match strategy {
                     None => serde_json::json!({"resource_id": key.resource_id, "date": key.day.to_string()}),
                     Some(name) => serde_json::json!({
@@ -715,7 +834,7 @@ async fn measure_app(base: &str, clients: &[Client], target: &Target, window: Du
                     }),
                 };
                 let began = Instant::now();
-                let request = client.http.post(&url).header(reqwest::header::COOKIE, &client.cookie);
+                let request = client.http.post(&url).header(reqwest::header::COOKIE, cookie);
                 let outcome = match request.json(&body).send().await {
                     Ok(r) if r.status() == 201 => Outcome::Booked,
                     Ok(r) if r.status() == 409 => Outcome::Refused,
@@ -743,27 +862,24 @@ async fn measure_app(base: &str, clients: &[Client], target: &Target, window: Du
     Measured::from(total, elapsed)
 }
 
-/// Keys holding more bookings than their one place, real and demo.
+/// Nights holding more bookings than their places (real), users booked twice on a night
+/// (real), and demo keys holding more than their one place.
 struct Overbooked {
-    real: i64,
+    real: u64,
+    twice: u64,
     demo: i64,
 }
 
 /// The bench is also a load test: no key may hold more bookings than its one place.
 fn count_overbooked(pool: &DbPool) -> anyhow::Result<Overbooked> {
     let mut conn = pool.get()?;
-    let real: i64 = cached_sql::<diesel::sql_types::BigInt>(
-        "SELECT COUNT(*) FROM (SELECT 1 FROM reservations WHERE status = 'confirmed' \
-         GROUP BY resource_id, day HAVING COUNT(*) > 1) x",
-    )
-    .get_result(&mut conn)
-    .context("counting overbooked days")?;
+    let (real, twice) = super::history::check(&mut conn).context("counting overbooked nights")?;
     let demo: i64 = cached_sql::<diesel::sql_types::BigInt>(
         "SELECT COUNT(*) FROM (SELECT 1 FROM demo_bookings GROUP BY demo_resource_id, day \
          HAVING COUNT(*) > 1) x",
     )
     .get_result(&mut conn)?;
-    Ok(Overbooked { real, demo })
+    Ok(Overbooked { real, twice, demo })
 }
 
 // ---- the table ---------------------------------------------------------------------------
@@ -860,9 +976,26 @@ fn counted(value: Option<f64>, width: usize, decimals: usize) -> String {
 
 fn report_footer(overbooked: &Overbooked) -> String {
     format!(
-        "\noverbooked keys after the bench: {} real, {} demo (must be 0)\n",
-        overbooked.real, overbooked.demo
+        "\nafter the bench: {} nights over capacity and {} users booked twice on a night (real), \
+         {} overbooked demo keys (all must be 0)\n",
+        overbooked.real, overbooked.twice, overbooked.demo
     )
+}
+
+/// What `named-lock` books on, under the header.
+fn describe_data(data: Data, history: Option<&History>) -> String {
+    match (data, history) {
+        (Data::Realistic, Some(history)) => format!(
+            "data: realistic (`named-lock`): {} users taking turns, each within the quotas, on {} resources \
+             holding {} reservations (past, present and future; stays of 1-7 nights mixed in)\n",
+            history.tickets.len(),
+            history.resources.len(),
+            history.reservations
+        ),
+        _ => "data: hot-user: one user per client on empty resources of one place, the quotas lifted \
+              (each user books thousands)\n"
+            .to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -947,8 +1080,9 @@ mod tests {
     #[test]
     fn the_footer_counts_overbooked_keys() {
         assert_eq!(
-            report_footer(&Overbooked { real: 0, demo: 0 }),
-            "\noverbooked keys after the bench: 0 real, 0 demo (must be 0)\n"
+            report_footer(&Overbooked { real: 0, twice: 0, demo: 0 }),
+            "\nafter the bench: 0 nights over capacity and 0 users booked twice on a night (real), \
+             0 overbooked demo keys (all must be 0)\n"
         );
     }
 

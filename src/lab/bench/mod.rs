@@ -1,6 +1,8 @@
 //! `haita bench`: what the app's code costs on top of the locking itself, measured against the
 //! same statements issued by hand from the same process, each in a scratch database of its own.
 //!
+//! - `history.rs`: a database shaped like a real site's (`--data realistic`, the default), on
+//!   which `bookings` and `coalescing` book; `cookies.rs` seals its users' sessions;
 //! - `bookings.rs`: the booking strategies, through HTTP (to a separate server process,
 //!   `server.rs`) and as raw SQL; with `--stays`, `stays.rs`: stays of several nights under a
 //!   named lock per night against PostgreSQL's exclusion constraint;
@@ -16,6 +18,8 @@ pub mod batch;
 pub mod bookings;
 pub mod closure;
 pub mod coalescing;
+pub mod cookies;
+pub mod history;
 pub mod metrics;
 pub mod orders;
 pub mod server;

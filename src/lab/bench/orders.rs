@@ -261,7 +261,7 @@ pub fn run(config: &Config, options: &OrdersBench) -> anyhow::Result<()> {
         print!("{}", in_process_ratios(&rows));
     }
     if plan.http {
-        let server = ServerProcess::start(&bench.config)?;
+        let server = ServerProcess::start(&bench.config, true)?;
         let base = server.base_url();
         let measured = actix_web::rt::System::new().block_on(async {
             let clients = log_in(&base, &buyers[..plan.clients * SESSIONS_PER_CLIENT]).await?;

@@ -18,15 +18,24 @@ pub struct ServerProcess {
     /// Its `METRICS_TOKEN`, fresh per run: the bench scrapes `/metrics` with it, whatever the
     /// environment it was started from says.
     metrics_token: String,
+    /// Its `SESSION_KEY` (hex digits), fresh per run: the bench seals its users' cookies with it
+    /// (`cookies.rs`).
+    session_key: String,
 }
 
 impl ServerProcess {
     /// Starts the server on `config`'s database and pool size, on a free local port, in
     /// `DEMO_MODE` (the demo strategies' endpoint), with login throttles off (every bench
     /// client logs in from 127.0.0.1 at once) and a fresh session key; returns once it answers.
-    pub fn start(config: &Config) -> anyhow::Result<Self> {
+    /// `lift_quotas` for a few users who book and order thousands of times; else the quotas of
+    /// `config`.
+    pub fn start(config: &Config, lift_quotas: bool) -> anyhow::Result<Self> {
         let port = free_port()?;
         let log = std::env::temp_dir().join(format!("haita-bench-server-{}.log", std::process::id()));
+        // A few bench users who book and order thousands of times get the per-user quotas at
+        // their highest, as the raw side lifts them (u32::MAX), so both sides do the same work
+        // (the user-row lock and the count included) instead of the app answering refusals.
+        let quota = |configured: u32| if lift_quotas { "100000".to_string() } else { configured.to_string() };
         let session_key: String = (0..64).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
         let metrics_token: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
         let mut command = Command::new(std::env::current_exe().context("locating the haita binary")?);
@@ -36,17 +45,14 @@ impl ServerProcess {
             .env("BIND", format!("127.0.0.1:{port}"))
             .env("DEMO_MODE", "1")
             .env("DEMO_LOCK_DIR", lock_dir())
-            .env("SESSION_KEY", session_key)
+            .env("SESSION_KEY", &session_key)
             .env("METRICS_TOKEN", &metrics_token)
             .env("POOL_SIZE", config.pool_size.to_string())
             .env("POOL_TIMEOUT_SECS", config.pool_timeout.as_secs().to_string())
             .env("LOCK_WAIT_SECS", config.lock_wait.as_secs().to_string())
             .env("LOGIN_FAILURES_PER_ADDRESS", u32::MAX.to_string())
-            // A few bench users book and order thousands of times: the per-user quotas are set
-            // to their highest, as the raw side lifts them (u32::MAX), so both sides do the same work
-            // (the user-row lock and the count included) instead of the app answering refusals.
-            .env("MAX_FUTURE_BOOKINGS_PER_USER", "100000")
-            .env("MAX_ORDERS_PER_MINUTE_PER_USER", "100000")
+            .env("MAX_FUTURE_BOOKINGS_PER_USER", quota(config.max_future_bookings))
+            .env("MAX_ORDERS_PER_MINUTE_PER_USER", quota(config.max_orders_per_minute))
             // One access-log line per request would be part of what is measured.
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
@@ -57,7 +63,7 @@ impl ServerProcess {
             command.env("WORKERS", workers.to_string());
         }
         let child = command.spawn().context("starting `haita serve`")?;
-        let mut server = Self { child, port, metrics_token };
+        let mut server = Self { child, port, metrics_token, session_key };
         server
             .wait_until_healthy(Duration::from_secs(60))
             .with_context(|| format!("the server's log is {}", log.display()))?;
@@ -67,6 +73,12 @@ impl ServerProcess {
 
     pub fn base_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Its session key, to seal cookies the server accepts
+    /// (the variable's bytes, as `config` reads them).
+    pub fn session_key(&self) -> anyhow::Result<actix_web::cookie::Key> {
+        Ok(actix_web::cookie::Key::try_from(self.session_key.as_bytes())?)
     }
 
     /// The bearer token its `/metrics` asks for.

@@ -9,7 +9,8 @@
 //! `wrk`, so the kernel adds its CPU time to the bench's "children" counters.
 //!
 //! The script sends the same requests as the built-in driver (the same endpoint, body and key
-//! sequence, one logged-in user per connection's share of requests) and counts the answers the
+//! sequence, one logged-in user per connection's share of requests, or on a realistic history
+//! the user of each attempt) and counts the answers the
 //! same way: 201 booked, 409 refused, 503 busy, anything else an error.
 
 use std::fmt::Write as _;
@@ -41,15 +42,17 @@ pub struct Report {
     pub cpu: Duration,
 }
 
-/// Runs `wrk` against `base` for `window` with one connection per cookie, booking `target`'s
-/// keys in order.
+/// Runs `wrk` against `base` for `window` with `connections` connections, booking `target`'s
+/// keys in order: as one user per connection (a cookie each), or, on a realistic history
+/// (`target.users`), attempt `i` as the user of `cookies[i % len]`.
 pub(super) fn run(
     base: &str,
     cookies: &[String],
+    connections: usize,
     target: &Target,
     window: Duration,
 ) -> anyhow::Result<Report> {
-    let threads = cookies.len().clamp(1, 2);
+    let threads = connections.clamp(1, 2);
     let script = script(cookies, target, threads)?;
     let path = std::env::temp_dir().join(format!("haita-bench-{}.lua", std::process::id()));
     std::fs::write(&path, script).with_context(|| format!("writing {}", path.display()))?;
@@ -57,7 +60,7 @@ pub(super) fn run(
     let output = Command::new("bash")
         .args(["-c", CLOSE_INHERITED_THEN_WRK, "wrk"])
         .arg(format!("--threads={threads}"))
-        .arg(format!("--connections={}", cookies.len().max(1)))
+        .arg(format!("--connections={}", connections.max(1)))
         .arg(format!("--duration={}s", window.as_secs().max(1)))
         .arg("--timeout=30s")
         .arg(format!("--script={}", path.display()))
@@ -117,6 +120,7 @@ fn script(cookies: &[String], target: &Target, threads: usize) -> anyhow::Result
     )?;
     writeln!(lua, "local resources = {{ {} }}", list(target.resources.iter().map(i64::to_string).collect()))?;
     writeln!(lua, "local spread = {}", target.spread())?;
+    writeln!(lua, "local rotate = {}", target.users.is_some())?;
     writeln!(lua, "local first_day, days, threads = {first_day}, {DAYS}, {threads}")?;
     writeln!(lua, "local path = {}", lua_string(path)?)?;
     let strategy_field = match strategy {
@@ -150,7 +154,16 @@ function request()
   attempt = attempt + threads
   sent = sent + 1
   local resource, day = resources[1], 0
-  if spread then
+  local cookie = cookies[(sent * threads + id) % #cookies + 1]
+  if rotate then
+    -- User u's k-th attempt, as bookings.rs's Target::key computes it.
+    local u, k = i % #cookies, math.floor(i / #cookies)
+    cookie = cookies[u + 1]
+    if spread then
+      resource = resources[((u + 37 * k) % #resources) + 1]
+      day = (13 * u + 7 * k) % days
+    end
+  elseif spread then
     resource = resources[(math.floor(i / days) % #resources) + 1]
     day = i % days
   end
@@ -158,7 +171,7 @@ function request()
     os.date("!%Y-%m-%d", first_day + day * 86400))
   local headers = {
     ["Content-Type"] = "application/json",
-    ["Cookie"] = cookies[(sent * threads + id) % #cookies + 1],
+    ["Cookie"] = cookie,
   }
   return wrk.format("POST", path, headers, body)
 end
