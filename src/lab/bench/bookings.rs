@@ -123,6 +123,9 @@ pub(super) struct Target {
     /// On a realistic history: attempt `i` books as user `i % users` of the history, and the
     /// spread keys follow that user ([`Target::key`]); else each client books as its own user.
     pub(super) users: Option<usize>,
+    /// The first attempt's number: on a history each measurement starts where no earlier one
+    /// went, so that no user meets their own booking of an earlier measurement.
+    pub(super) first_attempt: u64,
 }
 
 impl Target {
@@ -475,8 +478,9 @@ struct Prepared {
     users: Vec<Ticket>,
     /// The realistic history `named-lock` books on (`--data realistic`).
     history: Option<History>,
-    /// A different day for each measurement of a hot key on the history.
-    hot_days: AtomicU64,
+    /// Measurements made on the history so far: each gets a day of its own for a hot key, and
+    /// attempts of its own ([`Target::first_attempt`]).
+    measurements: AtomicU64,
     /// Last, so it is dropped after the pools, however the bench ends.
     scratch: ScratchDatabase,
 }
@@ -503,8 +507,8 @@ impl Prepared {
             Data::HotUser => None,
         };
         let outside = OutsideLocks::in_dir(&bench_config, super::server::lock_dir())?;
-        let hot_days = AtomicU64::new(0);
-        Ok(Self { config: bench_config, app_pool, raw_pool, outside, users, history, hot_days, scratch })
+        let measurements = AtomicU64::new(0);
+        Ok(Self { config: bench_config, app_pool, raw_pool, outside, users, history, measurements, scratch })
     }
 }
 
@@ -654,15 +658,18 @@ impl Prepared {
             return fresh_target(&self.app_pool, strategy, keys);
         };
         let tomorrow = bookings::today() + chrono::Days::new(1);
+        let measurement = self.measurements.fetch_add(1, Ordering::Relaxed);
         let (resources, first_day) = match keys {
             Keys::Spread => (history.resources.iter().map(|&(id, _)| id).collect(), tomorrow),
             Keys::Hot => {
                 let largest = history.resources.iter().max_by_key(|&&(_, capacity)| capacity);
-                let day = tomorrow + chrono::Days::new(self.hot_days.fetch_add(1, Ordering::Relaxed) % DAYS);
-                (largest.map(|&(id, _)| id).into_iter().collect(), day)
+                (largest.map(|&(id, _)| id).into_iter().collect(), tomorrow + chrono::Days::new(measurement % DAYS))
             }
         };
-        Ok(Target { strategy, keys, resources, first_day, users: Some(history.tickets.len()) })
+        let users = history.tickets.len();
+        // Sixteen rounds of every user per measurement: more than a measurement sends.
+        let first_attempt = measurement * 16 * users as u64;
+        Ok(Target { strategy, keys, resources, first_day, users: Some(users), first_attempt })
     }
 
     /// Whom the raw path books as with `clients` clients: each client its own user, or the
@@ -702,7 +709,7 @@ fn fresh_target(pool: &DbPool, strategy: Strategy, keys: Keys) -> anyhow::Result
             }
         })
         .collect::<anyhow::Result<_>>()?;
-    Ok(Target { strategy, keys, resources, first_day: bookings::today() + chrono::Days::new(1), users: None })
+    Ok(Target { strategy, keys, resources, first_day: bookings::today() + chrono::Days::new(1), users: None, first_attempt: 0 })
 }
 
 fn classify_booking(result: &Result<impl Sized, BookingError>) -> Outcome {
@@ -729,7 +736,7 @@ fn measure_raw(
     (who, clients): (Who<'_>, usize),
     window: Duration,
 ) -> Measured {
-    let next = AtomicU64::new(0);
+    let next = AtomicU64::new(target.first_attempt);
     let started = Instant::now();
     let deadline = started + window;
     let tallies: Vec<Tally> = std::thread::scope(|scope| {
@@ -811,7 +818,7 @@ async fn measure_app(
     target: &Target,
     window: Duration,
 ) -> Measured {
-    let next = Arc::new(AtomicU64::new(0));
+    let next = Arc::new(AtomicU64::new(target.first_attempt));
     let started = Instant::now();
     let deadline = started + window;
     let (path, strategy) = target.endpoint();

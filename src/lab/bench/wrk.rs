@@ -121,6 +121,7 @@ fn script(cookies: &[String], target: &Target, threads: usize) -> anyhow::Result
     writeln!(lua, "local resources = {{ {} }}", list(target.resources.iter().map(i64::to_string).collect()))?;
     writeln!(lua, "local spread = {}", target.spread())?;
     writeln!(lua, "local rotate = {}", target.users.is_some())?;
+    writeln!(lua, "local first_attempt = {}", target.first_attempt)?;
     writeln!(lua, "local first_day, days, threads = {first_day}, {DAYS}, {threads}")?;
     writeln!(lua, "local path = {}", lua_string(path)?)?;
     let strategy_field = match strategy {
@@ -146,7 +147,7 @@ end
 local attempt, sent = 0, 0
 booked, refused, busy, errors, first_error = 0, 0, 0, 0, ""
 function init(args)
-  attempt = id
+  attempt = first_attempt + id
 end
 
 function request()
