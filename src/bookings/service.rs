@@ -173,25 +173,39 @@ struct Day {
 /// which any logged-in user could do anyway; the cookie is sealed, so nobody else can.
 /// `{share}` is the shared row lock in the engine's words (`db::dialect`).
 ///
-/// "The day's count" counts stays too: every confirmed reservation that covers the night,
-/// `day <= night < check_out`, found in a range of the slot index no longer than a stay can be
-/// (`first_check_in_covering`). A stay that covers this night took this day's lock as well
-/// (`stays::book_stay`), so the count is as exact as it is for bookings of one day. The user's
-/// future bookings (`held`) are counted in nights — a booking of one day is one, a stay its
-/// `nights` — over the bookings not over yet (a night today or later), so that the quota holds
-/// stays to the same number of nights as days (`MAX_FUTURE_BOOKINGS_PER_USER`).
+/// What each count reads is bounded by the days and the user it is about, never by the history
+/// (the budget `tests/it/reads.rs` holds it to, from the server's own counters):
+/// - "the day's count" counts stays too: every confirmed reservation that covers the night,
+///   `day <= night < check_out`, found in a range of the slot index no longer than a stay can
+///   be ([`first_check_in_covering`]): the reservations that began in the fortnight up to the
+///   night, read from the index alone. A stay that covers this night took this day's lock as
+///   well (`stays::book_stay`), so the count is as exact as it is for bookings of one day. (One
+///   range per stay length would read only the night's own reservations, a fifth of the
+///   entries on a hotel's data, but planning fourteen ranges cost MariaDB more CPU than the
+///   entries it saved: `docs/benchmarks.md`);
+/// - the user's own booking of the night: the user's reservations that began in that
+///   fortnight (`reservations_by_user`), a handful at most;
+/// - the user's future bookings (`held`), counted in nights — a booking of one day is one, a
+///   stay its `nights` — over the bookings not over yet (`check_out` after today), so that the
+///   quota holds stays to the same number of nights as days (`MAX_FUTURE_BOOKINGS_PER_USER`).
+///   The index `reservations_future_by_user` ends the range where the user's future ends and
+///   holds the nights, so it reads one entry per future booking and no row: at most the quota
+///   itself, since every booking holds a night at least.
+///
+/// The resource's id is bound in the user's subquery rather than taken from the outer row, so
+/// that the server plans it as a range of the user's index with every bound known.
 static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
     ListStatements::new(
         &format!(
             "SELECT r.capacity, \
              (SELECT COUNT(*) FROM reservations x WHERE x.resource_id = r.id \
                AND x.day BETWEEN ? AND ? AND x.status = 'confirmed' AND x.check_out > ?) AS confirmed, \
-             (SELECT COUNT(*) FROM reservations x WHERE x.resource_id = r.id \
-               AND x.day BETWEEN ? AND ? AND x.status = 'confirmed' AND x.check_out > ? AND x.user_id = ?) AS mine, \
+             (SELECT COUNT(*) FROM reservations x WHERE x.user_id = ? AND x.day BETWEEN ? AND ? \
+               AND x.resource_id = ? AND x.status = 'confirmed' AND x.check_out > ?) AS mine, \
              (SELECT c.reason FROM resource_closures c WHERE c.resource_id = r.id AND c.day = ?) AS closed, \
              (SELECT COUNT(*) FROM user_sessions s WHERE {}) AS live, \
              (SELECT COALESCE(SUM(x.nights), 0) FROM reservations x \
-               WHERE x.user_id = ? AND x.day >= ? AND x.status = 'confirmed' AND x.check_out > ?) AS held \
+               WHERE x.user_id = ? AND x.status = 'confirmed' AND x.check_out > ?) AS held \
              FROM resources r WHERE r.id = ? {{share}}",
             session::LIVE_SESSION
         ),
@@ -199,23 +213,24 @@ static READ_DAY: LazyLock<ListStatements> = LazyLock::new(|| {
     )
 });
 
-/// The other users of a batch who already hold a booking that day. Four statement texts cover
+/// The other users of a batch who already hold a booking that day: each one's reservations
+/// that began in the fortnight up to it (`reservations_by_user`). Four statement texts cover
 /// every batch up to `coalesce::MAX_BATCH`.
 static READ_BOOKED: LazyLock<ListStatements> = LazyLock::new(|| {
     ListStatements::new(
         "SELECT user_id FROM reservations \
-         WHERE resource_id = ? AND day BETWEEN ? AND ? AND status = 'confirmed' AND check_out > ? \
-           AND user_id IN ({list})",
+         WHERE user_id IN ({list}) AND day BETWEEN ? AND ? AND resource_id = ? AND status = 'confirmed' \
+           AND check_out > ?",
         &[4, 8, 16, super::coalesce::MAX_BATCH],
     )
 });
 
-/// The confirmed bookings of today or later of a batch's other users (the first one's are
-/// counted by [`READ_DAY`]).
+/// The nights of the bookings not over yet of a batch's other users (the first one's are
+/// counted by [`READ_DAY`]), from `reservations_future_by_user` alone.
 static READ_HELD: LazyLock<ListStatements> = LazyLock::new(|| {
     ListStatements::new(
         "SELECT user_id, SUM(nights) FROM reservations \
-         WHERE status = 'confirmed' AND day >= ? AND check_out > ? AND user_id IN ({list}) GROUP BY user_id",
+         WHERE user_id IN ({list}) AND status = 'confirmed' AND check_out > ? GROUP BY user_id",
         &[4, 8, 16, super::coalesce::MAX_BATCH],
     )
 });
@@ -242,15 +257,15 @@ fn read_day(
         .bind::<Date, _>(earliest)
         .bind::<Date, _>(night)
         .bind::<Date, _>(night)
+        .bind::<BigInt, _>(users[0])
         .bind::<Date, _>(earliest)
         .bind::<Date, _>(night)
+        .bind::<BigInt, _>(resource_id)
         .bind::<Date, _>(night)
-        .bind::<BigInt, _>(users[0])
         .bind::<Date, _>(night)
         .bind::<Timestamp, _>(session::live_after())
         .bind_each::<Text, _>(padded)
         .bind::<BigInt, _>(users[0])
-        .bind::<Date, _>(first_check_in_covering(today))
         .bind::<Date, _>(today)
         .bind::<BigInt, _>(resource_id)
         .get_result(conn)
@@ -261,18 +276,17 @@ fn read_day(
     if let Some(others) = users.get(1..).filter(|others| !others.is_empty()) {
         let (sql, padded) = READ_BOOKED.padded(others).ok_or_else(bad_batch)?;
         let found: Vec<i64> = cached_sql::<BigInt>(sql)
-            .bind::<BigInt, _>(resource_id)
+            .bind_each::<BigInt, _>(padded)
             .bind::<Date, _>(earliest)
             .bind::<Date, _>(night)
+            .bind::<BigInt, _>(resource_id)
             .bind::<Date, _>(night)
-            .bind_each::<BigInt, _>(padded)
             .load(conn)?;
         booked.extend(found);
         let (sql, padded) = READ_HELD.padded(others).ok_or_else(bad_batch)?;
         let counted: Vec<(i64, i64)> = cached_sql::<(BigInt, BigInt)>(sql)
-            .bind::<Date, _>(first_check_in_covering(today))
-            .bind::<Date, _>(today)
             .bind_each::<BigInt, _>(padded)
+            .bind::<Date, _>(today)
             .load(conn)?;
         held.extend(counted);
     }

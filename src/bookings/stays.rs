@@ -215,7 +215,7 @@ static READ_RESOURCE: LazyLock<String> = LazyLock::new(|| {
            ORDER BY c.day LIMIT 1) AS closed, \
          (SELECT COUNT(*) FROM user_sessions s WHERE {}) AS live, \
          (SELECT COALESCE(SUM(x.nights), 0) FROM reservations x \
-           WHERE x.user_id = ? AND x.day >= ? AND x.status = 'confirmed' AND x.check_out > ?) AS held \
+           WHERE x.user_id = ? AND x.status = 'confirmed' AND x.check_out > ?) AS held \
          FROM resources r WHERE r.id = ? {{share}}",
         session::LIVE_SESSION.replace("{list}", "?")
     )
@@ -250,7 +250,6 @@ fn read_stay(
             .bind::<Timestamp, _>(session::live_after())
             .bind::<Text, _>(ticket.session_id())
             .bind::<BigInt, _>(ticket.user_id())
-            .bind::<Date, _>(first_check_in_covering(today))
             .bind::<Date, _>(today)
             .bind::<BigInt, _>(resource_id)
             .get_result(conn)

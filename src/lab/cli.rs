@@ -81,6 +81,9 @@ pub enum BenchCommand {
         clients: usize,
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+        /// Reservations of the realistic history laid down first (0: none).
+        #[arg(long, default_value_t = 1_000_000)]
+        history: u64,
     },
     /// One day's lock held by a stuck session while clients book that day: the p99 of requests
     /// that need no such lock, unqueued against the app's queue, budget and batches.
@@ -126,8 +129,8 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
         LabCommand::Bench { which: BenchCommand::Bookings(options) } => {
             super::bench::bookings::run(&config, &options)
         }
-        LabCommand::Bench { which: BenchCommand::Coalescing { clients, seconds } } => {
-            super::bench::coalescing::run(&config, clients, seconds)
+        LabCommand::Bench { which: BenchCommand::Coalescing { clients, seconds, history } } => {
+            super::bench::coalescing::run(&config, clients, seconds, history)
         }
         LabCommand::Bench { which: BenchCommand::StuckHolder { clients, hold } } => {
             super::bench::stuck::run(&config, clients, hold)

@@ -284,11 +284,16 @@ fn short_diff(old: &str, new: &str) -> String {
     out
 }
 
-/// A figure marker's name and engine: `booking.mysql`.
+/// A figure marker's name and engine: `booking.mysql`, or a read budget's: `reads/booking.mysql`.
 fn figure_value(name: &str) -> Result<u64, String> {
     let (figure, engine) =
         name.rsplit_once('.').ok_or_else(|| format!("figure {name:?}: expected NAME.ENGINE"))?;
-    let found = figures::STATEMENTS
+    // `reads/NAME.ENGINE` is a read budget's overhead (`figures::READS`), the rest statements.
+    let (table, figure) = match figure.strip_prefix("reads/") {
+        Some(budget) => (figures::READS, budget),
+        None => (figures::STATEMENTS, figure),
+    };
+    let found = table
         .iter()
         .find(|f| f.name == figure)
         .ok_or_else(|| format!("figure {name:?}: tests/it/figures.rs has no figure {figure:?}"))?;

@@ -81,6 +81,21 @@ pub const STATEMENTS: &[Figure] = &[
     Figure { name: "edit_lock_cycle", mysql: 16, postgres: 15 },
 ];
 
+/// What one request may read beyond what it counts, on each engine: index dives, the rows it
+/// locks, the checks of its insert (`reads.rs` adds the rows it counts and asserts the sum
+/// against the server's counters). Pages state them as `<!-- figure: reads/booking.mysql -->`.
+pub const READS: &[Figure] = &[
+    // The user's and the resource's rows, the user's fortnight, the session, the closure, the
+    // insert and its foreign keys, the lock's own bookkeeping.
+    Figure { name: "booking", mysql: 20, postgres: 20 },
+    // The user's row and their recent orders' range, the catalog, the stock row, the live
+    // holds' range, the inserts of the order, its line and its movement, and their checks.
+    Figure { name: "order", mysql: 20, postgres: 20 },
+    // The product, the stock row, the live holds' range, the customer's own live hold, the
+    // insert; then the release.
+    Figure { name: "hold_and_release", mysql: 20, postgres: 20 },
+];
+
 /// The figure of `name`.
 ///
 /// # Panics

@@ -35,6 +35,7 @@ mod orders;
 mod outage;
 mod phones;
 mod quotas;
+mod reads;
 #[cfg(feature = "lab")]
 mod screenshots;
 mod statements;

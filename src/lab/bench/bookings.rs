@@ -437,7 +437,10 @@ impl BookingsBench {
             },
             data: match self.data {
                 Data::Realistic => {
-                    anyhow::ensure!((100..=1_000_000).contains(&self.users), "--users must be between 100 and 1000000");
+                    anyhow::ensure!(
+                        (100..=1_000_000).contains(&self.users),
+                        "--users must be between 100 and 1000000"
+                    );
                     anyhow::ensure!(self.history <= 20_000_000, "--history must be at most 20000000");
                     Data::Realistic
                 }
@@ -590,7 +593,14 @@ async fn measure_cell(
         if plan.raw {
             let target = bench.target(cell.strategy, cell.keys)?;
             let (cpu, server) = (CpuClock::start(app_server), ServerWork::start(&bench.app_pool)?);
-            let mut raw = measure_raw(&bench.raw_pool, &bench.config, &bench.outside, &target, (bench.who(n), n), plan.window);
+            let mut raw = measure_raw(
+                &bench.raw_pool,
+                &bench.config,
+                &bench.outside,
+                &target,
+                (bench.who(n), n),
+                plan.window,
+            );
             raw.cpu_us = cpu.per_answer(app_server, &raw).0;
             server.per_answer(&bench.app_pool, &mut raw)?;
             raws.push(raw);
@@ -601,7 +611,8 @@ async fn measure_cell(
             let hops_before = blocking_hops(app_server).await?;
             let mut app = match plan.driver {
                 Driver::Builtin => {
-                    let mut app = measure_app(base, &clients[..n], history_cookies, &target, plan.window).await;
+                    let mut app =
+                        measure_app(base, &clients[..n], history_cookies, &target, plan.window).await;
                     (app.cpu_us, app.server_cpu_us) = cpu.per_answer(app_server, &app);
                     app
                 }
@@ -663,7 +674,10 @@ impl Prepared {
             Keys::Spread => (history.resources.iter().map(|&(id, _)| id).collect(), tomorrow),
             Keys::Hot => {
                 let largest = history.resources.iter().max_by_key(|&&(_, capacity)| capacity);
-                (largest.map(|&(id, _)| id).into_iter().collect(), tomorrow + chrono::Days::new(measurement % DAYS))
+                (
+                    largest.map(|&(id, _)| id).into_iter().collect(),
+                    tomorrow + chrono::Days::new(measurement % DAYS),
+                )
             }
         };
         let users = history.tickets.len();
@@ -676,7 +690,9 @@ impl Prepared {
     /// history's users in turn, within the quota as the app's are.
     fn who(&self, clients: usize) -> Who<'_> {
         match &self.history {
-            Some(history) => Who::Rotating { tickets: &history.tickets, max_future: self.config.max_future_bookings },
+            Some(history) => {
+                Who::Rotating { tickets: &history.tickets, max_future: self.config.max_future_bookings }
+            }
             None => Who::PerClient(&self.users[..clients]),
         }
     }
@@ -709,7 +725,14 @@ fn fresh_target(pool: &DbPool, strategy: Strategy, keys: Keys) -> anyhow::Result
             }
         })
         .collect::<anyhow::Result<_>>()?;
-    Ok(Target { strategy, keys, resources, first_day: bookings::today() + chrono::Days::new(1), users: None, first_attempt: 0 })
+    Ok(Target {
+        strategy,
+        keys,
+        resources,
+        first_day: bookings::today() + chrono::Days::new(1),
+        users: None,
+        first_attempt: 0,
+    })
 }
 
 fn classify_booking(result: &Result<impl Sized, BookingError>) -> Outcome {
@@ -1104,8 +1127,12 @@ mod tests {
             only: None,
             driver: "builtin".into(),
             stays: false,
+            data: Data::Realistic,
+            users: 10_000,
+            history: 1_000_000,
         };
         let plan = options("all", "hot", &[1, 16]).plan().expect("valid");
+        assert_eq!(plan.data, Data::Realistic, "a history like a real site's unless asked otherwise");
         assert_eq!(plan.strategies.len(), 7, "all means the correct ones that book alone");
         assert_eq!(plan.cells().count(), 14);
         assert_eq!(plan.most_clients(), 16);
@@ -1114,6 +1141,7 @@ mod tests {
         assert!(error(options("named-lock-coalesced", "hot", &[1])).contains("bench coalescing"));
         assert!(error(options("named-lock", "warm", &[1])).contains("unknown key pattern"));
         assert!(error(options("named-lock", "hot", &[0])).contains("between 1 and 256"));
+        assert!(error(BookingsBench { users: 5, ..options("named-lock", "hot", &[1]) }).contains("--users"));
         let driver = |name: &str| BookingsBench { driver: name.into(), ..options("named-lock", "hot", &[1]) };
         assert!(error(driver("ab")).contains("use auto, wrk, builtin"));
         assert_eq!(driver("builtin").plan().expect("valid").driver, Driver::Builtin);

@@ -4,7 +4,12 @@
 //! request runs: *unqueued* is every client at the server at once (each with its own turn, as
 //! before the per-key queue); *one at a time* is the per-key queue's turn and `service::book`;
 //! *coalesced* is `bookings::coalesce::Coalescer`. Every attempt books a user who has no booking
-//! yet on a day with room for all, so every attempt is a real insert and commit. The server's
+//! yet on a day with room for all, so every attempt is a real insert and commit. The database
+//! first gets a realistic history (`history.rs`, `--history`, a million reservations by
+//! default), so that the indexes each booking reads are the size of a real site's; each
+//! measurement's day is a fortnight (`MAX_NIGHTS`) after the one before, so that its count
+//! reads that day's bookings, not the thousands an earlier measurement left on the days before
+//! it. The server's
 //! own counters (`SHOW GLOBAL STATUS`) give the statements and commits per booking; run on a
 //! quiet server, since they count everything it does. PostgreSQL keeps no such count without
 //! an extension: there the two columns say `n/a` (`super::NOT_COUNTED_ON_POSTGRES`).
@@ -59,14 +64,19 @@ pub struct Measured {
     commits_per_booking: Option<f64>,
 }
 
-pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> {
+pub fn run(config: &Config, clients: usize, seconds: u64, history: u64) -> anyhow::Result<()> {
     anyhow::ensure!((1..=512).contains(&clients), "--clients must be between 1 and 512");
     let (_, name) = db::split_database_url(&config.database_url)?;
     let scratch = ScratchDatabase::create(&config.database_url, &format!("{name}_bench_"))?;
     let bench_config = Config { pool_size: config.pool_size, ..Config::for_database(&scratch.url) };
     let pool = db::build_pool(&bench_config)?;
     crate::run_migrations(&pool)?;
+    // The bench's own users first: they are ids 1 to USERS (see `ticket`).
     let resource = prepare(&mut *pool.get()?, USERS)?;
+    if history > 0 {
+        let size = super::history::Size { users: 10_000, reservations: history };
+        super::history::seed(&mut *pool.get()?, size, bench_config.max_future_bookings)?;
+    }
     let next_user = Arc::new(AtomicI64::new(1));
     let duration = Duration::from_secs(seconds);
 
@@ -74,7 +84,8 @@ pub fn run(config: &Config, clients: usize, seconds: u64) -> anyhow::Result<()> 
     // Alternate the paths, three times each, on fresh days; the median run is reported.
     for round in 0..3 {
         for (n, path) in (0u64..).zip(Path::ALL) {
-            let day = service::today() + chrono::Days::new(10 + round * 3 + n);
+            let day = service::today()
+                + chrono::Days::new(10 + (round * 3 + n) * u64::from(crate::bookings::model::MAX_NIGHTS));
             let day = BookingDate::parse(&day.to_string(), service::today())?;
             results.push(measure(&pool, &bench_config, path, resource, day, &next_user, clients, duration)?);
         }

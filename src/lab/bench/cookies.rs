@@ -29,7 +29,8 @@ pub fn mint(key: &Key, tickets: &[Ticket]) -> anyhow::Result<Vec<String>> {
         let mut cookies = Vec::with_capacity(tickets.len());
         for ticket in tickets {
             let response =
-                test::call_service(&app, test::TestRequest::post().uri("/").set_json(ticket).to_request()).await;
+                test::call_service(&app, test::TestRequest::post().uri("/").set_json(ticket).to_request())
+                    .await;
             anyhow::ensure!(response.status().is_success(), "could not seal a ticket: {}", response.status());
             let cookie = response
                 .response()

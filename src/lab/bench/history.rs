@@ -78,7 +78,7 @@ const SESSION_DIGITS: usize = 43 - SESSION_PREFIX.len();
 pub fn seed(conn: &mut DbConn, size: Size, max_future: u32) -> anyhow::Result<History> {
     let started = std::time::Instant::now();
     let users = insert_users(conn, size.users)?;
-    let mut rng = StdRng::seed_from_u64(0x6861_6974_61); // "haita"
+    let mut rng = StdRng::seed_from_u64(0x0068_6169_7461); // "haita"
     let resources = insert_resources(conn, &mut rng)?;
     let plan = Plan::new(&resources, size.reservations);
     let budget = i64::from(max_future / 2);
@@ -251,7 +251,11 @@ impl<'a> Plan<'a> {
                         }
                     }
                     // After a cancelled one the place is let again from the next day.
-                    day = if cancelled { day + chrono::Days::new(1) } else { check_out + chrono::Days::new(gap) };
+                    day = if cancelled {
+                        day + chrono::Days::new(1)
+                    } else {
+                        check_out + chrono::Days::new(gap)
+                    };
                 }
             }
         }
@@ -279,8 +283,11 @@ fn insert_reservations(conn: &mut DbConn, rows: &[Row]) -> anyhow::Result<()> {
     for (n, row) in rows.iter().enumerate() {
         let check_out = row.day + chrono::Days::new(u64::from(row.nights));
         let created = row.day - chrono::Days::new(20);
-        let (status, cancelled_at) =
-            if row.cancelled { ("cancelled", format!("'{created} 13:00:00'")) } else { ("confirmed", "NULL".into()) };
+        let (status, cancelled_at) = if row.cancelled {
+            ("cancelled", format!("'{created} 13:00:00'"))
+        } else {
+            ("confirmed", "NULL".into())
+        };
         let comma = if n == 0 { "" } else { ", " };
         write!(
             sql,

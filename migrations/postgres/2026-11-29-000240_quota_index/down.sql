@@ -1,0 +1,1 @@
+DROP INDEX reservations_future_by_user;
