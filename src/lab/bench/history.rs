@@ -117,11 +117,14 @@ fn ticket(id: i64) -> Ticket {
 
 /// `n` customers who cannot log in (no password hash matches `-`), each with a session that
 /// lives a day; their ids in ascending order.
+/// (Told apart from earlier users by id, not by name: PostgreSQL's case-insensitive collation
+/// of usernames refuses `LIKE`.)
 fn insert_users(conn: &mut DbConn, n: u32) -> anyhow::Result<Vec<i64>> {
+    let before = max_id(conn, "users")?;
     let sessions = |digits: &str| {
         format!(
             "INSERT INTO user_sessions (id, user_id, created_at, expires_at) \
-               SELECT {digits}, id, {{now}}, {{now}} + {{day}} FROM users WHERE username LIKE 'guest%'"
+               SELECT {digits}, id, {{now}}, {{now}} + {{day}} FROM users WHERE id > {before}"
         )
     };
     match conn.engine() {
@@ -145,11 +148,20 @@ fn insert_users(conn: &mut DbConn, n: u32) -> anyhow::Result<Vec<i64>> {
                 .replace("{day}", "INTERVAL '1 day'")
         ))?,
     }
-    Ok(cached_sql::<BigInt>("SELECT id FROM users WHERE username LIKE 'guest%' ORDER BY id").load(conn)?)
+    Ok(cached_sql::<BigInt>("SELECT id FROM users WHERE id > ? ORDER BY id")
+        .bind::<BigInt, _>(before)
+        .load(conn)?)
+}
+
+/// The highest id of `table` so far (0 when empty).
+fn max_id(conn: &mut DbConn, table: &str) -> anyhow::Result<i64> {
+    // A BIGINT on both engines: the column's type, which COALESCE keeps.
+    Ok(cached_sql::<BigInt>(&format!("SELECT COALESCE(MAX(id), 0) FROM {table}")).get_result(conn)?)
 }
 
 /// The hotel-like resources (5–40 places) and the ones booked by the day (1–4).
 fn insert_resources(conn: &mut DbConn, rng: &mut StdRng) -> anyhow::Result<Vec<(i64, i32)>> {
+    let before = max_id(conn, "resources")?;
     let mut sql = String::from("INSERT INTO resources (name, description, capacity, price_cents) VALUES ");
     for i in 0..HOTELS + ROOMS {
         let (name, capacity, price) = if i < HOTELS {
@@ -161,10 +173,10 @@ fn insert_resources(conn: &mut DbConn, rng: &mut StdRng) -> anyhow::Result<Vec<(
         write!(sql, "{comma}('{name}', '', {capacity}, {price})")?;
     }
     conn.batch_execute(&sql)?;
-    let found: Vec<(i64, i32)> = cached_sql::<(BigInt, Integer)>(
-        "SELECT id, capacity FROM resources WHERE name LIKE 'History %' ORDER BY id",
-    )
-    .load(conn)?;
+    let found: Vec<(i64, i32)> =
+        cached_sql::<(BigInt, Integer)>("SELECT id, capacity FROM resources WHERE id > ? ORDER BY id")
+            .bind::<BigInt, _>(before)
+            .load(conn)?;
     Ok(found)
 }
 
