@@ -1,5 +1,5 @@
-//! What a booking reads, counted by the server: every index entry and row its statements
-//! touched. On MySQL/MariaDB the session's `Handler_read_*` counters (an index dive, each next
+//! What a booking, an order and a hold read, counted by the server: every index entry and row
+//! their statements touched. On MySQL/MariaDB the session's `Handler_read_*` counters (an index dive, each next
 //! entry, each row of a scan) and, on MariaDB, the entries its engine turned down itself
 //! (`Handler_icp_attempts` less `Handler_icp_match`); on PostgreSQL the database's
 //! `idx_tup_read` and `seq_tup_read` (index entries the index returned and rows of sequential
