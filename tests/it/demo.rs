@@ -984,6 +984,8 @@ async fn the_docs_the_demo_names_are_links_to_pages_the_app_serves() {
                 .expect("the doc in the repository");
             let title = source.lines().next().expect("a title").trim_start_matches("# ");
             assert!(doc.contains(&format!("<h1>{title}</h1>")), "{lang}: {name} shows {title:?}: {doc}");
+            // Rendered, not shown as its Markdown: its sections are headings, not "## " lines.
+            assert!(doc.contains("<h2>") && !doc.contains("\n## "), "{lang}: {name} rendered: {doc}");
         }
     }
     assert_eq!(app.client(0).get("/demo/docs/..%2FCargo.toml").await.status(), 404);

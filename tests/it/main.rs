@@ -27,6 +27,7 @@ mod idempotency;
 mod inventory;
 mod lab_apart;
 mod languages;
+mod layout;
 mod local_time;
 mod locking;
 mod login_throttle;

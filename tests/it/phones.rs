@@ -1,8 +1,9 @@
 //! Every page on a phone (390 × 844 CSS pixels, in headless Chromium): nothing scrolls sideways,
 //! and nothing a person acts on or reads first hides in a box that scrolls sideways.
 //!
-//! On every page, for every role: no link, button or field lies beyond the screen's edges or
-//! outside a box that clips it. Per page, what a person reads first is on the screen too:
+//! That every page, for every role, fits (no link, button or field beyond the screen's edges or
+//! outside a box that clips it) is the visual check's (`tests/it/layout.rs`). Here, per page,
+//! what a person reads first is on the screen too:
 //! - a resource's days: each day with its booked and free counts and its Book button, "booked by
 //!   you" or why it cannot be booked;
 //! - products: each product with its price, its stock and the quantity field;
@@ -23,73 +24,10 @@ use haita::auth::Role;
 
 use crate::common::TestApp;
 use crate::common::browser::{Chromedriver, log_in, pick_language};
+use crate::common::layout::out_of_sight;
+#[cfg(feature = "lab")]
+use crate::common::layout::overflow;
 use crate::common::pages::every_page;
-
-/// How much wider than the screen the page at `url` is, in CSS pixels (0 when it fits), and
-/// the widest element sticking out, to say what to fix.
-async fn overflow(browser: &Client, url: &str) -> (i64, String) {
-    browser.goto(url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
-    let measured = browser
-        .execute(
-            "const width = window.innerWidth;
-             let widest = '';
-             let most = width;
-             for (const el of document.querySelectorAll('body *')) {
-               const right = el.getBoundingClientRect().right;
-               if (right > most + 0.5) { most = right; widest = el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + (el.className ? '.' + el.className : ''); }
-             }
-             return [document.documentElement.scrollWidth - width, widest];",
-            vec![],
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{url}: {e}"));
-    let over = measured[0].as_i64().unwrap_or(i64::MAX);
-    (over, measured[1].as_str().unwrap_or("").to_string())
-}
-
-/// The elements matching `css` on the page shown that a person cannot see whole without
-/// scrolling sideways: beyond the screen's left or right edge, or beyond the edges of a box
-/// that clips them (`overflow` other than visible, such as a table scrolling in its own box),
-/// or cutting their own text. One line each; empty when all are in sight. Elements not laid
-/// out (hidden) are left out; when `required`, `css` must match at least one that is, so a page
-/// that lost what the check is about fails instead of passing.
-async fn out_of_sight(browser: &Client, css: &str, required: bool) -> Vec<String> {
-    let found = browser
-        .execute(
-            "const [css, required] = arguments;
-             const width = window.innerWidth;
-             const shown = [...document.querySelectorAll(css)].filter(el => el.getClientRects().length > 0);
-             if (required && shown.length === 0) return ['nothing shown matches ' + css];
-             const out = [];
-             for (const el of shown) {
-               const r = el.getBoundingClientRect();
-               let left = 0, right = width, clipped = 'the screen';
-               for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
-                 if (getComputedStyle(a).overflowX === 'visible') continue;
-                 const b = a.getBoundingClientRect();
-                 if (b.left > left) { left = b.left; clipped = a.tagName.toLowerCase() + '.' + a.className; }
-                 if (b.right < right) { right = b.right; clipped = a.tagName.toLowerCase() + '.' + a.className; }
-               }
-               const what = el.tagName.toLowerCase() + ' \"' + String(el.textContent || el.value || el.getAttribute('aria-label') || '').trim().replace(/\\s+/g, ' ').slice(0, 50) + '\"';
-               if (r.left < left - 0.5 || r.right > right + 0.5) {
-                 out.push(what + ' spans ' + Math.round(r.left) + '–' + Math.round(r.right) + ' px, ' + clipped + ' shows ' + Math.round(left) + '–' + Math.round(right));
-               } else if (!['INPUT', 'SELECT', 'TEXTAREA'].includes(el.tagName) && el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== 'visible') {
-                 out.push(what + ' cuts its own text');
-               }
-             }
-             return [...new Set(out)];",
-            vec![serde_json::json!(css), serde_json::json!(required)],
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"));
-    found
-        .as_array()
-        .map(|v| v.iter().filter_map(|s| s.as_str()).map(String::from).collect())
-        .unwrap_or_default()
-}
-
-/// What a person acts on, on any page: links, buttons and fields in the page's content.
-const CONTROLS: &str = "main a, main button, main input:not([type=hidden]), main select, main textarea";
 
 async fn at_phone_width(driver: &mut Chromedriver) -> Client {
     let browser = driver.browser().await;
@@ -97,36 +35,6 @@ async fn at_phone_width(driver: &mut Chromedriver) -> Client {
     let inner = browser.execute("return window.innerWidth;", vec![]).await.expect("width");
     assert_eq!(inner.as_i64(), Some(390), "a phone-sized viewport");
     browser
-}
-
-#[actix_web::test]
-async fn no_page_scrolls_sideways_on_a_phone_for_any_role() {
-    let app = TestApp::spawn().await;
-    let pages = every_page(&app).await;
-    let base = app.address().to_string();
-    let mut driver = Chromedriver::start();
-    let mut too_wide = Vec::new();
-    for (who, paths) in pages {
-        let browser = at_phone_width(&mut driver).await;
-        if who != "anonymous" {
-            log_in(&browser, &base, who).await;
-        }
-        for path in paths {
-            let (over, widest) = overflow(&browser, &format!("{base}{path}")).await;
-            if over > 0 {
-                too_wide.push(format!("{who} {path}: {over} px too wide ({widest})"));
-            }
-            for unseen in out_of_sight(&browser, CONTROLS, false).await {
-                too_wide.push(format!("{who} {path}: {unseen}"));
-            }
-        }
-        browser.close().await.expect("close");
-    }
-    assert!(
-        too_wide.is_empty(),
-        "pages that scroll sideways at 390 px, or hide a control in a box:\n{}",
-        too_wide.join("\n")
-    );
 }
 
 /// The pages named at the top, in English and Japanese: what a person reads first on each is on
@@ -197,7 +105,8 @@ async fn the_race_demo_fits_a_phone_too() {
     let browser = at_phone_width(&mut driver).await;
     let mut too_wide = Vec::new();
     for path in ["/demo", "/demo/code/named-lock-pool-pitfall"] {
-        let (over, widest) = overflow(&browser, &format!("{base}{path}")).await;
+        browser.goto(&format!("{base}{path}")).await.unwrap_or_else(|e| panic!("{path}: {e}"));
+        let (over, widest) = overflow(&browser).await;
         if over > 0 {
             too_wide.push(format!("{path}: {over} px too wide ({widest})"));
         }

@@ -444,7 +444,8 @@ struct DocPage {
     ctx: PageContext,
     name: String,
     title: &'static str,
-    body: &'static str,
+    /// The doc rendered to HTML by [`super::docs::rendered`].
+    body: String,
 }
 
 impl DocPage {
@@ -462,7 +463,7 @@ async fn doc_page(ctx: PageContext, path: web::Path<String>) -> actix_web::Resul
     let name = path.into_inner();
     let (title, body) =
         super::docs::doc(&name, ctx.lang).ok_or(crate::http::error::RequestError::NotFound)?;
-    Ok(html(&DocPage { ctx, name, title, body })?)
+    Ok(html(&DocPage { ctx, name, title, body: super::docs::rendered(body) })?)
 }
 
 // ---- JSON -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod app_process;
 pub mod browser;
 pub mod invariants;
+pub mod layout;
 pub mod own_server;
 pub mod pages;
 pub mod poll;

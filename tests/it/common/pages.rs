@@ -13,13 +13,16 @@ use super::TestApp;
 /// Who looks ("anonymous", or the username to log in as) and the paths they open.
 pub type Tour = Vec<(&'static str, Vec<String>)>;
 
-/// Users (root, carol, alice), a long-named room with a booking, a stay and a closed day, a
-/// product with an order and checkout holds, a batch run with its audit events and one left
+/// Users (root, carol, alice), a long-named room with a booking, a stay and a closed day,
+/// products with a long SKU and a short one, an order and checkout holds, a batch run with its audit events and one left
 /// incomplete by carol's edit lock;
 /// then every page each of them may open.
 pub async fn every_page(app: &TestApp) -> Tour {
     let room = app.resource("Meeting room with a rather long name, second floor, east wing", 3);
     let product = app.product("KYUSU-TOKONAME-RED-CLAY", 4800, 20);
+    // A short SKU too: its card's figures fit one line, and the quantity and its Hold button must
+    // still fit the card (they ran past a phone's edge beside them).
+    app.product("CUP", 1800, 3);
     let root = app.user("root", Role::Admin);
     let carol = app.user("carol", Role::Staff);
     let alice_user = app.user("alice", Role::Customer);
