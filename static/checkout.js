@@ -3,8 +3,8 @@
 // (data-seconds-left, the clock that decides expiry); this counts down from there on the
 // browser's monotonic clock, so a computer whose clock is wrong still shows the right time left.
 // Without script the page works the same and says until when each hold lasts. At zero the row
-// says the hold has expired and its buttons are switched off (the server refuses them anyway,
-// with its own sentence).
+// says the hold has expired, its buttons are switched off (the server refuses them anyway, with
+// its own sentence) and its "Hold again" is shown: the same quantity held anew, if any is left.
 (function () {
   "use strict";
   var timers = Array.prototype.slice.call(document.querySelectorAll(".countdown[data-seconds-left]"));
@@ -19,7 +19,9 @@
     var row = element.closest("tr");
     if (!row) return;
     row.classList.add("expired");
-    row.querySelectorAll("button").forEach(function (button) { button.disabled = true; });
+    row.querySelectorAll(".place-order, .release").forEach(function (button) { button.disabled = true; });
+    var again = row.querySelector("form.hold-again");
+    if (again) again.hidden = false;
   }
   var timer;
   function tick() {

@@ -78,7 +78,9 @@ impl StockHold {
     pub fn view(&self, now: NaiveDateTime) -> HoldView {
         let state = self.state_at(now);
         let seconds_left = match state {
-            HoldState::Live => (self.expires_at - now).num_seconds().max(0),
+            // Rounded up: a page counting down from it must not say "expired" (and offer to hold
+            // again) while the database still holds the units for a fraction of a second.
+            HoldState::Live => ((self.expires_at - now).num_milliseconds().max(0) + 999) / 1000,
             _ => 0,
         };
         HoldView {
@@ -246,6 +248,10 @@ mod tests {
         };
         assert_eq!(hold.state_at(at(599)), HoldState::Live);
         assert_eq!(hold.view(at(1)).seconds_left, 599);
+        // A fraction of a second left is a second left: the page's countdown never runs out
+        // before the database's clock does.
+        let half_a_second_before = at(600) - chrono::TimeDelta::milliseconds(500);
+        assert_eq!(hold.view(half_a_second_before).seconds_left, 1);
         assert_eq!(hold.state_at(at(600)), HoldState::Expired);
         assert_eq!(hold.view(at(601)).seconds_left, 0);
         assert!(matches!(hold.not_live_at(at(600)), Some(HoldError::Expired { id: 7, .. })));

@@ -187,6 +187,11 @@ impl CheckoutPage {
         self.ctx.lang.price(hold.price_cents * i64::from(hold.hold.quantity))
     }
 
+    /// An ended hold that ran out (not released, not ordered): the one a person may want again.
+    fn expired(&self, hold: &ListedHold) -> bool {
+        hold.state() == HoldState::Expired
+    }
+
     fn state_text(&self, hold: &ListedHold) -> std::borrow::Cow<'static, str> {
         self.ctx.lang.t(match hold.state() {
             HoldState::Live => "checkout.state.live",

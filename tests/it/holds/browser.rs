@@ -106,3 +106,61 @@ async fn a_customer_holds_watches_the_countdown_and_orders_while_another_sees_th
     alice.close().await.expect("close");
     bob.close().await.expect("close");
 }
+
+/// The background colour of the element matching `css`, as the browser computes it.
+async fn background(browser: &Client, css: &str) -> String {
+    let script = "return getComputedStyle(document.querySelector(arguments[0])).backgroundColor;";
+    let colour = browser.execute(script, vec![serde_json::json!(css)]).await.expect("a colour");
+    colour.as_str().unwrap_or_default().to_string()
+}
+
+/// A hold that runs out while its page is open: its Place order and Release are switched off and
+/// look it (grey, not the live red), and "Hold again" holds the same quantity anew, from the page
+/// as it stands and from the ended holds after a reload.
+#[actix_web::test]
+async fn an_expired_hold_looks_switched_off_and_is_held_again_in_one_click() {
+    let app = TestApp::spawn().await;
+    let pot = app.product("KYUSU-X", 4800, 5);
+    let alice_user = app.user("alice", Role::Customer);
+    let api = app.client(0);
+    api.login(&alice_user).await;
+    let base = app.address().to_string();
+    let mut driver = Chromedriver::start();
+    let alice = driver.browser().await;
+    log_in(&alice, &base, "alice").await;
+    // A hold of three seconds (a client may ask for less than the shop's length), shown at once.
+    let short = serde_json::json!({"product_id": pot, "quantity": 2, "seconds": 3});
+    assert_eq!(api.post_json("/api/v1/holds", &short).await.status(), 201);
+    alice.goto(&format!("{base}/checkout")).await.expect("checkout");
+    let live_red = background(&alice, "#live-holds button.place-order").await;
+
+    text_when_it_says(&alice, "#live-holds .countdown", "expired").await;
+    for button in ["button.place-order", "button.release"] {
+        let enabled = alice
+            .find(Locator::Css(&format!("#live-holds {button}")))
+            .await
+            .expect("the button")
+            .is_enabled()
+            .await
+            .expect("enabled?");
+        assert!(!enabled, "{button} switched off");
+    }
+    let off = background(&alice, "#live-holds button.place-order").await;
+    assert_ne!(off, live_red, "a switched-off Place order does not look live");
+    click(&alice, "#live-holds form.hold-again button").await;
+    let said = text_when_shown(&alice, "#done").await;
+    assert!(said.contains("Holding 2 of “Product KYUSU-X” for you until"), "{said}");
+    assert_eq!(invariants::live_holds(&app.db, pot), (1, 2));
+
+    // The new hold runs out too (the database's clock decides): after a reload, the ended holds
+    // offer "Hold again" for each that ran out.
+    // (Two rows: an expired hold is not marked ended, its time has simply passed.)
+    assert_eq!(crate::common::expire_holds_of(&app.db, pot), 2, "the new hold made to run out");
+    alice.goto(&format!("{base}/checkout")).await.expect("checkout");
+    click(&alice, "#ended-holds form.hold-again button").await;
+    let said = text_when_shown(&alice, "#done").await;
+    assert!(said.contains("Holding 2"), "{said}");
+    assert_eq!(invariants::live_holds(&app.db, pot), (1, 2));
+    invariants::holds_within_stock(&app.db);
+    alice.close().await.expect("close");
+}
