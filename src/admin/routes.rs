@@ -211,6 +211,9 @@ async fn locks_page(
 struct ForceReleaseEditForm {
     key: String,
     reason: Option<String>,
+    /// `editor`: sent from the "someone is editing" screen of the record itself, so the admin is
+    /// taken on to its editor (which takes the lock for them) instead of back to the locks page.
+    then: Option<String>,
 }
 
 async fn force_release_edit_form(
@@ -220,8 +223,13 @@ async fn force_release_edit_form(
 ) -> actix_web::Result<HttpResponse> {
     let key = EditLockKey::parse(&form.key).map_err(AdminError::from)?;
     let reason = Reason::parse(form.reason.as_deref())?;
+    let editor = form.then.as_deref() == Some("editor");
+    let resource = key.resource_id();
     let released = force_release_edit(&state, key, admin.id, reason).await?;
-    Ok(see_other(&format!("/admin/locks?released={}", released.key)))
+    match resource {
+        Some(id) if editor => Ok(see_other(&format!("/resources/{id}/edit"))),
+        _ => Ok(see_other(&format!("/admin/locks?released={}", released.key))),
+    }
 }
 
 async fn force_release_edit(

@@ -34,6 +34,11 @@ impl EditLockKey {
         }
     }
 
+    /// The resource this key locks, if it locks one (`resource:{id}`).
+    pub fn resource_id(&self) -> Option<i64> {
+        self.0.strip_prefix("resource:")?.parse().ok()
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

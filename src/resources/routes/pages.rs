@@ -87,6 +87,15 @@ impl LockedPage {
         self.ctx.lang.t_with("locked.mine_elsewhere_html", [("since", since.unwrap_or_default())])
     }
 
+    /// Offer an admin to force-release the lock here, as on the locks page (a reason, audited),
+    /// and edit: someone else holds it, live, and it is not a batch's (a batch's lock is never
+    /// force-released; it ends with its run).
+    fn can_force_release(&self) -> bool {
+        self.ctx.is_admin()
+            && !self.mine_elsewhere
+            && self.lock.as_ref().is_some_and(|l| !l.expired && !l.held_by_batch)
+    }
+
     /// Offer to take the lock: nobody holds it, or the holder's lock expired (not a batch's);
     /// the viewer's own lock in another session is "continue here" instead.
     fn can_take_over(&self) -> bool {

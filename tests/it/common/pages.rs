@@ -124,6 +124,15 @@ pub async fn every_page(app: &TestApp) -> Tour {
                 "/stock/receipts".into(),
             ],
         ),
-        ("root", vec!["/admin/locks".into(), "/admin/audit".into(), "/admin/metrics".into()]),
+        (
+            "root",
+            vec![
+                "/admin/locks".into(),
+                "/admin/audit".into(),
+                "/admin/metrics".into(),
+                // The court carol is editing: "carol is editing", and the admin's take over.
+                format!("/resources/{court}/edit"),
+            ],
+        ),
     ]
 }

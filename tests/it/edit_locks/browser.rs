@@ -434,3 +434,70 @@ async fn a_force_release_tells_carol_who_when_and_why_in_her_zone_and_offers_wha
         let _ = browser.close().await;
     }
 }
+
+/// Take over from the editor itself: an admin who opens a record carol is editing is offered,
+/// on that "carol is editing" screen, the locks page's force release (a reason, audited) and is
+/// taken on to the editor holding the lock; carol's page says who released it and why. Staff
+/// are not offered it. In English and Japanese.
+#[actix_web::test]
+async fn an_admin_takes_over_from_the_editing_screen_with_a_reason_in_the_audit_log() {
+    let app = TestApp::spawn_instances(1, |c| c.edit_lock_ttl = Duration::from_secs(3)).await;
+    let root = app.user("root", Role::Admin);
+    app.user("bob", Role::Staff);
+    let base = app.address().to_string();
+    let mut driver = Chromedriver::start();
+    for (lang, name, reason, said) in [
+        ("en", "carol", "Carol is on leave today", "root released your lock at"),
+        ("ja", "kaori", "本日は休暇のため", "root さんが"),
+    ] {
+        let holder = app.user(name, Role::Staff);
+        let resource = app.resource(&format!("Lab bench {lang}"), 2);
+        let key = format!("resource:{resource}");
+        let edit = format!("{base}/resources/{resource}/edit");
+        let (hers, bobs, admins) = (driver.browser().await, driver.browser().await, driver.browser().await);
+        for (browser, who) in [(&hers, name), (&bobs, "bob"), (&admins, "root")] {
+            log_in(browser, &base, who).await;
+            pick_language(browser, &base, lang).await;
+        }
+        hers.goto(&edit).await.expect("she opens the editor");
+        text_when_shown(&hers, "#lock-status").await;
+
+        bobs.goto(&edit).await.expect("bob opens the editor");
+        text_when_shown(&bobs, "#holder").await;
+        assert!(!displayed(&bobs, "#force-release").await, "{lang}: staff may not force-release");
+
+        admins.goto(&edit).await.expect("the admin opens the editor");
+        text_when_shown(&admins, "#holder").await;
+        let field = admins.find(Locator::Css("#force-release input[name=reason]")).await.expect("a reason");
+        field.send_keys(reason).await.expect("type");
+        click(&admins, "#force-release button").await;
+        text_when_shown(&admins, "#lock-status").await;
+        assert_eq!(
+            invariants::edit_lock_owner(&app.db, &key).map(|(u, _)| u),
+            Some(root.id),
+            "{lang}: the admin holds the lock, in the editor"
+        );
+        assert_eq!(
+            invariants::audit_actions(&app.db, &key),
+            ["edit_lock.acquired", "edit_lock.force_released", "edit_lock.acquired"],
+            "{lang}"
+        );
+        let detail: String = {
+            use diesel::prelude::*;
+            use haita::schema::audit_events::dsl as a;
+            a::audit_events
+                .filter(a::subject.eq(&key).and(a::action.eq("edit_lock.force_released")))
+                .select(a::detail)
+                .first(&mut app.db.raw_connection())
+                .expect("the release's audit event")
+        };
+        assert!(detail.contains(reason) && detail.contains(name), "{lang}: {detail}");
+
+        let lost = text_when_shown(&hers, "#lock-lost").await;
+        assert!(lost.contains(said) && lost.contains(reason), "{lang}: {lost}");
+        assert_ne!(invariants::edit_lock_owner(&app.db, &key).map(|(u, _)| u), Some(holder.id));
+        for browser in [hers, bobs, admins] {
+            let _ = browser.close().await;
+        }
+    }
+}
