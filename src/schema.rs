@@ -206,6 +206,7 @@ diesel::table! {
         version -> Integer,
         updated_at -> Timestamp,
         updated_by -> Nullable<Bigint>,
+        listed -> Bool,
     }
 }
 

@@ -29,10 +29,12 @@ impl ProductWithStock {
     }
 }
 
-/// Every product with its stock level and what live holds keep aside: a plain snapshot read, no
-/// locks.
+/// Every listed product with its stock level and what live holds keep aside: a plain snapshot
+/// read, no locks. (An unlisted product, such as the lab's flash-sale stock, is sold by its id
+/// only.)
 pub fn list_with_stock(conn: &mut DbConn) -> QueryResult<Vec<ProductWithStock>> {
     let rows: Vec<(Product, Option<i32>)> = products::table
+        .filter(products::listed.eq(true))
         .left_join(stock_levels::table)
         .order(products::id)
         .select((Product::as_select(), stock_levels::on_hand.nullable()))

@@ -115,10 +115,11 @@ pub struct MovementLine {
     pub actor: Option<String>,
 }
 
-/// The newest ledger rows, all products.
+/// The newest ledger rows of the listed products.
 pub fn recent_movements(conn: &mut DbConn, limit: i64) -> Result<Vec<MovementLine>, InventoryError> {
     Ok(stock_movements::table
         .inner_join(products::table)
+        .filter(products::listed.eq(true))
         .left_join(users::table.on(users::id.nullable().eq(stock_movements::actor_user_id)))
         .order(stock_movements::id.desc())
         .limit(limit)

@@ -230,8 +230,8 @@ fn sell(
     Ok((login_ms, results))
 }
 
-/// A throwaway product for one variant, its stock received through the app's receipt path
-/// (stock row and ledger).
+/// A throwaway product for one variant, unlisted (the real catalog never shows it), its stock
+/// received through the app's receipt path (stock row and ledger).
 fn create_product(
     pool: &DbPool,
     sale_id: i64,
@@ -250,7 +250,10 @@ fn create_product(
         diesel::insert_into(products::table)
             .values(NewProduct { sku: &sku, name: &name, description, price_cents: 1_000 })
             .execute(conn)?;
-        Ok::<_, FlashError>(db::last_insert_id(conn)?)
+        let id = db::last_insert_id(conn)?;
+        // Sold by its id through the API, never shown in the real catalog or stock pages.
+        diesel::update(products::table.find(id)).set(products::listed.eq(false)).execute(conn)?;
+        Ok::<_, FlashError>(id)
     })?;
     drop(conn);
     let quantity =

@@ -171,6 +171,23 @@ async fn sold_both_ways_over_two_instances(db: TestDb) {
     );
     sound(&app, &report, held);
     no_buyer_session_left(&app);
+    not_in_the_real_catalog(&app).await;
+}
+
+/// The sale's throwaway products are sold by their ids only: the catalog (page and JSON), the
+/// stock receipts page and its ledger never show them.
+async fn not_in_the_real_catalog(app: &TestApp) {
+    let staff = app.client(0);
+    staff.login(&app.user("stocker", haita::auth::Role::Staff)).await;
+    for path in ["/products", "/api/v1/products", "/stock/receipts"] {
+        let page = staff.get(path).await;
+        assert_eq!(page.status(), 200, "{path}");
+        let page = page.text().await.expect("a page");
+        assert!(
+            !page.contains("FLASH-") && !page.contains("Flash sale"),
+            "{path} lists a sale's product: {page}"
+        );
+    }
 }
 
 on_both_engines!(
