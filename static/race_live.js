@@ -57,7 +57,8 @@
       }
     });
     about.textContent = say(words.about,
-      { clients: race.clients, attempts: race.attempts, pause: race.pause_ms, who: race.started_by });
+      { clients: race.clients, attempts: race.attempts, pause: race.pause_ms,
+        who: race.started_by === words.visitorName ? words.visitor : race.started_by });
   }
 
   function hold(held) {

@@ -563,6 +563,11 @@ async fn a_visitor_without_an_account_may_start_the_standard_race_and_is_ratione
         Strategy::available_on(app.db.pool.engine()).into_iter().map(|s| s.name()).collect();
     assert_eq!(names, available, "every strategy this server can run");
     let id = race_over(&visitor).await;
+    // The page says who in the reader's language: 訪問者 on a Japanese page, not "a visitor".
+    let japanese = reading_in(&app, "ja").await.get("/demo").await.text().await.expect("page");
+    // (The stored name stays in one attribute, for the live race's script to translate it too.)
+    let shown = japanese.replace("data-visitor-name=\"a visitor\"", "");
+    assert!(shown.contains("訪問者") && !shown.contains("a visitor"), "{japanese}");
     let report: Value = visitor.get(&format!("/api/v1/demo/races/{id}")).await.json().await.expect("report");
     for result in report["results"].as_array().expect("results") {
         let strategy = Strategy::parse(result["strategy"].as_str().expect("name")).expect("known");

@@ -131,6 +131,23 @@ struct DemoPage {
     time_cap_secs: u64,
 }
 
+impl DemoPage {
+    /// Who started a race or a sale, as the page says it: "a visitor" in the reader's language
+    /// (it is stored as [`VISITOR`]), anyone else by their username.
+    fn who(&self, started_by: &str) -> String {
+        if started_by == VISITOR {
+            self.ctx.lang.t("demo.a_visitor").into_owned()
+        } else {
+            started_by.to_string()
+        }
+    }
+
+    /// [`VISITOR`], for the live race's script to say it as [`Self::who`] does.
+    fn visitor_name(&self) -> &'static str {
+        VISITOR
+    }
+}
+
 /// The race form as typed, kept when the race is refused so that nothing is typed twice.
 struct RaceForm {
     strategies: Vec<String>,
