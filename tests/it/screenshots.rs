@@ -1,8 +1,9 @@
 //! Screenshots of the main pages as people meet them, in English and in Japanese, on a desktop
 //! (1280 × 900) and a phone (390 × 844), in headless Chromium: the home page's first-visit path,
 //! bob's lost booking race, a stay picked with its nights and price, an over-stock order, alice's
-//! checkout page with a hold counting down, the race demo, carol's editor with its lock banner,
-//! and the admin's locks. Written to `SCREENSHOTS_DIR` (`target/screenshots` by default), so
+//! checkout page with a hold counting down, the race demo (and, on a desktop, its whole page:
+//! `demo-page-*`, which docs/demo.md shows), carol's editor with its lock banner, and the admin's
+//! locks. Written to `SCREENSHOTS_DIR` (`target/screenshots` by default), so
 //! every test run leaves them to look at; `scripts/dev screenshots` writes them to
 //! `docs/screenshots/`, where the README shows them.
 
@@ -113,6 +114,19 @@ async fn the_main_pages_in_both_languages_on_a_desktop_and_a_phone() {
             shoot(&visitor, "home", lang, screen).await;
             visitor.goto(&format!("{base}/demo#results")).await.expect("demo");
             shoot(&visitor, "demo", lang, screen).await;
+            if screen.0 == "desktop" {
+                // The whole demo page, its race's results under their headers (docs/demo.md).
+                let (width, height) = (screen.1, screen.2);
+                let tall = visitor.execute("return document.documentElement.scrollHeight;", vec![]).await;
+                let tall = tall.ok().and_then(|t| t.as_u64()).and_then(|t| u32::try_from(t).ok());
+                visitor
+                    .set_window_size(width, tall.unwrap_or(height).clamp(height, 6_000))
+                    .await
+                    .expect("tall");
+                visitor.goto(&format!("{base}/demo")).await.expect("demo");
+                shoot(&visitor, "demo-page", lang, screen).await;
+                visitor.set_window_size(width, height).await.expect("window size back");
+            }
             visitor.close().await.expect("close");
 
             // Bob looks at the last place; alice takes it; bob clicks Book and is told.
