@@ -24,7 +24,7 @@ use diesel::prelude::*;
 use fantoccini::Client;
 
 use crate::common::TestApp;
-use crate::common::browser::{Chromedriver, click, log_in, pick_language, text_when_shown};
+use crate::common::browser::{Chromedriver, click, open, text_when_shown};
 use crate::common::layout::{
     CONTROLS, misaligned_tables, out_of_sight, overflow, squeezed_text, tables_scrolled, words_cut,
 };
@@ -66,23 +66,6 @@ async fn save_whole_page(browser: &Client, dir: &std::path::Path, label: &str) {
     let name: String = label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
     std::fs::create_dir_all(dir).expect("the screenshots' directory");
     std::fs::write(dir.join(format!("{name}.png")), png).expect("a screenshot");
-}
-
-/// A new browser on `screen` as `who` (unless "anonymous"), reading `lang`.
-async fn open(
-    driver: &mut Chromedriver,
-    base: &str,
-    who: &str,
-    lang: &str,
-    screen: (&str, u32, u32),
-) -> Client {
-    let browser = driver.browser().await;
-    browser.set_window_size(screen.1, screen.2).await.expect("window size");
-    if who != "anonymous" {
-        log_in(&browser, base, who).await;
-    }
-    pick_language(&browser, base, lang).await;
-    browser
 }
 
 /// The product conflict screen as carol meets it: her editor open on `product`, someone else

@@ -14,7 +14,7 @@ use fantoccini::{Client, Locator};
 use haita::auth::Role;
 
 use crate::common::TestApp;
-use crate::common::browser::{Chromedriver, click, log_in, pick_language, text_when_shown};
+use crate::common::browser::{Chromedriver, click, open, text_when_shown};
 
 /// (name, width, height) of the two screens.
 const SCREENS: [(&str, u32, u32); 2] = [("desktop", 1280, 900), ("phone", 390, 844)];
@@ -40,23 +40,6 @@ async fn shoot(browser: &Client, name: &str, lang: &str, screen: (&str, u32, u32
     assert_eq!(width, screen.1, "{name} ({lang}, {}): the screen's width", screen.0);
     let file = out_dir().join(format!("{name}-{lang}-{}.png", screen.0));
     std::fs::write(&file, png).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-}
-
-/// A new browser on `screen`, logged in as `who` (unless "anonymous"), reading `lang`.
-async fn open(
-    driver: &mut Chromedriver,
-    base: &str,
-    who: &str,
-    lang: &str,
-    screen: (&str, u32, u32),
-) -> Client {
-    let browser = driver.browser().await;
-    browser.set_window_size(screen.1, screen.2).await.expect("window size");
-    if who != "anonymous" {
-        log_in(&browser, base, who).await;
-    }
-    pick_language(&browser, base, lang).await;
-    browser
 }
 
 #[actix_web::test]

@@ -140,6 +140,24 @@ pub async fn click(browser: &Client, css: &str) {
         .expect("click");
 }
 
+/// A new browser whose window is `screen` (name, width, height in CSS pixels), logged in as
+/// `who` through the login form (unless "anonymous"), reading `lang`.
+pub async fn open(
+    driver: &mut Chromedriver,
+    base: &str,
+    who: &str,
+    lang: &str,
+    screen: (&str, u32, u32),
+) -> Client {
+    let browser = driver.browser().await;
+    browser.set_window_size(screen.1, screen.2).await.expect("window size");
+    if who != "anonymous" {
+        log_in(&browser, base, who).await;
+    }
+    pick_language(&browser, base, lang).await;
+    browser
+}
+
 /// Picks the page language `code` with the header's switch, as a person would (English is what
 /// Chromium asks for by itself, so "en" needs no click).
 pub async fn pick_language(browser: &Client, base: &str, code: &str) {
