@@ -43,6 +43,22 @@ enum BatchLockKind {
     File,
 }
 
+/// What one customer may keep in checkout holds, and how often they may take one
+/// (`crate::holds`): so that nobody can keep the stock from everyone else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoldLimits {
+    /// Units in live holds, all products together.
+    pub units: u32,
+    /// Products with a live hold.
+    pub products: u32,
+    /// Holds taken within any 60 seconds.
+    pub per_minute: u32,
+    /// After a hold of a product ends unused, before the same customer holds it again.
+    pub cooldown: Duration,
+    /// How long ended holds are kept.
+    pub history: Duration,
+}
+
 /// The environment variables haita reads, one field each, named as the variable is.
 #[derive(Parser, Debug)]
 #[command(
@@ -115,6 +131,11 @@ pub struct Env {
     /// refused for it. Counted in the database, so shared by every instance.
     #[arg(long, env = "LOGIN_FAILURES_PER_ADDRESS", default_value_t = NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN))]
     login_failures_per_address: NonZeroU32,
+    /// Failed logins from one client address within LOGIN_FAILURE_WINDOW_SECS, whatever accounts
+    /// they name (made-up ones included); past them every login from that address is answered 429
+    /// with Retry-After, before any password is hashed.
+    #[arg(long, env = "LOGIN_FAILURES_PER_CLIENT", default_value_t = NonZeroU32::new(100).unwrap_or(NonZeroU32::MIN))]
+    login_failures_per_client: NonZeroU32,
     /// How long a failed login is remembered (seconds).
     #[arg(long, env = "LOGIN_FAILURE_WINDOW_SECS", default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     login_failure_window_secs: u64,
@@ -132,6 +153,25 @@ pub struct Env {
     /// read from the database's clock, so every instance agrees on it.
     #[arg(long, env = "HOLD_MINUTES", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=120))]
     hold_minutes: u32,
+    /// Units of all products one customer may keep in live checkout holds at once; past them a
+    /// hold is answered 409 hold_limit until one is ordered, released or expired.
+    #[arg(long, env = "MAX_HELD_UNITS_PER_USER", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_held_units_per_user: u32,
+    /// Products one customer may hold at once (one live hold each).
+    #[arg(long, env = "MAX_HELD_PRODUCTS_PER_USER", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    max_held_products_per_user: u32,
+    /// Holds one customer may take within any 60 seconds; past them 429 hold_rate with
+    /// Retry-After.
+    #[arg(long, env = "MAX_HOLDS_PER_MINUTE_PER_USER", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_holds_per_minute_per_user: u32,
+    /// After a customer's hold of a product is released or runs out, how long before the same
+    /// customer may hold that product again (seconds; 429 hold_cooldown with Retry-After
+    /// meanwhile): the units get a turn with someone else. 0: no wait.
+    #[arg(long, env = "HOLD_COOLDOWN_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    hold_cooldown_secs: u64,
+    /// How long an ended hold stays as the customer's history before it is deleted (days).
+    #[arg(long, env = "HOLD_HISTORY_DAYS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3650))]
+    hold_history_days: u32,
     /// Comma-separated CIDRs of the proxies in front of the app (e.g. 10.0.0.0/8,::1/128). A
     /// request from one of them is counted against the right-most X-Forwarded-For address that
     /// is not a trusted proxy; any other request against its TCP peer, whatever it says. Empty:
@@ -158,6 +198,17 @@ pub struct Env {
     /// off in DEMO_MODE); 0 only for plain HTTP on a trusted network.
     #[arg(long, env = "COOKIE_SECURE", value_parser = flag)]
     cookie_secure: Option<bool>,
+    /// How long a client may take to send a request's body, from the end of its headers
+    /// (seconds); a slower one is answered 408 and its connection closed, so a body sent a byte
+    /// at a time cannot keep a connection open for ever. (The headers have 5 s, actix-web's own
+    /// limit.)
+    #[arg(long, env = "REQUEST_BODY_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    request_body_timeout_secs: u64,
+    /// Client connections one instance keeps open at once; past them new connections wait in the
+    /// kernel's backlog. Keep it well under the open-file limit (`ulimit -n`), which the pool and
+    /// the log need too.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(8..=1_000_000))]
+    max_connections: u64,
     /// HTTP worker threads (default: one per core).
     #[arg(long, env = "WORKERS", value_parser = clap::value_parser!(u64).range(1..=256))]
     workers: Option<u64>,
@@ -325,6 +376,8 @@ pub struct Config {
     pub hashing_slots: usize,
     /// `LOGIN_FAILURES_PER_ADDRESS`: failed logins of one account from one address per window.
     pub login_failures: NonZeroU32,
+    /// `LOGIN_FAILURES_PER_CLIENT`: failed logins from one address per window, any account.
+    pub login_failures_per_client: NonZeroU32,
     /// `LOGIN_FAILURE_WINDOW_SECS`.
     pub login_failure_window: Duration,
     /// `MAX_FUTURE_BOOKINGS_PER_USER`: confirmed bookings of today or later per user.
@@ -333,6 +386,9 @@ pub struct Config {
     pub max_orders_per_minute: u32,
     /// `HOLD_MINUTES`: the longest a checkout hold lasts (`crate::holds`).
     pub hold_length: Duration,
+    /// `MAX_HELD_UNITS_PER_USER`, `MAX_HELD_PRODUCTS_PER_USER`, `MAX_HOLDS_PER_MINUTE_PER_USER`,
+    /// `HOLD_COOLDOWN_SECS`, `HOLD_HISTORY_DAYS`.
+    pub hold_limits: HoldLimits,
     /// `TRUSTED_PROXIES`: whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// `EDIT_LOCK_TTL_SECS`.
@@ -343,6 +399,10 @@ pub struct Config {
     pub session_key: Option<Vec<u8>>,
     /// `COOKIE_SECURE`, default on outside `DEMO_MODE`.
     pub cookie_secure: bool,
+    /// `REQUEST_BODY_TIMEOUT_SECS`.
+    pub request_body_timeout: Duration,
+    /// `MAX_CONNECTIONS`, per instance.
+    pub max_connections: usize,
     /// `WORKERS`; `None` = one per core.
     pub workers: Option<usize>,
     /// `BLOCKING_THREADS`, default `POOL_SIZE + HASHING_SLOTS`: a database task needs a pooled
@@ -383,15 +443,19 @@ impl std::fmt::Debug for Config {
             metrics_token,
             hashing_slots,
             login_failures,
+            login_failures_per_client,
             login_failure_window,
             max_future_bookings,
             max_orders_per_minute,
             hold_length,
+            hold_limits,
             trusted_proxies,
             edit_lock_ttl,
             batch_lock,
             session_key,
             cookie_secure,
+            request_body_timeout,
+            max_connections,
             workers,
             blocking_threads,
             drain,
@@ -415,15 +479,19 @@ impl std::fmt::Debug for Config {
             .field("metrics_token", &metrics_token.as_ref().map(|_| "[set, not shown]"))
             .field("hashing_slots", hashing_slots)
             .field("login_failures", login_failures)
+            .field("login_failures_per_client", login_failures_per_client)
             .field("login_failure_window", login_failure_window)
             .field("max_future_bookings", max_future_bookings)
             .field("max_orders_per_minute", max_orders_per_minute)
             .field("hold_length", hold_length)
+            .field("hold_limits", hold_limits)
             .field("trusted_proxies", trusted_proxies)
             .field("edit_lock_ttl", edit_lock_ttl)
             .field("batch_lock", batch_lock)
             .field("session_key", &session_key.as_ref().map(|_| "[set, not shown]"))
             .field("cookie_secure", cookie_secure)
+            .field("request_body_timeout", request_body_timeout)
+            .field("max_connections", max_connections)
             .field("workers", workers)
             .field("blocking_threads", blocking_threads)
             .field("drain", drain)
@@ -519,16 +587,26 @@ impl TryFrom<Env> for Config {
             metrics_token,
             hashing_slots,
             login_failures: env.login_failures_per_address,
+            login_failures_per_client: env.login_failures_per_client,
             login_failure_window: Duration::from_secs(env.login_failure_window_secs),
             max_future_bookings: env.max_future_bookings_per_user,
             max_orders_per_minute: env.max_orders_per_minute_per_user,
             hold_length: Duration::from_secs(u64::from(env.hold_minutes) * 60),
+            hold_limits: HoldLimits {
+                units: env.max_held_units_per_user,
+                products: env.max_held_products_per_user,
+                per_minute: env.max_holds_per_minute_per_user,
+                cooldown: Duration::from_secs(env.hold_cooldown_secs),
+                history: Duration::from_secs(u64::from(env.hold_history_days) * 86_400),
+            },
             trusted_proxies: env.trusted_proxies,
             edit_lock_ttl: Duration::from_secs(env.edit_lock_ttl_secs),
             batch_lock,
             session_key,
             // Outside a demo the app is served over HTTPS (behind a proxy that terminates TLS).
             cookie_secure: env.cookie_secure.unwrap_or(!env.demo_mode),
+            request_body_timeout: Duration::from_secs(env.request_body_timeout_secs),
+            max_connections: size(env.max_connections),
             workers: env.workers.map(size),
             blocking_threads: env
                 .blocking_threads

@@ -92,6 +92,8 @@ pub struct Application {
     shutdown: aweb::Data<shutdown::Shutdown>,
     /// Writes this instance's row of `app_instances` (`admin::instances`).
     heartbeat: admin::instances::Heartbeat,
+    /// `HOLD_HISTORY_DAYS`: how long ended checkout holds are kept.
+    hold_history: std::time::Duration,
 }
 
 impl Application {
@@ -101,6 +103,7 @@ impl Application {
         let port = listener.local_addr()?.port();
         let key = session_key(&config)?;
         let (workers, blocking_threads) = (config.workers, config.blocking_threads);
+        let hold_history = config.hold_limits.history;
         metrics::set_enabled(config.metrics);
         let instance =
             std::sync::Arc::new(admin::instances::Instance::new(config.instance_name.as_deref(), port));
@@ -129,6 +132,9 @@ impl Application {
         #[cfg(feature = "lab")]
         let outside = aweb::Data::new(lab::locks::OutsideLocks::from_config(&state.config)?);
         let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
+        let body_timeout =
+            aweb::Data::new(crate::http::slow_body::BodyTimeout(state.config.request_body_timeout));
+        let max_connections = state.config.max_connections;
         let shutdown_timeout = state.config.shutdown_timeout.as_secs();
         let app_shutdown = shutdown.clone();
         let server = HttpServer::new(move || {
@@ -147,8 +153,10 @@ impl Application {
                 .app_data(error::path_config())
                 .app_data(error::query_config())
                 .app_data(aweb::PayloadConfig::new(error::BODY_LIMIT))
+                .app_data(body_timeout.clone())
                 .configure(|cfg| routes(cfg, demo_mode))
                 .default_service(aweb::to(error::not_found))
+                .wrap(actix_web::middleware::from_fn(crate::http::slow_body::deadline))
                 .wrap(actix_web::middleware::from_fn(crate::auth::csrf::json_only_api_writes))
                 .wrap(actix_web::middleware::from_fn(crate::openapi::methods_allowed))
                 .wrap(ErrorHandlers::new().default_handler(error::render_html_errors))
@@ -162,6 +170,8 @@ impl Application {
         let worker_count =
             workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
         let server = server.worker_max_blocking_threads(blocking_threads.div_ceil(worker_count).max(1));
+        // actix counts connections per worker: the instance's cap shared out among them.
+        let server = server.max_connections(max_connections.div_ceil(worker_count).max(1));
         let server = match workers {
             Some(n) => server.workers(n),
             None => server,
@@ -170,7 +180,7 @@ impl Application {
         // the tests start several in one process.
         let server = server.disable_signals().shutdown_timeout(shutdown_timeout);
         let server = server.listen(listener)?.run();
-        Ok(Self { port, server, pool, shutdown, heartbeat })
+        Ok(Self { port, server, pool, shutdown, heartbeat, hold_history })
     }
 
     pub fn port(&self) -> u16 {
@@ -183,11 +193,12 @@ impl Application {
     }
 
     /// Serves until stopped, with the housekeeping that keeps tables from growing: expired
-    /// idempotency keys are deleted every few minutes (any instance may do it; deleting twice
-    /// is harmless); and this instance's row of `app_instances` written every few seconds, and
+    /// idempotency keys and long-ended checkout holds are deleted every few minutes (any instance
+    /// may do it; deleting twice is harmless); and this instance's row of `app_instances` written every few seconds, and
     /// marked stopped on the way out.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        let housekeeping = actix_web::rt::spawn(housekeeping(self.pool, self.heartbeat.clone()));
+        let housekeeping =
+            actix_web::rt::spawn(housekeeping(self.pool, self.heartbeat.clone(), self.hold_history));
         let served = self.server.await;
         housekeeping.abort();
         leave(self.heartbeat).await;
@@ -207,13 +218,21 @@ impl Application {
     }
 }
 
+/// One of [`housekeeping`]'s deletions: how many rows it deleted.
+type Purge = Box<dyn FnOnce() -> anyhow::Result<usize> + Send>;
+
 /// How often [`housekeeping`] runs.
 const HOUSEKEEPING_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Every [`admin::instances::BEAT_EVERY`], this instance's row (its failures said once, until a
-/// beat works again); every [`HOUSEKEEPING_EVERY`], the expired idempotency keys. On a blocking
-/// thread each, on a pooled connection given back at once; never fatal.
-async fn housekeeping(pool: DbPool, heartbeat: admin::instances::Heartbeat) {
+/// beat works again); every [`HOUSEKEEPING_EVERY`], the expired idempotency keys and the checkout
+/// holds that ended more than `hold_history` ago. On a blocking thread each, on a pooled
+/// connection given back at once; never fatal.
+async fn housekeeping(
+    pool: DbPool,
+    heartbeat: admin::instances::Heartbeat,
+    hold_history: std::time::Duration,
+) {
     let mut every = actix_web::rt::time::interval(admin::instances::BEAT_EVERY);
     let (mut beating, mut purged) = (true, None::<std::time::Instant>);
     loop {
@@ -233,15 +252,26 @@ async fn housekeeping(pool: DbPool, heartbeat: admin::instances::Heartbeat) {
             continue;
         }
         purged = Some(std::time::Instant::now());
-        let pool = pool.clone();
-        match aweb::block(move || idempotency::purge_expired(&mut *pool.get()?).map_err(anyhow::Error::from))
-            .await
-        {
-            Ok(Ok(0)) => {}
-            Ok(Ok(purged)) => log::info!("deleted {purged} expired idempotency keys"),
-            // The database may be down for a while; the next round tries again.
-            Ok(Err(e)) => log::warn!("deleting expired idempotency keys failed: {e}"),
-            Err(e) => log::warn!("housekeeping could not run: {e}"),
+        let keys = pool.clone();
+        let old_holds = pool.clone();
+        let purges: [(&str, Purge); 2] = [
+            (
+                "expired idempotency keys",
+                Box::new(move || Ok(idempotency::purge_expired(&mut *keys.get()?)?)),
+            ),
+            (
+                "checkout holds that ended more than HOLD_HISTORY_DAYS ago",
+                Box::new(move || Ok(holds::service::forget_old(&old_holds, hold_history)?)),
+            ),
+        ];
+        for (what, purge) in purges {
+            match aweb::block(purge).await {
+                Ok(Ok(0)) => {}
+                Ok(Ok(purged)) => log::info!("deleted {purged} {what}"),
+                // The database may be down for a while; the next round tries again.
+                Ok(Err(e)) => log::warn!("deleting {what} failed: {e}"),
+                Err(e) => log::warn!("housekeeping could not run: {e}"),
+            }
         }
     }
 }

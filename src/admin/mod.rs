@@ -55,6 +55,9 @@ pub const REASON_MAX: usize = 300;
 impl Reason {
     pub fn parse(text: Option<&str>) -> Result<Self, AdminError> {
         let text = text.unwrap_or_default().trim();
+        if let Some(stray) = crate::http::input::stray_character(text, false) {
+            return Err(AdminError::StrayInReason(stray));
+        }
         let chars = text.chars().count();
         if (3..=REASON_MAX).contains(&chars) {
             Ok(Self(text.to_string()))
@@ -76,6 +79,10 @@ pub enum AdminError {
     EditLock(#[from] EditLockError),
     #[error("a reason of 3 to {REASON_MAX} characters is required")]
     InvalidReason,
+    /// The reason holds a control character (or a direction override), written to the audit log
+    /// as it is.
+    #[error("the reason holds the control character {:?}", .0)]
+    StrayInReason(char),
     #[error("{field} must be {range}")]
     OutOfRange { field: &'static str, range: String },
     #[error("{name:?} is not a named lock of this deployment ({prefix}…)")]
@@ -102,6 +109,7 @@ pub enum AdminError {
 answers! { AdminError {
     OutOfRange => UNPROCESSABLE_ENTITY "invalid_input",
     InvalidReason => UNPROCESSABLE_ENTITY "invalid_reason",
+    StrayInReason => UNPROCESSABLE_ENTITY "invalid_reason",
     NotOurs => UNPROCESSABLE_ENTITY "not_haita_lock",
     NotHeld => NOT_FOUND "not_found",
     HolderChanged => CONFLICT "holder_changed",
@@ -120,6 +128,9 @@ impl AsProblem for AdminError {
                 .said("admin.err.range", &[("field", (*field).to_string()), ("range", range.to_string())])
                 .with("field", *field),
             Self::InvalidReason => answer.said("admin.err.reason", &[("max", REASON_MAX.to_string())]),
+            Self::StrayInReason(stray) => answer
+                .said("field.stray_character", &[("code", crate::http::input::code_point(*stray))])
+                .with("field", "reason"),
             Self::NotOurs { name, prefix } => answer.said(
                 "admin.err.not_ours",
                 &[("name", format!("{name:?}")), ("prefix", format!("{prefix:?}"))],

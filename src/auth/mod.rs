@@ -12,6 +12,7 @@ pub mod quota;
 pub mod service;
 pub mod session;
 pub mod throttle;
+pub mod username;
 
 pub use model::{Role, User};
 pub use session::SessionUser;

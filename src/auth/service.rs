@@ -5,16 +5,19 @@ use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DbError};
 
 use super::model::NewUser;
-use super::{AuthError, Role, User, password};
+use super::{AuthError, Role, User, password, username};
 use crate::db::DbConn;
 use crate::schema::users;
 
 pub const MIN_PASSWORD_LEN: usize = 8;
 
-/// The user who would log in as `username`, with their password hash: one short read, so the
-/// connection goes back to the pool before the slow part, [`verify`].
-pub fn find_for_login(conn: &mut DbConn, username: &str) -> Result<Option<User>, AuthError> {
-    Ok(User::by_username(username.trim()).select(User::as_select()).first(conn).optional()?)
+/// The user who would log in as `typed`, with their password hash: one short read, so the
+/// connection goes back to the pool before the slow part, [`verify`]. A name with no canonical
+/// spelling ([`username::canonical`]) is nobody's, and the database is not asked: its collation
+/// would ignore the invisible characters the name was made unique by.
+pub fn find_for_login(conn: &mut DbConn, typed: &str) -> Result<Option<User>, AuthError> {
+    let Some(name) = username::canonical(typed) else { return Ok(None) };
+    Ok(User::by_username(&name).select(User::as_select()).first(conn).optional()?)
 }
 
 /// The slow part of a login: no database, only CPU. A missing user costs the same time as a
@@ -47,17 +50,22 @@ pub struct UserSpec<'a> {
 }
 
 pub fn create_user(conn: &mut DbConn, spec: &UserSpec<'_>) -> Result<User, AuthError> {
-    let username = spec.username.trim();
-    if username.is_empty()
-        || username.len() > 64
-        || !username.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-    {
+    // Stored in its canonical spelling, the one a login looks up; typed in ASCII, so that no
+    // accent or full-width form is silently dropped from the name a person chose.
+    let Some(username) = username::canonical(spec.username).filter(|_| spec.username.is_ascii()) else {
         return Err(AuthError::Invalid {
             field: "username",
-            message: "use 1 to 64 letters, digits, '.', '_' or '-'".into(),
+            message: format!("use 1 to {} of {}", username::MAX_LEN, username::ALLOWED),
+        });
+    };
+    let username = username.as_str();
+    let display_name = spec.display_name.trim();
+    if let Some(stray) = crate::http::input::stray_character(display_name, false) {
+        return Err(AuthError::Invalid {
+            field: "display_name",
+            message: format!("remove the control character {}", crate::http::input::code_point(stray)),
         });
     }
-    let display_name = spec.display_name.trim();
     if display_name.chars().count() > 100 {
         return Err(AuthError::Invalid { field: "display_name", message: "at most 100 characters".into() });
     }

@@ -19,7 +19,7 @@ use actix_session::{Session, SessionExt};
 use actix_web::{FromRequest, HttpRequest, dev::Payload};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text, Timestamp};
+use diesel::sql_types::{BigInt, Bool, Text, Timestamp};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
@@ -110,6 +110,9 @@ pub struct SessionUser {
     pub role: Role,
     /// Random per login: the same user in two browsers is two sessions (edit-lock owners).
     pub session_id: String,
+    /// A demo account, whose password is published: the lab gives it a visitor's limits.
+    #[serde(skip)]
+    pub is_demo: bool,
 }
 
 impl SessionUser {
@@ -220,7 +223,7 @@ impl SessionChecks {
 /// 16 and 64 ([`MAX_CHECKS`]): a connection caches four statements for every batch size.
 static LIVE_SESSIONS: LazyLock<ListStatements> = LazyLock::new(|| {
     ListStatements::new(
-        "SELECT u.id, u.username, u.display_name, u.role, s.id FROM user_sessions s \
+        "SELECT u.id, u.username, u.display_name, u.role, s.id, u.is_demo FROM user_sessions s \
          JOIN users u ON u.id = s.user_id WHERE s.expires_at > ? AND s.id IN ({list})",
         &[1, 4, 16, MAX_CHECKS],
     )
@@ -232,7 +235,7 @@ pub fn current(conn: &mut DbConn, tickets: &[Ticket]) -> QueryResult<Vec<Option<
     let Some((sql, ids)) = LIVE_SESSIONS.padded(&ids) else {
         return Ok(vec![None; tickets.len()]);
     };
-    let live: Vec<SessionUser> = cached_sql::<(BigInt, Text, Text, Text, Text)>(sql)
+    let live: Vec<SessionUser> = cached_sql::<(BigInt, Text, Text, Text, Text, Bool)>(sql)
         .bind::<Timestamp, _>(now())
         .bind_each::<Text, _>(ids)
         .load(conn)?;
@@ -309,6 +312,7 @@ pub fn log_in(session: &Session, user: &User, session_id: String) -> Result<Sess
         display_name: user.display_name.clone(),
         role: user.role,
         session_id: ticket.session_id,
+        is_demo: user.is_demo,
     })
 }
 

@@ -20,19 +20,28 @@
 //! A right password deletes the row again (with the pair's others); an attempt refused or not
 //! checked deletes its own.
 //!
-//! The account is keyed by the typed name folded as the `users.username` column compares names
-//! ([`fold`]), whether or not such a user exists: keyed by the stored name, `bób` and `bob` would
-//! share a count only when `bob` exists, which would tell who does.
+//! The account is keyed by the typed name's one canonical spelling
+//! ([`crate::auth::username::throttle_key`]), whether or not such a user exists: keyed by the
+//! stored name, `bób` and `bob` would share a count only when `bob` exists, which would tell who
+//! does; keyed by anything looser than the name the login looks up, an invisible character would
+//! buy a fresh allowance.
+//!
+//! Besides each pair, a client address has one budget for failures across *all* accounts
+//! (`LOGIN_FAILURES_PER_CLIENT`): a flood of made-up names from one address, each a pair of its
+//! own, is answered 429 once the budget is spent, before any hashing.
 //!
 //! Checking a password is deliberately slow (argon2: tens of milliseconds of CPU). Done while
 //! holding a pooled connection, a burst of logins would hold the pool hostage; done by as many
 //! threads as there are requests, it would take every core from everyone else. So the hash is
 //! fetched and the connection given back *before* verifying, and verifications run at most
 //! [`LoginGate::new`]'s `hashing_slots` at a time (about one per core); a login that cannot get a
-//! slot within [`HASHING_WAIT`] is answered 503 busy.
+//! slot within [`HASHING_WAIT`] is answered 503 busy, and one that finds [`QUEUED_PER_SLOT`]
+//! logins per slot waiting already is answered so at once, holding nothing: a flood from many
+//! addresses then costs a real user a short queue, never seconds behind it.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
@@ -40,10 +49,9 @@ use diesel::RunQueryDsl;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
 use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use unicode_normalization::UnicodeNormalization;
-use unicode_normalization::char::is_combining_mark;
 
 use super::AuthError;
+use super::username::throttle_key;
 use crate::db::{DbConn, cached_sql, transaction_read_committed};
 use crate::http::client_address::ClientAddress;
 
@@ -65,20 +73,35 @@ const EXPIRE_ONE_IN: i64 = 16;
 
 pub struct LoginGate {
     hashing: Arc<Semaphore>,
+    /// Logins waiting for a slot now.
+    waiting: Arc<AtomicUsize>,
+    slots: usize,
     policy: Policy,
 }
 
-/// How many failures a pair gets, and for how long they are remembered.
+/// How many logins may wait for a hashing slot, per slot, before the next is refused at once.
+/// A verification takes tens of milliseconds, so a full queue is waited out in well under a
+/// second; a longer one would only make everyone wait behind a flood.
+pub const QUEUED_PER_SLOT: usize = 4;
+
+/// How many failures a pair gets, how many a client address gets across all accounts, and for
+/// how long they are remembered.
 #[derive(Clone, Copy, Debug)]
 pub struct Policy {
     pub failures: NonZeroU32,
+    pub per_client: NonZeroU32,
     pub window: Duration,
 }
 
 impl LoginGate {
-    /// `failures` per account and address within `window`.
-    pub fn new(hashing_slots: usize, failures: NonZeroU32, window: Duration) -> Self {
-        Self { hashing: Arc::new(Semaphore::new(hashing_slots.max(1))), policy: Policy { failures, window } }
+    pub fn new(hashing_slots: usize, policy: Policy) -> Self {
+        let slots = hashing_slots.max(1);
+        Self {
+            hashing: Arc::new(Semaphore::new(slots)),
+            waiting: Arc::new(AtomicUsize::new(0)),
+            slots,
+            policy,
+        }
     }
 
     /// What [`Policy::begin`] needs, to move into the blocking task that talks to the database.
@@ -87,9 +110,15 @@ impl LoginGate {
     }
 
     /// A slot to verify one password in, waited for (async, holding nothing) at most
-    /// [`HASHING_WAIT`]. Move it into the blocking task that hashes: it must live as long as
-    /// the hashing does, even if the client disconnects meanwhile.
+    /// [`HASHING_WAIT`], or refused at once when [`QUEUED_PER_SLOT`] logins per slot wait already.
+    /// Move it into the blocking task that hashes: it must live as long as the hashing does, even
+    /// if the client disconnects meanwhile.
     pub async fn hashing_slot(&self) -> Result<OwnedSemaphorePermit, AuthError> {
+        if let Ok(free) = Arc::clone(&self.hashing).try_acquire_owned() {
+            return Ok(free);
+        }
+        let _in_queue =
+            Queued::join(&self.waiting, self.slots * QUEUED_PER_SLOT).ok_or(AuthError::HashingBusy)?;
         match actix_web::rt::time::timeout(HASHING_WAIT, Arc::clone(&self.hashing).acquire_owned()).await {
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) | Err(_) => Err(AuthError::HashingBusy),
@@ -97,11 +126,22 @@ impl LoginGate {
     }
 }
 
-/// A typed username as the `users.username` column compares it (MariaDB's `utf8mb4_unicode_ci`,
-/// the ICU collation `haita_ci` on PostgreSQL): compatibility forms unified (`ｂｏｂ`), accents
-/// dropped (`bób`), case folded (`BOB`), spaces around trimmed. All four are `bob`.
-pub fn fold(typed: &str) -> String {
-    typed.trim().nfkd().filter(|c| !is_combining_mark(*c)).collect::<String>().to_lowercase().nfc().collect()
+/// A place in the queue for a hashing slot, given up when dropped (a slot granted, the wait
+/// over, or the client gone).
+struct Queued<'a>(&'a AtomicUsize);
+
+impl<'a> Queued<'a> {
+    /// A place, if fewer than `most` wait.
+    fn join(waiting: &'a AtomicUsize, most: usize) -> Option<Self> {
+        waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < most).then_some(n + 1)).ok()?;
+        Some(Self(waiting))
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Whose failures an attempt counts as: the folded account (hashed, so the table has a fixed
@@ -115,7 +155,7 @@ pub struct LoginKey {
 impl LoginKey {
     /// `address` is `None` only for a request without a peer (never over TCP).
     pub fn new(typed_username: &str, address: Option<ClientAddress>) -> Self {
-        let digest = Sha256::digest(fold(typed_username).as_bytes());
+        let digest = Sha256::digest(throttle_key(typed_username).as_bytes());
         let account = digest.iter().map(|b| format!("{b:02x}")).collect();
         Self { account, address: address.map_or_else(|| "unknown".into(), |a| a.to_string()) }
     }
@@ -136,9 +176,14 @@ const COUNT: &str = "SELECT COUNT(CASE WHEN address = ? THEN 1 END), \
        MIN(CASE WHEN address = ? THEN failed_at END), COUNT(*), {now} \
      FROM login_failures WHERE account = ? AND failed_at > {now} - {? microseconds}";
 
+/// The client address's rows within the window, whatever account they tried, and the oldest.
+const COUNT_CLIENT: &str = "SELECT COUNT(*), MIN(failed_at) \
+     FROM login_failures WHERE address = ? AND failed_at > {now} - {? microseconds}";
+
 impl Policy {
-    /// Writes the attempt's row, then counts: past the pair's allowance, the row is taken back
-    /// and the answer is 429 with the wait until the pair's oldest failure leaves the window.
+    /// Writes the attempt's row, then counts: past the pair's allowance, or past the client
+    /// address's budget across all accounts, the row is taken back and the answer is 429 with the
+    /// wait until the oldest failure counted leaves the window.
     pub fn begin(self, conn: &mut DbConn, key: LoginKey) -> Result<Attempt, AuthError> {
         let id = rand::random::<i64>();
         if id.rem_euclid(EXPIRE_ONE_IN) == 0 {
@@ -163,6 +208,14 @@ impl Policy {
         if pair > allowance {
             Attempt { id, key, delay_if_wrong: Duration::ZERO }.not_checked(conn);
             return Err(AuthError::Throttled { retry_after_secs: self.retry_after(oldest, now) });
+        }
+        let (client, client_oldest) = cached_sql::<(BigInt, Nullable<Timestamp>)>(COUNT_CLIENT)
+            .bind::<Text, _>(&key.address)
+            .bind::<BigInt, _>(window)
+            .get_result::<(i64, Option<NaiveDateTime>)>(conn)?;
+        if client > i64::from(self.per_client.get()) {
+            Attempt { id, key, delay_if_wrong: Duration::ZERO }.not_checked(conn);
+            return Err(AuthError::Throttled { retry_after_secs: self.retry_after(client_oldest, now) });
         }
         Ok(Attempt { id, key, delay_if_wrong: account_delay(account - 1, allowance) })
     }
@@ -227,19 +280,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn typed_names_fold_as_the_username_column_compares_them() {
-        for spelling in ["bob", "BOB", " Bob ", "bób", "BÓB", "ｂｏｂ", "bo\u{301}b"] {
-            assert_eq!(fold(spelling), "bob", "{spelling:?}");
-        }
-        assert_ne!(fold("bobby"), "bob");
-        assert_eq!(fold("アリス"), "アリス", "letters without accents are kept");
-    }
-
-    #[test]
     fn the_key_is_the_same_for_every_spelling_whether_or_not_anyone_has_the_name() {
         let here = ClientAddress::of([192, 0, 2, 1].into());
         assert_eq!(LoginKey::new("bób", Some(here)), LoginKey::new("bob", Some(here)));
         assert_eq!(LoginKey::new("Zéd", Some(here)), LoginKey::new("zed", Some(here)));
+        assert_eq!(LoginKey::new("z\u{200B}ed", Some(here)), LoginKey::new("zed", Some(here)));
         assert_ne!(
             LoginKey::new("bob", Some(here)),
             LoginKey::new("bob", Some(ClientAddress::of([192, 0, 2, 2].into())))
@@ -256,19 +301,58 @@ mod tests {
 
     #[test]
     fn retry_after_is_when_the_oldest_failure_leaves_the_window() {
-        let policy = Policy { failures: NonZeroU32::MIN, window: Duration::from_secs(60) };
+        let policy = Policy {
+            failures: NonZeroU32::MIN,
+            per_client: NonZeroU32::MIN,
+            window: Duration::from_secs(60),
+        };
         let now = chrono::DateTime::from_timestamp(1_000_000, 0).expect("time").naive_utc();
         assert_eq!(policy.retry_after(Some(now - chrono::TimeDelta::seconds(50)), now), 11);
         assert_eq!(policy.retry_after(Some(now - chrono::TimeDelta::seconds(90)), now), 1);
         assert_eq!(policy.retry_after(None, now), 61);
     }
 
+    fn gate(slots: usize) -> LoginGate {
+        LoginGate::new(
+            slots,
+            Policy {
+                failures: NonZeroU32::MIN,
+                per_client: NonZeroU32::MIN,
+                window: Duration::from_secs(60),
+            },
+        )
+    }
+
     #[actix_web::test]
     async fn hashing_slots_are_bounded() {
-        let gate = LoginGate::new(1, NonZeroU32::MIN, Duration::from_secs(60));
+        let gate = gate(1);
         let held = gate.hashing_slot().await.expect("free slot");
         assert_eq!(gate.hashing.available_permits(), 0);
         drop(held);
+        assert!(gate.hashing_slot().await.is_ok());
+    }
+
+    /// With every slot taken and the queue full, the next login is refused without waiting;
+    /// once a waiter leaves, there is a place again.
+    #[actix_web::test]
+    async fn a_login_finding_the_queue_full_is_refused_at_once() {
+        let gate = Arc::new(gate(1));
+        let held = gate.hashing_slot().await.expect("free slot");
+        let mut queued = Vec::new();
+        for _ in 0..QUEUED_PER_SLOT {
+            let gate = Arc::clone(&gate);
+            queued.push(actix_web::rt::spawn(async move { gate.hashing_slot().await.map(drop) }));
+        }
+        while gate.waiting.load(Ordering::Acquire) < QUEUED_PER_SLOT {
+            actix_web::rt::task::yield_now().await;
+        }
+        // Not raced against a clock: the queue is full, so this returns before any wait begins.
+        assert!(matches!(gate.hashing_slot().await, Err(AuthError::HashingBusy)));
+        drop(held);
+        for waiter in queued {
+            assert!(waiter.await.expect("joined").is_ok(), "the queued logins get their turn");
+        }
+        assert_eq!(gate.waiting.load(Ordering::Acquire), 0);
         assert!(gate.hashing_slot().await.is_ok());
     }
 }

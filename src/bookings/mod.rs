@@ -70,6 +70,11 @@ pub enum BookingError {
     /// The request's session ended (logged out, expired, ended by an admin) before it booked.
     #[error("the session has ended")]
     SessionEnded,
+    /// The session could not be checked before the booking (the database busy or down): the
+    /// answer to give.
+    #[error("the session could not be checked: {}", .0.message)]
+    #[serde(skip)]
+    SessionCheck(Problem),
     #[error(transparent)]
     #[serde(skip)]
     Idempotency(#[from] IdempotencyError),
@@ -149,7 +154,7 @@ answers! { BookingError {
     Quota => CONFLICT "booking_quota",
     StayQuota => CONFLICT "booking_quota",
     SessionEnded => UNAUTHORIZED "not_logged_in",
-} carries { Idempotency, Infra } }
+} carries { SessionCheck, Idempotency, Infra } }
 
 impl AsProblem for BookingError {
     fn problem(&self) -> Problem {
@@ -222,6 +227,7 @@ impl AsProblem for BookingError {
                 answer.said("booking.quota", &[("held", held.to_string())]).with("held", *held)
             }
             Self::SessionEnded => answer.said("error.not_logged_in", &[]),
+            Self::SessionCheck(problem) => problem.clone(),
             Self::Idempotency(e) => e.problem(),
             Self::Infra(e) => e.problem(),
         }

@@ -14,6 +14,7 @@ use super::CatalogError;
 use super::model::{Product, format_cents};
 use crate::db::DbConn;
 use crate::http::error::FieldError;
+use crate::http::input::{code_point, stray_character};
 use crate::schema::{products, users};
 
 pub const NAME_MAX_CHARS: usize = 200;
@@ -46,6 +47,11 @@ impl ProductChanges {
         }
         // Line endings are normalised so a browser's \r\n and an API client's \n compare equal.
         let description = description.replace("\r\n", "\n");
+        for (field, text, lines) in [("name", name, false), ("description", description.as_str(), true)] {
+            if let Some(stray) = stray_character(text, lines) {
+                errors.push(FieldError::said(field, "field.stray_character", &[("code", code_point(stray))]));
+            }
+        }
         if description.chars().count() > DESCRIPTION_MAX_CHARS {
             errors.push(FieldError::said(
                 "description",

@@ -26,8 +26,19 @@
 //!
 //! One live hold per customer and product: a second is refused (`already_held`), saying until
 //! when the first one lasts. A customer changes the quantity by releasing and holding again.
-//! Ended holds stay, as orders do, as the customer's history; `stock_holds_live` keeps counting
-//! the live ones cheap however long it grows.
+//!
+//! - Hoarding. A hold costs nothing, so one customer could hold every unit, and hold again the
+//!   moment a hold ends, for ever. So each customer has limits (`crate::config::HoldLimits`):
+//!   units and products in live holds at once (`hold_limit`), holds per minute (`hold_rate`),
+//!   and a wait after a hold of a product ends unused before the same customer holds that
+//!   product again (`hold_cooldown`), which gives the units a turn with someone else. They are
+//!   counted under the lock of the customer's user row, taken first in the transaction as an
+//!   order takes it (`crate::auth::quota`), so that two holds of different products at once
+//!   cannot both slip under a cap.
+//!
+//! Ended holds stay as the customer's history for `HOLD_HISTORY_DAYS`, then the housekeeping of
+//! every instance deletes them, a few thousand every five minutes (`crate::Application`); `stock_holds_live` keeps counting the live ones cheap
+//! however long the history grows.
 
 pub mod model;
 pub mod routes;
@@ -80,6 +91,16 @@ pub enum HoldError {
     Used { id: i64, order_id: Option<i64> },
     #[error("hold {0} not found")]
     NotFound(i64),
+    /// Past `MAX_HELD_UNITS_PER_USER` or `MAX_HELD_PRODUCTS_PER_USER` with this hold.
+    #[error("holds {held_units} units of {held_products} products already")]
+    OverLimit { product_id: i64, held_units: u32, held_products: u32, max_units: u32, max_products: u32 },
+    /// `MAX_HOLDS_PER_MINUTE_PER_USER` holds within the last minute; the oldest leaves it in
+    /// `retry_after` seconds.
+    #[error("{max} holds within a minute already; try again in {retry_after} s")]
+    TooFast { max: u32, retry_after: u32 },
+    /// The customer's last hold of the product ended unused less than `HOLD_COOLDOWN_SECS` ago.
+    #[error("product {product_id} was held by this customer a moment ago; again in {retry_after} s")]
+    Cooldown { product_id: i64, retry_after: u32 },
     /// What the order placed from a hold answered (the per-minute limit, say).
     #[error(transparent)]
     Order(OrderError),
@@ -119,7 +140,9 @@ impl HoldError {
         match self {
             Self::Quantity { product_id, .. }
             | Self::InsufficientStock { product_id, .. }
-            | Self::AlreadyHeld { product_id, .. } => Some(*product_id),
+            | Self::AlreadyHeld { product_id, .. }
+            | Self::OverLimit { product_id, .. }
+            | Self::Cooldown { product_id, .. } => Some(*product_id),
             Self::UnknownProduct(id) => Some(*id),
             _ => None,
         }
@@ -127,7 +150,8 @@ impl HoldError {
 }
 
 impl Refusal for HoldError {
-    /// What the stock and the hold were when the request ran.
+    /// What the stock and the hold were when the request ran. Not the customer's limits: those
+    /// change with the customer's own holds and the clock, and a resend is decided again.
     fn is_answer(&self) -> bool {
         match self {
             Self::InsufficientStock { .. }
@@ -154,6 +178,9 @@ answers! { HoldError {
     Released => CONFLICT "hold_released",
     Used => CONFLICT "hold_used",
     NotFound => NOT_FOUND "not_found",
+    OverLimit => CONFLICT "hold_limit",
+    TooFast => TOO_MANY_REQUESTS "hold_rate",
+    Cooldown => TOO_MANY_REQUESTS "hold_cooldown",
 } carries { Order, Idempotency, Infra } }
 
 impl AsProblem for HoldError {
@@ -212,6 +239,31 @@ impl AsProblem for HoldError {
                 None => answer.said("hold.used_already", &[]).with("hold_id", *id),
             },
             Self::NotFound(_) => answer.said("hold.not_found", &[]),
+            Self::OverLimit { product_id, held_units, held_products, max_units, max_products } => answer
+                .said(
+                    "hold.limit",
+                    &[
+                        ("units", held_units.to_string()),
+                        ("products", held_products.to_string()),
+                        ("max_units", max_units.to_string()),
+                        ("max_products", max_products.to_string()),
+                    ],
+                )
+                .with("product_id", *product_id)
+                .with("max_units", *max_units)
+                .with("max_products", *max_products),
+            Self::TooFast { max, retry_after } => Problem {
+                retry_after: Some(*retry_after),
+                ..answer
+                    .said("hold.too_fast", &[("max", max.to_string()), ("seconds", retry_after.to_string())])
+                    .with("max", *max)
+            },
+            Self::Cooldown { product_id, retry_after } => Problem {
+                retry_after: Some(*retry_after),
+                ..answer
+                    .said("hold.cooldown", &[("seconds", retry_after.to_string())])
+                    .with("product_id", *product_id)
+            },
             Self::Order(e) => e.problem(),
             Self::Idempotency(e) => e.problem(),
             Self::Infra(e) => e.problem(),

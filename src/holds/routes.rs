@@ -46,7 +46,8 @@ async fn hold(
 ) -> Result<HoldView, HoldError> {
     let user_id = user.id;
     let once = key.map(|key| key.bind(user_id, &request.describe()));
-    state.with_pool(move |pool| service::hold(pool, user_id, &request, once.as_ref())).await
+    let limits = state.config.hold_limits;
+    state.with_pool(move |pool| service::hold(pool, user_id, &request, &limits, once.as_ref())).await
 }
 
 async fn release(state: &AppState, user: &SessionUser, hold_id: i64) -> Result<HoldView, HoldError> {

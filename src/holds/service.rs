@@ -3,11 +3,12 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Text, Timestamp, Untyped};
+use diesel::sql_types::{BigInt, Integer, Nullable, Text, Timestamp, Untyped};
 
 use super::HoldError;
 use super::model::{HoldRequest, HoldState, HoldView, ListedHold, StockHold};
 use crate::catalog::stock;
+use crate::config::HoldLimits;
 use crate::db::{DbConn, DbPool, Sql, cached_sql};
 use crate::idempotency::{self, Once};
 use crate::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
@@ -47,21 +48,48 @@ fn retried<T>(
 }
 
 /// Holds `request.quantity` of a product for `user_id` for `request.length`, if that many are
-/// available — on hand, less every live hold — under the product's stock row lock. With an
-/// idempotency key (`once`), a resend gets the first answer back and holds nothing more.
+/// available — on hand, less every live hold — under the product's stock row lock, and if the
+/// customer is within `limits`, counted under the lock of their user row. With an idempotency
+/// key (`once`), a resend gets the first answer back and holds nothing more.
 pub fn hold(
     pool: &DbPool,
     user_id: i64,
     request: &HoldRequest,
+    limits: &HoldLimits,
     once: Option<&Once>,
 ) -> Result<HoldView, HoldError> {
     retried(pool, "hold", |conn| {
         crate::db::transaction(conn, |conn| {
-            idempotency::once(conn, once, |conn| take_hold(conn, user_id, request))
+            // First, before any read, as every order does (`crate::auth::quota`): the customer's
+            // holds are counted, and taken, one after another.
+            crate::auth::quota::lock_users(conn, &[user_id])?;
+            idempotency::once(conn, once, |conn| take_hold(conn, user_id, request, limits))
         })
         .and_then(std::convert::identity)
     })
 }
+
+/// At most this many old holds deleted at a time: housekeeping never holds locks for long.
+const FORGET_AT_MOST: i64 = 5_000;
+
+/// Deletes ended holds (released, used or expired) that ended more than `history` ago, at most
+/// [`FORGET_AT_MOST`] of them, in a short transaction of its own at READ COMMITTED (no gap locks
+/// in front of the holds being taken). Returns how many.
+pub fn forget_old(pool: &DbPool, history: std::time::Duration) -> Result<usize, HoldError> {
+    let history = i64::try_from(history.as_micros()).unwrap_or(i64::MAX);
+    let mut conn = pool.get()?;
+    Ok(crate::db::transaction_read_committed(&mut conn, |conn| {
+        cached_sql::<()>(FORGET).bind::<BigInt, _>(history).bind::<BigInt, _>(FORGET_AT_MOST).execute(conn)
+    })?)
+}
+
+/// An ended hold is one released or used (`ended_at`) or run out (`expires_at`); a hold created
+/// before the cut-off and not live is one of them, or is older still.
+const FORGET: Sql = Sql::per_engine(
+    "DELETE FROM stock_holds WHERE expires_at < {now} - {? microseconds} ORDER BY expires_at LIMIT ?",
+    "DELETE FROM stock_holds WHERE id IN (SELECT id FROM stock_holds \
+       WHERE expires_at < {now} - {? microseconds} ORDER BY expires_at LIMIT ?)",
+);
 
 /// The customer's own live hold of the product, if any, read after the stock row's lock was
 /// granted: a locking read on MySQL, whose plain reads would see the transaction's older
@@ -76,8 +104,83 @@ const MINE_LIVE: Sql = Sql::per_engine(
 const INSERT_HOLD: &str =
     "INSERT INTO stock_holds (product_id, user_id, quantity, created_at, expires_at) VALUES (?, ?, ?, ?, ?)";
 
-/// One attempt; the caller owns the transaction.
-fn take_hold(conn: &mut DbConn, user_id: i64, request: &HoldRequest) -> Result<HoldView, HoldError> {
+/// What the customer holds and has held lately, read under the lock of their user row: their
+/// live holds (products and units), the holds they took in the last minute and the oldest of
+/// those, when their last hold of this product ended unused (released, or run out), and the
+/// database's clock. Only holds created within [`RECENT`] can be any of these (a hold lasts at
+/// most `HOLD_MINUTES`, 120 at most), so `stock_holds_recent` bounds the read.
+const MINE_LATELY: &str = "SELECT \
+       COUNT(CASE WHEN ended IS NULL AND expires_at > {now} THEN 1 END), \
+       CAST(COALESCE(SUM(CASE WHEN ended IS NULL AND expires_at > {now} THEN quantity END), 0) AS {signed}), \
+       COUNT(CASE WHEN created_at > {now} - {? microseconds} THEN 1 END), \
+       MIN(CASE WHEN created_at > {now} - {? microseconds} THEN created_at END), \
+       MAX(CASE WHEN product_id = ? AND ended = 'released' THEN ended_at \
+                WHEN product_id = ? AND ended IS NULL AND expires_at <= {now} THEN expires_at END), \
+       {now} \
+     FROM stock_holds WHERE user_id = ? AND created_at > {now} - {? microseconds}";
+
+/// How far back [`MINE_LATELY`] looks, besides the cooldown: the longest hold there can be, and
+/// the rate's minute.
+const RECENT: chrono::TimeDelta = chrono::TimeDelta::minutes(120 + 1);
+
+/// The rate's window.
+const MINUTE: chrono::TimeDelta = chrono::TimeDelta::minutes(1);
+
+/// Refuses a hold past the customer's `limits`; run under the lock of their user row, so exact.
+fn within_limits(
+    conn: &mut DbConn,
+    user_id: i64,
+    request: &HoldRequest,
+    limits: &HoldLimits,
+) -> Result<(), HoldError> {
+    let cooldown = chrono::TimeDelta::from_std(limits.cooldown).unwrap_or(chrono::TimeDelta::MAX);
+    let horizon = RECENT + cooldown;
+    let (products, units, lately, oldest, ended, now) =
+        cached_sql::<(BigInt, BigInt, BigInt, Nullable<Timestamp>, Nullable<Timestamp>, Timestamp)>(
+            MINE_LATELY,
+        )
+        .bind::<BigInt, _>(MINUTE.num_microseconds().unwrap_or(i64::MAX))
+        .bind::<BigInt, _>(MINUTE.num_microseconds().unwrap_or(i64::MAX))
+        .bind::<BigInt, _>(request.product_id)
+        .bind::<BigInt, _>(request.product_id)
+        .bind::<BigInt, _>(user_id)
+        .bind::<BigInt, _>(horizon.num_microseconds().unwrap_or(i64::MAX))
+        .get_result::<(i64, i64, i64, Option<NaiveDateTime>, Option<NaiveDateTime>, NaiveDateTime)>(conn)?;
+    let seconds_until = |at: NaiveDateTime| {
+        u32::try_from((at - now).num_seconds().saturating_add(1).max(1)).unwrap_or(u32::MAX)
+    };
+    if lately >= i64::from(limits.per_minute) {
+        let retry_after = oldest.map_or(60, |oldest| seconds_until(oldest + MINUTE));
+        return Err(HoldError::TooFast { max: limits.per_minute, retry_after });
+    }
+    if let Some(ended) = ended
+        && ended + cooldown > now
+    {
+        return Err(HoldError::Cooldown {
+            product_id: request.product_id,
+            retry_after: seconds_until(ended + cooldown),
+        });
+    }
+    let wanted = i64::from(request.quantity.get());
+    if products >= i64::from(limits.products) || units + wanted > i64::from(limits.units) {
+        return Err(HoldError::OverLimit {
+            product_id: request.product_id,
+            held_units: u32::try_from(units).unwrap_or(u32::MAX),
+            held_products: u32::try_from(products).unwrap_or(u32::MAX),
+            max_units: limits.units,
+            max_products: limits.products,
+        });
+    }
+    Ok(())
+}
+
+/// One attempt; the caller owns the transaction, and has locked the customer's user row.
+fn take_hold(
+    conn: &mut DbConn,
+    user_id: i64,
+    request: &HoldRequest,
+    limits: &HoldLimits,
+) -> Result<HoldView, HoldError> {
     let product_id = request.product_id;
     let name: String = cached_sql::<Text>("SELECT name FROM products WHERE id = ?")
         .bind::<BigInt, _>(product_id)
@@ -104,6 +207,7 @@ fn take_hold(conn: &mut DbConn, user_id: i64, request: &HoldRequest) -> Result<H
     if let Some((id, quantity, expires_at)) = mine {
         return Err(HoldError::AlreadyHeld { id, product_id, name, quantity, expires_at });
     }
+    within_limits(conn, user_id, request, limits)?;
     if stock.available() < request.quantity.get() {
         return Err(HoldError::InsufficientStock {
             product_id,

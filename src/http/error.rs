@@ -234,6 +234,9 @@ pub enum RequestError {
     MalformedBody(String),
     #[error("body too large (limit {0} bytes)")]
     TooLarge(usize),
+    /// The body took longer than `REQUEST_BODY_TIMEOUT_SECS` (these seconds) to arrive.
+    #[error("body not sent within {0} s")]
+    SlowBody(u64),
     #[error("unsupported content type")]
     UnsupportedMediaType(&'static str),
     #[error("bad path: {0}")]
@@ -252,6 +255,7 @@ pub enum RequestError {
 answers! { RequestError {
     MalformedBody => BAD_REQUEST "malformed_body",
     TooLarge => PAYLOAD_TOO_LARGE "too_large",
+    SlowBody => REQUEST_TIMEOUT "slow_body",
     UnsupportedMediaType => UNSUPPORTED_MEDIA_TYPE "unsupported_media_type",
     BadPath => NOT_FOUND "not_found",
     BadQuery => BAD_REQUEST "bad_query",
@@ -268,6 +272,7 @@ impl AsProblem for RequestError {
                 answer.saying(format!("The request body could not be read: {detail}."))
             }
             Self::TooLarge(limit) => answer.said("request.too_large", &[("limit", limit.to_string())]),
+            Self::SlowBody(secs) => answer.said("request.slow_body", &[("seconds", secs.to_string())]),
             Self::UnsupportedMediaType(expected) => answer.saying(format!(
                 "Send Content-Type: {expected}. Requests that change something accept nothing else, \
                  even without a body (send {{}} or nothing)."

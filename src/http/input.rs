@@ -36,6 +36,23 @@ pub fn parse_day(text: &str) -> Option<NaiveDate> {
     NaiveDate::parse_from_str(text, "%Y-%m-%d").ok().filter(|day| (FIRST_DAY..=LAST_DAY).contains(day))
 }
 
+/// The first character in `text` that nobody means to type into a field: a control character
+/// (`\u{0}`, an escape, a backspace; a line break or tab only where the field has lines), or a
+/// bidirectional override, which shows text in another order than it is stored (a product named
+/// `\u{202E}gnp.exe` reads as `exe.png`). Such a character passed every length check before, and
+/// was saved, shown to others and written to the audit log.
+pub fn stray_character(text: &str, lines: bool) -> Option<char> {
+    text.chars().find(|c| {
+        (c.is_control() && !(lines && matches!(c, '\n' | '\r' | '\t')))
+            || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    })
+}
+
+/// A [`stray_character`] named as a person can look it up: `U+0000`.
+pub fn code_point(c: char) -> String {
+    format!("U+{:04X}", u32::from(c))
+}
+
 /// `text` cut to a length fit to quote back in an error message.
 pub fn quoted(text: &str) -> String {
     text.chars().take(40).collect()
@@ -44,6 +61,23 @@ pub fn quoted(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_and_direction_overrides_are_stray_line_breaks_only_in_lines() {
+        assert_eq!(stray_character("Tea pot, 1 l (鉄瓶)", false), None);
+        assert_eq!(stray_character("one\ntwo\r\n\tthree", true), None);
+        assert_eq!(stray_character("one\ntwo", false), Some('\n'));
+        for (text, stray) in [
+            ("a\u{0}b", '\u{0}'),
+            ("\u{1b}[31m", '\u{1b}'),
+            ("\u{202E}gnp.exe", '\u{202E}'),
+            ("x\u{7F}", '\u{7F}'),
+        ] {
+            assert_eq!(stray_character(text, true), Some(stray), "{text:?}");
+        }
+        assert_eq!(code_point('\u{0}'), "U+0000");
+        assert_eq!(code_point('\u{202E}'), "U+202E");
+    }
 
     #[test]
     fn only_plain_iso_days_within_the_range_are_read() {

@@ -10,4 +10,5 @@ pub mod answers;
 pub mod client_address;
 pub mod error;
 pub mod input;
+pub mod slow_body;
 pub mod utc;

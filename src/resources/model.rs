@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::ResourceError;
 use crate::db::DbConn;
+use crate::http::input::{code_point, stray_character};
 use crate::schema::resources;
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, utoipa::ToSchema)]
@@ -86,6 +87,11 @@ impl ResourceChanges {
         let description = input.description.as_deref().map(|d| d.trim().replace("\r\n", "\n"));
         if description.as_ref().is_some_and(|d| d.chars().count() > DESCRIPTION_MAX) {
             fail("description", "field.too_long", &[("max", DESCRIPTION_MAX.to_string())]);
+        }
+        for (field, text, lines) in [("name", &name, false), ("description", &description, true)] {
+            if let Some(stray) = text.as_deref().and_then(|t| stray_character(t, lines)) {
+                fail(field, "field.stray_character", &[("code", code_point(stray))]);
+            }
         }
         let capacity = match input.capacity.as_deref().map(str::trim) {
             None => None,

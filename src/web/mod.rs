@@ -12,7 +12,7 @@ use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, dev::Payloa
 use askama::Template;
 
 use crate::auth::session::SessionChecks;
-use crate::auth::throttle::LoginGate;
+use crate::auth::throttle::{LoginGate, Policy};
 use crate::auth::{AuthError, SessionUser, csrf};
 use crate::config::Config;
 use crate::db::{CheckoutError, DbConn, DbPool};
@@ -47,8 +47,11 @@ impl AppState {
         metrics.pool_max.set(i64::from(config.pool_size));
         let logins = Arc::new(LoginGate::new(
             config.hashing_slots,
-            config.login_failures,
-            config.login_failure_window,
+            Policy {
+                failures: config.login_failures,
+                per_client: config.login_failures_per_client,
+                window: config.login_failure_window,
+            },
         ));
         Self { pool, metrics, config: Arc::new(config), locks, logins, sessions: Arc::default() }
     }

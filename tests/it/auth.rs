@@ -558,3 +558,63 @@ async fn sessions_checked_together_each_get_their_own_answer() {
         }
     }
 }
+
+/// A cookie replayed after its logout is refused before the booking asks for any lock: before, it
+/// was refused only in the day's read, under the day's lock, so a stale cookie could keep taking
+/// the lock everyone booking that day needs. Counted from the app's own lock metrics, with and
+/// without an idempotency key (the coalesced and the one-at-a-time path), for a day and a stay.
+#[actix_web::test]
+async fn a_cookie_replayed_after_logout_takes_no_lock_before_it_is_refused() {
+    let app = TestApp::spawn().await;
+    let erin = app.user("erin", Role::Customer);
+    let room = app.resource("Stale room", 3);
+    let raw = reqwest::Client::new();
+    let logged_in = raw
+        .post(format!("{}/api/v1/session", app.address()))
+        .json(&json!({"username": erin.username, "password": PASSWORD}))
+        .send()
+        .await
+        .expect("login");
+    let cookie = logged_in.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .split(';')
+        .next()
+        .expect("name=value")
+        .to_string();
+    let out = raw
+        .delete(format!("{}/api/v1/session", app.address()))
+        .header("cookie", &cookie)
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .expect("logout");
+    assert_eq!(out.status(), 204);
+
+    let metrics = crate::common::Client::new(app.address());
+    let booking_locks = || async {
+        let text = metrics.metrics().await;
+        text.lines()
+            .filter(|l| l.contains("named_lock_acquisitions_total") && l.contains("scope=\"book\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let before = booking_locks().await;
+    let day = crate::common::future_day();
+    let later = day + chrono::Days::new(2);
+    for (key, body) in [
+        (None, json!({"resource_id": room, "date": day.to_string()})),
+        (Some("stale-1"), json!({"resource_id": room, "date": day.to_string()})),
+        (None, json!({"resource_id": room, "from": day.to_string(), "to": later.to_string()})),
+    ] {
+        let mut request =
+            raw.post(format!("{}/api/v1/reservations", app.address())).header("cookie", &cookie).json(&body);
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let refused = request.send().await.expect("book");
+        assert_eq!(refused.status(), 401, "{body}");
+    }
+    assert_eq!(booking_locks().await, before, "a day's lock was asked for with a stale cookie");
+    assert_eq!(crate::common::invariants::confirmed_on(&app.db, room, day), 0);
+}

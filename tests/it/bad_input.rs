@@ -536,3 +536,87 @@ fn count_rows(app: &TestApp, table: &str) -> i64 {
         .expect("count")
         .n
 }
+
+/// Control characters and direction overrides in what staff and admins type: each refused with
+/// 422 naming the field, and nothing saved. Before, a product was saved as `Tea\u{0}pot` and a
+/// reason with an escape sequence went to the audit log as typed.
+#[actix_web::test]
+async fn control_characters_in_typed_text_are_refused_naming_the_field() {
+    let app = TestApp::spawn().await;
+    let product = app.product("CTRL", 500, 0);
+    let room = app.resource("Quiet room", 2);
+    let staff = app.client(0);
+    staff.login(&app.user("stan", Role::Staff)).await;
+    let admin = app.client(0);
+    admin.login(&app.user("root", Role::Admin)).await;
+
+    for (field, text) in [("name", "Tea\u{0}pot"), ("name", "Tea\npot"), ("description", "\u{202E}gnp.exe")] {
+        let refused = staff
+            .http
+            .patch(staff.url(&format!("/api/v1/products/{product}")))
+            .header("if-match", "\"v1\"")
+            .json(&serde_json::json!({ field: text }))
+            .send()
+            .await
+            .expect("PATCH");
+        assert_eq!(refused.status(), 422, "{field} {text:?}");
+        let body: Value = refused.json().await.expect("json");
+        assert_eq!(body["error"], "invalid_fields");
+        assert!(body["fields"][field].as_str().is_some_and(|m| m.contains("U+")), "{field} named: {body}");
+    }
+    let lines = staff
+        .http
+        .patch(staff.url(&format!("/api/v1/products/{product}")))
+        .header("if-match", "\"v1\"")
+        .json(&serde_json::json!({"description": "Cast iron.\r\nHolds 1 l.\tHand-made."}))
+        .send()
+        .await
+        .expect("PATCH");
+    assert_eq!(lines.status(), 200, "line breaks and tabs belong in a description");
+
+    let lock: Value = staff
+        .send(Method::POST, &format!("/api/v1/resources/{room}/edit-lock"))
+        .await
+        .json()
+        .await
+        .expect("the edit lock");
+    let epoch = lock["epoch"].as_i64().expect("epoch").to_string();
+    let refused = staff
+        .http
+        .patch(staff.url(&format!("/api/v1/resources/{room}")))
+        .header("content-type", "application/json")
+        .header("Edit-Lock-Epoch", &epoch)
+        .body(r#"{"name": "Room \u001b[31mred"}"#)
+        .send()
+        .await
+        .expect("PATCH");
+    assert_eq!(refused.status(), 422);
+    let body: Value = refused.json().await.expect("json");
+    assert_eq!(body["fields"][0]["field"], "name", "{body}");
+
+    let reason = admin
+        .send(Method::DELETE, &format!("/api/v1/admin/edit-locks/resource:{room}?reason=gone%07%07%07home"))
+        .await;
+    assert_eq!(reason.status(), 422);
+    let body: Value = reason.json().await.expect("json");
+    assert_eq!(body["error"], "invalid_reason");
+    assert_eq!(body["field"], "reason");
+
+    let mut conn = app.db.conn();
+    let name: String = haita::schema::products::table
+        .find(product)
+        .select(haita::schema::products::name)
+        .first(&mut conn)
+        .expect("product");
+    assert!(!name.chars().any(char::is_control), "{name:?}");
+    let room_name: String = haita::schema::resources::table
+        .find(room)
+        .select(haita::schema::resources::name)
+        .first(&mut conn)
+        .expect("room");
+    assert_eq!(room_name, "Quiet room");
+    assert!(
+        crate::common::invariants::edit_lock_owner(&app.db, &format!("resource:{room}")).is_some(),
+        "the lock stays"
+    );
+}

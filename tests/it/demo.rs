@@ -19,8 +19,13 @@ mod outside_locks;
 
 use crate::common::{Client, TestApp, error_code, invariants, poll};
 
+/// A client logged in as a new customer `name`, from an address of its own (the lab's test apps
+/// trust the loopback as their proxy, `TestApp::spawn_lab`): every race waits its address's
+/// cooldown, and the tests race one after another as different people would.
 async fn logged_in(app: &TestApp, name: &str) -> Client {
-    let client = app.client(0);
+    let octets = name.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    let address = format!("10.{}.{}.{}", (octets >> 16) & 0xff, (octets >> 8) & 0xff, octets & 0xff);
+    let client = Client::forwarded_for(app.address(), &address);
     client.login(&app.user(name, Role::Customer)).await;
     client
 }
@@ -995,4 +1000,44 @@ async fn the_docs_the_demo_names_are_links_to_pages_the_app_serves() {
     }
     assert_eq!(app.client(0).get("/demo/docs/..%2FCargo.toml").await.status(), 404);
     assert_eq!(app.client(0).get("/demo/docs/README.md").await.status(), 404, "only the docs the demo names");
+}
+
+/// The demo accounts' passwords are on the login page, so logging in as one is not a credential:
+/// a demo account gets a visitor's race (bounded, 422 past it) and a visitor's cooldown per
+/// address, and the address's cooldown holds whoever logs in next, demo account or not. Before,
+/// alice, bob and carol in turn started full-size races back to back from one address.
+#[actix_web::test]
+async fn demo_accounts_race_as_visitors_and_every_race_waits_its_address() {
+    let app = TestApp::spawn_lab().await;
+    let from = "192.0.2.44";
+    let demo = |name: &'static str| {
+        let app = &app;
+        async move {
+            let user = app.user(name, Role::Customer);
+            diesel::sql_query(format!("UPDATE users SET is_demo = TRUE WHERE id = {}", user.id))
+                .execute(&mut app.db.conn())
+                .expect("make a demo account");
+            let client = Client::forwarded_for(app.address(), from);
+            client.login(&user).await;
+            client
+        }
+    };
+    let alice = demo("alice").await;
+    let full = alice.post_json("/api/v1/demo/races", &json!({"strategy": "all", "clients": 256})).await;
+    assert_eq!(full.status(), 422, "a demo account asks for a visitor's race at most");
+    assert!(full.text().await.expect("body").contains("between 1 and 8"), "the bound is named");
+    let small = race(&alice, json!({"strategy": "named-lock", "clients": 8, "attempts": 16})).await;
+    assert!(small["results"][0]["pool_size"].as_i64() <= Some(VISITOR_CONNECTIONS), "{small}");
+
+    let bob = demo("bob").await;
+    let again = bob.post_json("/api/v1/demo/races", &json!({"strategy": "named-lock", "clients": 8})).await;
+    assert_eq!(again.status(), 429, "another demo account from the same address");
+    let retry_after: u64 = again.headers()["retry-after"].to_str().expect("ascii").parse().expect("seconds");
+    assert!(retry_after > 30, "a visitor's cooldown, not a user's: {retry_after}");
+    assert_eq!(error_code(again).await, "too_many_races");
+
+    let real = Client::forwarded_for(app.address(), from);
+    real.login(&app.user("dave", Role::Customer)).await;
+    let own = real.post_json("/api/v1/demo/races", &json!({"strategy": "named-lock", "clients": 8})).await;
+    assert_eq!(own.status(), 429, "the address's cooldown holds a real account too");
 }

@@ -58,9 +58,10 @@ pub const STATEMENTS: &[Figure] = &[
     Figure { name: "order_batch_of_five", mysql: 12, postgres: 12 },
     // An order the coalescer finds alone (a batch of one): the same twelve as one at a time.
     Figure { name: "order_coalesced_alone", mysql: 12, postgres: 12 },
-    // START TRANSACTION, the product's name, the stock row FOR UPDATE, its live holds, the
-    // customer's own live hold of it, INSERT, its id, COMMIT.
-    Figure { name: "hold", mysql: 8, postgres: 8 },
+    // START TRANSACTION, the user's row FOR UPDATE, the product's name, the stock row FOR UPDATE,
+    // its live holds, the customer's own live hold of it, the customer's recent holds (limits),
+    // INSERT, its id, COMMIT.
+    Figure { name: "hold", mysql: 10, postgres: 10 },
     // START TRANSACTION, the user's row FOR UPDATE, their orders of the last minute, the hold's
     // product, the stock row FOR UPDATE with its live holds, the hold FOR UPDATE, UPDATE it used,
     // then the order's own path (the catalog, the stock row and its live holds again, UPDATE, the

@@ -267,3 +267,44 @@ fn the_production_compose_profile_has_no_demo_and_takes_its_secrets_from_the_env
         }
     }
 }
+
+/// A body announced as 100 bytes and sent a byte at a time: before the deadline it kept its
+/// connection open as long as the client liked (still open at 81 s, and 320 such connections
+/// left `/health` unanswered). Now the body has `REQUEST_BODY_TIMEOUT_SECS` from the end of the
+/// headers: then the answer is 408 `slow_body` and the server closes the connection, while the
+/// client is still trickling.
+#[actix_web::test]
+async fn a_body_sent_a_byte_at_a_time_is_answered_408_and_its_connection_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::spawn_instances(1, |c| c.request_body_timeout = Duration::from_secs(1)).await;
+    let host = app.address().trim_start_matches("http://").to_string();
+    let stream = tokio::net::TcpStream::connect(&host).await.expect("connect");
+    let (mut from_server, mut to_server) = stream.into_split();
+    let head = format!(
+        "POST /api/v1/session HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Accept: application/json\r\nContent-Length: 100\r\n\r\n{{"
+    );
+    to_server.write_all(head.as_bytes()).await.expect("the headers");
+    // The slow client: a byte every 200 ms, never the whole body (90 of the 99 bytes left), then
+    // the connection held open, until the server stops listening or the test's own bound of
+    // 30 s, far past the deadline.
+    let trickle = actix_web::rt::spawn(async move {
+        let mut every = actix_web::rt::time::interval(Duration::from_millis(200));
+        for _ in 0..90 {
+            every.tick().await;
+            if to_server.write_all(b" ").await.is_err() {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    });
+    let mut answer = Vec::new();
+    let read =
+        actix_web::rt::time::timeout(Duration::from_secs(30), from_server.read_to_end(&mut answer)).await;
+    trickle.abort();
+    assert!(read.is_ok(), "the connection was still open after 30 s of a slow body");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("slow_body"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+}

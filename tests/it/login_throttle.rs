@@ -102,3 +102,95 @@ async fn a_folded_name_is_throttled_alike_whether_or_not_the_account_exists() {
     assert_eq!(answers[0], answers[1], "existing bob and missing zed must look alike: {answers:?}");
     assert_eq!(answers[0], 429);
 }
+
+crate::common::on_both_engines!(
+    no_spelling_of_a_name_buys_a_fresh_allowance_or_a_login,
+    no_spelling_of_a_name_buys_a_fresh_allowance_or_a_login_on_postgres => spellings
+);
+
+/// The column's collation ignores zero-width and control characters and reads `ß` as `ss`, so
+/// `c\u{200C}ust2` found the account `cust2` while the throttle counted it as another: every
+/// invisible character bought ten more guesses, and the right password through one logged in.
+/// Now a name is one spelling: each variant spends the same allowance, and a variant with the
+/// right password is refused as a wrong one.
+async fn spellings(db: crate::common::TestDb) {
+    let app = TestApp::spawn_on(db, 1, behind_the_proxy).await;
+    let cust2 = app.user("cust2", Role::Customer);
+    app.user("strasse", Role::Customer);
+    let guesser = Client::forwarded_for(app.address(), "192.0.2.80");
+    for (plain, variants) in [
+        ("cust2", ["c\u{200C}ust2", "c\u{200D}\u{200D}ust2", "c\u{2060}\u{2060}\u{2060}ust2", "CUST2\u{0}"]),
+        ("strasse", ["straße", "STRAßE", "stras\u{AD}se", "ｓｔｒａｓｓｅ"]),
+    ] {
+        for _ in 0..FAILURES {
+            assert_eq!(log_in_as(&guesser, plain, "guess").await.status(), 401);
+        }
+        for variant in variants {
+            let refused = log_in_as(&guesser, variant, "guess").await;
+            assert_eq!(refused.status(), 429, "{variant:?} spends {plain:?}'s allowance");
+            assert_eq!(error_code(refused).await, "too_many_attempts");
+        }
+    }
+
+    let owner = Client::forwarded_for(app.address(), "198.51.100.81");
+    for variant in ["cu\u{2060}st2", "c\u{200B}ust2", "cust2\u{7}"] {
+        let answer = log_in_as(&owner, variant, PASSWORD).await;
+        assert_eq!(answer.status(), 401, "{variant:?} is nobody's name, whatever the password");
+        assert_eq!(error_code(answer).await, "bad_credentials");
+    }
+    for spelling in ["CUST2", " cust2 ", "ｃｕｓｔ２"] {
+        let answer =
+            log_in_as(&Client::forwarded_for(app.address(), "198.51.100.82"), spelling, PASSWORD).await;
+        assert_eq!(answer.status(), 200, "{spelling:?} is cust2's name, folded as the column folds it");
+        let body: serde_json::Value = answer.json().await.expect("json");
+        assert_eq!(body["user"]["id"], cust2.id);
+    }
+    let straße = log_in_as(&Client::forwarded_for(app.address(), "198.51.100.83"), "Straße", PASSWORD).await;
+    assert_eq!(straße.status(), 200, "ß reads as ss in the name as in the column");
+}
+
+/// A flood of made-up names from one address: each name is a pair of its own, so only the
+/// address's budget across all accounts stops it, before any password is hashed. Meanwhile a
+/// real user from another address logs in every time.
+#[actix_web::test]
+async fn a_flood_of_made_up_names_from_one_address_is_cut_off_and_real_users_get_in() {
+    const PER_CLIENT: u32 = 12;
+    let app = TestApp::spawn_instances(2, |c| {
+        behind_the_proxy(c);
+        c.login_failures_per_client = std::num::NonZeroU32::new(PER_CLIENT).expect("non-zero");
+    })
+    .await;
+    let real = app.user("real", Role::Customer);
+    let flooders: Vec<Client> =
+        (0..8).map(|i| Client::forwarded_for(&app.addresses[i % 2], "203.0.113.99")).collect();
+    let flood = futures::future::join_all(flooders.iter().enumerate().map(|(i, flooder)| async move {
+        let mut answers = Vec::new();
+        for n in 0..10 {
+            let name = format!("nobody-{i}-{n}-{}", rand::random::<u32>());
+            let answer = log_in_as(flooder, &name, "guess").await;
+            let waits = answer.headers().contains_key("retry-after");
+            answers.push((answer.status().as_u16(), waits));
+        }
+        answers
+    }));
+    let real_user = async {
+        let mut answers = Vec::new();
+        for i in 0..5 {
+            let from_home = Client::forwarded_for(&app.addresses[i % 2], "198.51.100.90");
+            let started = std::time::Instant::now();
+            answers.push(log_in_as(&from_home, &real.username, PASSWORD).await.status().as_u16());
+            println!("the real user's login {i} during the flood: {:?}", started.elapsed());
+        }
+        answers
+    };
+    let (flood, real_answers) = futures::join!(flood, real_user);
+    let flood: Vec<(u16, bool)> = flood.into_iter().flatten().collect();
+    let hashed = flood.iter().filter(|(s, _)| *s == 401).count();
+    let cut = flood.iter().filter(|(s, waits)| *s == 429 && *waits).count();
+    println!("flood: {hashed} checked (401), {cut} refused before hashing (429)");
+    assert!(hashed <= PER_CLIENT as usize, "{hashed} failures hashed past a budget of {PER_CLIENT}");
+    assert_eq!(hashed + cut, flood.len(), "only 401 and 429 with Retry-After: {flood:?}");
+    assert!(real_answers.iter().all(|s| *s == 200), "the real user kept out: {real_answers:?}");
+    let same_address = log_in_as(&flooders[0], &real.username, PASSWORD).await;
+    assert_eq!(same_address.status(), 429, "the flooding address is refused for any account");
+}

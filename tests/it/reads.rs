@@ -268,7 +268,9 @@ fn an_order_and_a_hold_read_the_live_holds_not_the_ended_ones() {
     let request =
         HoldRequest::parse(product, 1, HoldLength::full(Duration::from_secs(600))).expect("a hold request");
     let hold = || {
-        let id = haita::holds::service::hold(&pool, customer, &request, None).expect("hold").id;
+        let id = haita::holds::service::hold(&pool, customer, &request, &crate::common::NO_HOLD_LIMITS, None)
+            .expect("hold")
+            .id;
         haita::holds::service::release(&mut pool.get().expect("the connection"), customer, id)
             .expect("release");
     };

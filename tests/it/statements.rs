@@ -392,7 +392,11 @@ fn a_hold_and_an_order_from_it_prepare_nothing_in_steady_state() {
     let pool = single_connection_pool(&db);
     let request =
         HoldRequest::parse(product, 1, HoldLength::full(Duration::from_secs(600))).expect("a hold request");
-    let hold = || haita::holds::service::hold(&pool, customer.id, &request, None).expect("hold").id;
+    let hold = || {
+        haita::holds::service::hold(&pool, customer.id, &request, &crate::common::NO_HOLD_LIMITS, None)
+            .expect("hold")
+            .id
+    };
     let order = |id| {
         haita::holds::service::order_from_hold(&pool, customer.id, id, None, 100).expect("order from hold");
     };

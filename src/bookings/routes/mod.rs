@@ -14,6 +14,7 @@ use super::coalesce::Coalescer;
 use super::model::{Reservation, Stay};
 use super::service;
 use super::stays;
+use crate::auth::AuthError;
 use crate::auth::session::Claimed;
 use crate::idempotency::IdempotencyKey;
 use crate::web::AppState;
@@ -43,8 +44,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 /// - [`stays::book_stay`] for a stay of several nights, one at a time under the day lock of
 ///   each night, taken in ascending date order. (A stay of one night is a booking of its day.)
 ///
-/// The session is checked by the booking itself, in its read of the day, so a booking request
-/// makes one hop to the blocking pool, not two.
+/// The session is checked first, before any queue or lock: a cookie whose session has ended (a
+/// logout, in this browser or elsewhere) takes no day's lock, so it cannot hold up the people
+/// booking that day. The check is batched with this instance's other checks
+/// (`auth::session::SessionChecks`): under load one statement serves dozens of requests. The
+/// booking checks again in its read of the day, under the lock, for a session that ends while
+/// the request waits its turn.
 async fn book(
     state: &AppState,
     coalescer: &std::sync::Arc<Coalescer>,
@@ -54,6 +59,14 @@ async fn book(
     key: Option<IdempotencyKey>,
 ) -> Result<Reservation, BookingError> {
     let ticket = claimed.ticket.clone();
+    let live = state.sessions.check(&state.pool, ticket.clone()).await.map_err(|e| match e {
+        AuthError::CheckFailed(problem) => BookingError::SessionCheck(problem),
+        _ => BookingError::SessionEnded,
+    })?;
+    if live.is_none() {
+        claimed.forget();
+        return Err(BookingError::SessionEnded);
+    }
     let once = key.map(|key| key.bind(ticket.user_id(), &stay.described(resource_id)));
     let max_future = state.config.max_future_bookings;
     let booked = match stay.single_day() {

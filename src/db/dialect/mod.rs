@@ -17,9 +17,11 @@
 //! | `{now}` | `NOW(6)` | `CAST(statement_timestamp() AS timestamp)` |
 //! | `{? microseconds}` | `INTERVAL ? MICROSECOND` | `? * INTERVAL '1 microsecond'` |
 //! | `{share}` | `LOCK IN SHARE MODE` | `FOR SHARE` |
+//! | `{signed}` | `SIGNED` | `BIGINT` |
 //!
 //! (MariaDB knows the shared row lock only as `LOCK IN SHARE MODE`, PostgreSQL only as
-//! `FOR SHARE`.) Statements whose shape differs, upserts above all, are written out once per
+//! `FOR SHARE`; `CAST(SUM(…) AS {signed})` reads a sum as a 64-bit integer, where MySQL's `SUM`
+//! gives a decimal and MySQL has no `BIGINT` cast.) Statements whose shape differs, upserts above all, are written out once per
 //! engine with `Sql::per_engine`, the two texts side by side.
 
 mod innodb;

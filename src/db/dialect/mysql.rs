@@ -70,6 +70,7 @@ impl Dialect for Mysql {
             "now" => "NOW(6)",
             "? microseconds" => "INTERVAL ? MICROSECOND",
             "share" => "LOCK IN SHARE MODE",
+            "signed" => "SIGNED",
             _ => return None,
         })
     }

@@ -70,6 +70,7 @@ impl Dialect for Postgres {
             "now" => "CAST(statement_timestamp() AS timestamp)",
             "? microseconds" => "? * INTERVAL '1 microsecond'",
             "share" => "FOR SHARE",
+            "signed" => "BIGINT",
             _ => return None,
         })
     }

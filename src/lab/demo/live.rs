@@ -213,7 +213,7 @@ fn read(conn: &mut DbConn, known: Option<u64>) -> Result<Option<Live>, DemoError
 }
 
 /// One per instance, shared by its workers (registered in `Application::build`): this
-/// instance's watchers of the board, and its visitors' cooldowns.
+/// instance's watchers of the board, and its client addresses' cooldowns.
 pub struct RaceBoard {
     /// The board as this instance's reader last read it; every watcher subscribes to it.
     state: watch::Sender<Live>,
@@ -221,10 +221,10 @@ pub struct RaceBoard {
     /// stops for want of watchers. Both under this lock, so there is at most one reader, and no
     /// watcher is ever left without one.
     reader: Mutex<bool>,
-    /// When each visitor's address last started a race here, for [`race::VISITOR_COOLDOWN`].
-    /// Entries older than the cooldown are dropped as races start, and races start one at a time
-    /// at most every [`race::COOLDOWN`] for visitors, so it holds a handful of addresses.
-    visitors: Mutex<HashMap<ClientAddress, Instant>>,
+    /// When each client address last started a race here, for [`race::Bounds::address_cooldown`].
+    /// Entries older than the longest cooldown are dropped as races start, and races start one at
+    /// a time, so it holds a handful of addresses.
+    addresses: Mutex<HashMap<ClientAddress, Instant>>,
 }
 
 impl Default for RaceBoard {
@@ -232,29 +232,37 @@ impl Default for RaceBoard {
         Self {
             state: watch::Sender::new(Live::default()),
             reader: Mutex::new(false),
-            visitors: Mutex::default(),
+            addresses: Mutex::default(),
         }
     }
 }
 
 impl RaceBoard {
-    /// How long the visitor at `address` must still wait before starting another race here.
-    pub fn visitor_cooldown_left(&self, address: ClientAddress) -> Option<Duration> {
-        let mut visitors = self.visitors.lock().unwrap_or_else(PoisonError::into_inner);
-        visitors.retain(|_, started| started.elapsed() < race::VISITOR_COOLDOWN);
-        visitors.get(&address).map(|started| race::VISITOR_COOLDOWN.saturating_sub(started.elapsed()))
+    /// How long a race from `address` must still wait before it may start here, if it waits
+    /// `cooldown` after the address's last race.
+    pub fn address_cooldown_left(&self, address: ClientAddress, cooldown: Duration) -> Option<Duration> {
+        let mut addresses = self.addresses.lock().unwrap_or_else(PoisonError::into_inner);
+        addresses.retain(|_, started| started.elapsed() < race::VISITOR_COOLDOWN.max(race::COOLDOWN));
+        addresses
+            .get(&address)
+            .map(|started| cooldown.saturating_sub(started.elapsed()))
+            .filter(|l| !l.is_zero())
+    }
+
+    /// Starts `address`'s cooldown: a race, or a demo account's flash sale, began from it now.
+    pub fn started_from(&self, address: ClientAddress) {
+        self.addresses.lock().unwrap_or_else(PoisonError::into_inner).insert(address, Instant::now());
     }
 
     /// The cluster's race slot, for a race of `spec` started by `started_by`; refused while
     /// another race runs on any instance. The check and the claim are one conditional update
-    /// of the board's row. A visitor's race (`visitor`: their address) starts their cooldown
-    /// with the race.
+    /// of the board's row. The race starts its client address's cooldown (`address`).
     pub async fn take(
         state: &AppState,
         board: &Self,
         spec: &RaceSpec,
         started_by: &str,
-        visitor: Option<ClientAddress>,
+        address: Option<ClientAddress>,
     ) -> Result<RaceTicket, DemoError> {
         let race = LiveRace {
             started_by: started_by.to_string(),
@@ -273,9 +281,8 @@ impl RaceBoard {
         if !state.db(move |conn| claim(conn, &claimed_by, &claimed)).await? {
             return Err(DemoError::RaceRunning);
         }
-        if let Some(address) = visitor {
-            let mut visitors = board.visitors.lock().unwrap_or_else(PoisonError::into_inner);
-            visitors.insert(address, Instant::now());
+        if let Some(address) = address {
+            board.started_from(address);
         }
         RaceTicket::start(state.pool.clone(), holder, race)
     }

@@ -42,7 +42,7 @@ pub use lanes::Lanes;
 pub use live::RaceBoard;
 pub use race::{
     Bounds, KEEP_RACES, MAX_ATTEMPTS, MAX_CLIENTS, MAX_PAUSE_MS, MAX_RACE_CONNECTIONS, Progress, RaceReport,
-    RaceSpec, StrategyResult, Tally, create_resource, run as run_race,
+    RaceSpec, StrategyResult, Tally, VISITOR_COOLDOWN, create_resource, run as run_race,
 };
 pub use strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 

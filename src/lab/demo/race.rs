@@ -91,6 +91,10 @@ pub struct Bounds {
     pub max_pause_ms: u32,
     /// The race's connection budget: no strategy's pool is larger.
     pub connections: u32,
+    /// How long after a race from one client address (an IPv6 /64) the next race from it may
+    /// start, on the instance that ran it, whoever is logged in: so that logging in as one
+    /// account after another (the demo's are published) does not start races back to back.
+    pub address_cooldown: Duration,
 }
 
 impl Bounds {
@@ -100,10 +104,23 @@ impl Bounds {
         max_attempts: MAX_ATTEMPTS,
         max_pause_ms: MAX_PAUSE_MS,
         connections: MAX_RACE_CONNECTIONS,
+        address_cooldown: COOLDOWN,
     };
     /// A visitor's race (nobody logged in): small and short, enough to see every strategy's
     /// outcome. Anyone can start it, so it must cost little: 8 clients, 64 attempts, 4 connections.
-    pub const VISITOR: Self = Self { max_clients: 8, max_attempts: 64, max_pause_ms: 20, connections: 4 };
+    /// A demo account's race is one too: its password is on the login page, so it is anyone's.
+    pub const VISITOR: Self = Self {
+        max_clients: 8,
+        max_attempts: 64,
+        max_pause_ms: 20,
+        connections: 4,
+        address_cooldown: VISITOR_COOLDOWN,
+    };
+
+    /// What a logged-in user may start: a visitor's race for a demo account.
+    pub fn of_account(is_demo: bool) -> Self {
+        if is_demo { Self::VISITOR } else { Self::LOGGED_IN }
+    }
 }
 /// Races kept, with their demo resources and bookings; older ones are deleted after each race.
 pub const KEEP_RACES: i64 = 20;

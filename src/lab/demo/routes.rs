@@ -60,25 +60,28 @@ const VISITOR: &str = "a visitor";
 /// cluster's race slot allow it. Await the handle for the report, or drop it: the race runs to
 /// its end either way and frees the slot when it does.
 ///
-/// A visitor (`visitor`: their address) waits [`race::VISITOR_COOLDOWN`] between two races of
-/// their own on this instance, checked first so that they are told the longer wait; and all
-/// visitors together, as "a visitor", the shared [`race::COOLDOWN`] between theirs.
+/// Every race waits its client address's cooldown on this instance (`bounds.address_cooldown`:
+/// a visitor's, [`race::VISITOR_COOLDOWN`], for visitors and demo accounts), checked first so
+/// that the longer wait is the one told; then `who`'s own [`race::COOLDOWN`] (all visitors
+/// together, as "a visitor", share one).
 async fn start_race(
     state: &AppState,
     board: &web::Data<RaceBoard>,
     outside: &web::Data<OutsideLocks>,
     who: String,
     spec: RaceSpec,
-    visitor: Option<ClientAddress>,
+    (address, bounds): (Option<ClientAddress>, race::Bounds),
 ) -> Result<JoinHandle<Result<RaceReport, DemoError>>, DemoError> {
-    if let Some(left) = visitor.and_then(|address| board.visitor_cooldown_left(address)) {
+    if let Some(left) =
+        address.and_then(|address| board.address_cooldown_left(address, bounds.address_cooldown))
+    {
         return Err(DemoError::CoolingDown(left.as_secs().max(1)));
     }
     let asked_for = who.clone();
     if let Some(left) = state.db(move |conn| race::cooldown_left(conn, &asked_for)).await? {
         return Err(DemoError::CoolingDown(left.as_secs().max(1)));
     }
-    let ticket = RaceBoard::take(state, board, &spec, &who, visitor).await?;
+    let ticket = RaceBoard::take(state, board, &spec, &who, address).await?;
     let (pool, config, outside) = (state.pool.clone(), state.config.clone(), outside.clone());
     Ok(actix_web::rt::task::spawn_blocking(move || {
         let report = race::run(&pool, &config, &outside, &spec, &who, &|progress| ticket.progress(progress));
@@ -338,7 +341,8 @@ fn spec_from_form(
 /// Starts a race and sends the browser to watch it (`#live`). A logged-in user races what the
 /// form asks; a visitor (the page offers them one button) a small race of every strategy
 /// ([`race::Bounds::VISITOR`]: numbers beyond it are refused, whatever the request says), at most
-/// once per [`race::VISITOR_COOLDOWN`] from one address. A race the form may not start (bad
+/// once per [`race::VISITOR_COOLDOWN`] from one address; a demo account within a visitor's
+/// bounds and cooldown. A race the form may not start (bad
 /// numbers, another race running, too soon after the user's last one) is answered on the page
 /// itself, with the form as typed.
 async fn race_form(
@@ -350,19 +354,14 @@ async fn race_form(
     outside: web::Data<OutsideLocks>,
 ) -> actix_web::Result<HttpResponse> {
     let engine = state.pool.engine();
-    let started = match &ctx.user {
-        Some(user) => match spec_from_form(&fields, &race::Bounds::LOGGED_IN, engine) {
-            Ok(spec) => start_race(&state, &board, &outside, user.username.clone(), spec, None).await,
-            Err(invalid) => Err(invalid),
-        },
-        None => match spec_from_form(&fields, &race::Bounds::VISITOR, engine) {
-            Ok(spec) => {
-                let address = ClientAddress::of_request(&req, &state.config.trusted_proxies);
-                let (who, visitor) = (VISITOR.to_string(), address);
-                start_race(&state, &board, &outside, who, spec, visitor).await
-            }
-            Err(e) => Err(e),
-        },
+    let address = ClientAddress::of_request(&req, &state.config.trusted_proxies);
+    let (who, bounds) = match &ctx.user {
+        Some(user) => (user.username.clone(), race::Bounds::of_account(user.is_demo)),
+        None => (VISITOR.to_string(), race::Bounds::VISITOR),
+    };
+    let started = match spec_from_form(&fields, &bounds, engine) {
+        Ok(spec) => start_race(&state, &board, &outside, who, spec, (address, bounds)).await,
+        Err(invalid) => Err(invalid),
     };
     match started {
         Ok(_running) => Ok(see_other("/demo#live")),
@@ -513,6 +512,7 @@ documented_answers!(RaceAnswers: DemoError[Invalid, Unavailable, RaceRunning, Co
                 answers, deadlocks retried, leaked locks, p50/p99 and elapsed time; Location names it"), RaceAnswers))]
 async fn race_json(
     user: SessionUser,
+    req: actix_web::HttpRequest,
     body: web::Json<RaceRequest>,
     state: web::Data<AppState>,
     board: web::Data<RaceBoard>,
@@ -522,10 +522,12 @@ async fn race_json(
         StrategyChoice::One(name) => vec![name.as_str()],
         StrategyChoice::Many(names) => names.iter().map(String::as_str).collect(),
     };
-    let bounds = race::Bounds::LOGGED_IN;
+    let bounds = race::Bounds::of_account(user.is_demo);
     let spec =
         RaceSpec::parse(&names, body.clients, body.attempts, body.pause_ms, &bounds, state.pool.engine())?;
-    let running = start_race(&state, &board, &outside, user.username.clone(), spec, None).await?;
+    let address = ClientAddress::of_request(&req, &state.config.trusted_proxies);
+    let running =
+        start_race(&state, &board, &outside, user.username.clone(), spec, (address, bounds)).await?;
     let report = running.await.map_err(|e| anyhow::anyhow!("the race's thread failed: {e}"))??;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/api/v1/demo/races/{}", report.id)))

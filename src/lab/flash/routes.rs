@@ -16,25 +16,41 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use super::{Asked, FlashError, SaleSpec};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
+use crate::http::client_address::ClientAddress;
 use crate::http::error::AsProblem;
+use crate::lab::demo::RaceBoard;
+use crate::lab::demo::VISITOR_COOLDOWN;
 use crate::web::{AppState, PageContext, see_other};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/demo/flash-sales", web::post().to(flash_sale_form));
 }
 
-/// The standard sale (500 buyers, 50 units, both variants), started by the logged-in user.
+/// The standard sale (500 buyers, 50 units, both variants), started by the logged-in user. A
+/// demo account (its password is published, so it is anyone's) also waits a visitor's cooldown
+/// per client address ([`VISITOR_COOLDOWN`], shared with the address's races): logging in
+/// as alice, bob and carol in turn does not start sales back to back.
 async fn flash_sale_form(
     user: SessionUser,
     ctx: PageContext,
     req: HttpRequest,
     CsrfForm(_): CsrfForm<Vec<(String, String)>>,
     state: web::Data<AppState>,
+    board: web::Data<RaceBoard>,
 ) -> actix_web::Result<HttpResponse> {
     let spec = SaleSpec::parse(&[this_instance(req.app_config().local_addr())], &Asked::default())?;
     let who = user.username.clone();
-    match state.db(move |conn| super::take_slot(conn, super::Starter::User(&who))).await {
+    let address = ClientAddress::of_request(&req, &state.config.trusted_proxies).filter(|_| user.is_demo);
+    let address_left = address.and_then(|a| board.address_cooldown_left(a, VISITOR_COOLDOWN));
+    let taken = match address_left {
+        Some(left) => Err(FlashError::CoolingDown(left.as_secs().max(1))),
+        None => state.db(move |conn| super::take_slot(conn, super::Starter::User(&who))).await,
+    };
+    match taken {
         Ok(slot) => {
+            if let Some(address) = address {
+                board.started_from(address);
+            }
             let (pool, who) = (state.pool.clone(), user.username.clone());
             // A thread of its own, not the blocking pool: the sale runs an async runtime of its
             // own for its buyers, and holds no pooled connection while they shop.

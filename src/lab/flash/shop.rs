@@ -24,7 +24,7 @@ pub enum Answer {
     Done(Value),
     /// 409: refused, with the answer's `error` code (`insufficient_stock`, `hold_expired`, …).
     Refused(String),
-    /// 503, or no answer at all: send the same request again after this long.
+    /// 503 or 429, or no answer at all: send the same request again after this long.
     Busy(Duration),
     /// Anything else: status and body, for the report. A 500 is a bug.
     Unexpected(String),
@@ -162,7 +162,9 @@ async fn answer(response: reqwest::Response) -> Answer {
                 .unwrap_or_default();
             Answer::Refused(code)
         }
-        StatusCode::SERVICE_UNAVAILABLE => Answer::Busy(retry_after),
+        // Busy, or a buyer's own limit (a hold again too soon after theirs ran out, too many
+        // holds in a minute): either way, the same request again once Retry-After has passed.
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => Answer::Busy(retry_after),
         other => Answer::Unexpected(format!("{other} {}", text.chars().take(300).collect::<String>())),
     }
 }

@@ -22,6 +22,7 @@ use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, LockView, Owner};
 use crate::http::answers::documented_answers;
 use crate::http::error::{BODY_LIMIT, json_config};
+use crate::http::input::{code_point, stray_character};
 use crate::locking::Turn;
 use crate::web::{AppState, PageContext, html, see_other};
 
@@ -121,6 +122,10 @@ pub(super) fn bounded(input: ResourceInput) -> Result<ResourceInput, ResourceErr
     ] {
         if too_long(value, max) {
             errors.push(FieldError::said(field, "field.too_long", &[("max", max.to_string())]));
+        }
+        // A draft is kept, and shown back to its author: nothing in it that could not be saved.
+        if let Some(stray) = value.as_deref().and_then(|v| stray_character(v, field == "description")) {
+            errors.push(FieldError::said(field, "field.stray_character", &[("code", code_point(stray))]));
         }
     }
     if errors.is_empty() { Ok(input) } else { Err(ResourceError::Invalid(errors)) }

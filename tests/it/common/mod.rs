@@ -118,10 +118,27 @@ pub fn test_config(database_url: &str) -> Config {
         // Every test client logs in from 127.0.0.1, some with wrong passwords on purpose; the
         // throttle has tests of its own (`login_throttle`).
         login_failures: std::num::NonZeroU32::MAX,
+        login_failures_per_client: std::num::NonZeroU32::MAX,
         // `/metrics` answers only with it outside DEMO_MODE: see `Client::metrics`.
         metrics_token: Some(METRICS_TOKEN.into()),
         ..Config::for_database(database_url)
     }
+}
+
+/// Hold limits no test of something else runs into: still counted, never refused.
+pub const NO_HOLD_LIMITS: haita::config::HoldLimits = haita::config::HoldLimits {
+    units: u32::MAX,
+    products: u32::MAX,
+    per_minute: u32::MAX,
+    cooldown: std::time::Duration::ZERO,
+    history: std::time::Duration::from_secs(30 * 86_400),
+};
+
+/// A lab app: `DEMO_MODE`, behind a proxy on the loopback (so a test's clients can each come
+/// from an address of their own: the race demo cools down per client address).
+fn lab_config(c: &mut Config) {
+    c.demo_mode = true;
+    c.trusted_proxies = vec!["127.0.0.1/32".parse().expect("CIDR")];
 }
 
 /// The tests' `METRICS_TOKEN`.
@@ -150,7 +167,7 @@ impl TestApp {
     pub async fn spawn_lab() -> Self {
         let db = TestDb::new();
         haita::lab::prepare(&db.pool).expect("lab migrations");
-        Self::spawn_on(db, 1, |c| c.demo_mode = true).await
+        Self::spawn_on(db, 1, lab_config).await
     }
 
     /// `n` instances in `DEMO_MODE` on one database that has the lab's tables too, as behind a
@@ -158,7 +175,7 @@ impl TestApp {
     #[cfg(feature = "lab")]
     pub async fn spawn_lab_on(db: TestDb, n: usize) -> Self {
         haita::lab::prepare(&db.pool).expect("lab migrations");
-        Self::spawn_on(db, n, |c| c.demo_mode = true).await
+        Self::spawn_on(db, n, lab_config).await
     }
 
     /// `n` instances on the database `db` (for a server the test controls itself).
