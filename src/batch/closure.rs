@@ -107,7 +107,10 @@ impl Job for Closure {
             return invalid("batch.err.too_many_days", &[from, to, ("max", MAX_DAYS.to_string())]);
         }
         let reason = self.reason.trim();
-        if reason.is_empty() || reason.chars().count() > 200 || reason.chars().any(char::is_control) {
+        if reason.is_empty()
+            || reason.chars().count() > 200
+            || crate::http::input::stray_character(reason, false).is_some()
+        {
             return invalid("batch.err.reason", &[]);
         }
         if self.resources.len() > 1000 || self.resources.iter().any(|id| *id <= 0) {

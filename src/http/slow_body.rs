@@ -10,6 +10,7 @@
 //! `Connection: close`. A body that arrives in time is not touched; a request without one never
 //! looks at the clock.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +25,7 @@ use actix_web::http::ConnectionType;
 use actix_web::middleware::Next;
 use actix_web::rt::time::{Sleep, sleep};
 use actix_web::web::{Bytes, Data};
-use futures_util::{Future, Stream};
+use futures_core::Stream;
 
 use super::error::RequestError;
 

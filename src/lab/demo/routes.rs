@@ -159,11 +159,16 @@ struct RaceForm {
     pause_ms: String,
 }
 
+/// What the reader may ask a race of: a visitor's, a demo account's (a visitor's too) or an
+/// account's.
+fn bounds_of(ctx: &PageContext) -> race::Bounds {
+    ctx.user.as_ref().map_or(race::Bounds::VISITOR, |user| race::Bounds::of_account(user.is_demo))
+}
+
 impl RaceForm {
     /// The form as first shown: the defaults within what the reader may ask for, every strategy
     /// the server can run ticked.
-    fn defaults(logged_in: bool, engine: Engine) -> Self {
-        let bounds = if logged_in { race::Bounds::LOGGED_IN } else { race::Bounds::VISITOR };
+    fn defaults(bounds: race::Bounds, engine: Engine) -> Self {
         Self {
             strategies: Strategy::available_on(engine).iter().map(|s| s.name().to_string()).collect(),
             clients: race::DEFAULT_CLIENTS.min(bounds.max_clients).to_string(),
@@ -243,7 +248,7 @@ async fn demo_page(
     query: web::Query<RaceQuery>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let form = RaceForm::defaults(ctx.user.is_some(), state.pool.engine());
+    let form = RaceForm::defaults(bounds_of(&ctx), state.pool.engine());
     render_demo_page(ctx, &state, query.race, form, None).await
 }
 
@@ -260,7 +265,7 @@ pub(crate) async fn page_refusing_flash_sale(
     state: &AppState,
     refused: Problem,
 ) -> actix_web::Result<HttpResponse> {
-    let form = RaceForm::defaults(ctx.user.is_some(), state.pool.engine());
+    let form = RaceForm::defaults(bounds_of(&ctx), state.pool.engine());
     render_demo_page(ctx, state, None, form, Some(Refused::FlashSale(refused))).await
 }
 
@@ -277,6 +282,7 @@ async fn render_demo_page(
     let flash = state.db(crate::lab::flash::latest).await?;
     let bars = report.as_ref().map(|r| bars(r, ctx.lang)).unwrap_or_default();
     let (lang, engine) = (ctx.lang, state.pool.engine());
+    let bounds = bounds_of(&ctx);
     let page = DemoPage {
         ctx,
         strategies: Strategy::ALL
@@ -301,7 +307,7 @@ async fn render_demo_page(
             Some(Refused::FlashSale(p)) => Some(p.message_in(lang)),
             _ => None,
         },
-        limits: (race::MAX_CLIENTS, race::MAX_ATTEMPTS, race::MAX_PAUSE_MS),
+        limits: (bounds.max_clients, bounds.max_attempts, bounds.max_pause_ms),
         time_cap_secs: race::TIME_CAP.as_secs(),
     };
     let mut response = html(&page)?;
@@ -371,8 +377,11 @@ async fn race_form(
             | DemoError::RaceRunning
             | DemoError::CoolingDown(_)),
         ) => {
-            let form =
-                if ctx.user.is_some() { RaceForm::typed(&fields) } else { RaceForm::defaults(false, engine) };
+            let form = if ctx.user.is_some() {
+                RaceForm::typed(&fields)
+            } else {
+                RaceForm::defaults(bounds, engine)
+            };
             let ctx = ctx.shown_as("/demo".into());
             render_demo_page(ctx, &state, None, form, Some(Refused::Race(refused.problem()))).await
         }

@@ -136,6 +136,7 @@ pub const NO_HOLD_LIMITS: haita::config::HoldLimits = haita::config::HoldLimits 
 
 /// A lab app: `DEMO_MODE`, behind a proxy on the loopback (so a test's clients can each come
 /// from an address of their own: the race demo cools down per client address).
+#[cfg(feature = "lab")]
 fn lab_config(c: &mut Config) {
     c.demo_mode = true;
     c.trusted_proxies = vec!["127.0.0.1/32".parse().expect("CIDR")];
