@@ -80,9 +80,10 @@ pub struct LoginGate {
 }
 
 /// How many logins may wait for a hashing slot, per slot, before the next is refused at once.
-/// A verification takes tens of milliseconds, so a full queue is waited out in well under a
-/// second; a longer one would only make everyone wait behind a flood.
-pub const QUEUED_PER_SLOT: usize = 4;
+/// A verification takes tens of milliseconds (a release build), so a full queue is waited out in
+/// about a second: a class logging in at once queues, and a longer queue would only make
+/// everyone wait behind a flood.
+pub const QUEUED_PER_SLOT: usize = 16;
 
 /// How many failures a pair gets, how many a client address gets across all accounts, and for
 /// how long they are remembered.

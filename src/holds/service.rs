@@ -133,8 +133,9 @@ fn within_limits(
     request: &HoldRequest,
     limits: &HoldLimits,
 ) -> Result<(), HoldError> {
+    // `HOLD_COOLDOWN_SECS` is at most a day, so none of these sums can overflow; checked anyway.
     let cooldown = chrono::TimeDelta::from_std(limits.cooldown).unwrap_or(chrono::TimeDelta::MAX);
-    let horizon = RECENT + cooldown;
+    let horizon = RECENT.checked_add(&cooldown).unwrap_or(chrono::TimeDelta::MAX);
     let (products, units, lately, oldest, ended, now) =
         cached_sql::<(BigInt, BigInt, BigInt, Nullable<Timestamp>, Nullable<Timestamp>, Timestamp)>(
             MINE_LATELY,
@@ -153,12 +154,12 @@ fn within_limits(
         let retry_after = oldest.map_or(60, |oldest| seconds_until(oldest + MINUTE));
         return Err(HoldError::TooFast { max: limits.per_minute, retry_after });
     }
-    if let Some(ended) = ended
-        && ended + cooldown > now
+    if let Some(again) = ended.map(|ended| ended.checked_add_signed(cooldown).unwrap_or(NaiveDateTime::MAX))
+        && again > now
     {
         return Err(HoldError::Cooldown {
             product_id: request.product_id,
-            retry_after: seconds_until(ended + cooldown),
+            retry_after: seconds_until(again),
         });
     }
     let wanted = i64::from(request.quantity.get());
