@@ -103,7 +103,7 @@ fn render(with_demo: bool) -> String {
 
 /// Adds what every operation of a kind answers, so that each handler's annotation lists only
 /// its own answers: 401 where a session is needed, 403 on the admin's operations, 415 on every
-/// write (see `auth::csrf::json_only_api_writes`), 400 and 413 for a body, 400 for a query, 404
+/// write (see `auth::csrf::json_only_api_writes`), 400, 408 and 413 for a body, 400 for a query, 404
 /// for a path parameter, and 503 with `Retry-After` everywhere (busy, the database down, or the
 /// instance shutting down).
 /// Each is taken from its error's declaration (`crate::http::answers`), and each response's
@@ -135,7 +135,7 @@ fn complete(document: &mut Value, public: &[(&str, &str)]) {
                 shared.extend(answers_of::<RequestError>(&["UnsupportedMediaType"]));
             }
             if has_body {
-                shared.extend(answers_of::<RequestError>(&["MalformedBody", "TooLarge"]));
+                shared.extend(answers_of::<RequestError>(&["MalformedBody", "TooLarge", "SlowBody"]));
             }
             if parameters.iter().any(|p| p == "query") {
                 shared.extend(answers_of::<RequestError>(&["BadQuery"]));

@@ -35,13 +35,14 @@
 //! threads as there are requests, it would take every core from everyone else. So the hash is
 //! fetched and the connection given back *before* verifying, and verifications run at most
 //! [`LoginGate::new`]'s `hashing_slots` at a time (about one per core); a login that cannot get a
-//! slot within [`HASHING_WAIT`] is answered 503 busy, and one that finds [`QUEUED_PER_SLOT`]
-//! logins per slot waiting already is answered so at once, holding nothing: a flood from many
-//! addresses then costs a real user a short queue, never seconds behind it.
+//! slot within [`HASHING_WAIT`] is answered 503 busy, and one that finds a queue longer than the
+//! slots clear in [`QUEUE_BUDGET`] (measured: the recent verifications' average time) is
+//! answered so at once, holding nothing: a flood from many addresses then costs a real user a
+//! short queue, never seconds behind it only to be refused.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
@@ -75,15 +76,20 @@ pub struct LoginGate {
     hashing: Arc<Semaphore>,
     /// Logins waiting for a slot now.
     waiting: Arc<AtomicUsize>,
+    /// How long a verification takes, averaged over the recent ones (microseconds).
+    average_micros: Arc<AtomicU64>,
     slots: usize,
     policy: Policy,
 }
 
-/// How many logins may wait for a hashing slot, per slot, before the next is refused at once.
-/// A verification takes tens of milliseconds (a release build), so a full queue is waited out in
-/// about a second: a class logging in at once queues, and a longer queue would only make
-/// everyone wait behind a flood.
-pub const QUEUED_PER_SLOT: usize = 16;
+/// The longest queue for the hashing slots a login joins: one the slots clear within this, at
+/// the recent verifications' pace. A class logging in at once queues (a verification takes tens
+/// of milliseconds in a release build); a login behind a longer queue is answered 503 at once,
+/// rather than wait for seconds only to be refused.
+pub const QUEUE_BUDGET: Duration = Duration::from_secs(2);
+
+/// What a verification is taken to cost before any was measured.
+const FIRST_GUESS: Duration = Duration::from_millis(50);
 
 /// How many failures a pair gets, how many a client address gets across all accounts, and for
 /// how long they are remembered.
@@ -100,6 +106,7 @@ impl LoginGate {
         Self {
             hashing: Arc::new(Semaphore::new(slots)),
             waiting: Arc::new(AtomicUsize::new(0)),
+            average_micros: Arc::new(AtomicU64::new(micros(FIRST_GUESS))),
             slots,
             policy,
         }
@@ -111,19 +118,53 @@ impl LoginGate {
     }
 
     /// A slot to verify one password in, waited for (async, holding nothing) at most
-    /// [`HASHING_WAIT`], or refused at once when [`QUEUED_PER_SLOT`] logins per slot wait already.
-    /// Move it into the blocking task that hashes: it must live as long as the hashing does, even
-    /// if the client disconnects meanwhile.
-    pub async fn hashing_slot(&self) -> Result<OwnedSemaphorePermit, AuthError> {
+    /// [`HASHING_WAIT`], or refused at once when the queue is longer than the slots clear in
+    /// [`QUEUE_BUDGET`]. Move it into the blocking task that hashes: it must live as long as the
+    /// hashing does, even if the client disconnects meanwhile; its time is what the queue's
+    /// length is judged by.
+    pub async fn hashing_slot(&self) -> Result<HashingSlot, AuthError> {
+        let slot = |permit| HashingSlot {
+            _permit: permit,
+            since: std::time::Instant::now(),
+            average_micros: Arc::clone(&self.average_micros),
+        };
         if let Ok(free) = Arc::clone(&self.hashing).try_acquire_owned() {
-            return Ok(free);
+            return Ok(slot(free));
         }
-        let _in_queue =
-            Queued::join(&self.waiting, self.slots * QUEUED_PER_SLOT).ok_or(AuthError::HashingBusy)?;
+        let _in_queue = Queued::join(&self.waiting, self.queue_room()).ok_or(AuthError::HashingBusy)?;
         match actix_web::rt::time::timeout(HASHING_WAIT, Arc::clone(&self.hashing).acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(permit),
+            Ok(Ok(permit)) => Ok(slot(permit)),
             Ok(Err(_)) | Err(_) => Err(AuthError::HashingBusy),
         }
+    }
+
+    /// How many logins may wait: as many as the slots verify within [`QUEUE_BUDGET`] at the
+    /// recent pace, and one at least.
+    fn queue_room(&self) -> usize {
+        let each = self.average_micros.load(Ordering::Relaxed).max(1);
+        let per_slot = usize::try_from(micros(QUEUE_BUDGET) / each).unwrap_or(usize::MAX);
+        per_slot.saturating_mul(self.slots).max(1)
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A hashing slot, given back when dropped; how long it was held goes into the average
+/// verification time (an exponential average, an eighth for the newest).
+pub struct HashingSlot {
+    _permit: OwnedSemaphorePermit,
+    since: std::time::Instant,
+    average_micros: Arc<AtomicU64>,
+}
+
+impl Drop for HashingSlot {
+    fn drop(&mut self) {
+        let took = micros(self.since.elapsed());
+        let _ = self.average_micros.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |average| {
+            Some(average - average / 8 + took / 8)
+        });
     }
 }
 
@@ -324,6 +365,15 @@ mod tests {
         )
     }
 
+    #[test]
+    fn the_queue_is_as_long_as_the_slots_clear_in_its_budget() {
+        let gate = gate(2);
+        gate.average_micros.store(50_000, Ordering::Relaxed);
+        assert_eq!(gate.queue_room(), 80, "2 slots × 2 s / 50 ms");
+        gate.average_micros.store(10_000_000, Ordering::Relaxed);
+        assert_eq!(gate.queue_room(), 1, "one at least, however slow");
+    }
+
     #[actix_web::test]
     async fn hashing_slots_are_bounded() {
         let gate = gate(1);
@@ -333,18 +383,22 @@ mod tests {
         assert!(gate.hashing_slot().await.is_ok());
     }
 
-    /// With every slot taken and the queue full, the next login is refused without waiting;
-    /// once a waiter leaves, there is a place again.
+    /// With every slot taken and as many waiting as the slots clear in the queue's budget (two,
+    /// at a second a verification), the next login is refused without waiting; the queued ones
+    /// get their turn.
     #[actix_web::test]
     async fn a_login_finding_the_queue_full_is_refused_at_once() {
         let gate = Arc::new(gate(1));
+        gate.average_micros.store(1_000_000, Ordering::Relaxed);
+        let room = gate.queue_room();
+        assert_eq!(room, 2, "2 s of queue at 1 s a verification, one slot");
         let held = gate.hashing_slot().await.expect("free slot");
         let mut queued = Vec::new();
-        for _ in 0..QUEUED_PER_SLOT {
+        for _ in 0..room {
             let gate = Arc::clone(&gate);
             queued.push(actix_web::rt::spawn(async move { gate.hashing_slot().await.map(drop) }));
         }
-        while gate.waiting.load(Ordering::Acquire) < QUEUED_PER_SLOT {
+        while gate.waiting.load(Ordering::Acquire) < room {
             actix_web::rt::task::yield_now().await;
         }
         // Not raced against a clock: the queue is full, so this returns before any wait begins.

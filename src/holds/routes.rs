@@ -327,7 +327,7 @@ struct HoldBody {
 }
 
 documented_answers!(HoldAnswers:
-    HoldError[InsufficientStock, AlreadyHeld, Quantity, InvalidProductId, UnknownProduct, Seconds],
+    HoldError[InsufficientStock, AlreadyHeld, OverLimit, TooFast, Cooldown, Quantity, InvalidProductId, UnknownProduct, Seconds],
     IdempotencyError[BadKey, Reused, Unreadable]);
 
 /// Hold a quantity of a product for checkout, for `HOLD_MINUTES` (or `seconds`, if fewer):

@@ -49,7 +49,10 @@ pub async fn every_page(app: &TestApp) -> Tour {
             held.json::<serde_json::Value>().await.expect("json")["id"].as_i64().expect("id")
         }
     };
-    let released = hold(product).await;
+    // The released hold is of a product of its own: the same customer holds a product again
+    // only after HOLD_COOLDOWN_SECS.
+    let kukicha = app.product("KUKICHA-200G", 1200, 4);
+    let released = hold(kukicha).await;
     assert_eq!(alice.send(reqwest::Method::DELETE, &format!("/api/v1/holds/{released}")).await.status(), 204);
     hold(product).await;
     hold(matcha).await;
