@@ -1036,6 +1036,13 @@ async fn demo_accounts_race_as_visitors_and_every_race_waits_its_address() {
     assert!(retry_after > 30, "a visitor's cooldown, not a user's: {retry_after}");
     assert_eq!(error_code(again).await, "too_many_races");
 
+    // A demo account's flash sale waits the same address's cooldown (the form answers in place).
+    let token = bob.csrf_token("/demo").await;
+    let sale = bob.post_form("/demo/flash-sales", &[("csrf_token", &token)]).await;
+    assert_eq!(sale.status(), 429, "a demo account's flash sale from the same address");
+    assert!(sale.headers().contains_key("retry-after"));
+    assert!(sale.text().await.expect("page").contains("id=\"flash-refused\""));
+
     let real = Client::forwarded_for(app.address(), from);
     real.login(&app.user("dave", Role::Customer)).await;
     let own = real.post_json("/api/v1/demo/races", &json!({"strategy": "named-lock", "clients": 8})).await;

@@ -137,13 +137,14 @@ on_both_engines!(
     races_asked_of_three_instances_at_once_run_one_at_a_time_on_postgres => one_of_many_at_once
 );
 
-/// Twelve users, four on each of three instances, ask for a race at the same moment: one race
-/// runs, the eleven others are refused with 409 `busy`, and the database stored one report.
+/// Twelve users, four on each of three instances, each from an address of their own (a race
+/// starts its address's cooldown), ask for a race at the same moment: one race runs, the eleven
+/// others are refused with 409 `busy`, and the database stored one report.
 async fn one_of_many_at_once(db: TestDb) {
     let app = TestApp::spawn_lab_on(db, 3).await;
     let mut clients = Vec::new();
     for i in 0..12 {
-        let client = app.client(i);
+        let client = Client::forwarded_for(&app.addresses[i % 3], &format!("198.51.100.{}", 10 + i));
         client.login(&app.user(&format!("eager{i:02}"), Role::Customer)).await;
         clients.push(client);
     }
