@@ -151,7 +151,9 @@ impl HoldError {
 
 impl Refusal for HoldError {
     /// What the stock and the hold were when the request ran. Not the customer's limits: those
-    /// change with the customer's own holds and the clock, and a resend is decided again.
+    /// change with the customer's own holds and the clock, and a resend is decided again. Nor a
+    /// hold that was not found: its id may yet be given to one of the customer's holds, and a
+    /// refusal that changes nothing leaves no stored answer behind either.
     fn is_answer(&self) -> bool {
         match self {
             Self::InsufficientStock { .. }
@@ -159,8 +161,7 @@ impl Refusal for HoldError {
             | Self::UnknownProduct(_)
             | Self::Expired { .. }
             | Self::Released(_)
-            | Self::Used { .. }
-            | Self::NotFound(_) => true,
+            | Self::Used { .. } => true,
             Self::Order(e) => e.is_answer(),
             _ => false,
         }
