@@ -194,8 +194,8 @@ impl Application {
 
     /// Serves until stopped, with the housekeeping that keeps tables from growing: expired
     /// idempotency keys and long-ended checkout holds are deleted every few minutes (any instance
-    /// may do it; deleting twice is harmless); and this instance's row of `app_instances` written every few seconds, and
-    /// marked stopped on the way out.
+    /// may do it; deleting twice is harmless); and this instance's row of `app_instances` is
+    /// written every few seconds, and marked stopped on the way out.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let housekeeping =
             actix_web::rt::spawn(housekeeping(self.pool, self.heartbeat.clone(), self.hold_history));

@@ -348,9 +348,9 @@ fn spec_from_form(
 /// form asks; a visitor (the page offers them one button) a small race of every strategy
 /// ([`race::Bounds::VISITOR`]: numbers beyond it are refused, whatever the request says), at most
 /// once per [`race::VISITOR_COOLDOWN`] from one address; a demo account within a visitor's
-/// bounds and cooldown. A race the form may not start (bad
-/// numbers, another race running, too soon after the user's last one) is answered on the page
-/// itself, with the form as typed.
+/// bounds and cooldown. A race the form may not start (bad numbers, another race running, too
+/// soon after the user's or the address's last one) is answered on the page itself, with the
+/// form as typed.
 async fn race_form(
     ctx: PageContext,
     req: actix_web::HttpRequest,
