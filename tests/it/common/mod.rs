@@ -28,9 +28,11 @@ pub fn base_database_url() -> String {
 }
 
 /// The PostgreSQL server of the tests that run on both engines: `POSTGRES_URL`, else the local
-/// default (PostgreSQL's own `postgres` user, trust authentication).
+/// default (PostgreSQL's own `postgres` user, trust authentication, no TLS on the loopback: see
+/// `ensure_postgres` in `scripts/dev`).
 pub fn postgres_database_url() -> String {
-    std::env::var("POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/haita".into())
+    std::env::var("POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/haita?sslmode=disable".into())
 }
 
 /// Declares one test twice: `$mysql` on the tests' usual server (`DATABASE_URL`) and `$postgres`
