@@ -178,7 +178,7 @@ impl Application {
         };
         // Stop signals are `haita serve`'s to handle (`shutdown::on_signals`), not every server's:
         // the tests start several in one process.
-        let server = server.disable_signals().shutdown_timeout(shutdown_timeout);
+        let server = server.disable_signals().shutdown_timeout(shutdown_timeout).keep_alive(KEEP_ALIVE);
         let server = server.listen(listener)?.run();
         Ok(Self { port, server, pool, shutdown, heartbeat, hold_history })
     }
@@ -217,6 +217,15 @@ impl Application {
         served
     }
 }
+
+/// How long an idle connection is kept open for the client's next request. Longer than a
+/// balancer keeps a connection to an instance idle (HAProxy: `pool-purge-delay 1s` halves its
+/// idle connections every second, `docker/haproxy.cfg`), so that the balancer, which is the one
+/// to send on it, is always the one to close it. With actix's default of 5 s both could: a POST
+/// sent on a connection the instance was closing at that moment got no answer, and HAProxy may
+/// not send a POST without an `Idempotency-Key` twice (a customer of the cluster test saw
+/// "connection closed before message completed" about once in four runs).
+pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One of [`housekeeping`]'s deletions: how many rows it deleted.
 type Purge = Box<dyn FnOnce() -> anyhow::Result<usize> + Send>;

@@ -357,9 +357,9 @@ impl Client {
             .cookie_store(true)
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(60))
-            // actix closes a connection idle for 5 s (its keep-alive). A client that waited
-            // about that long (dozens of others logging in first, on a loaded machine) could
-            // send on a connection the server was closing: IncompleteMessage. Let go sooner.
+            // The app closes a connection idle for `KEEP_ALIVE`. A client that waited about that
+            // long (dozens of others logging in first, on a loaded machine) could send on a
+            // connection the server was closing: IncompleteMessage. Let go long before.
             .pool_idle_timeout(Duration::from_secs(2))
             .build()
             .expect("http client");
