@@ -88,7 +88,8 @@ pub fn migrate(pool: &DbPool, set: db::Migrations) -> anyhow::Result<Vec<String>
 pub struct Application {
     port: u16,
     server: Server,
-    pool: DbPool,
+    /// The instance's door to its database, for the housekeeping beside the requests.
+    off_executor: db::OffExecutor,
     shutdown: aweb::Data<shutdown::Shutdown>,
     /// Writes this instance's row of `app_instances` (`admin::instances`).
     heartbeat: admin::instances::Heartbeat,
@@ -108,6 +109,7 @@ impl Application {
         let instance =
             std::sync::Arc::new(admin::instances::Instance::new(config.instance_name.as_deref(), port));
         let state = aweb::Data::new(AppState::new(pool.clone(), config));
+        let off_executor = state.off_executor.clone();
         let heartbeat =
             admin::instances::Heartbeat::new(instance.clone(), state.metrics.clone(), pool.clone());
         // Which instance `/admin/metrics` shows, among the others.
@@ -180,7 +182,7 @@ impl Application {
         // the tests start several in one process.
         let server = server.disable_signals().shutdown_timeout(shutdown_timeout).keep_alive(KEEP_ALIVE);
         let server = server.listen(listener)?.run();
-        Ok(Self { port, server, pool, shutdown, heartbeat, hold_history })
+        Ok(Self { port, server, off_executor, shutdown, heartbeat, hold_history })
     }
 
     pub fn port(&self) -> u16 {
@@ -197,11 +199,14 @@ impl Application {
     /// may do it; deleting twice is harmless); and this instance's row of `app_instances` is
     /// written every few seconds, and marked stopped on the way out.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        let housekeeping =
-            actix_web::rt::spawn(housekeeping(self.pool, self.heartbeat.clone(), self.hold_history));
+        let housekeeping = actix_web::rt::spawn(housekeeping(
+            self.off_executor.clone(),
+            self.heartbeat.clone(),
+            self.hold_history,
+        ));
         let served = self.server.await;
         housekeeping.abort();
-        leave(self.heartbeat).await;
+        leave(&self.off_executor, self.heartbeat).await;
         served
     }
 
@@ -228,7 +233,7 @@ impl Application {
 pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One of [`housekeeping`]'s deletions: how many rows it deleted.
-type Purge = Box<dyn FnOnce() -> anyhow::Result<usize> + Send>;
+type Purge = Box<dyn FnOnce(&DbPool) -> anyhow::Result<usize> + Send>;
 
 /// How often [`housekeeping`] runs.
 const HOUSEKEEPING_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
@@ -238,7 +243,7 @@ const HOUSEKEEPING_EVERY: std::time::Duration = std::time::Duration::from_secs(3
 /// holds that ended more than `hold_history` ago. On a blocking thread each, on a pooled
 /// connection given back at once; never fatal.
 async fn housekeeping(
-    pool: DbPool,
+    db: db::OffExecutor,
     heartbeat: admin::instances::Heartbeat,
     hold_history: std::time::Duration,
 ) {
@@ -247,7 +252,7 @@ async fn housekeeping(
     loop {
         every.tick().await;
         let beat = heartbeat.clone();
-        match aweb::block(move || beat.beat()).await.map_err(anyhow::Error::from).and_then(|beat| beat) {
+        match db.run(move || beat.beat()).await {
             Ok(()) => beating = true,
             Err(e) if beating => {
                 beating = false;
@@ -261,25 +266,19 @@ async fn housekeeping(
             continue;
         }
         purged = Some(std::time::Instant::now());
-        let keys = pool.clone();
-        let old_holds = pool.clone();
         let purges: [(&str, Purge); 2] = [
-            (
-                "expired idempotency keys",
-                Box::new(move || Ok(idempotency::purge_expired(&mut *keys.get()?)?)),
-            ),
+            ("expired idempotency keys", Box::new(|pool| Ok(idempotency::purge_expired(&mut *pool.get()?)?))),
             (
                 "checkout holds that ended more than HOLD_HISTORY_DAYS ago",
-                Box::new(move || Ok(holds::service::forget_old(&old_holds, hold_history)?)),
+                Box::new(move |pool| Ok(holds::service::forget_old(pool, hold_history)?)),
             ),
         ];
         for (what, purge) in purges {
-            match aweb::block(purge).await {
-                Ok(Ok(0)) => {}
-                Ok(Ok(purged)) => log::info!("deleted {purged} {what}"),
+            match db.with_pool(purge).await {
+                Ok(0) => {}
+                Ok(purged) => log::info!("deleted {purged} {what}"),
                 // The database may be down for a while; the next round tries again.
-                Ok(Err(e)) => log::warn!("deleting {what} failed: {e}"),
-                Err(e) => log::warn!("housekeeping could not run: {e}"),
+                Err(e) => log::warn!("deleting {what} failed: {e}"),
             }
         }
     }
@@ -287,8 +286,8 @@ async fn housekeeping(
 
 /// Marks this instance stopped, so that the others list it so at once rather than after a
 /// minute without a beat. Best effort: a failure is only logged.
-async fn leave(heartbeat: admin::instances::Heartbeat) {
-    match aweb::block(move || heartbeat.leave()).await.map_err(anyhow::Error::from).and_then(|left| left) {
+async fn leave(db: &db::OffExecutor, heartbeat: admin::instances::Heartbeat) {
+    match db.run(move || heartbeat.leave()).await {
         Ok(()) => {}
         Err(e) => log::warn!("marking this instance stopped in app_instances failed: {e}"),
     }
@@ -380,7 +379,7 @@ async fn metrics_text(req: actix_web::HttpRequest, state: aweb::Data<AppState>) 
     match refused {
         None => HttpResponse::Ok()
             .content_type("text/plain; version=0.0.4; charset=utf-8")
-            .body(state.metrics.render(state.pool.state())),
+            .body(state.metrics.render(state.pool().state())),
         Some(refused @ MetricsRefused::WrongToken) => {
             let mut response = http::error::respond(&refused);
             response.headers_mut().insert(

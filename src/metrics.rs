@@ -219,23 +219,18 @@ pub fn use_on_this_thread(metrics: Arc<Metrics>) {
     THIS_THREAD.with(|current| *current.borrow_mut() = Some(metrics));
 }
 
-/// `work`, made to record into this thread's registry on whichever thread runs it: for a task
-/// sent to a blocking thread.
-pub fn carried<T>(work: impl FnOnce() -> T) -> impl FnOnce() -> T {
-    /// Puts the thread's registry back as it was when dropped, panic or not: a blocking thread
-    /// serves every instance of the process in turn.
+/// Runs `work` recording into `metrics`, then puts this thread's registry back as it was (panic
+/// or not): for blocking threads, which serve every instance of the process in turn. Only
+/// `db::OffExecutor` calls it, with its own instance's metrics.
+pub fn recording_into<T>(metrics: Arc<Metrics>, work: impl FnOnce() -> T) -> T {
     struct Restore(Option<Arc<Metrics>>);
     impl Drop for Restore {
         fn drop(&mut self) {
             THIS_THREAD.with(|current| *current.borrow_mut() = self.0.take());
         }
     }
-    let metrics = THIS_THREAD.with(|current| current.borrow().clone());
-    move || {
-        let _restore =
-            Restore(THIS_THREAD.with(|current| std::mem::replace(&mut *current.borrow_mut(), metrics)));
-        work()
-    }
+    let _restore = Restore(THIS_THREAD.with(|current| current.borrow_mut().replace(metrics)));
+    work()
 }
 
 static ENABLED: AtomicBool = AtomicBool::new(true);

@@ -191,3 +191,55 @@ fn paths_in_code_strings_and_macros_count_and_comments_do_not() {
                 let t = mycrate::locking::x;";
     assert_eq!(crate_paths(text), [(1, "db".to_string()), (3, "http".to_string()), (4, "infra".to_string())]);
 }
+
+/// The places in `text` that send work to a blocking thread themselves, by line number:
+/// actix's `block` (however the module is named) or tokio's `spawn_blocking`, outside comments.
+fn blocking_hops(text: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let code = match line.find("//") {
+            Some(at) if !line[..at].contains('"') => &line[..at],
+            _ => line,
+        };
+        if ["web::block(", "spawn_blocking("].iter().any(|hop| code.contains(hop)) {
+            found.push(number + 1);
+        }
+    }
+    found
+}
+
+/// One door to the blocking threads (`db::OffExecutor`, `src/db/off_executor.rs`): work sent
+/// any other way would run without its instance's metrics, and a reader would have two ways to
+/// learn.
+#[test]
+fn only_the_one_door_sends_work_to_the_blocking_threads() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let door = src.join("db").join("off_executor.rs");
+    let mut elsewhere = Vec::new();
+    let mut at_the_door = 0;
+    for file in rust_files(&src) {
+        let text = fs::read_to_string(&file).expect("read a source file");
+        let hops = blocking_hops(&text);
+        if file == door {
+            at_the_door += hops.len();
+        } else {
+            elsewhere.extend(hops.iter().map(|line| format!("{}:{line}", file.display())));
+        }
+    }
+    assert_eq!(at_the_door, 1, "the door sends work to the blocking threads in one place");
+    assert!(
+        elsewhere.is_empty(),
+        "work sent to the blocking threads past db::OffExecutor:\n{}",
+        elsewhere.join("\n")
+    );
+}
+
+#[test]
+fn a_hop_in_code_counts_however_named_and_one_in_a_comment_does_not() {
+    let text = "let x = actix_web::web::block(move || 1);\n\
+                /// call it from `web::block`, never on the executor\n\
+                aweb::block(f); // renamed, still a hop\n\
+                let done = 1; // web::block( in a comment\n\
+                tokio::task::spawn_blocking(work);";
+    assert_eq!(blocking_hops(text), [1, 3, 5]);
+}

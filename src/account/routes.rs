@@ -103,11 +103,13 @@ async fn check_credentials(
     let demo_accounts = state.config.demo_mode;
     let checked = match state.logins.hashing_slot().await {
         Ok(slot) => {
-            crate::web::blocking(move || {
-                let _slot = slot; // held until the hash is checked, even if the client has gone
-                service::verify(user, &password, demo_accounts)
-            })
-            .await
+            state
+                .off_executor
+                .run(move || {
+                    let _slot = slot; // held until the hash is checked, even if the client has gone
+                    service::verify(user, &password, demo_accounts)
+                })
+                .await
         }
         Err(busy) => Err(busy),
     };

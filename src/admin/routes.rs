@@ -75,7 +75,7 @@ struct AdminEditLock {
 }
 
 async fn load_locks(state: &AppState) -> Result<Locks, AdminError> {
-    let names = state.pool.names().clone();
+    let names = state.pool().names().clone();
     state
         .db(move |conn| {
             let edit_locks = edit_locks::list(conn)?
@@ -197,7 +197,7 @@ async fn locks_page(
     let locks = load_locks(&state).await?;
     let lookup = match query.name.as_deref().filter(|n| !n.trim().is_empty()) {
         Some(text) => {
-            let name = OurLockName::parse(state.pool.names(), state.pool.dialect(), text)?;
+            let name = OurLockName::parse(state.pool().names(), state.pool().dialect(), text)?;
             let found = state.db(move |conn| Ok::<_, AdminError>(named_locks::lookup(conn, &name)?)).await?;
             Some((text.trim().to_string(), found))
         }
@@ -276,7 +276,7 @@ async fn force_release_named_form(
     CsrfForm(form): CsrfForm<ForceReleaseNamedForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let name = OurLockName::parse(state.pool.names(), state.pool.dialect(), &form.name)?;
+    let name = OurLockName::parse(state.pool().names(), state.pool().dialect(), &form.name)?;
     let reason = Reason::parse(form.reason.as_deref())?;
     let killed = force_release_named(&state, name, form.connection_id, admin.id, reason).await?;
     Ok(see_other(&format!("/admin/locks?killed={}&freed={}", killed.connection_id, killed.freed)))
@@ -386,7 +386,7 @@ async fn metrics_page(
     state: web::Data<AppState>,
     instance: web::Data<super::instances::Instance>,
 ) -> actix_web::Result<HttpResponse> {
-    let charts = super::metrics::charts(&state.metrics.gather(state.pool.state()), ctx.lang);
+    let charts = super::metrics::charts(&state.metrics.gather(state.pool().state()), ctx.lang);
     let buckets = charts.waits.first().or(charts.holds.first()).map_or(15, |s| s.buckets.len());
     let row_width = u32::try_from(buckets).unwrap_or(15) * (super::metrics::BAR_WIDTH + 2);
     let this = instance.id.clone();
@@ -483,7 +483,7 @@ async fn lookup_named_json(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, AdminError> {
-    let name = OurLockName::parse(state.pool.names(), state.pool.dialect(), &path.into_inner())?;
+    let name = OurLockName::parse(state.pool().names(), state.pool().dialect(), &path.into_inner())?;
     let key = name.as_str().to_string();
     let found = state.db(move |conn| Ok::<_, AdminError>(named_locks::lookup(conn, &name)?)).await?;
     Ok(HttpResponse::Ok().json(found.ok_or(AdminError::NotHeld(key))?))
@@ -505,7 +505,7 @@ async fn force_release_named_json(
     query: web::Query<ReasonQuery>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, AdminError> {
-    let name = OurLockName::parse(state.pool.names(), state.pool.dialect(), &path.into_inner())?;
+    let name = OurLockName::parse(state.pool().names(), state.pool().dialect(), &path.into_inner())?;
     let reason = Reason::parse(query.reason.as_deref())?;
     let killed = force_release_named(&state, name, query.connection_id, admin.id, reason).await?;
     Ok(HttpResponse::Ok().json(Released { released: killed }))

@@ -1,5 +1,6 @@
 //! Argon2id password hashes (PHC strings, salt included), with the crate's recommended
-//! parameters. Hashing is deliberately slow: call it from `web::block`, never on the executor.
+//! parameters. Hashing is deliberately slow: send it through `db::OffExecutor`, never run it on
+//! the executor.
 
 use std::sync::OnceLock;
 

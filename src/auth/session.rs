@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 
 use super::{AuthError, Role, User};
 use crate::db::cached::ListStatements;
-use crate::db::{DbConn, DbPool, cached_sql};
+use crate::db::{DbConn, OffExecutor, cached_sql};
 use crate::http::error::AsProblem;
 use crate::http::error::Problem;
 use crate::infra::Infra;
@@ -162,7 +162,7 @@ impl SessionChecks {
     /// The user of `ticket`'s session as the database has it now.
     pub async fn check(
         self: &Arc<Self>,
-        pool: &DbPool,
+        db: &OffExecutor,
         ticket: Ticket,
     ) -> Result<Option<SessionUser>, AuthError> {
         let (reply, answer) = oneshot::channel();
@@ -172,7 +172,7 @@ impl SessionChecks {
             !std::mem::replace(&mut queue.draining, true)
         };
         if start {
-            actix_web::rt::spawn(Arc::clone(self).drain(pool.clone()));
+            actix_web::rt::spawn(Arc::clone(self).drain(db.clone()));
         }
         match answer.await {
             Ok(checked) => checked.map_err(AuthError::CheckFailed),
@@ -181,7 +181,7 @@ impl SessionChecks {
         }
     }
 
-    async fn drain(self: Arc<Self>, pool: DbPool) {
+    async fn drain(self: Arc<Self>, db: OffExecutor) {
         loop {
             let batch: Vec<_> = {
                 let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
@@ -194,19 +194,17 @@ impl SessionChecks {
             };
             let tickets: Vec<Ticket> = batch.iter().map(|(ticket, _)| ticket.clone()).collect();
             crate::metrics::record(|m| m.session_check_batch_size.observe(tickets.len() as f64));
-            let pool = pool.clone();
-            let found = actix_web::web::block(crate::metrics::carried(move || {
-                let check = || Ok::<_, Infra>(current(&mut *pool.get()?, &tickets)?);
-                // A read, so safe to run again: once, on another connection, when the first
-                // one turned out dead (the server restarted since it was last used, say).
-                match check() {
-                    Err(e) if e.is_unavailable() => check(),
-                    checked => checked,
-                }
-            }))
-            .await
-            .map_err(Infra::from)
-            .and_then(|checked| checked);
+            let found = db
+                .with_pool(move |pool| {
+                    let check = || Ok::<_, Infra>(current(&mut *pool.get()?, &tickets)?);
+                    // A read, so safe to run again: once, on another connection, when the first
+                    // one turned out dead (the server restarted since it was last used, say).
+                    match check() {
+                        Err(e) if e.is_unavailable() => check(),
+                        checked => checked,
+                    }
+                })
+                .await;
             let found = found.map_err(|error| {
                 let problem = error.problem();
                 log::warn!("checking {} session(s) failed: {error}", batch.len());

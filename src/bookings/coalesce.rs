@@ -27,7 +27,7 @@ use super::BookingError;
 use super::model::{BookingDate, Reservation};
 use super::service;
 use crate::auth::session::Ticket;
-use crate::db::DbPool;
+use crate::db::OffExecutor;
 use crate::infra::Infra;
 use crate::locking::{Batches, Cutoff, LockError, LockName, LockQueue};
 
@@ -75,14 +75,14 @@ impl Coalescer {
     /// Books `resource_id` on `date` for the user of `ticket`, in the day's next batch.
     pub async fn book(
         self: &Arc<Self>,
-        pool: &DbPool,
+        db: &OffExecutor,
         locks: &Arc<LockQueue>,
         wait: Duration,
         ticket: Ticket,
         resource_id: i64,
         date: BookingDate,
     ) -> Answer {
-        let name = pool.names().booking(resource_id, date.day());
+        let name = db.pool().names().booking(resource_id, date.day());
         if self.days.is_cut() {
             return Err(self.days.turn_away(&name).into());
         }
@@ -92,7 +92,7 @@ impl Coalescer {
         if joined.drain {
             let drain = Drain {
                 coalescer: Arc::clone(self),
-                pool: pool.clone(),
+                db: db.clone(),
                 locks: Arc::clone(locks),
                 name: name.clone(),
                 resource_id,
@@ -124,11 +124,11 @@ impl Coalescer {
                     return Err(LockError::TimedOut { name, waited: wait }.into());
                 }
                 let turn = locks.turn(name, remaining).await?;
-                let (pool, max_future) = (pool.clone(), self.max_future);
-                actix_web::web::block(crate::metrics::carried(move || {
-                    service::book(&pool, turn, &ticket, resource_id, date, None, max_future)
-                }))
-                .await?
+                let max_future = self.max_future;
+                db.with_pool(move |pool| {
+                    service::book(pool, turn, &ticket, resource_id, date, None, max_future)
+                })
+                .await
             }
         }
     }
@@ -137,7 +137,7 @@ impl Coalescer {
 /// The drainer of one day: batches until the day's queue is empty.
 struct Drain {
     coalescer: Arc<Coalescer>,
-    pool: DbPool,
+    db: OffExecutor,
     locks: Arc<LockQueue>,
     name: LockName,
     resource_id: i64,
@@ -175,24 +175,23 @@ impl Drain {
             let deadline = batch.iter().map(|w| w.deadline).min().unwrap_or_else(Instant::now);
             let turn = self.locks.turn_queued_elsewhere(self.name.clone(), deadline);
             let tickets: Vec<Ticket> = batch.iter().map(|w| w.ticket.clone()).collect();
-            let (pool, resource_id, date, max_future) =
-                (self.pool.clone(), self.resource_id, self.date, self.max_future);
-            let decided = actix_web::web::block(crate::metrics::carried(move || {
-                service::book_batch(&pool, turn, resource_id, date, &tickets, max_future)
-            }))
-            .await;
+            let (resource_id, date, max_future) = (self.resource_id, self.date, self.max_future);
+            let decided = self
+                .db
+                .with_pool(move |pool| {
+                    service::book_batch(pool, turn, resource_id, date, &tickets, max_future)
+                })
+                .await;
             match decided {
-                Ok(Ok(answers)) => {
+                Ok(answers) => {
                     for (waiter, answer) in batch.into_iter().zip(answers) {
                         let _ = waiter.reply.send(Reply::Decided(answer));
                     }
                 }
-                failed => {
-                    let lost = matches!(&failed, Ok(Err(BookingError::Infra(e))) if e.may_have_committed());
-                    if let Ok(Err(e)) = &failed {
-                        let then = if lost { "each is answered 503" } else { "each tries alone" };
-                        log::info!("a booking batch for {} could not run ({e}); {then}", self.name);
-                    }
+                Err(e) => {
+                    let lost = matches!(&e, BookingError::Infra(e) if e.may_have_committed());
+                    let then = if lost { "each is answered 503" } else { "each tries alone" };
+                    log::info!("a booking batch for {} could not run ({e}); {then}", self.name);
                     for waiter in batch {
                         let _ = waiter.reply.send(if lost { Reply::Lost } else { Reply::Alone });
                     }

@@ -4,6 +4,7 @@
 //!
 //! - [`conn`]: one connection type for both engines, and the pool's manager for it;
 //! - [`pool`]: the r2d2 pool and what it has seen of the server's health;
+//! - [`off_executor`]: the one door from async code to the pool and the blocking threads;
 //! - [`dialect`]: every difference between MySQL/MariaDB and PostgreSQL, answered in one place;
 //! - [`transaction`]: a transaction in two round trips;
 //! - [`cached`]: hand-written SQL that diesel prepares once per connection;
@@ -11,7 +12,8 @@
 //! - [`lock_names`]: named-lock names every supported server takes the same way;
 //! - [`migrations`], [`database`]: the schema's history; the database a URL names.
 //!
-//! diesel is synchronous: nothing here may run on the async executor.
+//! diesel is synchronous: nothing here may run on the async executor; async code reaches it
+//! through an [`OffExecutor`].
 
 pub mod cached;
 pub mod conn;
@@ -20,6 +22,7 @@ pub mod dialect;
 pub mod errors;
 pub mod lock_names;
 pub mod migrations;
+pub mod off_executor;
 pub mod pool;
 mod text_enum;
 pub mod transaction;
@@ -31,6 +34,7 @@ pub use conn::{DbConn, Engine, MultiBackend};
 pub use database::{ScratchDatabase, ensure_database_exists, redact, split_database_url};
 pub use dialect::{Dialect, ServerFacts};
 pub use migrations::{MIGRATIONS, Migrations};
+pub use off_executor::OffExecutor;
 pub use pool::{CheckoutError, DbPool, IDLE_CHECK, OUTAGE_NOTICE, PooledConn, build_pool, statements_run};
 pub(crate) use text_enum::text_enum;
 pub use transaction::{transaction, transaction_read_committed};

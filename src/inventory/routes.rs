@@ -32,7 +32,7 @@ async fn receive(
     if product_id < 1 {
         return Err(InventoryError::InvalidProductId);
     }
-    let turn = state.turn(state.pool.names().stock(product_id)).await?;
+    let turn = state.turn(state.pool().names().stock(product_id)).await?;
     let actor = user.id;
     state.with_pool(move |pool| service::receive(pool, turn, actor, product_id, quantity)).await
 }

@@ -47,7 +47,7 @@ use tokio::sync::oneshot;
 use super::OrderError;
 use super::model::Cart;
 use super::service::{self, BatchedOrder, Placed};
-use crate::db::DbPool;
+use crate::db::OffExecutor;
 use crate::idempotency::Once;
 use crate::infra::Infra;
 use crate::locking::retry::RetryPolicy;
@@ -94,7 +94,7 @@ impl Coalescer {
     /// cart on its own (`service::place_order`). `wait` bounds the time queued here.
     pub async fn order(
         self: &Arc<Self>,
-        pool: &DbPool,
+        db: &OffExecutor,
         wait: Duration,
         user_id: i64,
         cart: Cart,
@@ -102,9 +102,9 @@ impl Coalescer {
     ) -> Answer {
         let max_per_minute = self.max_per_minute;
         let &[line] = cart.lines() else {
-            return alone(pool, user_id, cart, once, max_per_minute).await;
+            return alone(db, user_id, cart, once, max_per_minute).await;
         };
-        let name = pool.names().order(line.product_id);
+        let name = db.pool().names().order(line.product_id);
         if self.products.is_cut() {
             return Err(self.products.turn_away(&name).into());
         }
@@ -115,7 +115,7 @@ impl Coalescer {
         if joined.drain {
             let drain = Drain {
                 coalescer: Arc::clone(self),
-                pool: pool.clone(),
+                db: db.clone(),
                 name: name.clone(),
                 product_id: line.product_id,
             };
@@ -132,25 +132,30 @@ impl Coalescer {
                 if Instant::now() >= deadline {
                     return Err(LockError::TimedOut { name, waited: wait }.into());
                 }
-                alone(pool, user_id, cart, once, max_per_minute).await
+                alone(db, user_id, cart, once, max_per_minute).await
             }
         }
     }
 }
 
 /// The order on its own, the one-at-a-time path, off the async executor.
-async fn alone(pool: &DbPool, user_id: i64, cart: Cart, once: Option<Once>, max_per_minute: u32) -> Answer {
-    let pool = pool.clone();
-    actix_web::web::block(crate::metrics::carried(move || {
-        service::place_order(&pool, &RetryPolicy::default(), user_id, &cart, once.as_ref(), max_per_minute)
-    }))
-    .await?
+async fn alone(
+    db: &OffExecutor,
+    user_id: i64,
+    cart: Cart,
+    once: Option<Once>,
+    max_per_minute: u32,
+) -> Answer {
+    db.with_pool(move |pool| {
+        service::place_order(pool, &RetryPolicy::default(), user_id, &cart, once.as_ref(), max_per_minute)
+    })
+    .await
 }
 
 /// The drainer of one product: batches until the product's queue is empty.
 struct Drain {
     coalescer: Arc<Coalescer>,
-    pool: DbPool,
+    db: OffExecutor,
     name: LockName,
     product_id: i64,
 }
@@ -182,28 +187,27 @@ impl Drain {
             crate::metrics::record(|m| m.order_batch_size.observe(batch.len() as f64));
             let (orders, replies): (Vec<BatchedOrder>, Vec<oneshot::Sender<Reply>>) =
                 batch.into_iter().map(|w| (w.order, w.reply)).unzip();
-            let (pool, product_id, max_per_minute) =
-                (self.pool.clone(), self.product_id, self.coalescer.max_per_minute);
-            let decided = actix_web::web::block(crate::metrics::carried(move || {
-                service::order_batch(&pool, &RetryPolicy::default(), product_id, &orders, max_per_minute)
-            }))
-            .await;
+            let (product_id, max_per_minute) = (self.product_id, self.coalescer.max_per_minute);
+            let decided = self
+                .db
+                .with_pool(move |pool| {
+                    service::order_batch(pool, &RetryPolicy::default(), product_id, &orders, max_per_minute)
+                })
+                .await;
             match decided {
-                Ok(Ok(batched)) => {
+                Ok(batched) => {
                     let attempts = batched.attempts;
                     for (reply, answer) in replies.into_iter().zip(batched.answers) {
                         let answer = answer.map(|order| Placed { order, attempts });
                         let _ = reply.send(Reply::Decided(answer));
                     }
                 }
-                failed => {
+                Err(e) => {
                     // Lost at its COMMIT, the batch may have been placed: trying its orders alone
                     // would place them twice. Lost earlier it was not, but the two look alike.
-                    let lost = matches!(&failed, Ok(Err(OrderError::Infra(e))) if e.may_have_committed());
-                    if let Ok(Err(e)) = &failed {
-                        let then = if lost { "each is answered 503" } else { "each tries alone" };
-                        log::info!("an order batch for {} could not run ({e}); {then}", self.name);
-                    }
+                    let lost = matches!(&e, OrderError::Infra(e) if e.may_have_committed());
+                    let then = if lost { "each is answered 503" } else { "each tries alone" };
+                    log::info!("an order batch for {} could not run ({e}); {then}", self.name);
                     for reply in replies {
                         let _ = reply.send(if lost { Reply::Lost } else { Reply::Alone });
                     }

@@ -49,7 +49,7 @@ async fn place(
     let user_id = user.id;
     let once = key.map(|key| key.bind(user_id, &cart.describe()));
     if state.config.coalesce_orders {
-        return coalescer.order(&state.pool, state.config.lock_wait, user_id, cart, once).await;
+        return coalescer.order(&state.off_executor, state.config.lock_wait, user_id, cart, once).await;
     }
     let max_per_minute = state.config.max_orders_per_minute;
     state

@@ -15,7 +15,7 @@ use crate::auth::session::SessionChecks;
 use crate::auth::throttle::{LoginGate, Policy};
 use crate::auth::{AuthError, SessionUser, csrf};
 use crate::config::Config;
-use crate::db::{CheckoutError, DbConn, DbPool};
+use crate::db::{CheckoutError, DbConn, DbPool, OffExecutor};
 use crate::i18n::Lang;
 use crate::locking::{LockError, LockName, LockQueue, Turn};
 use crate::metrics::Metrics;
@@ -24,9 +24,11 @@ use error::RequestError;
 /// Shared by every handler (as `web::Data<AppState>`).
 #[derive(Clone)]
 pub struct AppState {
-    pub pool: DbPool,
-    /// This instance's metrics (`crate::metrics`): its worker threads record into them, and the
-    /// blocking work they send carries them along.
+    /// This instance's one door to its database and its blocking threads: work sent through it
+    /// never runs on the executor and counts in this instance's metrics.
+    pub off_executor: OffExecutor,
+    /// This instance's metrics (`crate::metrics`): its worker threads record into them, and so
+    /// does the blocking work sent through [`off_executor`](Self::off_executor).
     pub metrics: Arc<Metrics>,
     pub config: Arc<Config>,
     /// This instance's per-key queues in front of every named lock, and its waiting budget.
@@ -53,7 +55,12 @@ impl AppState {
                 window: config.login_failure_window,
             },
         ));
-        Self { pool, metrics, config: Arc::new(config), locks, logins, sessions: Arc::default() }
+        let off_executor = OffExecutor::new(pool, Arc::clone(&metrics));
+        Self { off_executor, metrics, config: Arc::new(config), locks, logins, sessions: Arc::default() }
+    }
+
+    pub fn pool(&self) -> &DbPool {
+        self.off_executor.pool()
     }
 
     /// Waits in memory for this request's turn at `name` (see [`LockQueue`]), within
@@ -62,10 +69,8 @@ impl AppState {
         self.locks.turn(name, self.config.lock_wait).await
     }
 
-    /// The one way from a handler to the database: `work` runs on a blocking thread, never on
-    /// the async executor, with a pooled connection checked out there (within
-    /// `POOL_TIMEOUT_SECS`, or at once while the server is down). A failed checkout or a failed
-    /// hop arrives as the feature's own error, which answers it (503 `busy` or `unavailable`).
+    /// A handler's way to the database: `work` with a connection checked out on a blocking
+    /// thread ([`OffExecutor::with_conn`]).
     pub async fn db<T, E>(
         &self,
         work: impl FnOnce(&mut DbConn) -> Result<T, E> + Send + 'static,
@@ -74,13 +79,11 @@ impl AppState {
         T: Send + 'static,
         E: Send + 'static + From<CheckoutError> + From<BlockingError>,
     {
-        let pool = self.pool.clone();
-        actix_web::web::block(crate::metrics::carried(move || work(&mut *pool.get()?))).await?
+        self.off_executor.with_conn(work).await
     }
 
-    /// [`db`](Self::db) for a service that checks its connections out itself: one held under a
-    /// named lock for the whole work (`locking`), or a fresh one for each attempt of a retried
-    /// transaction. `work` gets the pool, on a blocking thread.
+    /// [`db`](Self::db) for a service that checks its connections out itself
+    /// ([`OffExecutor::with_pool`]).
     pub async fn with_pool<T, E>(
         &self,
         work: impl FnOnce(&DbPool) -> Result<T, E> + Send + 'static,
@@ -89,8 +92,7 @@ impl AppState {
         T: Send + 'static,
         E: Send + 'static + From<BlockingError>,
     {
-        let pool = self.pool.clone();
-        actix_web::web::block(crate::metrics::carried(move || work(&pool))).await?
+        self.off_executor.with_pool(work).await
     }
 }
 
@@ -213,7 +215,7 @@ impl FromRequest for SessionUser {
             let session = req.get_session();
             let ticket = crate::auth::session::ticket_of(&session).ok_or(AuthError::NotLoggedIn)?;
             let state = req.app_data::<actix_web::web::Data<AppState>>().ok_or(AuthError::NotLoggedIn)?;
-            match state.sessions.check(&state.pool, ticket).await? {
+            match state.sessions.check(&state.off_executor, ticket).await? {
                 Some(user) => {
                     req.extensions_mut().insert(user.clone());
                     Ok(user)
@@ -230,16 +232,6 @@ impl FromRequest for SessionUser {
 /// Whether this app serves the race demo: the lab is built in and `DEMO_MODE=1`.
 fn demo_served(req: &HttpRequest) -> bool {
     crate::LAB && req.app_data::<actix_web::web::Data<AppState>>().is_some_and(|s| s.config.demo_mode)
-}
-
-/// Runs blocking work — diesel calls, `pool.get()`, lock waits, password hashing — on actix's
-/// blocking thread pool, never on the async executor.
-pub async fn blocking<T, E>(work: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, E>
-where
-    T: Send + 'static,
-    E: Send + 'static + From<actix_web::error::BlockingError>,
-{
-    actix_web::web::block(crate::metrics::carried(work)).await?
 }
 
 /// Renders a page; a template error is an internal error (a bug), never shown to the user.

@@ -99,6 +99,32 @@ async fn each_instance_counts_only_what_it_served() {
     assert_eq!(checkouts, 0.0, "the second instance checked out no connection for a request");
 }
 
+/// Work sent through an instance's door to the blocking threads (`db::OffExecutor`) counts in
+/// that instance's metrics, even when a thread working for another instance sends it, and leaves
+/// that thread's registry as it was: no call can count in the wrong instance.
+#[actix_web::test]
+async fn blocking_work_counts_in_the_metrics_of_the_door_it_went_through() {
+    use std::sync::Arc;
+
+    use haita::db::OffExecutor;
+    use haita::metrics::{self, Metrics};
+
+    let db = crate::common::TestDb::new();
+    let (ours, theirs) = (Metrics::new(), Metrics::new());
+    metrics::use_on_this_thread(Arc::clone(&theirs));
+    let door = OffExecutor::new(db.pool.clone(), Arc::clone(&ours));
+    let checks = |m: &Metrics| m.session_check_batch_size.get_sample_count();
+    door.with_conn(|_conn| {
+        metrics::record(|m| m.session_check_batch_size.observe(1.0));
+        Ok::<_, anyhow::Error>(())
+    })
+    .await
+    .expect("ran");
+    assert_eq!((checks(&ours), checks(&theirs)), (1, 0), "counted in the door's instance");
+    metrics::record(|m| m.session_check_batch_size.observe(1.0));
+    assert_eq!((checks(&ours), checks(&theirs)), (1, 1), "this thread still counts in its own");
+}
+
 /// The histograms' axis, in Chromium at a desktop's and a phone's width, in English and
 /// Japanese: no two bucket labels overlap (their boxes, measured), each is drawn at a readable
 /// size (at least 11 CSS pixels once the chart is scaled to the screen), and a bound in

@@ -59,7 +59,7 @@ async fn book(
     key: Option<IdempotencyKey>,
 ) -> Result<Reservation, BookingError> {
     let ticket = claimed.ticket.clone();
-    let live = state.sessions.check(&state.pool, ticket.clone()).await.map_err(|e| match e {
+    let live = state.sessions.check(&state.off_executor, ticket.clone()).await.map_err(|e| match e {
         AuthError::CheckFailed(problem) => BookingError::SessionCheck(problem),
         _ => BookingError::SessionEnded,
     })?;
@@ -72,10 +72,10 @@ async fn book(
     let booked = match stay.single_day() {
         Some(date) if state.config.coalesce_bookings && once.is_none() => {
             let wait = state.config.lock_wait;
-            coalescer.book(&state.pool, &state.locks, wait, ticket, resource_id, date).await
+            coalescer.book(&state.off_executor, &state.locks, wait, ticket, resource_id, date).await
         }
         Some(date) => {
-            let turn = state.turn(state.pool.names().booking(resource_id, date.day())).await?;
+            let turn = state.turn(state.pool().names().booking(resource_id, date.day())).await?;
             state
                 .with_pool(move |pool| {
                     service::book(pool, turn, &ticket, resource_id, date, once.as_ref(), max_future)
@@ -83,7 +83,7 @@ async fn book(
                 .await
         }
         None => {
-            let nights = stays::night_locks(state.pool.names(), resource_id, stay);
+            let nights = stays::night_locks(state.pool().names(), resource_id, stay);
             let turns = state.locks.turns_in_order(nights, state.config.lock_wait).await?;
             state
                 .with_pool(move |pool| {

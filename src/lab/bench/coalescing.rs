@@ -27,7 +27,7 @@ use crate::bookings::coalesce::Coalescer;
 use crate::bookings::model::{BookingDate, Reservation};
 use crate::bookings::service;
 use crate::config::Config;
-use crate::db::{self, DbConn, DbPool, Engine, ScratchDatabase};
+use crate::db::{self, DbConn, DbPool, Engine, OffExecutor, ScratchDatabase};
 use crate::locking::{LockQueue, Turn};
 
 /// Users created up front: each booking needs one without a booking that day.
@@ -141,7 +141,8 @@ fn ticket(user: i64) -> Ticket {
 /// What a booking request runs, path by path, with the instance's queue and coalescer.
 #[derive(Clone)]
 pub(super) struct Booker {
-    pool: DbPool,
+    /// The door an instance would have, with metrics of the benchmark's own.
+    db: OffExecutor,
     locks: Arc<LockQueue>,
     coalescer: Arc<Coalescer>,
     wait: Duration,
@@ -150,13 +151,18 @@ pub(super) struct Booker {
 impl Booker {
     pub(super) fn new(pool: &DbPool, config: &Config) -> Self {
         Self {
-            pool: pool.clone(),
+            db: OffExecutor::new(pool.clone(), crate::metrics::Metrics::new()),
             locks: Arc::new(LockQueue::new(config.lock_waiters_max)),
             // The benchmark's customers book far more days than a person may: it measures the
             // locking, whose cost (the user's row lock included) is the same under any cap.
             coalescer: Arc::new(Coalescer::new(u32::MAX, crate::locking::Cutoff::default())),
             wait: config.lock_wait,
         }
+    }
+
+    /// The way to the database this booker's requests take.
+    pub(super) fn db(&self) -> &OffExecutor {
+        &self.db
     }
 
     /// One booking, as a request on `path` makes it: off the async executor where it blocks.
@@ -167,19 +173,17 @@ impl Booker {
         resource: i64,
         day: BookingDate,
     ) -> Result<Reservation, BookingError> {
-        let (pool, wait, name) =
-            (self.pool.clone(), self.wait, self.pool.names().booking(resource, day.day()));
+        let (wait, name) = (self.wait, self.db.pool().names().booking(resource, day.day()));
         let turn = match path {
             Path::Coalesced => {
-                return self.coalescer.book(&pool, &self.locks, wait, ticket(user), resource, day).await;
+                return self.coalescer.book(&self.db, &self.locks, wait, ticket(user), resource, day).await;
             }
             Path::Unqueued => Turn::alone(name, wait),
             Path::OneAtATime => self.locks.turn(name, wait).await?,
         };
-        actix_web::web::block(move || {
-            service::book(&pool, turn, &ticket(user), resource, day, None, u32::MAX)
-        })
-        .await?
+        self.db
+            .with_pool(move |pool| service::book(pool, turn, &ticket(user), resource, day, None, u32::MAX))
+            .await
     }
 }
 

@@ -125,21 +125,20 @@ fn measure(
             })
         });
         let bystanders = (0..BYSTANDERS).map(|_| {
-            let (booker, next_user, pool) = (booker.clone(), next_user.clone(), pool.clone());
+            let (booker, next_user) = (booker.clone(), next_user.clone());
             actix_web::rt::spawn(async move {
                 let mut seen = Bystanders::default();
                 let mut list = false;
                 while Instant::now() < end {
                     let started = Instant::now();
                     let answer = if list {
-                        let pool = pool.clone();
-                        actix_web::web::block(move || -> anyhow::Result<()> {
-                            crate::catalog::service::list_with_stock(&mut *pool.get()?)?;
-                            Ok(())
-                        })
-                        .await
-                        .map_err(anyhow::Error::from)
-                        .and_then(|listed| listed)
+                        booker
+                            .db()
+                            .with_conn(|conn| -> anyhow::Result<()> {
+                                crate::catalog::service::list_with_stock(conn)?;
+                                Ok(())
+                            })
+                            .await
                     } else {
                         let user = next_user.fetch_add(1, Ordering::Relaxed);
                         booker.book(path, user, other, day).await.map(|_| ()).map_err(anyhow::Error::from)

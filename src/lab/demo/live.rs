@@ -284,7 +284,7 @@ impl RaceBoard {
         if let Some(address) = address {
             board.started_from(address);
         }
-        RaceTicket::start(state.pool.clone(), holder, race)
+        RaceTicket::start(state.pool().clone(), holder, race)
     }
 
     /// Every state of the board from now on, as this instance's reader reads it; the reader is

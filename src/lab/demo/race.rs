@@ -594,7 +594,7 @@ pub enum Progress<'a> {
 pub type Watch<'a> = &'a (dyn Fn(Progress<'_>) + Sync);
 
 /// Runs every strategy of `spec`, one after the other, and stores the report. Blocks for up to
-/// [`TIME_CAP`] per strategy: call it from `web::block` or a thread. `watch` hears how far each
+/// [`TIME_CAP`] per strategy: call it through `db::OffExecutor` or from a thread. `watch` hears how far each
 /// strategy has got while it runs.
 pub fn run(
     pool: &DbPool,

@@ -82,11 +82,17 @@ async fn start_race(
         return Err(DemoError::CoolingDown(left.as_secs().max(1)));
     }
     let ticket = RaceBoard::take(state, board, &spec, &who, address).await?;
-    let (pool, config, outside) = (state.pool.clone(), state.config.clone(), outside.clone());
-    Ok(actix_web::rt::task::spawn_blocking(move || {
-        let report = race::run(&pool, &config, &outside, &spec, &who, &|progress| ticket.progress(progress));
-        ticket.end(&report);
-        report
+    let (door, config, outside) = (state.off_executor.clone(), state.config.clone(), outside.clone());
+    Ok(actix_web::rt::spawn(async move {
+        door.with_pool(move |pool| {
+            let report =
+                race::run(pool, &config, &outside, &spec, &who, &|progress| ticket.progress(progress));
+            ticket.end(&report);
+            Ok::<_, Infra>(report)
+        })
+        .await
+        .map_err(DemoError::from)
+        .and_then(|report| report)
     }))
 }
 
@@ -248,7 +254,7 @@ async fn demo_page(
     query: web::Query<RaceQuery>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let form = RaceForm::defaults(bounds_of(&ctx), state.pool.engine());
+    let form = RaceForm::defaults(bounds_of(&ctx), state.pool().engine());
     render_demo_page(ctx, &state, query.race, form, None).await
 }
 
@@ -265,7 +271,7 @@ pub(crate) async fn page_refusing_flash_sale(
     state: &AppState,
     refused: Problem,
 ) -> actix_web::Result<HttpResponse> {
-    let form = RaceForm::defaults(bounds_of(&ctx), state.pool.engine());
+    let form = RaceForm::defaults(bounds_of(&ctx), state.pool().engine());
     render_demo_page(ctx, state, None, form, Some(Refused::FlashSale(refused))).await
 }
 
@@ -281,7 +287,7 @@ async fn render_demo_page(
     let live = state.db(live::now).await?;
     let flash = state.db(crate::lab::flash::latest).await?;
     let bars = report.as_ref().map(|r| bars(r, ctx.lang)).unwrap_or_default();
-    let (lang, engine) = (ctx.lang, state.pool.engine());
+    let (lang, engine) = (ctx.lang, state.pool().engine());
     let bounds = bounds_of(&ctx);
     let page = DemoPage {
         ctx,
@@ -359,7 +365,7 @@ async fn race_form(
     board: web::Data<RaceBoard>,
     outside: web::Data<OutsideLocks>,
 ) -> actix_web::Result<HttpResponse> {
-    let engine = state.pool.engine();
+    let engine = state.pool().engine();
     let address = ClientAddress::of_request(&req, &state.config.trusted_proxies);
     let (who, bounds) = match &ctx.user {
         Some(user) => (user.username.clone(), race::Bounds::of_account(user.is_demo)),
@@ -459,7 +465,7 @@ async fn code_page(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let strategy = Strategy::parse(&path).map_err(|_| crate::http::error::RequestError::NotFound)?;
-    let lines = strategy.explanation(ctx.lang, state.pool.engine());
+    let lines = strategy.explanation(ctx.lang, state.pool().engine());
     Ok(html(&CodePage { ctx, strategy, lines, source: strategy.source() })?)
 }
 
@@ -533,7 +539,7 @@ async fn race_json(
     };
     let bounds = race::Bounds::of_account(user.is_demo);
     let spec =
-        RaceSpec::parse(&names, body.clients, body.attempts, body.pause_ms, &bounds, state.pool.engine())?;
+        RaceSpec::parse(&names, body.clients, body.attempts, body.pause_ms, &bounds, state.pool().engine())?;
     let address = ClientAddress::of_request(&req, &state.config.trusted_proxies);
     let running =
         start_race(&state, &board, &outside, user.username.clone(), spec, (address, bounds)).await?;
@@ -609,7 +615,7 @@ async fn book_json(
     outside: web::Data<OutsideLocks>,
 ) -> Result<HttpResponse, DemoError> {
     let strategy = Strategy::parse(&body.strategy)?;
-    if let Some(why) = strategy.unavailable_on(state.pool.engine()) {
+    if let Some(why) = strategy.unavailable_on(state.pool().engine()) {
         return Err(DemoError::Unavailable { strategy, why });
     }
     if strategy.race_only().is_some() {
@@ -631,7 +637,7 @@ async fn book_json(
     // taken: at most one request per day of this instance then goes on to ask for the lock.
     let turn = match strategy {
         Strategy::NamedLock | Strategy::RedisLock | Strategy::FileLock | Strategy::LockTable => {
-            Some(state.turn(lock_name(state.pool.names(), resource_id, day)).await?)
+            Some(state.turn(lock_name(state.pool().names(), resource_id, day)).await?)
         }
         _ => None,
     };

@@ -51,7 +51,7 @@ async fn flash_sale_form(
             if let Some(address) = address {
                 board.started_from(address);
             }
-            let (pool, who) = (state.pool.clone(), user.username.clone());
+            let (pool, who) = (state.pool().clone(), user.username.clone());
             // A thread of its own, not the blocking pool: the sale runs an async runtime of its
             // own for its buyers, and holds no pooled connection while they shop.
             std::thread::Builder::new()

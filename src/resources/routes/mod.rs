@@ -101,7 +101,7 @@ pub(super) async fn all_resources(state: &AppState) -> Result<Vec<Resource>, Res
 
 /// This request's turn at the edit lock of resource `id` (see `locking::queue`).
 pub(super) async fn edit_lock_turn(state: &AppState, id: i64) -> Result<Turn, ResourceError> {
-    Ok(state.turn(state.pool.names().edit_lock(EditLockKey::resource(id).as_str())).await?)
+    Ok(state.turn(state.pool().names().edit_lock(EditLockKey::resource(id).as_str())).await?)
 }
 
 /// An edit-lock epoch as a client sent it.
