@@ -37,6 +37,7 @@ mod outage;
 mod phones;
 mod quotas;
 mod reads;
+mod schema;
 #[cfg(feature = "lab")]
 mod screenshots;
 mod statements;
