@@ -179,8 +179,8 @@ fn every_link_in_readme_and_docs_resolves() {
     );
 }
 
-/// Every page of `docs/` has its Japanese page in `docs/ja/` under the same name, linking back
-/// to the English; and no Japanese page is left without its English one.
+/// Every page of `docs/` has its Japanese page in `docs/ja/` under the same name, each linking to
+/// the other; and no Japanese page is left without its English one.
 #[test]
 fn every_docs_page_is_in_japanese_too() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -192,6 +192,14 @@ fn every_docs_page_is_in_japanese_too() {
     };
     let (english, japanese) = (names("docs"), names("docs/ja"));
     assert_eq!(english, japanese, "docs/ and docs/ja/ hold the same pages");
+    let unlinked: Vec<&String> = english
+        .iter()
+        .filter(|name| {
+            let text = fs::read_to_string(root.join("docs").join(name)).expect("page");
+            !text.contains(&format!("](ja/{name})"))
+        })
+        .collect();
+    assert!(unlinked.is_empty(), "English pages without a link to their Japanese page: {unlinked:?}");
     for name in &japanese {
         let text = fs::read_to_string(root.join("docs/ja").join(name)).expect("page");
         assert!(text.contains(&format!("](../{name})")), "docs/ja/{name} links back to the English page");
