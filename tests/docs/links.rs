@@ -2,6 +2,7 @@
 //! that exists, the pages stand on their own (no pointers to material outside this repository),
 //! and every page of `docs/` has its Japanese page.
 
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
@@ -117,6 +118,38 @@ fn local_path(target: &str) -> Option<&str> {
     Some(path)
 }
 
+/// The anchors of a page's headings as GitHub makes them: the heading's text (a link's target
+/// left out) in lower case, every character but letters, marks, digits, spaces, `-` and `_`
+/// dropped, spaces made `-`; a heading seen before gets `-1`, `-2`… Headings inside code
+/// blocks are not headings.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut anchors = BTreeSet::new();
+    for line in blank_fences(text).lines() {
+        let hashes = line.len() - line.trim_start_matches('#').len();
+        let Some(heading) = line[hashes..].strip_prefix(' ').filter(|_| (1..=6).contains(&hashes)) else {
+            continue;
+        };
+        let mut shown = String::new();
+        let mut rest = heading.trim();
+        while let Some(at) = rest.find("](") {
+            shown.push_str(&rest[..at]);
+            rest = rest[at..].split_once(')').map_or("", |(_, after)| after);
+        }
+        shown.push_str(rest);
+        let slug: String = shown
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let times = seen.entry(slug.clone()).or_default();
+        anchors.insert(if *times == 0 { slug.clone() } else { format!("{slug}-{times}") });
+        *times += 1;
+    }
+    anchors
+}
+
 /// `a/b/../c` → `a/c`, without touching the file system (the target may not exist).
 fn normalise(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
@@ -152,6 +185,12 @@ fn problems_in(root: &Path, page: &Path) -> Vec<String> {
     }
     let dir = page.parent().unwrap_or(root);
     for Link { line, target } in links(&text) {
+        if let Some(anchor) = target.strip_prefix('#') {
+            if !anchors(&text).contains(anchor) {
+                problems.push(format!("{shown}:{line}: ({target}) names no heading of this page"));
+            }
+            continue;
+        }
         let Some(path) = local_path(&target) else { continue };
         let resolved =
             if let Some(from_root) = path.strip_prefix('/') { root.join(from_root) } else { dir.join(path) };
@@ -160,6 +199,12 @@ fn problems_in(root: &Path, page: &Path) -> Vec<String> {
             problems.push(format!("{shown}:{line}: ({target}) points outside the repository"));
         } else if !resolved.exists() {
             problems.push(format!("{shown}:{line}: ({target}) does not exist"));
+        } else if let Some((_, anchor)) = target.split_once('#').filter(|_| path.ends_with(".md")) {
+            let names_a_heading =
+                fs::read_to_string(&resolved).is_ok_and(|page| anchors(&page).contains(anchor));
+            if !names_a_heading {
+                problems.push(format!("{shown}:{line}: ({target}) names no heading of {path}"));
+            }
         }
     }
     problems
@@ -206,6 +251,26 @@ fn every_docs_page_is_in_japanese_too() {
         let kana = text.chars().filter(|c| ('\u{3040}'..='\u{30ff}').contains(c)).count();
         assert!(kana > 200, "docs/ja/{name} is written in Japanese ({kana} kana)");
     }
+}
+
+#[test]
+fn a_headings_anchor_is_githubs() {
+    let page = "# Stays: every night's lock\n\
+                ## Hops: threads, `web::block` and [the pool](../src/db/pool.rs)\n\
+                ```\n# not a heading\n```\n\
+                ## 退場: SIGTERM で抜けて、止まり、終了する\n\
+                ## Cost\n## Cost\n#hashtag\n";
+    let found: Vec<String> = anchors(page).into_iter().collect();
+    assert_eq!(
+        found,
+        [
+            "cost",
+            "cost-1",
+            "hops-threads-webblock-and-the-pool",
+            "stays-every-nights-lock",
+            "退場-sigterm-で抜けて止まり終了する",
+        ]
+    );
 }
 
 #[test]
