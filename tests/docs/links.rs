@@ -224,8 +224,28 @@ fn every_link_in_readme_and_docs_resolves() {
     );
 }
 
+/// The markers of a page's generated blocks and figures (`<!-- code: … -->`, `sql`, `checked`,
+/// `figure`), sorted: a page and its translation show the same ones.
+fn markers(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let mut rest = line;
+        while let Some(at) = rest.find("<!-- ") {
+            let marker = &rest[at..];
+            let end = marker.find("-->").map_or(marker.len(), |end| end + 3);
+            if ["code:", "sql:", "checked:", "figure:"].iter().any(|kind| marker[5..].starts_with(kind)) {
+                found.push(marker[..end].to_string());
+            }
+            rest = &marker[end..];
+        }
+    }
+    found.sort();
+    found
+}
+
 /// Every page of `docs/` has its Japanese page in `docs/ja/` under the same name, each linking to
-/// the other; and no Japanese page is left without its English one.
+/// the other and showing the same generated blocks; and no Japanese page is left without its
+/// English one.
 #[test]
 fn every_docs_page_is_in_japanese_too() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -247,6 +267,12 @@ fn every_docs_page_is_in_japanese_too() {
     assert!(unlinked.is_empty(), "English pages without a link to their Japanese page: {unlinked:?}");
     for name in &japanese {
         let text = fs::read_to_string(root.join("docs/ja").join(name)).expect("page");
+        let english = fs::read_to_string(root.join("docs").join(name)).expect("page");
+        assert_eq!(
+            markers(&text),
+            markers(&english),
+            "docs/ja/{name} shows the same generated code, SQL and figures as docs/{name}"
+        );
         assert!(text.contains(&format!("](../{name})")), "docs/ja/{name} links back to the English page");
         let kana = text.chars().filter(|c| ('\u{3040}'..='\u{30ff}').contains(c)).count();
         assert!(kana > 200, "docs/ja/{name} is written in Japanese ({kana} kana)");
