@@ -35,10 +35,6 @@ impl OffExecutor {
         &self.pool
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
     /// `work` on a blocking thread, recording into this instance's metrics. A hop that fails
     /// (the blocking pool shut down, or `work` panicked) arrives as the caller's own error.
     pub async fn run<T, E>(&self, work: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, E>
