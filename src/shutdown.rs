@@ -183,6 +183,7 @@ async fn ready(state: web::Data<AppState>, shutdown: web::Data<Shutdown>) -> Htt
         return not_ready(1, serde_json::json!({"status": "draining"}));
     }
     let database_ok = state
+        .off_executor
         .with_pool(|pool| {
             use diesel::r2d2::R2D2Connection;
             // A cached `SELECT 1`, one round trip; `None` when no connection was had at all.

@@ -67,7 +67,7 @@ async fn demo_users(state: &AppState) -> Result<Vec<(String, Role)>, AuthError> 
     if !state.config.demo_mode {
         return Ok(Vec::new());
     }
-    state.db(service::demo_users).await
+    state.off_executor.with_conn(service::demo_users).await
 }
 
 #[derive(Deserialize)]
@@ -89,7 +89,8 @@ async fn check_credentials(
     let policy = state.logins.policy();
     let key = LoginKey::new(&username, address);
     let (user, attempt) = state
-        .db(move |conn| {
+        .off_executor
+        .with_conn(move |conn| {
             let attempt = policy.begin(conn, key)?;
             match service::find_for_login(conn, &username) {
                 Ok(user) => Ok((user, attempt)),
@@ -121,7 +122,7 @@ async fn check_credentials(
             Err(AuthError::BadCredentials)
         }
         Err(unchecked) => {
-            let taken_back = state.db(move |conn| {
+            let taken_back = state.off_executor.with_conn(move |conn| {
                 attempt.not_checked(conn);
                 Ok::<_, AuthError>(())
             });
@@ -183,7 +184,8 @@ async fn start_session(
     attempt: Attempt,
 ) -> Result<SessionUser, AuthError> {
     let (user, session_id) = state
-        .db(move |conn| {
+        .off_executor
+        .with_conn(move |conn| {
             attempt.succeeded(conn);
             let session_id = session::open(conn, user.id)?;
             Ok::<_, AuthError>((user, session_id))
@@ -203,7 +205,8 @@ async fn start_session(
 async fn end_session(state: &AppState, session: &Session, everywhere: bool) -> Result<(), AuthError> {
     if let Some(ticket) = session::ticket_of(session) {
         state
-            .db(move |conn| Ok::<_, Infra>(super::logout::log_out(conn, &ticket, everywhere)?))
+            .off_executor
+            .with_conn(move |conn| Ok::<_, Infra>(super::logout::log_out(conn, &ticket, everywhere)?))
             .await
             .map_err(
                 |e| if e.is_unavailable() || e.is_busy() { AuthError::LogoutFailed(e) } else { e.into() },

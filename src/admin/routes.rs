@@ -77,7 +77,8 @@ struct AdminEditLock {
 async fn load_locks(state: &AppState) -> Result<Locks, AdminError> {
     let names = state.pool().names().clone();
     state
-        .db(move |conn| {
+        .off_executor
+        .with_conn(move |conn| {
             let edit_locks = edit_locks::list(conn)?
                 .into_iter()
                 .map(|lock| AdminEditLock { session: lock.session_hint().to_string(), lock })
@@ -144,7 +145,10 @@ async fn batch_run_row(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let id = path.into_inner();
-    let run = state.db(move |conn| Ok::<_, AdminError>(crate::batch::runs::one(conn, id)?)).await?;
+    let run = state
+        .off_executor
+        .with_conn(move |conn| Ok::<_, AdminError>(crate::batch::runs::one(conn, id)?))
+        .await?;
     let run = run.ok_or(crate::http::error::RequestError::NotFound)?;
     Ok(html(&BatchRunRow { ctx, run })?)
 }
@@ -198,7 +202,10 @@ async fn locks_page(
     let lookup = match query.name.as_deref().filter(|n| !n.trim().is_empty()) {
         Some(text) => {
             let name = OurLockName::parse(state.pool().names(), state.pool().dialect(), text)?;
-            let found = state.db(move |conn| Ok::<_, AdminError>(named_locks::lookup(conn, &name)?)).await?;
+            let found = state
+                .off_executor
+                .with_conn(move |conn| Ok::<_, AdminError>(named_locks::lookup(conn, &name)?))
+                .await?;
             Some((text.trim().to_string(), found))
         }
         None => None,
@@ -238,11 +245,14 @@ async fn force_release_edit(
     admin_id: i64,
     reason: Reason,
 ) -> Result<LockView, AdminError> {
-    state.db(move |conn| Ok(edit_locks::force_release(conn, &key, admin_id, reason.as_str())?)).await
+    state
+        .off_executor
+        .with_conn(move |conn| Ok(edit_locks::force_release(conn, &key, admin_id, reason.as_str())?))
+        .await
 }
 
 async fn release_expired(state: &AppState, admin_id: i64) -> Result<Vec<LockView>, AdminError> {
-    state.db(move |conn| Ok(edit_locks::release_expired(conn, admin_id)?)).await
+    state.off_executor.with_conn(move |conn| Ok(edit_locks::release_expired(conn, admin_id)?)).await
 }
 
 async fn release_expired_form(
@@ -268,7 +278,10 @@ async fn force_release_named(
     admin_id: i64,
     reason: Reason,
 ) -> Result<Killed, AdminError> {
-    state.db(move |conn| named_locks::force_release(conn, &name, expected, admin_id, reason.as_str())).await
+    state
+        .off_executor
+        .with_conn(move |conn| named_locks::force_release(conn, &name, expected, admin_id, reason.as_str()))
+        .await
 }
 
 async fn force_release_named_form(
@@ -305,7 +318,7 @@ async fn load_audit(state: &AppState, query: &AuditQuery) -> Result<AuditPage, A
     if !(1..=audit::MAX_PAGE).contains(&limit) {
         return Err(AdminError::OutOfRange { field: "limit", range: format!("1 to {}", audit::MAX_PAGE) });
     }
-    state.db(move |conn| Ok(audit::page(conn, before, limit)?)).await
+    state.off_executor.with_conn(move |conn| Ok(audit::page(conn, before, limit)?)).await
 }
 
 async fn audit_page(
@@ -346,7 +359,7 @@ async fn start_in_background<J: crate::batch::Job>(
     job: J,
 ) -> actix_web::Result<HttpResponse> {
     let lock = state.config.batch_lock.clone();
-    let started = state.with_pool(move |pool| crate::batch::start(pool, &lock, &job)).await?;
+    let started = state.off_executor.with_pool(move |pool| crate::batch::start(pool, &lock, &job)).await?;
     let run_id = started.run_id;
     std::thread::Builder::new()
         .name(format!("batch-run-{run_id}"))
@@ -391,7 +404,8 @@ async fn metrics_page(
     let row_width = u32::try_from(buckets).unwrap_or(15) * (super::metrics::BAR_WIDTH + 2);
     let this = instance.id.clone();
     let instances = state
-        .db(move |conn| super::instances::list(conn, &this).map_err(Infra::from))
+        .off_executor
+        .with_conn(move |conn| super::instances::list(conn, &this).map_err(Infra::from))
         .await
         .map_err(|e| log::warn!("listing the instances failed: {e}"))
         .ok();
@@ -485,7 +499,10 @@ async fn lookup_named_json(
 ) -> Result<HttpResponse, AdminError> {
     let name = OurLockName::parse(state.pool().names(), state.pool().dialect(), &path.into_inner())?;
     let key = name.as_str().to_string();
-    let found = state.db(move |conn| Ok::<_, AdminError>(named_locks::lookup(conn, &name)?)).await?;
+    let found = state
+        .off_executor
+        .with_conn(move |conn| Ok::<_, AdminError>(named_locks::lookup(conn, &name)?))
+        .await?;
     Ok(HttpResponse::Ok().json(found.ok_or(AdminError::NotHeld(key))?))
 }
 

@@ -52,11 +52,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 async fn load(state: &AppState) -> Result<Vec<ProductWithStock>, CatalogError> {
-    state.db(move |conn| Ok(service::list_with_stock(conn)?)).await
+    state.off_executor.with_conn(move |conn| Ok(service::list_with_stock(conn)?)).await
 }
 
 async fn current(state: &AppState, id: i64) -> Result<Current, CatalogError> {
-    state.db(move |conn| edit::find(conn, id)).await
+    state.off_executor.with_conn(move |conn| edit::find(conn, id)).await
 }
 
 #[derive(Template)]
@@ -348,7 +348,7 @@ async fn edit_form(
         }
     };
     let (version, actor, to_save) = (form.version, user.id, changes.clone());
-    match state.db(move |conn| edit::save(conn, id, version, &to_save, actor)).await {
+    match state.off_executor.with_conn(move |conn| edit::save(conn, id, version, &to_save, actor)).await {
         Ok(saved) => Ok(see_other(&format!("/products?saved={}", saved.id))),
         Err(CatalogError::Stale(current)) => {
             // Not an error page: the user's text, the text they started from and the text saved
@@ -436,7 +436,10 @@ async fn patch_json(
     let read_version = if_match(&req)?;
     let (body, actor) = (body.into_inner(), user.id);
     let patch = edit::Patch { name: body.name, description: body.description, price_cents: body.price_cents };
-    let saved = state.db(move |conn| edit::save_patch(conn, id, read_version, &patch, actor)).await;
+    let saved = state
+        .off_executor
+        .with_conn(move |conn| edit::save_patch(conn, id, read_version, &patch, actor))
+        .await;
     match saved {
         Ok(product) => {
             Ok(HttpResponse::Ok().insert_header((header::ETAG, etag(product.version))).json(product))

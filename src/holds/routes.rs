@@ -47,12 +47,15 @@ async fn hold(
     let user_id = user.id;
     let once = key.map(|key| key.bind(user_id, &request.describe()));
     let limits = state.config.hold_limits;
-    state.with_pool(move |pool| service::hold(pool, user_id, &request, &limits, once.as_ref())).await
+    state
+        .off_executor
+        .with_pool(move |pool| service::hold(pool, user_id, &request, &limits, once.as_ref()))
+        .await
 }
 
 async fn release(state: &AppState, user: &SessionUser, hold_id: i64) -> Result<HoldView, HoldError> {
     let user_id = user.id;
-    state.db(move |conn| service::release(conn, user_id, hold_id)).await
+    state.off_executor.with_conn(move |conn| service::release(conn, user_id, hold_id)).await
 }
 
 async fn order(
@@ -65,6 +68,7 @@ async fn order(
     let once = key.map(|key| key.bind(user_id, &format!("order from hold {hold_id}")));
     let max_per_minute = state.config.max_orders_per_minute;
     state
+        .off_executor
         .with_pool(move |pool| {
             service::order_from_hold(pool, user_id, hold_id, once.as_ref(), max_per_minute)
         })
@@ -73,7 +77,7 @@ async fn order(
 
 async fn mine(state: &AppState, user: &SessionUser) -> Result<Vec<ListedHold>, HoldError> {
     let user_id = user.id;
-    state.db(move |conn| service::mine(conn, user_id)).await
+    state.off_executor.with_conn(move |conn| service::mine(conn, user_id)).await
 }
 
 // ---- the pages ----------------------------------------------------------------------------
@@ -352,7 +356,8 @@ async fn hold_json(
 #[utoipa::path(get, path = "/api/v1/holds", tag = "holds", responses((status = 200, body = Vec<HoldView>)))]
 async fn holds_json(user: SessionUser, state: web::Data<AppState>) -> Result<HttpResponse, HoldError> {
     let user_id = user.id;
-    Ok(HttpResponse::Ok().json(state.db(move |conn| service::my_views(conn, user_id)).await?))
+    Ok(HttpResponse::Ok()
+        .json(state.off_executor.with_conn(move |conn| service::my_views(conn, user_id)).await?))
 }
 
 documented_answers!(ReleaseAnswers: HoldError[NotFound, Expired, Released, Used]);

@@ -34,7 +34,7 @@ async fn receive(
     }
     let turn = state.turn(state.pool().names().stock(product_id)).await?;
     let actor = user.id;
-    state.with_pool(move |pool| service::receive(pool, turn, actor, product_id, quantity)).await
+    state.off_executor.with_pool(move |pool| service::receive(pool, turn, actor, product_id, quantity)).await
 }
 
 #[derive(Template)]
@@ -73,7 +73,8 @@ async fn receipts_page(
 ) -> actix_web::Result<HttpResponse> {
     user.require(Role::Staff)?;
     let (products, movements) = state
-        .db(move |conn| -> Result<_, InventoryError> {
+        .off_executor
+        .with_conn(move |conn| -> Result<_, InventoryError> {
             Ok((list_with_stock(conn)?, service::recent_movements(conn, 30)?))
         })
         .await?;

@@ -53,6 +53,7 @@ async fn place(
     }
     let max_per_minute = state.config.max_orders_per_minute;
     state
+        .off_executor
         .with_pool(move |pool| {
             service::place_order(pool, &RetryPolicy::default(), user_id, &cart, once.as_ref(), max_per_minute)
         })
@@ -61,7 +62,7 @@ async fn place(
 
 async fn mine(state: &AppState, user: &SessionUser) -> Result<Vec<OrderView>, OrderError> {
     let user_id = user.id;
-    state.db(move |conn| service::my_orders(conn, user_id)).await
+    state.off_executor.with_conn(move |conn| service::my_orders(conn, user_id)).await
 }
 
 /// The catalog form names its quantity fields `qty_{product_id}`; empty and zero fields are

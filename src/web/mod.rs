@@ -7,7 +7,6 @@ pub mod error;
 use std::sync::Arc;
 
 use actix_session::SessionExt;
-use actix_web::error::BlockingError;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, dev::Payload};
 use askama::Template;
 
@@ -15,7 +14,7 @@ use crate::auth::session::SessionChecks;
 use crate::auth::throttle::{LoginGate, Policy};
 use crate::auth::{AuthError, SessionUser, csrf};
 use crate::config::Config;
-use crate::db::{CheckoutError, DbConn, DbPool, OffExecutor};
+use crate::db::{DbPool, OffExecutor};
 use crate::i18n::Lang;
 use crate::locking::{LockError, LockName, LockQueue, Turn};
 use crate::metrics::Metrics;
@@ -67,32 +66,6 @@ impl AppState {
     /// `LOCK_WAIT_SECS`; the rest of that wait is left for `GET_LOCK`.
     pub async fn turn(&self, name: LockName) -> Result<Turn, LockError> {
         self.locks.turn(name, self.config.lock_wait).await
-    }
-
-    /// A handler's way to the database: `work` with a connection checked out on a blocking
-    /// thread ([`OffExecutor::with_conn`]).
-    pub async fn db<T, E>(
-        &self,
-        work: impl FnOnce(&mut DbConn) -> Result<T, E> + Send + 'static,
-    ) -> Result<T, E>
-    where
-        T: Send + 'static,
-        E: Send + 'static + From<CheckoutError> + From<BlockingError>,
-    {
-        self.off_executor.with_conn(work).await
-    }
-
-    /// [`db`](Self::db) for a service that checks its connections out itself
-    /// ([`OffExecutor::with_pool`]).
-    pub async fn with_pool<T, E>(
-        &self,
-        work: impl FnOnce(&DbPool) -> Result<T, E> + Send + 'static,
-    ) -> Result<T, E>
-    where
-        T: Send + 'static,
-        E: Send + 'static + From<BlockingError>,
-    {
-        self.off_executor.with_pool(work).await
     }
 }
 

@@ -52,7 +52,8 @@ pub(super) async fn availability_json(
     let from = query.start()?;
     let days = query.days.unwrap_or(PAGE_DAYS);
     let viewer = user.map(|u| u.id);
-    let (resource, days) = state.db(move |conn| service::availability(conn, id, from, days, viewer)).await?;
+    let (resource, days) =
+        state.off_executor.with_conn(move |conn| service::availability(conn, id, from, days, viewer)).await?;
     Ok(HttpResponse::Ok().json(AvailabilityBody { resource, days }))
 }
 
@@ -109,7 +110,7 @@ pub(super) async fn my_reservations_json(
     user: SessionUser,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, BookingError> {
-    let mine = state.db(move |conn| service::my_reservations(conn, user.id)).await?;
+    let mine = state.off_executor.with_conn(move |conn| service::my_reservations(conn, user.id)).await?;
     Ok(HttpResponse::Ok().json(mine.into_iter().map(|(r, _)| r).collect::<Vec<_>>()))
 }
 
@@ -125,6 +126,6 @@ pub(super) async fn cancel_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, BookingError> {
     let id = path.into_inner();
-    let cancelled = state.db(move |conn| service::cancel(conn, user.id, id)).await?;
+    let cancelled = state.off_executor.with_conn(move |conn| service::cancel(conn, user.id, id)).await?;
     Ok(HttpResponse::Ok().json(cancelled))
 }

@@ -77,6 +77,7 @@ async fn book(
         Some(date) => {
             let turn = state.turn(state.pool().names().booking(resource_id, date.day())).await?;
             state
+                .off_executor
                 .with_pool(move |pool| {
                     service::book(pool, turn, &ticket, resource_id, date, once.as_ref(), max_future)
                 })
@@ -86,6 +87,7 @@ async fn book(
             let nights = stays::night_locks(state.pool().names(), resource_id, stay);
             let turns = state.locks.turns_in_order(nights, state.config.lock_wait).await?;
             state
+                .off_executor
                 .with_pool(move |pool| {
                     stays::book_stay(pool, turns, &ticket, resource_id, stay, once.as_ref(), max_future)
                 })

@@ -212,8 +212,10 @@ async fn render_resource_page(
 ) -> actix_web::Result<HttpResponse> {
     let Shown { from, saved, refused, picked } = shown;
     let viewer = ctx.user.as_ref().map(|u| u.id);
-    let (resource, days) =
-        state.db(move |conn| service::availability(conn, id, from, PAGE_DAYS, viewer)).await?;
+    let (resource, days) = state
+        .off_executor
+        .with_conn(move |conn| service::availability(conn, id, from, PAGE_DAYS, viewer))
+        .await?;
     let step = chrono::Days::new(u64::from(PAGE_DAYS));
     let preview = picked.as_ref().map(|picked| {
         picked.stay().map(|stay| Preview::of(stay, &resource, &days, ctx.lang)).map_err(|no| no.problem())
@@ -371,7 +373,7 @@ pub(super) async fn my_bookings_page(
     query: web::Query<BookedQuery>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let bookings = state.db(move |conn| service::my_reservations(conn, user.id)).await?;
+    let bookings = state.off_executor.with_conn(move |conn| service::my_reservations(conn, user.id)).await?;
     Ok(html(&MyBookingsPage {
         ctx,
         bookings,
@@ -388,6 +390,6 @@ pub(super) async fn cancel_form(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let id = path.into_inner();
-    state.db(move |conn| service::cancel(conn, user.id, id)).await?;
+    state.off_executor.with_conn(move |conn| service::cancel(conn, user.id, id)).await?;
     Ok(see_other(&format!("/bookings?cancelled={id}")))
 }

@@ -278,7 +278,7 @@ impl RaceBoard {
         };
         let holder = format!("{:032x}", rand::random::<u128>());
         let (claimed_by, claimed) = (holder.clone(), race.clone());
-        if !state.db(move |conn| claim(conn, &claimed_by, &claimed)).await? {
+        if !state.off_executor.with_conn(move |conn| claim(conn, &claimed_by, &claimed)).await? {
             return Err(DemoError::RaceRunning);
         }
         if let Some(address) = address {
@@ -317,7 +317,7 @@ async fn read_while_watched(board: web::Data<RaceBoard>, state: web::Data<AppSta
             }
         }
         let known = board.state.borrow().seq;
-        match state.db(move |conn| read(conn, Some(known))).await {
+        match state.off_executor.with_conn(move |conn| read(conn, Some(known))).await {
             Ok(changed) => {
                 if let Some(live) = changed {
                     board.state.send_replace(live);

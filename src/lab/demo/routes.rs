@@ -78,7 +78,9 @@ async fn start_race(
         return Err(DemoError::CoolingDown(left.as_secs().max(1)));
     }
     let asked_for = who.clone();
-    if let Some(left) = state.db(move |conn| race::cooldown_left(conn, &asked_for)).await? {
+    if let Some(left) =
+        state.off_executor.with_conn(move |conn| race::cooldown_left(conn, &asked_for)).await?
+    {
         return Err(DemoError::CoolingDown(left.as_secs().max(1)));
     }
     let ticket = RaceBoard::take(state, board, &spec, &who, address).await?;
@@ -283,9 +285,9 @@ async fn render_demo_page(
     form: RaceForm,
     refused: Option<Refused>,
 ) -> actix_web::Result<HttpResponse> {
-    let report = state.db(move |conn| race::load(conn, race)).await?;
-    let live = state.db(live::now).await?;
-    let flash = state.db(crate::lab::flash::latest).await?;
+    let report = state.off_executor.with_conn(move |conn| race::load(conn, race)).await?;
+    let live = state.off_executor.with_conn(live::now).await?;
+    let flash = state.off_executor.with_conn(crate::lab::flash::latest).await?;
     let bars = report.as_ref().map(|r| bars(r, ctx.lang)).unwrap_or_default();
     let (lang, engine) = (ctx.lang, state.pool().engine());
     let bounds = bounds_of(&ctx);
@@ -406,7 +408,7 @@ async fn live_events(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, DemoError> {
     let states = RaceBoard::watch(&board, &state);
-    let first = state.db(live::now).await?;
+    let first = state.off_executor.with_conn(live::now).await?;
     let events = futures_util::stream::unfold(
         (states, Some(first), None::<u64>),
         |(mut states, first, mut sent)| async move {
@@ -557,7 +559,7 @@ async fn race_json(
                 waiting, running or done; `attempts`, `confirmed`, `double_bookings` so far); `finished`: \
                 `{outcome: report, race_id}` or `{outcome: failed, message}` for the last race")))]
 async fn live_json(state: web::Data<AppState>) -> Result<HttpResponse, DemoError> {
-    Ok(HttpResponse::Ok().json(state.db(live::now).await?))
+    Ok(HttpResponse::Ok().json(state.off_executor.with_conn(live::now).await?))
 }
 
 documented_answers!(RaceByIdAnswers: DemoError[RaceNotFound]);
@@ -570,7 +572,7 @@ async fn race_by_id_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, DemoError> {
     let id = path.into_inner();
-    let report = state.db(move |conn| race::load(conn, Some(id))).await?;
+    let report = state.off_executor.with_conn(move |conn| race::load(conn, Some(id))).await?;
     Ok(HttpResponse::Ok().json(report))
 }
 
@@ -642,6 +644,7 @@ async fn book_json(
         _ => None,
     };
     let answer = state
+        .off_executor
         .with_pool(move |pool| {
             // Checked before the booking, outside its lock: concurrent requests may pass it together
             // and overshoot by at most the number of requests in flight, which still bounds the table.

@@ -44,7 +44,9 @@ async fn flash_sale_form(
     let address_left = address.and_then(|a| board.address_cooldown_left(a, VISITOR_COOLDOWN));
     let taken = match address_left {
         Some(left) => Err(FlashError::CoolingDown(left.as_secs().max(1))),
-        None => state.db(move |conn| super::take_slot(conn, super::Starter::User(&who))).await,
+        None => {
+            state.off_executor.with_conn(move |conn| super::take_slot(conn, super::Starter::User(&who))).await
+        }
     };
     match taken {
         Ok(slot) => {

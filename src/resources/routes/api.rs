@@ -36,7 +36,7 @@ pub(super) async fn lock_json(
 ) -> Result<HttpResponse, ResourceError> {
     editor(&user)?;
     let id = path.into_inner();
-    let lock = state.db(move |conn| editing::lock_of(conn, id)).await?;
+    let lock = state.off_executor.with_conn(move |conn| editing::lock_of(conn, id)).await?;
     Ok(HttpResponse::Ok().json(lock))
 }
 
@@ -58,6 +58,7 @@ pub(super) async fn acquire_json(
     let turn = edit_lock_turn(&state, id).await?;
     let ttl = state.config.edit_lock_ttl;
     let (_, acquired, lock) = state
+        .off_executor
         .with_pool(move |pool| editing::open(pool, turn, ttl, id, &owner, Policy::TakeOverExpired))
         .await?;
     Ok(match acquired {
@@ -93,7 +94,8 @@ pub(super) async fn heartbeat_json(
     let owner = editor(&user)?;
     let (ttl, id) = (state.config.edit_lock_ttl, resource_id(path)?);
     let (key, epoch) = (EditLockKey::resource(id), query.epoch);
-    let lock = state.db(move |conn| service::heartbeat(conn, ttl, &key, &owner, epoch)).await?;
+    let lock =
+        state.off_executor.with_conn(move |conn| service::heartbeat(conn, ttl, &key, &owner, epoch)).await?;
     Ok(HttpResponse::Ok().json(lock))
 }
 
@@ -121,7 +123,8 @@ pub(super) async fn release_json(
     let owner = editor(&user)?;
     let (id, if_heartbeat) = (resource_id(path)?, query.if_heartbeat.map(|t| t.naive_utc()));
     state
-        .db(move |conn| {
+        .off_executor
+        .with_conn(move |conn| {
             let key = EditLockKey::resource(id);
             service::release(conn, &key, &owner, if_heartbeat, service::BY_ITS_OWNER)
         })
@@ -169,7 +172,10 @@ pub(super) async fn patch_json(
     };
     let changes = ResourceChanges::parse(&input)?;
     let id = path.into_inner();
-    let saved = state.db(move |conn| editing::patch(conn, id, &owner, lock_epoch, &changes)).await?;
+    let saved = state
+        .off_executor
+        .with_conn(move |conn| editing::patch(conn, id, &owner, lock_epoch, &changes))
+        .await?;
     Ok(HttpResponse::Ok().json(saved))
 }
 
@@ -203,7 +209,7 @@ pub(super) async fn draft_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
     let (owner, id) = (editor(&user)?, resource_id(path)?);
-    let draft = state.db(move |conn| editing::draft_of(conn, id, owner.user_id)).await?;
+    let draft = state.off_executor.with_conn(move |conn| editing::draft_of(conn, id, owner.user_id)).await?;
     Ok(HttpResponse::Ok().json(draft))
 }
 
@@ -239,6 +245,6 @@ pub(super) async fn discard_draft_json(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ResourceError> {
     let (owner, id) = (editor(&user)?, resource_id(path)?);
-    state.db(move |conn| editing::discard_draft(conn, id, owner.user_id)).await?;
+    state.off_executor.with_conn(move |conn| editing::discard_draft(conn, id, owner.user_id)).await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -96,7 +96,7 @@ fn editor(user: &SessionUser) -> Result<Owner, ResourceError> {
 }
 
 pub(super) async fn all_resources(state: &AppState) -> Result<Vec<Resource>, ResourceError> {
-    state.db(move |conn| -> Result<_, ResourceError> { Ok(Resource::list(conn)?) }).await
+    state.off_executor.with_conn(move |conn| -> Result<_, ResourceError> { Ok(Resource::list(conn)?) }).await
 }
 
 /// This request's turn at the edit lock of resource `id` (see `locking::queue`).
@@ -139,5 +139,5 @@ pub(super) async fn keep_draft(
     input: ResourceInput,
     why: &'static str,
 ) -> Result<(), ResourceError> {
-    state.db(move |conn| editing::keep_draft(conn, id, owner.user_id, &input, why)).await
+    state.off_executor.with_conn(move |conn| editing::keep_draft(conn, id, owner.user_id, &input, why)).await
 }

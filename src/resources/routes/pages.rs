@@ -145,7 +145,7 @@ pub(super) async fn open(
     let owner = editor(user)?;
     let turn = edit_lock_turn(state, id).await?;
     let ttl = state.config.edit_lock_ttl;
-    state.with_pool(move |pool| editing::open_editor(pool, turn, ttl, id, &owner, policy)).await
+    state.off_executor.with_pool(move |pool| editing::open_editor(pool, turn, ttl, id, &owner, policy)).await
 }
 
 /// `input`: unsaved input to put in the editor instead of the stored values (carried by a
@@ -210,7 +210,7 @@ pub(super) async fn edit_page(
     let (owner, id) = (editor(&user)?, path.into_inner());
     let user_id = owner.user_id;
     let editing::EditorState { resource, lock, draft } =
-        state.db(move |conn| editing::editor_state(conn, id, user_id)).await?;
+        state.off_executor.with_conn(move |conn| editing::editor_state(conn, id, user_id)).await?;
     match lock {
         Some(lock) if lock.is_owned_by(&owner) && !lock.expired => {
             let restored = draft.as_ref().filter(|_| query.draft.as_deref() == Some("restore"));
@@ -253,7 +253,7 @@ pub(super) async fn view_page(
     editor(&user)?;
     let id = resource_id(path)?;
     let editing::ResourceView { resource, lock, closed } =
-        state.db(move |conn| editing::view(conn, id)).await?;
+        state.off_executor.with_conn(move |conn| editing::view(conn, id)).await?;
     Ok(html(&ViewPage { ctx, resource, lock, closed, draft_kept: query.draft.as_deref() == Some("kept") })?)
 }
 
@@ -278,7 +278,7 @@ pub(super) async fn discard_draft_form(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let (owner, id) = (editor(&user)?, resource_id(path)?);
-    state.db(move |conn| editing::discard_draft(conn, id, owner.user_id)).await?;
+    state.off_executor.with_conn(move |conn| editing::discard_draft(conn, id, owner.user_id)).await?;
     Ok(see_other(&format!("/resources/{id}/edit")))
 }
 
@@ -357,7 +357,8 @@ pub(super) async fn ended_part(
 ) -> actix_web::Result<HttpResponse> {
     let (owner, id) = (editor(&user)?, resource_id(path)?);
     let epoch = query.epoch;
-    let ending = state.db(move |conn| editing::ending_of(conn, id, &owner, epoch)).await?;
+    let ending =
+        state.off_executor.with_conn(move |conn| editing::ending_of(conn, id, &owner, epoch)).await?;
     Ok(html(&EndedPart { ctx, resource_id: id, ending })?)
 }
 
@@ -369,7 +370,7 @@ pub(super) async fn cancel_form(
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
     let (owner, id) = (editor(&user)?, path.into_inner());
-    state.db(move |conn| editing::cancel(conn, id, &owner)).await?;
+    state.off_executor.with_conn(move |conn| editing::cancel(conn, id, &owner)).await?;
     Ok(see_other(&format!("/resources/{id}")))
 }
 
@@ -394,7 +395,10 @@ pub(super) async fn save_form(
     let lock_epoch = epoch(form.lock_epoch.as_deref())?;
     let input = form.input;
     let (saver, submitted) = (owner.clone(), input.clone());
-    let saved = state.db(move |conn| editing::save_form(conn, id, &saver, lock_epoch, &submitted)).await?;
+    let saved = state
+        .off_executor
+        .with_conn(move |conn| editing::save_form(conn, id, &saver, lock_epoch, &submitted))
+        .await?;
     match saved {
         FormSaved::Saved => Ok(see_other(&format!("/resources/{id}?saved=1"))),
         FormSaved::Invalid { resource, lock, errors } => {
