@@ -117,13 +117,18 @@ impl Application {
         // This instance's queues of bookings per day, served in batches.
         // Their waiters are turned away at the same cutoff as the lock queue's (`shutdown`).
         let cutoff = state.locks.cutoff().clone();
-        let coalescer = aweb::Data::new(bookings::coalesce::Coalescer::new(
+        let coalescer = aweb::Data::new(bookings::coalesce::coalescer(
+            state.off_executor.clone(),
+            state.locks.clone(),
             state.config.max_future_bookings,
             cutoff.clone(),
         ));
         // And of single-line orders per product.
-        let order_coalescer =
-            aweb::Data::new(orders::coalesce::Coalescer::new(state.config.max_orders_per_minute, cutoff));
+        let order_coalescer = aweb::Data::new(orders::coalesce::coalescer(
+            state.off_executor.clone(),
+            state.config.max_orders_per_minute,
+            cutoff,
+        ));
         // Readiness, the requests in flight, and the drain on a stop signal.
         let shutdown = aweb::Data::new(shutdown::Shutdown::new(&state));
         // One per instance, shared by its workers: this instance's watchers of the cluster's

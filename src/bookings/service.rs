@@ -60,10 +60,11 @@ use crate::schema::{reservations, resource_closures, resources};
 ///   ([`crate::idempotency`]). The claim comes after step 3 (the user's row lock must precede
 ///   every read of the transaction), so a replayed request gets its stored answer, never a
 ///   quota refusal.
-/// - **Coalescing** (instead of this function): without a key, and with `BOOKING_COALESCING` on,
-///   requests for one day are booked in batches, steps 1–8 once for many ([`book_batch`]). Here
-///   come the keyed requests, all of them with `BOOKING_COALESCING=false`, and any the coalescer
-///   hands back.
+/// - **Coalescing** (instead of this function, for requests that queue): without a key, and with
+///   `BOOKING_COALESCING` on, requests that queue for one day are booked in batches, steps 1–8
+///   once for many ([`book_batch`]). Here come the keyed requests, every request the coalescer
+///   finds alone at its day, all of them with `BOOKING_COALESCING=false`, and any a batch hands
+///   back.
 ///
 /// The quota: the user may hold at most `max_future` confirmed bookings of today or later
 /// (`MAX_FUTURE_BOOKINGS_PER_USER`), past which the booking is refused with
@@ -95,8 +96,8 @@ pub fn book(
     .and_then(std::convert::identity)
 }
 
-/// Steps 4 to 6 of [`book`], for the requests of `tickets` in arrival order (a single booking is
-/// a batch of one): read the day, decide each request against it, insert the granted ones.
+/// Steps 4 to 6 of [`book`], for the requests of `tickets` in arrival order ([`book`] passes its
+/// one request): read the day, decide each request against it, insert the granted ones.
 /// Only ever run in a transaction that holds the day's lock and has locked the users' rows
 /// ([`book`], [`book_batch`]).
 ///

@@ -20,6 +20,8 @@
 //!   sessions that wait at the server, so one hot or stuck key cannot take every connection.
 //! - [`Batches`]: the requests for one hot key waiting in memory, in arrival order, for the one
 //!   task that serves them in batches (one lock, one transaction, one commit for many).
+//! - [`Coalescer`]: that task and its rules: a request alone at its key runs the feature's
+//!   lesson function, requests that queued for one key are decided together ([`Serve`]).
 //! - [`Cutoff`]: the moment a stopping instance answers every request still waiting in memory
 //!   (503 `draining`) instead of letting its connection be closed unanswered.
 //!
@@ -28,6 +30,7 @@
 //! names themselves are built where the servers' rules for them are known (`db::lock_names`).
 
 pub mod batches;
+mod coalescer;
 mod cutoff;
 mod named;
 pub mod queue;
@@ -36,6 +39,7 @@ mod transaction_scoped;
 
 pub use crate::db::lock_names::{self as names, LockName, Namespace};
 pub use batches::Batches;
+pub use coalescer::{Coalescer, Serve};
 pub use cutoff::Cutoff;
 pub use named::{AcquireError, LockError, NamedLockGuard, NamedLocksGuard};
 pub use queue::{LockQueue, Turn, TurnsInOrder};

@@ -8,7 +8,7 @@ use askama::Template;
 use serde::Deserialize;
 
 use super::OrderError;
-use super::coalesce::Coalescer;
+use super::coalesce::{self, Coalescer};
 use super::model::Cart;
 use super::service::{self, OrderView, Placed};
 use crate::auth::SessionUser;
@@ -35,9 +35,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 /// Places the request's order by one of two paths that run the same steps:
-/// - the coalescer ([`Coalescer::order`], then `service::order_batch`) for every order with
-///   `ORDER_COALESCING` on (the default): the single-line orders of one product placed in
-///   batches, in arrival order, keyed or not; a cart of several lines runs on its own there.
+/// - the coalescer ([`coalesce::order`]) for every order with `ORDER_COALESCING` on (the
+///   default): an order alone at its product, and a cart of several lines, run
+///   [`service::place_order`] too; single-line orders that queued for one product are placed
+///   together, in arrival order, keyed or not (`service::order_batch`).
 /// - [`service::place_order`], the lesson, for every order with `ORDER_COALESCING=false`.
 async fn place(
     state: &AppState,
@@ -49,7 +50,7 @@ async fn place(
     let user_id = user.id;
     let once = key.map(|key| key.bind(user_id, &cart.describe()));
     if state.config.coalesce_orders {
-        return coalescer.order(&state.off_executor, state.config.lock_wait, user_id, cart, once).await;
+        return coalesce::order(coalescer, state.config.lock_wait, user_id, cart, once).await;
     }
     let max_per_minute = state.config.max_orders_per_minute;
     state

@@ -31,9 +31,6 @@ pub const STATEMENTS: &[Figure] = &[
     // GET_LOCK, START TRANSACTION, the user's row, the claim (a duplicate), the stored answer,
     // COMMIT, RELEASE_LOCK.
     Figure { name: "booking_keyed_resend", mysql: 7, postgres: 6 },
-    // A request the coalescer books alone (a batch of one): the booking's eight, on PostgreSQL
-    // too, where the batch's lock is the session's and must be released.
-    Figure { name: "booking_coalesced_alone", mysql: 8, postgres: 8 },
     // Five requests on a day with three places: GET_LOCK, START TRANSACTION, the users' rows,
     // three reads (the day, the others' bookings that day, their future bookings), three INSERTs
     // with their ids, COMMIT, RELEASE_LOCK.
@@ -56,8 +53,6 @@ pub const STATEMENTS: &[Figure] = &[
     // ledger movements, one UPDATE of the stock row, COMMIT: twelve, for one order or 32. Five
     // orders:
     Figure { name: "order_batch_of_five", mysql: 12, postgres: 12 },
-    // An order the coalescer finds alone (a batch of one): the same twelve as one at a time.
-    Figure { name: "order_coalesced_alone", mysql: 12, postgres: 12 },
     // START TRANSACTION, the user's row FOR UPDATE, the product's name, the stock row FOR UPDATE,
     // its live holds, the customer's own live hold of it, the customer's recent holds (limits),
     // INSERT, its id, COMMIT.

@@ -246,26 +246,36 @@ fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
     counted.assert_cached(5 * figure(&pool, "booking_batch_of_five"));
 }
 
-/// A request the coalescer finds alone at its day is booked as a batch of one: the day's lock is
-/// then the session's, held by a guard, on PostgreSQL too, so there it costs its release, one
-/// statement more than [`bookings::book`].
+/// A request alone at its day, with coalescing on (the default), runs through the coalescer
+/// exactly as a JSON booking without a key does, and the coalescer books it with the lesson,
+/// [`bookings::book`]: the same statements, counted by the server. Only requests that queued
+/// behind one another form a batch.
 #[test]
-fn a_coalesced_booking_alone_is_a_batch_of_one() {
+fn a_lone_booking_through_the_coalescer_sends_the_lessons_statements() {
+    use haita::bookings::coalesce;
     let db = TestDb::new();
-    let user = vec![log_in_directly(&db, create_user(&db, "alone", haita::auth::Role::Customer).id)];
+    let user = log_in_directly(&db, create_user(&db, "alone", haita::auth::Role::Customer).id);
     let resource = create_resource(&db, "Alone room", 1);
     let pool = single_connection_pool(&db);
+    let door = haita::db::OffExecutor::new(pool.clone(), haita::metrics::Metrics::new());
+    let locks = std::sync::Arc::new(haita::locking::LockQueue::new(4));
+    let coalescer = std::sync::Arc::new(coalesce::coalescer(door, locks.clone(), 30, locks.cutoff().clone()));
     let alone = |days_ahead: u64| {
         let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
-        let turn = Turn::alone(pool.names().booking(resource, date.day()), Duration::from_secs(5));
-        let answers = bookings::book_batch(&pool, turn, resource, date, &user, 30).expect("batch");
-        assert!(matches!(answers.as_slice(), [Ok(_)]), "{answers:?}");
+        let booked = actix_web::rt::System::new().block_on(coalesce::book(
+            &coalescer,
+            Duration::from_secs(5),
+            user.clone(),
+            resource,
+            date,
+        ));
+        booked.expect("a free day");
     };
     alone(1);
     let counted = Commands::of(&pool, || (2..=11).for_each(alone));
     // GET_LOCK, START TRANSACTION, the user's row FOR UPDATE, the day's read, INSERT,
-    // LAST_INSERT_ID, COMMIT, RELEASE_LOCK; on PostgreSQL the same, the lock being the session's.
-    counted.assert_cached(10 * figure(&pool, "booking_coalesced_alone"));
+    // LAST_INSERT_ID, COMMIT, RELEASE_LOCK: the lesson's.
+    counted.assert_cached(10 * figure(&pool, "booking"));
 }
 
 on_both_engines!(
@@ -352,6 +362,7 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
 /// statements and one commit whether the batch holds one order or five (or 32).
 #[test]
 fn a_batch_of_orders_prepares_nothing_in_steady_state_and_takes_twelve_statements_however_long() {
+    use haita::orders::coalesce;
     use haita::orders::model::Cart;
     use haita::orders::service::{BatchedOrder, order_batch};
     let db = TestDb::new();
@@ -367,7 +378,6 @@ fn a_batch_of_orders_prepares_nothing_in_steady_state_and_takes_twelve_statement
         assert!(batched.answers.iter().all(Result::is_ok), "every order placed");
     };
     batch(&buyers);
-    batch(&buyers[..1]);
 
     let five = Commands::of(&pool, || (0..5).for_each(|_| batch(&buyers)));
     // START TRANSACTION, the users' rows FOR UPDATE, the catalog, the users' orders of the last
@@ -375,11 +385,18 @@ fn a_batch_of_orders_prepares_nothing_in_steady_state_and_takes_twelve_statement
     // their lines, INSERT their ledger movements, one UPDATE of the stock row, COMMIT.
     five.assert_cached(5 * figure(&pool, "order_batch_of_five"));
 
-    // An order the coalescer finds alone at its product: a batch of one, the same twelve, as
-    // many as one at a time.
-    let alone = Commands::of(&pool, || (0..10).for_each(|_| batch(&buyers[..1])));
-    alone.assert_cached(10 * figure(&pool, "order_coalesced_alone"));
-    assert_eq!(figure(&pool, "order_coalesced_alone"), figure(&pool, "order"));
+    // An order alone at its product, through the coalescer as an order request goes: the
+    // lesson's twelve, `place_order`'s.
+    let door = haita::db::OffExecutor::new(pool.clone(), haita::metrics::Metrics::new());
+    let coalescer = std::sync::Arc::new(coalesce::coalescer(door, 1000, haita::locking::Cutoff::default()));
+    let alone = || {
+        let cart = Cart::parse(&[(product, 1)]).expect("cart");
+        let order = coalesce::order(&coalescer, Duration::from_secs(5), buyers[0], cart, None);
+        actix_web::rt::System::new().block_on(order).expect("placed");
+    };
+    alone();
+    let counted = Commands::of(&pool, || (0..10).for_each(|_| alone()));
+    counted.assert_cached(10 * figure(&pool, "order"));
     assert_eq!(figure(&pool, "order_batch_of_five"), figure(&pool, "order"));
 }
 

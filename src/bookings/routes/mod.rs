@@ -10,7 +10,7 @@ pub use api::Api;
 use actix_web::web;
 
 use super::BookingError;
-use super::coalesce::Coalescer;
+use super::coalesce::{self, Coalescer};
 use super::model::{Reservation, Stay};
 use super::service;
 use super::stays;
@@ -39,8 +39,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 ///   and for every day with `BOOKING_COALESCING=false`. A keyed request runs on its own under
 ///   the day's lock, never in a coalesced batch: its stored answer belongs to one transaction
 ///   of one request.
-/// - the coalescer ([`Coalescer::book`], then `service::book_batch`) for the other days: the
-///   requests of one day booked under one lock, in arrival order.
+/// - the coalescer ([`coalesce::book`]) for the other days: a request alone at its day runs
+///   [`service::book`] too; requests that queued for one day are booked together under one
+///   lock, in arrival order (`service::book_batch`).
 /// - [`stays::book_stay`] for a stay of several nights, one at a time under the day lock of
 ///   each night, taken in ascending date order. (A stay of one night is a booking of its day.)
 ///
@@ -72,7 +73,7 @@ async fn book(
     let booked = match stay.single_day() {
         Some(date) if state.config.coalesce_bookings && once.is_none() => {
             let wait = state.config.lock_wait;
-            coalescer.book(&state.off_executor, &state.locks, wait, ticket, resource_id, date).await
+            coalesce::book(coalescer, wait, ticket, resource_id, date).await
         }
         Some(date) => {
             let turn = state.turn(state.pool().names().booking(resource_id, date.day())).await?;

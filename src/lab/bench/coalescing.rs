@@ -23,7 +23,7 @@ use diesel::connection::SimpleConnection;
 use super::ServerCounters;
 use crate::auth::session::Ticket;
 use crate::bookings::BookingError;
-use crate::bookings::coalesce::Coalescer;
+use crate::bookings::coalesce::{self, Coalescer};
 use crate::bookings::model::{BookingDate, Reservation};
 use crate::bookings::service;
 use crate::config::Config;
@@ -150,14 +150,12 @@ pub(super) struct Booker {
 
 impl Booker {
     pub(super) fn new(pool: &DbPool, config: &Config) -> Self {
-        Self {
-            db: OffExecutor::new(pool.clone(), crate::metrics::Metrics::new()),
-            locks: Arc::new(LockQueue::new(config.lock_waiters_max)),
-            // The benchmark's customers book far more days than a person may: it measures the
-            // locking, whose cost (the user's row lock included) is the same under any cap.
-            coalescer: Arc::new(Coalescer::new(u32::MAX, crate::locking::Cutoff::default())),
-            wait: config.lock_wait,
-        }
+        let db = OffExecutor::new(pool.clone(), crate::metrics::Metrics::new());
+        let locks = Arc::new(LockQueue::new(config.lock_waiters_max));
+        // The benchmark's customers book far more days than a person may: it measures the
+        // locking, whose cost (the user's row lock included) is the same under any cap.
+        let coalescer = coalesce::coalescer(db.clone(), locks.clone(), u32::MAX, locks.cutoff().clone());
+        Self { db, locks, coalescer: Arc::new(coalescer), wait: config.lock_wait }
     }
 
     /// The way to the database this booker's requests take.
@@ -176,7 +174,7 @@ impl Booker {
         let (wait, name) = (self.wait, self.db.pool().names().booking(resource, day.day()));
         let turn = match path {
             Path::Coalesced => {
-                return self.coalescer.book(&self.db, &self.locks, wait, ticket(user), resource, day).await;
+                return coalesce::book(&self.coalescer, wait, ticket(user), resource, day).await;
             }
             Path::Unqueued => Turn::alone(name, wait),
             Path::OneAtATime => self.locks.turn(name, wait).await?,

@@ -39,7 +39,7 @@ use crate::config::Config;
 use crate::db::{self, DbConn, DbPool, Engine, ScratchDatabase, cached_sql};
 use crate::lab::stats::percentile_ms;
 use crate::locking::retry::RetryPolicy;
-use crate::orders::coalesce::Coalescer;
+use crate::orders::coalesce;
 use crate::orders::model::Cart;
 use crate::orders::{OrderError, service};
 
@@ -430,14 +430,14 @@ fn on_threads(bench: &Prepared, keys: Keys, path: Path, clients: usize, window: 
 /// `clients` async tasks, each ordering in a loop through the coalescer, as the app's handlers
 /// do (the batches run on the blocking pool).
 fn on_tasks(bench: &Prepared, keys: Keys, clients: usize, window: Duration) -> Measured {
-    let coalescer = Arc::new(Coalescer::new(u32::MAX, crate::locking::Cutoff::default()));
     let wait = bench.config.lock_wait;
     // The door an instance would have, with metrics of the benchmark's own.
     let door = crate::db::OffExecutor::new(bench.pool.clone(), crate::metrics::Metrics::new());
+    let coalescer = Arc::new(coalesce::coalescer(door, u32::MAX, crate::locking::Cutoff::default()));
     let started = Instant::now();
     let tallies = actix_web::rt::System::new().block_on(async {
         let tasks = (0..clients).map(|client| {
-            let (coalescer, door) = (coalescer.clone(), door.clone());
+            let coalescer = coalescer.clone();
             let products: Vec<i64> = (0..4096).map(|_| bench.product(keys)).collect();
             let buyers: Vec<i64> = (0..BUYERS_PER_CLIENT).map(|n| bench.buyer(client, n)).collect();
             actix_web::rt::spawn(async move {
@@ -449,7 +449,7 @@ fn on_tasks(bench: &Prepared, keys: Keys, clients: usize, window: Duration) -> M
                     n += 1;
                     let Ok(cart) = Cart::parse(&[(product, 1)]) else { continue };
                     let t = Instant::now();
-                    match coalescer.order(&door, wait, user_id, cart, None).await {
+                    match coalesce::order(&coalescer, wait, user_id, cart, None).await {
                         Ok(_) => latencies.push(t.elapsed()),
                         Err(e) => {
                             failed += 1;
