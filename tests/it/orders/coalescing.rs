@@ -621,7 +621,8 @@ async fn a_deadlock_halfway_through_a_locking_read(db: TestDb) {
 
 /// Another session, in a transaction that has written ballast rows on MySQL, so that InnoDB
 /// rolls back the batch (the transaction with less to undo) when the two deadlock; PostgreSQL
-/// aborts whichever session's deadlock check runs first, so a plain transaction does there.
+/// aborts whichever session's deadlock check runs first, so there this session's check is put
+/// off.
 fn session_that_outweighs_a_batch(db: &TestDb) -> haita::db::DbConn {
     let mut other = db.raw_connection();
     diesel::connection::SimpleConnection::batch_execute(
@@ -632,7 +633,10 @@ fn session_that_outweighs_a_batch(db: &TestDb) -> haita::db::DbConn {
                  INSERT INTO ballast WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) \
                    SELECT n FROM s"
             }
-            Engine::Postgres => "START TRANSACTION",
+            // Its own deadlock check comes a minute late: the batch's, after the server's
+            // `deadlock_timeout`, is then the one to find the cycle, however loaded the machine
+            // (which check runs first is otherwise a race between two timers).
+            Engine::Postgres => "SET deadlock_timeout = '60s'; START TRANSACTION",
         },
     )
     .expect("ballast");
