@@ -24,6 +24,7 @@ use diesel::result::Error as DbError;
 
 use crate::db::CheckoutError;
 use crate::db::errors::{Failure, classify_message, lost_connection};
+use crate::http::answers::{Answer, Carried};
 use crate::http::error::{AsProblem, Problem};
 use crate::locking::retry::MayConflict;
 use crate::locking::{AcquireError, LockError};
@@ -125,6 +126,15 @@ impl Infra {
     }
 }
 
+/// A feature error that carries an `Infra` answers what its problem says, and is never `[kept]`
+/// nor answered in place: the infrastructure decided nothing about the request.
+impl Carried for Infra {
+    fn carried_answer(&self) -> Answer {
+        let problem = self.problem();
+        Answer::new(problem.status, problem.error)
+    }
+}
+
 /// Infra answers 503 (busy or unavailable, with `Retry-After`) or 500; it is carried by every
 /// feature error and documented once for all operations (`crate::openapi`), not per variant.
 impl AsProblem for Infra {
@@ -136,7 +146,7 @@ impl AsProblem for Infra {
             Self::Lock(e @ (LockError::TimedOut { name, .. } | LockError::Crowded { name })) => {
                 let cause =
                     if matches!(e, LockError::Crowded { .. }) { "lock_waiters" } else { "named_lock" };
-                Problem::busy_in(match name.scope() {
+                Problem::busy(match name.scope() {
                     "book" => "busy.book",
                     "stock" => "busy.stock",
                     // Queued behind a flash sale's batches (`orders::coalesce`).
@@ -148,9 +158,9 @@ impl AsProblem for Infra {
             }
             Self::Lock(LockError::ShuttingDown { .. }) => Problem::draining(),
             Self::Database(e, _) if e.lock_conflict().is_some() => {
-                Problem::busy_in("busy.demand").because("row_lock")
+                Problem::busy("busy.demand").because("row_lock")
             }
-            Self::Pool(_) => Problem::busy_in("busy.server").because("pool"),
+            Self::Pool(_) => Problem::busy("busy.server").because("pool"),
             Self::Database(..)
             | Self::Blocking(_)
             | Self::Lock(LockError::Failed { .. })

@@ -75,7 +75,8 @@ impl AsProblem for AuthError {
             Self::Forbidden { need, .. } => answer.said("auth.forbidden", &[("role", need.to_string())]),
             Self::BadCredentials => answer.said("auth.bad_credentials", &[]),
             Self::CsrfFailed => answer.said("error.csrf", &[]),
-            Self::Invalid { field, message } => answer.saying(format!("{field}: {message}")),
+            Self::Invalid { field, message } => answer
+                .said("request.invalid_field", &[("field", field.to_string()), ("message", message.clone())]),
             Self::UsernameTaken(name) => answer.said("auth.username_taken", &[("name", format!("{name:?}"))]),
             Self::Throttled { retry_after_secs } => Problem {
                 retry_after: Some(*retry_after_secs),

@@ -17,12 +17,12 @@ use chrono::NaiveDate;
 
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
-use crate::idempotency::{IdempotencyError, Refusal};
+use crate::idempotency::IdempotencyError;
 use crate::infra::{Infra, infra_error};
 use model::StayProblem;
 
 /// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`
-/// (`crate::idempotency`); only refusals ([`Refusal::is_answer`]) ever are.
+/// (`crate::idempotency`); only refusals declared `[kept]` ever are.
 #[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum BookingError {
     #[error("invalid date {0:?}")]
@@ -33,8 +33,9 @@ pub enum BookingError {
     TooFarAhead(NaiveDate),
     #[error("invalid {0}")]
     InvalidId(String),
-    #[error("invalid range: {0}")]
-    InvalidRange(String),
+    /// Availability asked for too many days, or none: at most `max`.
+    #[error("days must be between 1 and {max}")]
+    InvalidRange { max: u32 },
     /// The dates sent are no stay (`model::Stay`): which way, said in the answer.
     #[error("not a stay: {0:?}")]
     InvalidStay(StayProblem),
@@ -84,26 +85,6 @@ pub enum BookingError {
 }
 
 impl BookingError {
-    /// What the booking form answers on the resource page itself, next to the day: the day's
-    /// own answer, or a date the form should not have sent. The rest (an ended session, a busy
-    /// server, an unknown resource) are pages of their own.
-    pub fn is_answered_in_place(&self) -> bool {
-        matches!(
-            self,
-            Self::FullyBooked { .. }
-                | Self::AlreadyBooked
-                | Self::NightFull { .. }
-                | Self::NightBooked { .. }
-                | Self::Closed { .. }
-                | Self::Quota { .. }
-                | Self::StayQuota { .. }
-                | Self::PastDate(_)
-                | Self::TooFarAhead(_)
-                | Self::InvalidDate(_)
-                | Self::InvalidStay(_)
-        )
-    }
-
     /// The night a refusal is about, when it names one: the page marks that night's row.
     pub fn night(&self) -> Option<NaiveDate> {
         match self {
@@ -120,39 +101,28 @@ impl From<StayProblem> for BookingError {
     }
 }
 
-impl Refusal for BookingError {
-    /// What the day decided: the same request would be refused the same way a second later.
-    fn is_answer(&self) -> bool {
-        matches!(
-            self,
-            Self::FullyBooked { .. }
-                | Self::AlreadyBooked
-                | Self::NightFull { .. }
-                | Self::NightBooked { .. }
-                | Self::Closed { .. }
-                | Self::UnknownResource(_)
-        )
-    }
-}
-
+// `[kept]`: what the day decided, so the same request would be refused the same way a second
+// later. `[in_place]`: what the booking form answers on the resource page itself, next to the
+// day: the day's own answer, or a date the form should not have sent; the rest (an ended
+// session, a busy server, an unknown resource) are pages of their own.
 answers! { BookingError {
-    InvalidDate => UNPROCESSABLE_ENTITY "invalid_date",
-    PastDate => UNPROCESSABLE_ENTITY "past_date",
-    TooFarAhead => UNPROCESSABLE_ENTITY "too_far_ahead",
+    InvalidDate => UNPROCESSABLE_ENTITY "invalid_date" [in_place],
+    PastDate => UNPROCESSABLE_ENTITY "past_date" [in_place],
+    TooFarAhead => UNPROCESSABLE_ENTITY "too_far_ahead" [in_place],
     InvalidId => UNPROCESSABLE_ENTITY "invalid_id",
     InvalidRange => UNPROCESSABLE_ENTITY "invalid_range",
-    InvalidStay => UNPROCESSABLE_ENTITY "invalid_stay",
-    UnknownResource => UNPROCESSABLE_ENTITY "unknown_resource",
+    InvalidStay => UNPROCESSABLE_ENTITY "invalid_stay" [in_place],
+    UnknownResource => UNPROCESSABLE_ENTITY "unknown_resource" [kept],
     ResourceNotFound => NOT_FOUND "not_found",
     ReservationNotFound => NOT_FOUND "not_found",
-    FullyBooked => CONFLICT "fully_booked",
-    AlreadyBooked => CONFLICT "already_booked",
-    NightFull => CONFLICT "fully_booked",
-    NightBooked => CONFLICT "already_booked",
-    Closed => CONFLICT "closed",
+    FullyBooked => CONFLICT "fully_booked" [kept, in_place],
+    AlreadyBooked => CONFLICT "already_booked" [kept, in_place],
+    NightFull => CONFLICT "fully_booked" [kept, in_place],
+    NightBooked => CONFLICT "already_booked" [kept, in_place],
+    Closed => CONFLICT "closed" [kept, in_place],
     AlreadyCancelled => CONFLICT "already_cancelled",
-    Quota => CONFLICT "booking_quota",
-    StayQuota => CONFLICT "booking_quota",
+    Quota => CONFLICT "booking_quota" [in_place],
+    StayQuota => CONFLICT "booking_quota" [in_place],
     SessionEnded => UNAUTHORIZED "not_logged_in",
 } carries { SessionCheck, Idempotency, Infra } }
 
@@ -178,8 +148,8 @@ impl AsProblem for BookingError {
                 "booking.too_far_ahead",
                 &[("day", day.to_string()), ("days", model::HORIZON_DAYS.to_string())],
             ),
-            Self::InvalidId(field) => answer.saying(format!("{field} must be a positive number.")),
-            Self::InvalidRange(why) => answer.saying(why.clone()),
+            Self::InvalidId(field) => answer.said("request.positive_id", &[("field", field.clone())]),
+            Self::InvalidRange { max } => answer.said("booking.invalid_days", &[("max", max.to_string())]),
             Self::InvalidStay(StayProblem::CheckOutNotAfterCheckIn { check_in, check_out }) => answer.said(
                 "booking.check_out_not_after",
                 &[("check_in", check_in.to_string()), ("check_out", check_out.to_string())],

@@ -584,9 +584,7 @@ pub fn availability(
     viewer: Option<i64>,
 ) -> Result<(Resource, Vec<DayAvailability>), BookingError> {
     if !(1..=MAX_AVAILABILITY_DAYS).contains(&days) {
-        return Err(BookingError::InvalidRange(format!(
-            "days must be between 1 and {MAX_AVAILABILITY_DAYS}."
-        )));
+        return Err(BookingError::InvalidRange { max: MAX_AVAILABILITY_DAYS });
     }
     let resource = Resource::find(conn, resource_id)?.ok_or(BookingError::ResourceNotFound(resource_id))?;
     let to = from + chrono::Days::new(u64::from(days) - 1);

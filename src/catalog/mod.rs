@@ -51,17 +51,18 @@ impl AsProblem for CatalogError {
         let answer = self.answer();
         match self {
             Self::NotFound(id) => answer.said("order.no_product", &[("id", id.to_string())]),
-            Self::Stale(current) => answer
-                .saying(format!(
-                    "{} saved this product since you read it (it is now version {}). Nothing of yours was \
-                     written; review the current values below and send your change again with their ETag.",
-                    current.saved_by.as_deref().unwrap_or("Someone"),
-                    current.product.version
-                ))
+            Self::Stale(current) => {
+                let version = ("version", current.product.version.to_string());
+                match &current.saved_by {
+                    Some(who) => answer.said("catalog.stale", &[("who", who.clone()), version]),
+                    None => answer.said("catalog.stale.someone", &[version]),
+                }
                 .with("etag", etag(current.product.version))
-                .with("current", serde_json::to_value(&current.product).unwrap_or_default()),
+                .with("current", serde_json::to_value(&current.product).unwrap_or_default())
+            }
             Self::InvalidFields(errors) => {
-                answer.saying(errors.iter().map(|e| e.message.as_str()).collect::<Vec<_>>().join(" ")).with(
+                let detail = errors.iter().map(|e| e.message.as_str()).collect::<Vec<_>>().join(" ");
+                answer.said("catalog.invalid_fields", &[("detail", detail)]).with(
                     "fields",
                     errors
                         .iter()
@@ -69,11 +70,8 @@ impl AsProblem for CatalogError {
                         .collect::<serde_json::Map<_, _>>(),
                 )
             }
-            Self::PreconditionRequired => answer.saying(
-                "Send If-Match with the ETag you read (GET this product first), so a save cannot overwrite \
-                 somebody else's change unseen.",
-            ),
-            Self::BadIfMatch(why) => answer.saying(format!("If-Match: {why}.")),
+            Self::PreconditionRequired => answer.said("catalog.precondition_required", &[]),
+            Self::BadIfMatch(why) => answer.said("catalog.bad_if_match", &[("why", why.to_string())]),
             Self::Infra(e) => e.problem(),
         }
     }

@@ -124,9 +124,7 @@ impl AsProblem for EditLockError {
     fn problem(&self) -> Problem {
         let answer = self.answer();
         match self {
-            Self::InvalidKey(key) => {
-                answer.saying(format!("{key:?} is not an edit-lock key; keys look like resource:42."))
-            }
+            Self::InvalidKey(key) => answer.said("lock.invalid_key", &[("key", format!("{key:?}"))]),
             Self::Locked(lock) => {
                 let (key, args) = described(lock, crate::http::utc::text);
                 answer
@@ -174,9 +172,8 @@ impl AsProblem for EditLockError {
                 )
                 .with("opened_epoch", *opened)
                 .with("epoch", *current),
-            Self::NoSuchLock(key) => answer.saying(format!("Nobody holds the edit lock {key}.")),
-            Self::BatchHeld(key) => answer
-                .saying(format!("The edit lock {key} is held by a batch job and cannot be force-released.")),
+            Self::NoSuchLock(key) => answer.said("lock.no_such", &[("key", key.to_string())]),
+            Self::BatchHeld(key) => answer.said("lock.batch_held", &[("key", key.to_string())]),
             Self::Infra(e) => e.problem(),
         }
     }

@@ -49,12 +49,12 @@ use chrono::NaiveDateTime;
 use crate::catalog::quantity::{QuantityError, QuantityOf};
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
-use crate::idempotency::{IdempotencyError, Refusal};
+use crate::idempotency::IdempotencyError;
 use crate::infra::{Infra, infra_error};
 use crate::orders::OrderError;
 
 /// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`
-/// (`crate::idempotency`); only refusals ([`Refusal::is_answer`]) ever are.
+/// (`crate::idempotency`); only refusals declared `[kept]` ever are.
 #[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum HoldError {
     #[error("invalid product id {0}")]
@@ -125,16 +125,6 @@ impl From<OrderError> for HoldError {
 }
 
 impl HoldError {
-    /// What the pages answer in place, next to the product or the hold: the shop's own answers
-    /// and what the form should not have sent.
-    pub fn is_answered_in_place(&self) -> bool {
-        match self {
-            Self::Idempotency(_) | Self::Infra(_) => false,
-            Self::Order(e) => e.is_answered_in_place(),
-            _ => true,
-        }
-    }
-
     /// The product the answer is about, for the page to mark.
     pub fn product_id(&self) -> Option<i64> {
         match self {
@@ -149,46 +139,35 @@ impl HoldError {
     }
 }
 
-impl Refusal for HoldError {
-    /// What the stock and the hold were when the request ran. Not the customer's limits: those
-    /// change with the customer's own holds and the clock, and a resend is decided again. Nor a
-    /// hold that was not found: its id may yet be given to one of the customer's holds, and a
-    /// refusal that changes nothing leaves no stored answer behind either.
-    fn is_answer(&self) -> bool {
-        match self {
-            Self::InsufficientStock { .. }
-            | Self::AlreadyHeld { .. }
-            | Self::UnknownProduct(_)
-            | Self::Expired { .. }
-            | Self::Released(_)
-            | Self::Used { .. } => true,
-            Self::Order(e) => e.is_answer(),
-            _ => false,
-        }
-    }
-}
-
+// `[kept]`: what the stock and the hold were when the request ran. Not the customer's limits:
+// those change with the customer's own holds and the clock, and a resend is decided again. Nor
+// a hold that was not found: its id may yet be given to one of the customer's holds, and a
+// refusal that changes nothing leaves no stored answer behind either. `[in_place]`: what the
+// pages answer next to the product or the hold: the shop's own answers and what the form
+// should not have sent. An order placed from a hold answers as the order declares.
 answers! { HoldError {
-    InvalidProductId => UNPROCESSABLE_ENTITY "invalid_id",
-    Quantity => UNPROCESSABLE_ENTITY "invalid_quantity",
-    Seconds => UNPROCESSABLE_ENTITY "invalid_seconds",
-    UnknownProduct => UNPROCESSABLE_ENTITY "unknown_product",
-    InsufficientStock => CONFLICT "insufficient_stock",
-    AlreadyHeld => CONFLICT "already_held",
-    Expired => CONFLICT "hold_expired",
-    Released => CONFLICT "hold_released",
-    Used => CONFLICT "hold_used",
-    NotFound => NOT_FOUND "not_found",
-    OverLimit => CONFLICT "hold_limit",
-    TooFast => TOO_MANY_REQUESTS "hold_rate",
-    Cooldown => TOO_MANY_REQUESTS "hold_cooldown",
+    InvalidProductId => UNPROCESSABLE_ENTITY "invalid_id" [in_place],
+    Quantity => UNPROCESSABLE_ENTITY "invalid_quantity" [in_place],
+    Seconds => UNPROCESSABLE_ENTITY "invalid_seconds" [in_place],
+    UnknownProduct => UNPROCESSABLE_ENTITY "unknown_product" [kept, in_place],
+    InsufficientStock => CONFLICT "insufficient_stock" [kept, in_place],
+    AlreadyHeld => CONFLICT "already_held" [kept, in_place],
+    Expired => CONFLICT "hold_expired" [kept, in_place],
+    Released => CONFLICT "hold_released" [kept, in_place],
+    Used => CONFLICT "hold_used" [kept, in_place],
+    NotFound => NOT_FOUND "not_found" [in_place],
+    OverLimit => CONFLICT "hold_limit" [in_place],
+    TooFast => TOO_MANY_REQUESTS "hold_rate" [in_place],
+    Cooldown => TOO_MANY_REQUESTS "hold_cooldown" [in_place],
 } carries { Order, Idempotency, Infra } }
 
 impl AsProblem for HoldError {
     fn problem(&self) -> Problem {
         let answer = self.answer();
         match self {
-            Self::InvalidProductId(id) => answer.saying(format!("{id} is not a valid product id.")),
+            Self::InvalidProductId(id) => {
+                answer.said("request.invalid_product_id", &[("id", id.to_string())])
+            }
             Self::Quantity { product_id, error } => {
                 let (key, mut args) = error.words(QuantityOf::OrderLine);
                 args.push(("product", product_id.to_string()));

@@ -14,7 +14,7 @@ use super::service;
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::catalog::routes::{OrderRefused, render_refused_hold};
-use crate::http::answers::documented_answers;
+use crate::http::answers::{Declared, documented_answers};
 use crate::http::error::AsProblem;
 use crate::idempotency::{self, IdempotencyError, IdempotencyKey, KeyHeader};
 use crate::orders::OrderError;

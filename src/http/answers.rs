@@ -5,14 +5,17 @@
 //!
 //! ```text
 //! answers! { BookingError {
-//!     FullyBooked => CONFLICT "fully_booked",
-//!     AlreadyBooked => CONFLICT "already_booked",
+//!     PastDate => UNPROCESSABLE_ENTITY "past_date" [in_place],
+//!     FullyBooked => CONFLICT "fully_booked" [kept, in_place],
+//!     ReservationNotFound => NOT_FOUND "not_found",
 //!     …
 //! } carries { Idempotency, Infra } }
 //! ```
 //!
 //! The declaration is a `match` over the enum, so a new variant without an answer does not
-//! compile. The feature's `AsProblem::problem` then starts every answer from
+//! compile. What else the app does with an answer is declared on the same line: `[kept]`, the
+//! refusal is stored under the request's idempotency key ([`Declared::is_kept`]); `[in_place]`,
+//! a page says it next to the form that sent it ([`Declared::is_answered_in_place`]). The feature's `AsProblem::problem` then starts every answer from
 //! `self.answer()` and adds only the sentence (`.said(key, args)`) and the facts a client can act
 //! on. An endpoint's annotation names the variants it can answer with, through
 //! [`documented_answers!`], and the document lists their statuses and codes as declared: a
@@ -26,11 +29,19 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, response::Res
 use super::error::{AsProblem, Problem};
 
 /// The status and the stable code of an answer: what a client relies on and the OpenAPI
-/// document lists.
+/// document lists; and what the app does with it besides sending it, declared with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Answer {
     pub status: StatusCode,
     pub code: &'static str,
+    /// Declared `[kept]`: what the request's data decided (the day was full, the stock short),
+    /// so the same request would be refused the same way a second later. Such a refusal is the
+    /// answer stored under the request's idempotency key, and a resend gets it back
+    /// (`crate::idempotency`); any other refusal leaves no trace and a resend is decided again.
+    pub kept: bool,
+    /// Declared `[in_place]`: a page answers it next to the form that sent it (the day, the
+    /// product), not with a page of its own.
+    pub in_place: bool,
 }
 
 impl Answer {
@@ -45,18 +56,24 @@ impl Answer {
     pub const INTERNAL: Self = Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal");
 
     pub const fn new(status: StatusCode, code: &'static str) -> Self {
-        Self { status, code }
+        Self { status, code, kept: false, in_place: false }
+    }
+
+    /// Marks the answer `[kept]`.
+    pub const fn kept(self) -> Self {
+        Self { kept: true, ..self }
+    }
+
+    /// Marks the answer `[in_place]`.
+    pub const fn in_place(self) -> Self {
+        Self { in_place: true, ..self }
     }
 
     /// This answer, saying the text `key` of `src/i18n/texts.yml` with its `%{name}`s filled from
-    /// `args` (a page says it in its reader's language; JSON carries the English).
+    /// `args` (a page says it in its reader's language; JSON carries the English). The one way
+    /// an answer says something: every sentence is a text, so none is English on a Japanese page.
     pub fn said(self, key: &'static str, args: &[(&'static str, String)]) -> Problem {
         Problem::words(self.status, self.code, key, args)
-    }
-
-    /// This answer, saying `message` as it is (answers only the API gives, in English).
-    pub fn saying(self, message: impl Into<String>) -> Problem {
-        Problem::new(self.status, self.code, message)
     }
 }
 
@@ -68,17 +85,28 @@ pub trait Declared: AsProblem {
 
     /// This error's answer: its variant's declaration, or the answer of the error it carries.
     fn answer(&self) -> Answer;
+
+    /// Whether this refusal is the answer a resend gets back (declared `[kept]`).
+    fn is_kept(&self) -> bool {
+        self.answer().kept
+    }
+
+    /// Whether a page answers this next to its form (declared `[in_place]`).
+    fn is_answered_in_place(&self) -> bool {
+        self.answer().in_place
+    }
 }
 
-/// What a carried error answers (`carries { … }` in [`answers!`]).
+/// What a carried error answers (`carries { … }` in [`answers!`]): an error declared with
+/// [`answers!`] its own answer, marks included; any other (a [`Problem`], the infrastructure's
+/// errors) the status and code of its problem, and no mark.
 pub trait Carried {
     fn carried_answer(&self) -> Answer;
 }
 
-impl<E: AsProblem> Carried for E {
+impl<E: Declared> Carried for E {
     fn carried_answer(&self) -> Answer {
-        let problem = self.problem();
-        Answer::new(problem.status, problem.error)
+        self.answer()
     }
 }
 
@@ -89,14 +117,18 @@ impl Carried for Problem {
 }
 
 /// Declares what each variant of an error enum answers: `Variant => STATUS "code"`, where
-/// `STATUS` names a [`StatusCode`] constant. A variant whose answer depends on what it holds is
+/// `STATUS` names a [`StatusCode`] constant, then its marks if any (`[kept, in_place]`, see
+/// [`Answer`]). A variant whose answer depends on what it holds is
 /// declared once per case, with a pattern and a guard (`Guard(GuardError::Busy { .. }) => …`,
 /// `RaceOnly(s) if s.is_correct() => …`), the first that fits winning. Variants listed under
 /// `carries` hold another error and answer what it answers.
 macro_rules! answers {
     (
         $error:ident {
-            $( $variant:ident $( ( $($inner:tt)* ) )? $( if $guard:expr )? => $status:ident $code:literal ),* $(,)?
+            $(
+                $variant:ident $( ( $($inner:tt)* ) )? $( if $guard:expr )?
+                    => $status:ident $code:literal $( [ $( $mark:ident ),* ] )?
+            ),* $(,)?
         }
         $( carries { $( $carried:ident ),* $(,)? } )?
     ) => {
@@ -104,7 +136,8 @@ macro_rules! answers {
             const ANSWERS: &'static [(&'static str, $crate::http::answers::Answer)] = &[
                 $( (
                     stringify!($variant),
-                    $crate::http::answers::Answer::new(actix_web::http::StatusCode::$status, $code),
+                    $crate::http::answers::Answer::new(actix_web::http::StatusCode::$status, $code)
+                        $( $( .$mark() )* )?,
                 ), )*
             ];
 
@@ -113,7 +146,8 @@ macro_rules! answers {
                     $(
                         $crate::http::answers::answers!(@variant $variant $( ( $($inner)* ) )?)
                         $( if $guard )?
-                        => $crate::http::answers::Answer::new(actix_web::http::StatusCode::$status, $code),
+                        => $crate::http::answers::Answer::new(actix_web::http::StatusCode::$status, $code)
+                            $( $( .$mark() )* )?,
                     )*
                     $($(
                         Self::$carried(carried) => $crate::http::answers::Carried::carried_answer(carried),
@@ -224,23 +258,29 @@ mod tests {
 
     impl AsProblem for Carrier {
         fn problem(&self) -> Problem {
-            Answer::new(StatusCode::SERVICE_UNAVAILABLE, "busy").saying("Busy.")
+            Problem::busy("busy.server")
+        }
+    }
+
+    impl Carried for Carrier {
+        fn carried_answer(&self) -> Answer {
+            Answer::new(StatusCode::SERVICE_UNAVAILABLE, "busy")
         }
     }
 
     answers! { Example {
         Gone => NOT_FOUND "not_found",
         Held(0) => CONFLICT "held_by_nobody",
-        Held => CONFLICT "held",
+        Held => CONFLICT "held" [kept, in_place],
         Odd(n) if n % 2 == 1 => UNPROCESSABLE_ENTITY "odd",
-        Odd => UNPROCESSABLE_ENTITY "even",
+        Odd => UNPROCESSABLE_ENTITY "even" [in_place],
     } carries { Other } }
 
     impl AsProblem for Example {
         fn problem(&self) -> Problem {
             match self {
                 Self::Other(carried) => carried.problem(),
-                _ => self.answer().saying(self.to_string()),
+                _ => self.answer().said("test.greeting", &[("name", self.to_string())]),
             }
         }
     }
@@ -255,6 +295,15 @@ mod tests {
         assert_eq!(Example::Odd(3).answer().code, "odd");
         assert_eq!(Example::Odd(4).answer().code, "even");
         assert_eq!(Example::Other(Carrier).answer(), Answer::new(StatusCode::SERVICE_UNAVAILABLE, "busy"));
+    }
+
+    #[test]
+    fn a_variant_is_kept_and_answered_in_place_only_as_its_declaration_says() {
+        assert!(Example::Held(7).is_kept() && Example::Held(7).is_answered_in_place());
+        assert!(!Example::Held(0).is_kept() && !Example::Held(0).is_answered_in_place(), "another case");
+        assert!(!Example::Odd(4).is_kept() && Example::Odd(4).is_answered_in_place());
+        assert!(!Example::Gone.is_kept() && !Example::Gone.is_answered_in_place());
+        assert!(!Example::Other(Carrier).is_kept(), "a carried error without marks");
     }
 
     #[test]

@@ -130,12 +130,8 @@ impl Problem {
         self
     }
 
-    pub fn busy(message: impl Into<String>) -> Self {
-        Self { retry_after: Some(1), cause: "other", ..Answer::BUSY.saying(message) }
-    }
-
-    /// [`Problem::busy`], said as the text `key`.
-    pub fn busy_in(key: &'static str) -> Self {
+    /// 503 `busy` with `Retry-After: 1`, saying the text `key`.
+    pub fn busy(key: &'static str) -> Self {
         Self { retry_after: Some(1), cause: "other", ..Answer::BUSY.said(key, &[]) }
     }
 
@@ -269,14 +265,13 @@ impl AsProblem for RequestError {
         let answer = self.answer();
         match self {
             Self::MalformedBody(detail) => {
-                answer.saying(format!("The request body could not be read: {detail}."))
+                answer.said("request.malformed_body", &[("detail", detail.clone())])
             }
             Self::TooLarge(limit) => answer.said("request.too_large", &[("limit", limit.to_string())]),
             Self::SlowBody(secs) => answer.said("request.slow_body", &[("seconds", secs.to_string())]),
-            Self::UnsupportedMediaType(expected) => answer.saying(format!(
-                "Send Content-Type: {expected}. Requests that change something accept nothing else, \
-                 even without a body (send {{}} or nothing)."
-            )),
+            Self::UnsupportedMediaType(expected) => {
+                answer.said("request.media_type", &[("expected", expected.to_string())])
+            }
             Self::BadPath(detail) => answer.said("request.bad_path", &[("detail", plain_words(detail))]),
             Self::BadQuery(detail) => answer.said("request.bad_query", &[("detail", plain_words(detail))]),
             Self::NotFound => answer.said("error.not_found", &[]),

@@ -77,9 +77,10 @@ impl AsProblem for IdempotencyError {
     fn problem(&self) -> Problem {
         let answer = self.answer();
         match self {
-            Self::BadKey => answer.saying(format!(
-                "{HEADER} must be 1 to {MAX_KEY_LEN} visible ASCII characters (a random UUID is a good key)."
-            )),
+            Self::BadKey => answer.said(
+                "idempotency.bad_key",
+                &[("header", HEADER.to_string()), ("max", MAX_KEY_LEN.to_string())],
+            ),
             Self::Reused => answer.said("idempotency.reused", &[]),
             Self::Unreadable => answer.said("idempotency.unreadable", &[]),
         }
@@ -145,12 +146,6 @@ pub struct Once {
     fingerprint: Vec<u8>,
 }
 
-/// Whether an error is an *answer* worth replaying (a business refusal such as "fully booked")
-/// or a passing failure (busy, unavailable) that the next retry should run afresh.
-pub trait Refusal {
-    fn is_answer(&self) -> bool;
-}
-
 /// On MySQL a duplicate key fails the statement and the transaction carries on. On PostgreSQL a
 /// failed statement aborts the whole transaction, so the duplicate is not an error there: the
 /// insert does nothing, and says so by changing no row.
@@ -173,9 +168,9 @@ const ANSWER: &str = "UPDATE idempotency_keys SET outcome = ? WHERE user_id = ? 
 const UNCLAIM: &str = "DELETE FROM idempotency_keys WHERE user_id = ? AND idempotency_key = ?";
 
 /// Runs `work` inside the caller's transaction at most once per key: the first time, its
-/// outcome (success or [`Refusal::is_answer`] refusal) is stored in the same transaction; a
-/// later call with the same key returns the stored outcome without running `work`. Without a
-/// key, `work` just runs.
+/// outcome (success, or a refusal declared `[kept]`: [`Declared::is_kept`]) is stored in the
+/// same transaction; a later call with the same key returns the stored outcome without running
+/// `work`. Without a key, `work` just runs.
 ///
 /// The outer `Err` is for the caller's transaction to roll back (a passing failure, or the key
 /// reused for another request); the inner result is the answer, to be returned *after* the
@@ -187,7 +182,7 @@ pub fn once<T, E>(
 ) -> Result<Result<T, E>, E>
 where
     T: Serialize + DeserializeOwned,
-    E: Serialize + DeserializeOwned + Refusal + From<IdempotencyError> + From<DbError>,
+    E: Serialize + DeserializeOwned + Declared + From<IdempotencyError> + From<DbError>,
 {
     let Some(key) = key else { return work(conn).map(Ok) };
     match key.claim(conn)? {
@@ -196,7 +191,7 @@ where
         Claim::Refused(refused) => return Err(refused.into()),
     }
     match work(conn) {
-        Err(passing) if !passing.is_answer() => Err(passing),
+        Err(passing) if !passing.is_kept() => Err(passing),
         outcome => {
             key.answer(conn, &outcome)?;
             Ok(outcome)

@@ -46,7 +46,7 @@ impl AsProblem for InventoryError {
                 let (key, args) = e.words(model::QuantityOf::Receipt);
                 answer.said(key, &args)
             }
-            Self::InvalidProductId => answer.saying("product_id must be a positive number."),
+            Self::InvalidProductId => answer.said("request.positive_id", &[("field", "product_id".into())]),
             Self::UnknownProduct(id) => answer.said("order.no_product", &[("id", id.to_string())]),
             Self::StockLimit { product_id, .. } => answer.said(
                 "receipts.limit",

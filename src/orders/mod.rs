@@ -19,12 +19,12 @@ pub mod service;
 
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
-use crate::idempotency::{IdempotencyError, Refusal};
+use crate::idempotency::IdempotencyError;
 use crate::infra::{Infra, infra_error};
 use crate::inventory::model::QuantityError;
 
 /// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`
-/// (`crate::idempotency`); only refusals ([`Refusal::is_answer`]) ever are.
+/// (`crate::idempotency`); only refusals declared `[kept]` ever are.
 #[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum OrderError {
     #[error("the order has no lines")]
@@ -63,39 +63,18 @@ pub enum OrderError {
     Infra(#[from] Infra),
 }
 
-impl OrderError {
-    /// What the order form answers on the catalog page itself, next to the product: the
-    /// shop's own answer, or quantities the form should not have sent.
-    pub fn is_answered_in_place(&self) -> bool {
-        matches!(
-            self,
-            Self::Empty
-                | Self::TooManyLines(_)
-                | Self::InvalidProductId(_)
-                | Self::Quantity { .. }
-                | Self::UnknownProduct(_)
-                | Self::InsufficientStock { .. }
-                | Self::TooFast { .. }
-        )
-    }
-}
-
-impl Refusal for OrderError {
-    /// What the stock and catalog decided when the order ran.
-    fn is_answer(&self) -> bool {
-        matches!(self, Self::InsufficientStock { .. } | Self::UnknownProduct(_) | Self::Empty)
-    }
-}
-
+// `[kept]`: what the stock and catalog decided when the order ran. `[in_place]`: what the
+// order form answers on the catalog page itself, next to the product: the shop's own answer,
+// or quantities the form should not have sent.
 answers! { OrderError {
-    Empty => UNPROCESSABLE_ENTITY "empty_order",
-    TooManyLines => UNPROCESSABLE_ENTITY "too_many_lines",
-    InvalidProductId => UNPROCESSABLE_ENTITY "invalid_id",
-    Quantity => UNPROCESSABLE_ENTITY "invalid_quantity",
-    UnknownProduct => UNPROCESSABLE_ENTITY "unknown_product",
-    InsufficientStock => CONFLICT "insufficient_stock",
+    Empty => UNPROCESSABLE_ENTITY "empty_order" [kept, in_place],
+    TooManyLines => UNPROCESSABLE_ENTITY "too_many_lines" [in_place],
+    InvalidProductId => UNPROCESSABLE_ENTITY "invalid_id" [in_place],
+    Quantity => UNPROCESSABLE_ENTITY "invalid_quantity" [in_place],
+    UnknownProduct => UNPROCESSABLE_ENTITY "unknown_product" [kept, in_place],
+    InsufficientStock => CONFLICT "insufficient_stock" [kept, in_place],
     NotFound => NOT_FOUND "not_found",
-    TooFast => TOO_MANY_REQUESTS "order_rate",
+    TooFast => TOO_MANY_REQUESTS "order_rate" [in_place],
 } carries { Idempotency, Infra } }
 
 impl AsProblem for OrderError {
@@ -104,7 +83,9 @@ impl AsProblem for OrderError {
         match self {
             Self::Empty => answer.said("order.empty", &[]),
             Self::TooManyLines(max) => answer.said("order.too_many_lines", &[("max", max.to_string())]),
-            Self::InvalidProductId(id) => answer.saying(format!("{id} is not a valid product id.")),
+            Self::InvalidProductId(id) => {
+                answer.said("request.invalid_product_id", &[("id", id.to_string())])
+            }
             Self::Quantity { product_id, error } => {
                 let (key, mut args) = error.words(crate::inventory::model::QuantityOf::OrderLine);
                 args.push(("product", product_id.to_string()));

@@ -14,7 +14,7 @@ use super::service::{self, OrderView, Placed};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::catalog::routes::{OrderRefused, render_products_page};
-use crate::http::answers::documented_answers;
+use crate::http::answers::{Declared, documented_answers};
 use crate::http::error::AsProblem;
 use crate::idempotency::IdempotencyError;
 use crate::idempotency::{self, IdempotencyKey, KeyHeader};

@@ -20,7 +20,8 @@ use super::OrderError;
 use super::model::{Cart, CartLine, Order};
 use crate::db::cached::ListStatements;
 use crate::db::{DbConn, DbPool, Sql, cached_sql};
-use crate::idempotency::{self, Claim, Once, Refusal};
+use crate::http::answers::Declared;
+use crate::idempotency::{self, Claim, Once};
 use crate::inventory::model::{MovementReason, NewStockMovement, Quantity};
 use crate::locking::retry::{LockConflict, MayConflict, RetryPolicy, retry_on_lock_conflict};
 use crate::metrics::{self, Family};
@@ -616,7 +617,7 @@ impl Decide {
             (Outcome::Refused(refused), None) => Decision::Answered(Err(refused)),
             // A refusal that is no answer (too many orders a minute) is not stored: alone, its
             // transaction would have rolled the key's claim back.
-            (Outcome::Refused(passing), Some(once)) if !passing.is_answer() => {
+            (Outcome::Refused(passing), Some(once)) if !passing.is_kept() => {
                 once.unclaim(conn)?;
                 Decision::Answered(Err(passing))
             }

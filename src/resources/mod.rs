@@ -63,19 +63,16 @@ impl AsProblem for ResourceError {
             Self::Auth(e) => e.problem(),
             Self::EditLock(e) => e.problem(),
             Self::NotFound(id) => answer.said("booking.no_resource", &[("id", id.to_string())]),
-            Self::EpochRequired => answer.saying(
-                "Send the Edit-Lock-Epoch header: the epoch of the edit lock you are saving under, \
-                 as acquiring it answered.",
-            ),
+            Self::EpochRequired => answer.said("resource_form.epoch_required", &[]),
             Self::BadEpoch(given) => {
-                answer.saying(format!("The edit-lock epoch {given:?} is not a whole number."))
+                answer.said("resource_form.bad_epoch", &[("given", format!("{given:?}"))])
             }
             Self::NoDraft(_) => answer.said("resource_form.no_draft", &[]),
             Self::Invalid(errors) => {
                 let message =
                     errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>();
                 answer
-                    .saying(message.join("; "))
+                    .said("resource_form.invalid", &[("detail", message.join("; "))])
                     .with("fields", serde_json::to_value(errors).unwrap_or_default())
             }
             Self::CapacityBelowBookings { capacity, day, confirmed } => answer

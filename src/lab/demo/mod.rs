@@ -126,8 +126,10 @@ impl AsProblem for DemoError {
         match self {
             Self::Invalid { field, message } => answer
                 .said("demo.err.invalid", &[("field", (*field).to_string()), ("message", message.clone())]),
-            Self::RaceOnly(s) => answer
-                .saying(format!("{s} only runs inside a race on /demo: {}.", s.race_only().unwrap_or(""))),
+            Self::RaceOnly(s) => answer.said(
+                "demo.err.race_only",
+                &[("strategy", s.to_string()), ("why", s.race_only().unwrap_or("").to_string())],
+            ),
             Self::Unavailable { why, .. } => answer.said(why, &[]),
             Self::RaceRunning => Problem { retry_after: Some(5), ..answer.said("demo.err.running", &[]) },
             Self::CoolingDown(secs) => Problem {
@@ -135,24 +137,17 @@ impl AsProblem for DemoError {
                 ..answer.said("demo.err.cooling", &[("secs", secs.to_string())])
             },
             Self::RaceNotFound(id) => answer.said("demo.err.no_race", &[("id", id.to_string())]),
-            Self::FullyBooked => answer.saying("That day of the demo resource is fully booked."),
-            Self::DemoResourceFull(id) => answer.saying(format!(
-                "Demo resource {id} holds its maximum of {} bookings; run a race for fresh demo resources.",
-                routes::MAX_BOOKINGS_PER_DEMO_RESOURCE
-            )),
-            Self::UnknownDemoResource(id) => {
-                answer.saying(format!("There is no demo resource with id {id}."))
-            }
-            Self::Busy(_) | Self::Lease(LeaseError::TimedOut { .. }) => {
-                Problem::busy("The demo resource is busy; please try again in a moment.")
-            }
-            Self::FencedOff(_) => answer.saying(
-                "Your lock on that day expired before your booking was written, and the booking was refused.",
+            Self::FullyBooked => answer.said("demo.err.fully_booked", &[]),
+            Self::DemoResourceFull(id) => answer.said(
+                "demo.err.resource_full",
+                &[("id", id.to_string()), ("max", routes::MAX_BOOKINGS_PER_DEMO_RESOURCE.to_string())],
             ),
-            Self::Lease(LeaseError::Redis(_)) => Problem {
-                retry_after: Some(5),
-                ..answer.saying("The demo's Redis server did not answer; please try again in a moment.")
-            },
+            Self::UnknownDemoResource(id) => answer.said("demo.err.no_resource", &[("id", id.to_string())]),
+            Self::Busy(_) | Self::Lease(LeaseError::TimedOut { .. }) => Problem::busy("demo.err.busy"),
+            Self::FencedOff(_) => answer.said("demo.err.fenced_off", &[]),
+            Self::Lease(LeaseError::Redis(_)) => {
+                Problem { retry_after: Some(5), ..answer.said("demo.err.redis", &[]) }
+            }
             Self::Infra(e) => e.problem(),
             Self::Internal(_) => Problem::internal(),
         }
