@@ -163,9 +163,17 @@ fn warn_of_demo_users(pool: &crate::db::DbPool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Every variable this build reads: the app's, and the lab's when it is built in.
+fn variables() -> Vec<crate::config::Variable> {
+    let variables = Config::VARIABLES.to_vec();
+    #[cfg(feature = "lab")]
+    let variables = [variables, crate::lab::Settings::VARIABLES.to_vec()].concat();
+    variables
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Config = cli.command {
-        print!("{}", crate::config::Env::help());
+        print!("{}", crate::config::help(&variables()));
         return Ok(());
     }
     let config = Config::from_env()?;
@@ -183,8 +191,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 crate::session_key(&config)?; // refuse a deployment without one before anything else
             }
-            if let crate::config::BatchLock::File(dir) = &config.batch_lock {
-                crate::batch::lockfile::check_dir(dir)?;
+            if let crate::config::BatchLock::File(dir) = config.batch_lock() {
+                crate::batch::lockfile::check_dir(&dir)?;
             }
             let pool = crate::prepare_database(&config)?;
             if !config.demo_mode {
@@ -240,7 +248,7 @@ fn batch(config: &Config, job: BatchCommand) -> anyhow::Result<()> {
     use crate::batch::{Policy, run};
 
     let pool = crate::prepare_database(config)?;
-    let lock = &config.batch_lock;
+    let lock = &config.batch_lock();
     let (summary, targets) = match job {
         BatchCommand::PriceRevision { revision, percent, policy, throttle_ms, report_dir } => {
             let revision = Revision {
@@ -248,7 +256,7 @@ fn batch(config: &Config, job: BatchCommand) -> anyhow::Result<()> {
                 percent,
                 policy: Policy::parse(&policy)?,
                 throttle: Duration::from_millis(throttle_ms),
-                report_dir: report_dir.or_else(|| config.batch_lock.report_dir()),
+                report_dir: report_dir.or_else(|| config.batch_lock().report_dir()),
             };
             (run(&pool, lock, &revision)?, "products")
         }
@@ -277,7 +285,7 @@ fn batch(config: &Config, job: BatchCommand) -> anyhow::Result<()> {
                 by: staff.id,
                 wait: Duration::from_secs(wait_secs),
                 throttle: Duration::from_millis(throttle_ms),
-                report_dir: report_dir.or_else(|| config.batch_lock.report_dir()),
+                report_dir: report_dir.or_else(|| config.batch_lock().report_dir()),
             };
             (run(&pool, lock, &closure)?, "resource-days")
         }

@@ -104,7 +104,7 @@ impl Application {
         let port = listener.local_addr()?.port();
         let key = session_key(&config)?;
         let (workers, blocking_threads) = (config.workers, config.blocking_threads);
-        let hold_history = config.hold_limits.history;
+        let hold_history = config.hold_limits().history;
         metrics::set_enabled(config.metrics);
         let instance =
             std::sync::Arc::new(admin::instances::Instance::new(config.instance_name.as_deref(), port));
@@ -137,7 +137,7 @@ impl Application {
         let race_board = aweb::Data::new(lab::demo::RaceBoard::default());
         // The Redis server and lock directory of the demo's outside locks (contacted on use).
         #[cfg(feature = "lab")]
-        let outside = aweb::Data::new(lab::locks::OutsideLocks::from_config(&state.config)?);
+        let outside = aweb::Data::new(lab::locks::OutsideLocks::from_settings(&lab::Settings::from_env()?)?);
         let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
         let body_timeout =
             aweb::Data::new(crate::http::slow_body::BodyTimeout(state.config.request_body_timeout));
@@ -315,7 +315,7 @@ pub fn session_cookies(key: Key, secure: bool) -> SessionMiddleware<CookieSessio
 
 pub fn session_key(config: &Config) -> anyhow::Result<Key> {
     Ok(match &config.session_key {
-        Some(bytes) => Key::try_from(bytes.as_slice()).map_err(|e| anyhow::anyhow!("SESSION_KEY: {e}"))?,
+        Some(bytes) => Key::try_from(bytes.as_bytes()).map_err(|e| anyhow::anyhow!("SESSION_KEY: {e}"))?,
         None if !config.demo_mode => anyhow::bail!(
             "SESSION_KEY is required unless DEMO_MODE=1: without it every restart would log \
              everybody out and instances could not share sessions. Generate one with \

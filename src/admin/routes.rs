@@ -337,7 +337,7 @@ async fn start_revision_form(
     CsrfForm(form): CsrfForm<RevisionForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let revision = form.into_revision(state.config.batch_lock.report_dir())?;
+    let revision = form.into_revision(state.config.batch_lock().report_dir())?;
     start_in_background(&state, revision).await
 }
 
@@ -347,7 +347,7 @@ async fn start_closure_form(
     CsrfForm(form): CsrfForm<ClosureForm>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let closure = form.into_closure(admin.id, state.config.batch_lock.report_dir())?;
+    let closure = form.into_closure(admin.id, state.config.batch_lock().report_dir())?;
     start_in_background(&state, closure).await
 }
 
@@ -358,7 +358,7 @@ async fn start_in_background<J: crate::batch::Job>(
     state: &AppState,
     job: J,
 ) -> actix_web::Result<HttpResponse> {
-    let lock = state.config.batch_lock.clone();
+    let lock = state.config.batch_lock();
     let started = state.off_executor.with_pool(move |pool| crate::batch::start(pool, &lock, &job)).await?;
     let run_id = started.run_id;
     std::thread::Builder::new()

@@ -46,7 +46,7 @@ async fn hold(
 ) -> Result<HoldView, HoldError> {
     let user_id = user.id;
     let once = key.map(|key| key.bind(user_id, &request.describe()));
-    let limits = state.config.hold_limits;
+    let limits = state.config.hold_limits();
     state
         .off_executor
         .with_pool(move |pool| service::hold(pool, user_id, &request, &limits, once.as_ref()))

@@ -188,7 +188,7 @@ pub fn run(command: LabCommand, config: Config) -> anyhow::Result<()> {
                     );
                 }
             };
-            let outside = super::locks::OutsideLocks::from_config(&config)?;
+            let outside = super::locks::OutsideLocks::from_settings(&super::Settings::from_env()?)?;
             let report = super::demo::run_race(&pool, &config, &outside, &spec, "cli", &said)?;
             print!("{}", report.table());
             Ok(())

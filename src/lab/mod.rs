@@ -19,7 +19,10 @@ pub mod flash;
 pub mod locks;
 pub mod schema;
 pub mod seed;
+pub mod settings;
 pub mod stats;
+
+pub use settings::Settings;
 
 use diesel_migrations::embed_migrations;
 

@@ -519,9 +519,9 @@ mod proofs {
     fn a_block_that_differs_from_its_item_is_reported_and_rewritten() {
         let source = Source::load(root());
         let current =
-            source::item_text(&source, "src/config.rs", "DEMO_DATABASE_URL", Part::Whole).expect("item");
+            source::item_text(&source, "src/config/mod.rs", "DEMO_DATABASE_URL", Part::Whole).expect("item");
         assert!(current.contains("pub const DEMO_DATABASE_URL"), "{current}");
-        let stale = "<!-- code: src/config.rs DEMO_DATABASE_URL -->\n```rust\npub const DEMO_DATABASE_URL: &str = \"x\";\n```\n";
+        let stale = "<!-- code: src/config/mod.rs DEMO_DATABASE_URL -->\n```rust\npub const DEMO_DATABASE_URL: &str = \"x\";\n```\n";
         let (rewritten, problems) = check_page(&source, "stale.md", stale);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(
@@ -535,7 +535,7 @@ mod proofs {
 
     #[test]
     fn a_missing_item_an_unmarked_block_and_an_untraceable_statement_are_reported() {
-        let problems = checked("<!-- code: src/config.rs NO_SUCH_ITEM -->\n```rust\nx\n```\n");
+        let problems = checked("<!-- code: src/config/mod.rs NO_SUCH_ITEM -->\n```rust\nx\n```\n");
         assert!(problems.iter().any(|p| p.contains("has no item NO_SUCH_ITEM")), "{problems:?}");
         let problems = checked("```sql\nSELECT 1\n```\n");
         assert!(problems.iter().any(|p| p.contains("without a marker")), "{problems:?}");

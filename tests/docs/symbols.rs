@@ -12,7 +12,7 @@
 //!   paths into another crate (`diesel::…`, `std::…`, a dependency of Cargo.toml) are not
 //!   checked;
 //! - a **setting** (`LOCK_WAIT_SECS`, `DEMO_MODE=1`: upper case with an underscore, or a name
-//!   being assigned): an environment variable of `src/config.rs` or one read anywhere
+//!   being assigned): an environment variable of `src/config/mod.rs` or one read anywhere
 //!   (`src/`, `tests/`, `scripts/`), a `const` or `static`, or one of [`SQL_WORDS`];
 //! - an **answer** (`409 fully_booked`, `503 busy`): that status with that code is declared
 //!   (`answers!`, `Answer::new(StatusCode::…, "…")`);

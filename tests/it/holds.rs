@@ -502,9 +502,9 @@ on_both_engines!(
 /// faster than the per-minute rate. Each of these was a 201 before the limits.
 async fn hoarding(db: TestDb) {
     let app = TestApp::spawn_on(db, 1, |c| {
-        c.hold_limits.units = 10;
-        c.hold_limits.products = 2;
-        c.hold_limits.per_minute = 5;
+        c.max_held_units = 10;
+        c.max_held_products = 2;
+        c.max_holds_per_minute = 5;
     })
     .await;
     let big = app.product("HOARD-BIG", 100, 100);
@@ -556,8 +556,8 @@ on_both_engines!(
 /// PostgreSQL with the user row lock taken out: three live holds and three 201s.)
 async fn caps_race(db: TestDb) {
     let app = TestApp::spawn_on(db, 2, |c| {
-        c.hold_limits.products = 2;
-        c.hold_limits.per_minute = 1_000;
+        c.max_held_products = 2;
+        c.max_holds_per_minute = 1_000;
     })
     .await;
     let products: Vec<i64> = (0..20).map(|i| app.product(&format!("CAP-{i:02}"), 100, 5)).collect();

@@ -509,7 +509,7 @@ impl Prepared {
             )?),
             Data::HotUser => None,
         };
-        let outside = OutsideLocks::in_dir(&bench_config, super::server::lock_dir())?;
+        let outside = OutsideLocks::in_dir(&crate::lab::Settings::from_env()?, super::server::lock_dir())?;
         let measurements = AtomicU64::new(0);
         Ok(Self { config: bench_config, app_pool, raw_pool, outside, users, history, measurements, scratch })
     }

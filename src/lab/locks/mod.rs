@@ -30,14 +30,14 @@ pub struct OutsideLocks {
 }
 
 impl OutsideLocks {
-    /// From `REDIS_URL` and `DEMO_LOCK_DIR` (`crate::config`). Nothing is contacted yet.
-    pub fn from_config(config: &crate::config::Config) -> anyhow::Result<Self> {
-        Self::in_dir(config, config.demo_lock_dir.clone())
+    /// From `REDIS_URL` and `DEMO_LOCK_DIR` (`lab::settings`). Nothing is contacted yet.
+    pub fn from_settings(settings: &crate::lab::Settings) -> anyhow::Result<Self> {
+        Self::in_dir(settings, settings.demo_lock_dir.clone())
     }
 
     /// From `REDIS_URL`, with the lock files in `dir`.
-    pub fn in_dir(config: &crate::config::Config, dir: PathBuf) -> anyhow::Result<Self> {
-        Ok(Self { redis: redis::RedisLocks::new(&config.redis_url)?, dir })
+    pub fn in_dir(settings: &crate::lab::Settings, dir: PathBuf) -> anyhow::Result<Self> {
+        Ok(Self { redis: redis::RedisLocks::new(&settings.redis_url)?, dir })
     }
 }
 

@@ -116,7 +116,7 @@ pub fn test_config(database_url: &str) -> Config {
         pool_size: 16,
         workers: Some(2),
         // Shared by all instances of one test, so a session cookie works on every instance.
-        session_key: Some(b"test-session-key-test-session-key-test-session-key-test-session-key!".to_vec()),
+        session_key: Some("test-session-key-test-session-key-test-session-key-test-session-key!".into()),
         // Every test client logs in from 127.0.0.1, some with wrong passwords on purpose; the
         // throttle has tests of its own (`login_throttle`).
         login_failures: std::num::NonZeroU32::MAX,

@@ -121,7 +121,7 @@ async fn background(browser: &Client, css: &str) -> String {
 async fn an_expired_hold_looks_switched_off_and_is_held_again_in_one_click() {
     // Without the wait after a hold ends (`HOLD_COOLDOWN_SECS`, tested through the API in
     // `holds::one_customer_cannot_hoard_the_stock`): here the click itself is the point.
-    let app = TestApp::spawn_instances(1, |c| c.hold_limits.cooldown = std::time::Duration::ZERO).await;
+    let app = TestApp::spawn_instances(1, |c| c.hold_cooldown = std::time::Duration::ZERO).await;
     let pot = app.product("KYUSU-X", 4800, 5);
     let alice_user = app.user("alice", Role::Customer);
     let api = app.client(0);
