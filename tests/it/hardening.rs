@@ -268,6 +268,44 @@ fn the_production_compose_profile_has_no_demo_and_takes_its_secrets_from_the_env
     }
 }
 
+/// The production image is the product alone: the Dockerfile builds no feature unless asked,
+/// and the profile `production` does not ask, while the demo's services do (the race demo and
+/// `serve --seed` are the lab's).
+#[test]
+fn the_production_image_and_profile_build_no_lab() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dockerfile = std::fs::read_to_string(format!("{root}/Dockerfile")).expect("Dockerfile");
+    let default = dockerfile
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("ARG FEATURES="))
+        .expect("the Dockerfile declares its FEATURES argument");
+    assert_eq!(default, "\"\"", "the image builds no feature by default");
+    assert!(
+        dockerfile.lines().filter(|l| l.contains("cargo build")).all(|l| l.contains("\"$FEATURES\"")),
+        "every build takes its features from FEATURES alone"
+    );
+    let text = std::fs::read_to_string(format!("{root}/docker-compose.yml")).expect("docker-compose.yml");
+    let compose: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+    let services = compose["services"].as_mapping().expect("services");
+    let mut demo_with_lab = 0;
+    for (name, service) in services {
+        let Some(build) = service.get("build") else { continue };
+        let features = build["args"]["FEATURES"].as_str().unwrap_or_default();
+        let in_production = service["profiles"]
+            .as_sequence()
+            .is_some_and(|p| p.iter().any(|p| p.as_str() == Some("production")));
+        let seeds =
+            service["command"].as_sequence().is_some_and(|c| c.iter().any(|a| a.as_str() == Some("--seed")));
+        if in_production {
+            assert!(!features.contains("lab"), "{name:?} builds the lab into production: {build:?}");
+        } else if seeds {
+            assert_eq!(features, "lab", "{name:?} seeds demo data, the lab's: {build:?}");
+            demo_with_lab += 1;
+        }
+    }
+    assert!(demo_with_lab >= 2, "the demo services build the lab");
+}
+
 /// A body announced as 100 bytes and sent a byte at a time: before the deadline it kept its
 /// connection open as long as the client liked (still open at 81 s, and 320 such connections
 /// left `/health` unanswered). Now the body has `REQUEST_BODY_TIMEOUT_SECS` from the end of the
