@@ -10,7 +10,7 @@ use super::{Admin, AdminError, Reason};
 use crate::audit::{self, AuditPage};
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::batch::forms::{CLOSURE_ACTION, ClosureForm, REVISION_ACTION, RevisionForm};
-use crate::edit_locks::{EditLockError, EditLockKey, LockView, service as edit_locks};
+use crate::edit_locks::{self, EditLockError, EditLockKey, LockView};
 use crate::http::answers::documented_answers;
 use crate::i18n::Lang;
 use crate::infra::Infra;
@@ -79,7 +79,7 @@ async fn load_locks(state: &AppState) -> Result<Locks, AdminError> {
     state
         .off_executor
         .with_conn(move |conn| {
-            let edit_locks = edit_locks::list(conn)?
+            let edit_locks = edit_locks::service::list(conn)?
                 .into_iter()
                 .map(|lock| AdminEditLock { session: lock.session_hint().to_string(), lock })
                 .collect();
@@ -247,12 +247,12 @@ async fn force_release_edit(
 ) -> Result<LockView, AdminError> {
     state
         .off_executor
-        .with_conn(move |conn| Ok(edit_locks::force_release(conn, &key, admin_id, reason.as_str())?))
+        .with_conn(move |conn| Ok(edit_locks::admin::force_release(conn, &key, admin_id, reason.as_str())?))
         .await
 }
 
 async fn release_expired(state: &AppState, admin_id: i64) -> Result<Vec<LockView>, AdminError> {
-    state.off_executor.with_conn(move |conn| Ok(edit_locks::release_expired(conn, admin_id)?)).await
+    state.off_executor.with_conn(move |conn| Ok(edit_locks::admin::release_expired(conn, admin_id)?)).await
 }
 
 async fn release_expired_form(

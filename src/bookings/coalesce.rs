@@ -1,5 +1,5 @@
 //! Coalesced bookings: a booking alone at its day runs the lesson ([`service::book`]); bookings
-//! that queue for one hot day are decided together ([`service::book_batch`]).
+//! that queue for one hot day are decided together ([`batch::book_batch`]).
 //!
 //! Under the per-key queue, bookings of one popular day run strictly one after another, each
 //! with its own `GET_LOCK`, transaction, commit and release: the day is capped at one commit
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::BookingError;
 use super::model::{BookingDate, Reservation};
-use super::service;
+use super::{batch, service};
 use crate::auth::session::Ticket;
 use crate::db::OffExecutor;
 use crate::infra::Infra;
@@ -101,7 +101,7 @@ impl Serve for Days {
         let tickets: Vec<Ticket> = requests.into_iter().map(|r| r.ticket).collect();
         let max_future = self.max_future;
         self.db
-            .with_pool(move |pool| service::book_batch(pool, turn, resource_id, date, &tickets, max_future))
+            .with_pool(move |pool| batch::book_batch(pool, turn, resource_id, date, &tickets, max_future))
             .await
     }
 

@@ -7,6 +7,7 @@
 //! keyed by resource *and date* — `GET_LOCK('haita:{tag}:book:{resource}:{date}')` — held on the very
 //! connection that runs the transaction (`service::book`, the lesson, and `crate::locking`).
 
+pub mod batch;
 pub mod coalesce;
 pub mod model;
 pub mod routes;

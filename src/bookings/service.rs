@@ -2,8 +2,8 @@
 //!
 //! Read [`book`] first: the lesson, check-then-insert under the day's named lock, step by step.
 //! Its steps 4 to 6 are [`check_then_insert`] (the day's read, the rules of
-//! [`decide_in_arrival_order`], the insert), which [`book_batch`], the coalesced path, runs
-//! for many requests under one lock.
+//! [`decide_in_arrival_order`], the insert), which [`super::batch::book_batch`], the coalesced
+//! path, runs for many requests under one lock.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
@@ -19,8 +19,7 @@ use crate::auth::session::{self, Ticket};
 use crate::db::cached::ListStatements;
 use crate::db::{DbConn, DbPool, cached_sql};
 use crate::idempotency::{self, Once};
-use crate::locking::retry::{LockConflict, MayConflict};
-use crate::locking::{Isolation, NamedLockGuard, Turn};
+use crate::locking::{Isolation, Turn};
 use crate::resources::Resource;
 use crate::schema::{reservations, resource_closures, resources};
 
@@ -62,7 +61,7 @@ use crate::schema::{reservations, resource_closures, resources};
 ///   quota refusal.
 /// - **Coalescing** (instead of this function, for requests that queue): without a key, and with
 ///   `BOOKING_COALESCING` on, requests that queue for one day are booked in batches, steps 1–8
-///   once for many ([`book_batch`]). Here come the keyed requests, every request the coalescer
+///   once for many ([`super::batch::book_batch`]). Here come the keyed requests, every request the coalescer
 ///   finds alone at its day, all of them with `BOOKING_COALESCING=false`, and any a batch hands
 ///   back.
 ///
@@ -99,11 +98,11 @@ pub fn book(
 /// Steps 4 to 6 of [`book`], for the requests of `tickets` in arrival order ([`book`] passes its
 /// one request): read the day, decide each request against it, insert the granted ones.
 /// Only ever run in a transaction that holds the day's lock and has locked the users' rows
-/// ([`book`], [`book_batch`]).
+/// ([`book`], [`super::batch::book_batch`]).
 ///
 /// The outer error is the transaction's (a statement failed, the resource does not exist); each
 /// inner result is one request's answer.
-fn check_then_insert(
+pub(super) fn check_then_insert(
     conn: &mut DbConn,
     resource_id: i64,
     date: BookingDate,
@@ -127,7 +126,9 @@ fn check_then_insert(
 }
 
 /// The answer of the one request [`check_then_insert`] was given.
-fn alone(mut answers: Vec<Result<Reservation, BookingError>>) -> Result<Reservation, BookingError> {
+pub(super) fn alone(
+    mut answers: Vec<Result<Reservation, BookingError>>,
+) -> Result<Reservation, BookingError> {
     match (answers.pop(), answers.is_empty()) {
         (Some(answer), true) => answer,
         _ => Err(bad_batch()),
@@ -429,96 +430,6 @@ pub fn decide_in_arrival_order(
             }
         })
         .collect()
-}
-
-/// Coalescing, the layer that books many requests at once (`bookings::coalesce` gathers them):
-/// the users of `tickets`, in arrival order, on one resource and day, with the steps of [`book`]
-/// run once for all of them — one lock, one read of the day, one commit, instead of one each.
-/// Every request still gets its own answer, the one it would have got alone in that order
-/// ([`decide_in_arrival_order`]).
-///
-/// The lock is the session's, held by a guard, on both engines: it must outlive the transaction.
-/// If the batch's transaction is chosen as a deadlock victim, no request is failed for it: each
-/// is then run on its own, in order, under the same lock ([`one_by_one_after_deadlock`]).
-///
-/// The outer error is what every request of the batch would have met anyway (the lock stayed
-/// held, the resource does not exist, a row stayed locked).
-pub fn book_batch(
-    pool: &DbPool,
-    turn: Turn,
-    resource_id: i64,
-    date: BookingDate,
-    tickets: &[Ticket],
-    max_future: u32,
-) -> Result<Vec<Result<Reservation, BookingError>>, BookingError> {
-    debug_assert_eq!(turn.name(), &pool.names().booking(resource_id, date.day()));
-    let users: Vec<i64> = tickets.iter().map(Ticket::user_id).collect();
-    // 1. Take the day's lock, held by a guard that outlives the transaction.
-    let mut day_lock = NamedLockGuard::acquire_pooled(pool, turn)?;
-    // 2. BEGIN on the connection that holds it.
-    let decided = crate::db::transaction(day_lock.conn(), |conn| {
-        // 3. Lock all the users' rows, in ascending id: two batches of two days sharing users
-        //    queue instead of deadlocking, and each user's quota is decided as if alone.
-        crate::auth::quota::lock_users(conn, &users)?;
-        // 4. Read the day once, 5. decide each request in arrival order, 6. insert the granted.
-        check_then_insert(conn, resource_id, date, tickets, max_future)
-    }); // 7. COMMIT
-    let answers = match decided {
-        Ok(answers) => answers,
-        // A deadlock (with a capacity change, say) is about this transaction, not about any one
-        // request.
-        Err(batch_failed) if batch_failed.lock_conflict() == Some(LockConflict::Deadlock) => {
-            one_by_one_after_deadlock(
-                &mut day_lock,
-                pool,
-                &batch_failed,
-                resource_id,
-                date,
-                tickets,
-                max_future,
-            )
-        }
-        // Anything else (a row lock held past its timeout, a lost connection) would meet every
-        // single request too; the callers answer it, each within its own deadline.
-        Err(other) => return Err(other),
-    };
-    // 8. Release: committed above; only now may the next batch look at this day.
-    drop(day_lock);
-    Ok(answers)
-}
-
-/// The batch's fallback when its transaction lost a deadlock: steps 2 to 7 of [`book`] for each
-/// request on its own, in arrival order, under the lock the batch still holds — exactly as
-/// without coalescing. The deadlock is recorded (`crate::deadlocks`) with what became of it.
-fn one_by_one_after_deadlock(
-    day_lock: &mut NamedLockGuard,
-    pool: &DbPool,
-    batch_failed: &BookingError,
-    resource_id: i64,
-    date: BookingDate,
-    tickets: &[Ticket],
-    max_future: u32,
-) -> Vec<Result<Reservation, BookingError>> {
-    debug_assert_eq!(day_lock.name().scope(), "book");
-    log::warn!("a batch of {} bookings deadlocked; serving each on its own", tickets.len());
-    let report = batch_failed
-        .database_error()
-        .and_then(|error| crate::deadlocks::capture(day_lock.conn(), pool.url(), "booking batch", error));
-    let answers: Vec<_> = tickets
-        .iter()
-        .map(|ticket| {
-            crate::db::transaction(day_lock.conn(), |conn| {
-                crate::auth::quota::lock_users(conn, &[ticket.user_id()])?;
-                alone(check_then_insert(conn, resource_id, date, std::slice::from_ref(ticket), max_future)?)
-            })
-        })
-        .collect();
-    if let Some(report) = report {
-        let booked = answers.iter().filter(|a| a.is_ok()).count();
-        let outcome = format!("served one by one: {booked} of {} booked", tickets.len());
-        crate::deadlocks::settle(day_lock.conn(), report, &outcome);
-    }
-    answers
 }
 
 /// Cancels the user's own confirmed reservation. Freeing a place needs no lock: it can only

@@ -14,7 +14,7 @@
 //! ([`TurnsInOrder`], `locking::transaction_under_locks`): whoever holds the earlier night goes
 //! first, and the other waits holding nothing the first needs.
 //!
-//! Stays are not coalesced. A day's batch (`service::book_batch`) decides many requests for one
+//! Stays are not coalesced. A day's batch (`batch::book_batch`) decides many requests for one
 //! night against one read of it; a stay needs every one of its nights, so it would have to join
 //! several batches at once. It takes the one-at-a-time path instead, and still excludes the
 //! batches of its days: a batch holds the same day lock, so whichever of the two comes first,

@@ -19,6 +19,7 @@
 //! Expiry is judged by the database clock (`NOW(6)`), never the app's: several instances share
 //! the database and their clocks may drift.
 
+pub mod admin;
 pub mod drafts;
 pub mod ending;
 pub mod model;

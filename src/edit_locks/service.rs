@@ -1,12 +1,12 @@
 //! The life of an edit lock, one function per step, each read top to bottom: [`acquire`] (or
-//! take over), [`heartbeat`], [`recheck_for_save`] (in the save's transaction), [`release`],
-//! and the admin's [`force_release`]. Every change writes its audit event in the same
-//! transaction (the audit layer); drafts, what an editor typed and has not saved, are kept
-//! around these by the editor (`resources::editing`, [`super::drafts`]).
+//! take over), [`heartbeat`], [`recheck_for_save`] (in the save's transaction) and [`release`];
+//! the admin's transitions, [`super::admin::force_release`] and
+//! [`super::admin::release_expired`], are beside it and use the same steps. Every change writes
+//! its audit event in the same transaction (the audit layer); drafts, what an editor typed and
+//! has not saved, are kept around these by the editor (`resources::editing`, [`super::drafts`]).
 //!
-//! Longer than 500 lines on purpose: these are every transition of one row, and a reader checks
-//! each against the same rules (the row locked first, the epoch, the owner, the database's clock);
-//! split over files, the rules would be read in one place and broken in another.
+//! Every transition is checked against the same rules (the row locked first with
+//! [`row_for_update`], the epoch, the owner, the database's clock), which live here once.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -116,7 +116,7 @@ pub fn acquire(
 
 /// The lock `key` as shown to people (its holder's name, its times), read in the caller's
 /// transaction after its row was locked: there is one.
-fn lock_as_shown(conn: &mut DbConn, key: &EditLockKey) -> Result<LockView, EditLockError> {
+pub(super) fn lock_as_shown(conn: &mut DbConn, key: &EditLockKey) -> Result<LockView, EditLockError> {
     find(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))
 }
 
@@ -476,83 +476,6 @@ pub fn release_after_save(conn: &mut DbConn, token: EditLockToken) -> Result<(),
 /// a session hint, times), so its first occurrence is where the reason starts.
 pub(super) const REASON: &str = "; reason: ";
 
-/// An admin ends someone's lock (locks whose owner vanished must be releasable), with a reason
-/// in the audit log. Refused for batch-held locks: the batch relies on them until it finishes.
-pub fn force_release(
-    conn: &mut DbConn,
-    key: &EditLockKey,
-    admin_user_id: i64,
-    reason: &str,
-) -> Result<LockView, EditLockError> {
-    crate::db::transaction(conn, |conn| {
-        // 1. Lock the row: a save in flight finishes first (it holds it), later ones see it gone.
-        let row = row_for_update(conn, key)?.ok_or_else(|| EditLockError::NoSuchLock(key.clone()))?;
-        // 2. Never a batch's.
-        if row.held_by_batch {
-            return Err(EditLockError::BatchHeld(key.clone()));
-        }
-        // 3. Delete it, 4. audit who held it, since when, and the admin's reason.
-        let lock = lock_as_shown(conn, key)?;
-        cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ?")
-            .bind::<Text, _>(key.as_str())
-            .execute(conn)?;
-        audit::record(
-            conn,
-            Some(admin_user_id),
-            Action::EditLockForceReleased,
-            key.as_str(),
-            &format!(
-                "held by {} (session {}) since {}, {}{REASON}{reason}",
-                lock.owner_username,
-                lock.session_hint(),
-                at(lock.acquired_at),
-                if lock.expired { "expired" } else { "not expired" }
-            ),
-        )?;
-        Ok(lock)
-    })
-}
-
-#[derive(QueryableByName)]
-struct Key {
-    #[diesel(sql_type = Text)]
-    lock_key: String,
-}
-
-/// The admin's "release all expired": removes every expired lock that no batch holds, each with
-/// an audit event, and answers which.
-pub fn release_expired(conn: &mut DbConn, admin_user_id: i64) -> Result<Vec<LockView>, EditLockError> {
-    crate::db::transaction(conn, |conn| {
-        // Locked in key order, like every multi-row lock here, so two admins cannot deadlock.
-        let keys: Vec<Key> = cached_sql::<Untyped>(
-            "SELECT lock_key FROM edit_locks WHERE expires_at <= {now} AND NOT held_by_batch \
-             ORDER BY lock_key FOR UPDATE",
-        )
-        .load(conn)?;
-        let mut released = Vec::with_capacity(keys.len());
-        for Key { lock_key } in keys {
-            let key = EditLockKey::parse(&lock_key)?;
-            let Some(lock) = find(conn, &key)? else { continue };
-            cached_sql::<()>("DELETE FROM edit_locks WHERE lock_key = ? AND expires_at <= {now}")
-                .bind::<Text, _>(&lock_key)
-                .execute(conn)?;
-            audit::record(
-                conn,
-                Some(admin_user_id),
-                Action::EditLockExpired,
-                &lock_key,
-                &format!(
-                    "lock of {} expired at {}; removed by \"release all expired\"",
-                    lock.owner_username,
-                    at(lock.expires_at)
-                ),
-            )?;
-            released.push(lock);
-        }
-        Ok(released)
-    })
-}
-
 /// [`LOCK_VIEW`] with a tail, in each engine's words.
 fn lock_view(tail: &str) -> (String, String) {
     (format!("{} {tail}", LOCK_VIEW.0), format!("{} {tail}", LOCK_VIEW.1))
@@ -597,7 +520,7 @@ impl Holder {
     }
 }
 
-fn row_for_update(conn: &mut DbConn, key: &EditLockKey) -> QueryResult<Option<Holder>> {
+pub(super) fn row_for_update(conn: &mut DbConn, key: &EditLockKey) -> QueryResult<Option<Holder>> {
     cached_sql::<Untyped>(
         "SELECT owner_user_id, owner_session, epoch, held_by_batch, expires_at <= {now} AS expired \
          FROM edit_locks WHERE lock_key = ? FOR UPDATE",
@@ -642,7 +565,7 @@ fn not_mine(conn: &mut DbConn, key: &EditLockKey, owner: &Owner) -> Result<EditL
 }
 
 /// Times in audit details, to the second: the event's own `at` column keeps full precision.
-fn at(time: NaiveDateTime) -> String {
+pub(super) fn at(time: NaiveDateTime) -> String {
     crate::http::utc::text(&time)
 }
 

@@ -211,7 +211,7 @@ pub enum Claim<T, E> {
 }
 
 /// The steps of [`once`] one by one, for requests that share one transaction and are answered
-/// only once all of them are decided (a coalesced batch, `orders::service::order_batch`): each
+/// only once all of them are decided (a coalesced batch, `orders::batch::order_batch`): each
 /// claims its key in arrival order, a stored answer ends it there, and the others' answers are
 /// stored once they are known, in the same transaction ([`Once::answer`]). Rolling back is not
 /// one request's to decide there: it would take the others' work with it. So a passing failure

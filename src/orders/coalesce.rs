@@ -9,7 +9,7 @@
 //! Single-line orders queue here per product, in memory, holding no connection
 //! ([`crate::locking::Coalescer`]). The product's drainer places an order it finds alone with
 //! the lesson, [`service::place_order`], and the ones that queued behind each other, at most
-//! [`MAX_BATCH`] at a time, in one transaction (`service::order_batch`): one lock of the stock
+//! [`MAX_BATCH`] at a time, in one transaction (`batch::order_batch`): one lock of the stock
 //! row, each order decided as if alone (sold, or refused with the `available` it would have
 //! seen), one decrement for all, one commit. With N instances, at most N batches per product are
 //! at the server, and the stock row's lock serialises them.
@@ -38,8 +38,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::OrderError;
+use super::batch::{self, BatchedOrder};
 use super::model::Cart;
-use super::service::{self, BatchedOrder, Placed};
+use super::service::{self, Placed};
 use crate::db::OffExecutor;
 use crate::idempotency::Once;
 use crate::infra::Infra;
@@ -135,7 +136,7 @@ impl Serve for Products {
         let batched = self
             .db
             .with_pool(move |pool| {
-                service::order_batch(pool, &RetryPolicy::default(), line.product_id, &orders, max_per_minute)
+                batch::order_batch(pool, &RetryPolicy::default(), line.product_id, &orders, max_per_minute)
             })
             .await?;
         let attempts = batched.attempts;

@@ -12,6 +12,7 @@
 //! in batches, one lock and one commit for many, each order answered as if alone
 //! (`coalesce`, `ORDER_COALESCING`).
 
+pub mod batch;
 pub mod coalesce;
 pub mod model;
 pub mod routes;

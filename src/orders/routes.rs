@@ -38,7 +38,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 /// - the coalescer ([`coalesce::order`]) for every order with `ORDER_COALESCING` on (the
 ///   default): an order alone at its product, and a cart of several lines, run
 ///   [`service::place_order`] too; single-line orders that queued for one product are placed
-///   together, in arrival order, keyed or not (`service::order_batch`).
+///   together, in arrival order, keyed or not (`batch::order_batch`).
 /// - [`service::place_order`], the lesson, for every order with `ORDER_COALESCING=false`.
 async fn place(
     state: &AppState,

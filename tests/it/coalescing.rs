@@ -90,8 +90,8 @@ fn a_random_workload_gets_the_same_answers_in_batches_as_one_at_a_time() {
             let (batch, tail) = rest.split_at(size);
             let users: Vec<Ticket> = batch.iter().map(|&i| ticket(1, workload[i].0).clone()).collect();
             let turn = Turn::alone(batched.pool.names().booking(resource, day.day()), wait);
-            let answers =
-                service::book_batch(&batched.pool, turn, resource, *day, &users, 30).expect("batch");
+            let answers = haita::bookings::batch::book_batch(&batched.pool, turn, resource, *day, &users, 30)
+                .expect("batch");
             for (&i, answer) in batch.iter().zip(&answers) {
                 batched_outcomes[i] = Some(outcome(answer));
             }

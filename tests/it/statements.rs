@@ -235,7 +235,8 @@ fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
     let batch = |days_ahead: u64| {
         let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
         let turn = Turn::alone(pool.names().booking(resource, date.day()), Duration::from_secs(5));
-        let answers = bookings::book_batch(&pool, turn, resource, date, &users, 30).expect("batch");
+        let answers =
+            haita::bookings::batch::book_batch(&pool, turn, resource, date, &users, 30).expect("batch");
         assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 3, "capacity 3");
     };
     batch(1);
@@ -357,14 +358,14 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
     received.assert_cached(10 * figure(&pool, "receipt"));
 }
 
-/// Orders coalesced on one product (`orders::service::order_batch`): one transaction for the
+/// Orders coalesced on one product (`orders::batch::order_batch`): one transaction for the
 /// batch, whose orders, lines and ledger movements are each written by one statement, so twelve
 /// statements and one commit whether the batch holds one order or five (or 32).
 #[test]
 fn a_batch_of_orders_prepares_nothing_in_steady_state_and_takes_twelve_statements_however_long() {
+    use haita::orders::batch::{BatchedOrder, order_batch};
     use haita::orders::coalesce;
     use haita::orders::model::Cart;
-    use haita::orders::service::{BatchedOrder, order_batch};
     let db = TestDb::new();
     let buyers: Vec<i64> =
         (0..5).map(|i| create_user(&db, &format!("batched{i}"), haita::auth::Role::Customer).id).collect();

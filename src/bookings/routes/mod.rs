@@ -41,7 +41,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 ///   of one request.
 /// - the coalescer ([`coalesce::book`]) for the other days: a request alone at its day runs
 ///   [`service::book`] too; requests that queued for one day are booked together under one
-///   lock, in arrival order (`service::book_batch`).
+///   lock, in arrival order (`batch::book_batch`).
 /// - [`stays::book_stay`] for a stay of several nights, one at a time under the day lock of
 ///   each night, taken in ascending date order. (A stay of one night is a booking of its day.)
 ///

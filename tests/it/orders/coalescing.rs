@@ -10,8 +10,9 @@ use haita::db::Engine;
 use haita::idempotency::IdempotencyKey;
 use haita::locking::retry::RetryPolicy;
 use haita::orders::OrderError;
+use haita::orders::batch::{self, BatchedOrder};
 use haita::orders::model::Cart;
-use haita::orders::service::{self, BatchedOrder, OrderView};
+use haita::orders::service::{self, OrderView};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -142,7 +143,7 @@ on_both_engines!(
 );
 
 /// One workload on two databases prepared alike: one order at a time on one
-/// (`service::place_order`), in batches of 1 to 9 on the other (`service::order_batch`), each
+/// (`service::place_order`), in batches of 1 to 9 on the other (`batch::order_batch`), each
 /// batch a run of consecutive orders of one product, so the arrival order is the same. Every
 /// order gets the same answer both ways (a resend the same order), and the stock, the
 /// orders and the ledger end up identical.
@@ -180,7 +181,7 @@ async fn same_answers_both_ways(alone: TestDb) {
         let run = rest.iter().take_while(|s| s.product == first.product).count();
         let (batch, tail) = rest.split_at(rng.random_range(1..=9).min(run));
         let orders: Vec<BatchedOrder> = batch.iter().map(Step::batched).collect();
-        let decided = service::order_batch(&batched.pool, &policy, first.product, &orders, MAX_PER_MINUTE)
+        let decided = batch::order_batch(&batched.pool, &policy, first.product, &orders, MAX_PER_MINUTE)
             .expect("the batch runs");
         assert_eq!(decided.attempts, 1);
         in_batches.extend(decided.answers.into_iter().map(outcome));
@@ -456,7 +457,7 @@ async fn a_deadlock_a_batch_loses(db: TestDb) {
             .collect::<Vec<_>>(),
     );
     let batch = std::thread::spawn(move || {
-        service::order_batch(&pool, &RetryPolicy::default(), product, &orders, 20)
+        batch::order_batch(&pool, &RetryPolicy::default(), product, &orders, 20)
             .map(|b| (b.attempts, b.answers.iter().filter(|a| a.is_ok()).count()))
     });
     invariants::wait_until_a_transaction_waits_for_a_lock(&db).await;
@@ -593,7 +594,7 @@ async fn a_deadlock_halfway_through_a_locking_read(db: TestDb) {
             .collect::<Vec<_>>(),
     );
     let batch = std::thread::spawn(move || {
-        service::order_batch(&pool, &RetryPolicy::default(), product, &orders, 20)
+        batch::order_batch(&pool, &RetryPolicy::default(), product, &orders, 20)
             .map(|b| (b.attempts, b.answers.iter().filter(|a| a.is_ok()).count()))
     });
     invariants::wait_until_a_transaction_waits_for_a_lock(&db).await;
