@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     // Foundations: no module of ours below them.
     &["schema", "config", "metrics", "i18n"],
-    // The database, every engine difference in its dialect.
+    // The database: every engine difference in behaviour in its dialect (a statement whose text
+    // differs is written twice, side by side, where it is used: `Sql::per_engine`).
     &["db"],
     // Locking primitives: named locks, the per-key queue, retries.
     &["locking"],

@@ -47,9 +47,11 @@ impl<'a> Sql<'a> {
         Self { mysql, postgres }
     }
 
-    /// The text for `engine`, its `{tokens}` in the engine's words.
-    pub fn on(self, engine: Engine) -> Cow<'a, str> {
+    /// The text for `engine`, its `{tokens}` in the engine's words; an unknown token is an
+    /// error, and the statement is not sent.
+    pub fn on(self, engine: Engine) -> QueryResult<Cow<'a, str>> {
         super::dialect::expand(engine.dialect(), engine.pick(self.mysql, self.postgres))
+            .map_err(|unknown| Error::QueryBuilderError(unknown.into()))
     }
 }
 
@@ -154,7 +156,7 @@ impl<ST, B: Binds> QueryFragment<MultiBackend> for CachedSql<'_, ST, B> {
             MultiBackend::Mysql(_) => Engine::Mysql,
             MultiBackend::Postgres(_) => Engine::Postgres,
         };
-        let sql = self.sql.on(engine);
+        let sql = self.sql.on(engine)?;
         let mut text = sql.split('?');
         self.binds.walk(&mut out, &mut text)?;
         out.push_sql(text.next().ok_or_else(|| mismatch("no text left"))?);
@@ -197,7 +199,11 @@ impl ListStatements {
     pub fn per_engine(mysql: &str, postgres: &str, sizes: &[usize]) -> Self {
         let list = |n: usize| vec!["?"; n].join(", ");
         let text = |engine: Engine, template: &str, n| {
-            Sql::from(template.replace("{list}", &list(n)).as_str()).on(engine).into_owned()
+            // Built once, from constant templates: an unknown token is a bug in this code.
+            Sql::from(template.replace("{list}", &list(n)).as_str())
+                .on(engine)
+                .unwrap_or_else(|e| panic!("a list statement's template: {e}"))
+                .into_owned()
         };
         let texts = sizes
             .iter()
@@ -223,17 +229,19 @@ mod tests {
 
     #[test]
     fn each_engine_gets_its_own_text_and_a_shared_text_serves_both() {
+        let on = |sql: Sql<'static>, engine| sql.on(engine).expect("known tokens").into_owned();
         let shared = Sql::from("SELECT 1");
         assert_eq!(
-            (shared.on(Engine::Mysql), shared.on(Engine::Postgres)),
+            (on(shared, Engine::Mysql), on(shared, Engine::Postgres)),
             ("SELECT 1".into(), "SELECT 1".into())
         );
         let apart = Sql::per_engine("SELECT 'my'", "SELECT 'pg'");
-        assert_eq!(apart.on(Engine::Mysql), "SELECT 'my'");
-        assert_eq!(apart.on(Engine::Postgres), "SELECT 'pg'");
+        assert_eq!(on(apart, Engine::Mysql), "SELECT 'my'");
+        assert_eq!(on(apart, Engine::Postgres), "SELECT 'pg'");
         let tokens = Sql::from("SELECT {now}");
-        assert_eq!(tokens.on(Engine::Mysql), "SELECT NOW(6)");
-        assert_eq!(tokens.on(Engine::Postgres), "SELECT CAST(statement_timestamp() AS timestamp)");
+        assert_eq!(on(tokens, Engine::Mysql), "SELECT NOW(6)");
+        assert_eq!(on(tokens, Engine::Postgres), "SELECT CAST(statement_timestamp() AS timestamp)");
+        assert!(Sql::from("SELECT {nwo}").on(Engine::Mysql).is_err(), "a typo is not sent");
     }
 
     #[test]

@@ -164,14 +164,18 @@ fn generate(source: &Source, marker: &Marker) -> Result<Option<String>, String> 
         Marker::Code { path, item, part } => source::item_text(source, path, item, *part).map(Some),
         Marker::Sql { path, item, nth, engine } => {
             let text = source::item_sql(source, path, item, *nth)?;
+            // `{list}` is a list statement's, filled in with its placeholders before the dialect's
+            // tokens (`db::cached::ListStatements`); a page shows it as written.
+            const LIST: &str = "\u{1}list\u{1}";
+            let expand = |engine: haita::db::Engine| {
+                haita::db::dialect::expand(engine.dialect(), &text.replace("{list}", LIST))
+                    .map(|sql| sql.replace(LIST, "{list}"))
+                    .map_err(|e| e.to_string())
+            };
             let text = match engine.as_deref() {
-                Some("mysql") => {
-                    haita::db::dialect::expand(haita::db::Engine::Mysql.dialect(), &text).into_owned()
-                }
-                Some(_) => {
-                    haita::db::dialect::expand(haita::db::Engine::Postgres.dialect(), &text).into_owned()
-                }
-                None => text,
+                Some("mysql") => expand(haita::db::Engine::Mysql)?,
+                Some(_) => expand(haita::db::Engine::Postgres)?,
+                None => text.clone(),
             };
             Ok(Some(sql::format(&text)))
         }
@@ -200,9 +204,12 @@ fn unchecked_lines(source: &Source, paths: &[String], content: &str) -> Result<V
             continue;
         }
         for literal in source::literals_of_file(source, path)? {
-            // Each literal as written and as each engine sends it.
+            // Each literal as written and as each engine sends it (a literal with a `{…}` no
+            // dialect knows, a format string, is kept as written only).
             for engine in [haita::db::Engine::Mysql, haita::db::Engine::Postgres] {
-                literals.push(sql::normalise(&haita::db::dialect::expand(engine.dialect(), &literal)));
+                if let Ok(sent) = haita::db::dialect::expand(engine.dialect(), &literal) {
+                    literals.push(sql::normalise(&sent));
+                }
             }
             literals.push(sql::normalise(&literal));
         }

@@ -1,4 +1,4 @@
-//! Every difference between MySQL/MariaDB and PostgreSQL, answered in one place.
+//! Every difference in behaviour between MySQL/MariaDB and PostgreSQL, answered in one place.
 //!
 //! haita runs the same patterns on two engines, and most of its SQL reads the same on both
 //! (diesel's `MultiBackend` writes each engine's placeholders). What does not — how a named lock
@@ -21,8 +21,11 @@
 //!
 //! (MariaDB knows the shared row lock only as `LOCK IN SHARE MODE`, PostgreSQL only as
 //! `FOR SHARE`; `CAST(SUM(…) AS {signed})` reads a sum as a 64-bit integer, where MySQL's `SUM`
-//! gives a decimal and MySQL has no `BIGINT` cast.) Statements whose shape differs, upserts above all, are written out once per
-//! engine with `Sql::per_engine`, the two texts side by side.
+//! gives a decimal and MySQL has no `BIGINT` cast.) A token no dialect knows is
+//! refused before the statement is sent ([`UnknownToken`]). Statements whose shape differs,
+//! upserts above all, are written out once per engine with `Sql::per_engine`, the two texts side
+//! by side where the statement is used, so that a reader of the feature sees both; nothing else
+//! of an engine is written outside this module.
 
 mod innodb;
 pub mod mysql;
@@ -187,31 +190,41 @@ impl Engine {
     }
 }
 
+/// A `{token}` no dialect knows, in the text of a statement: a typo in the code, refused before
+/// the statement is sent (the server would only have said "syntax error near {").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown SQL token {{{token}}} in: {text}")]
+pub struct UnknownToken {
+    pub token: String,
+    pub text: String,
+}
+
 /// `text` with each `{token}` replaced by the dialect's [`fragment`](Dialect::fragment);
-/// borrowed as it is when it has none. An unknown token is left as written: the server then
-/// refuses the statement, and the error shows the token.
-pub fn expand<'a>(dialect: &dyn Dialect, text: &'a str) -> Cow<'a, str> {
+/// borrowed as it is when it has none. A brace with no closing one is SQL's own (it is kept);
+/// a `{…}` the dialect does not know is an error.
+pub fn expand<'a>(dialect: &dyn Dialect, text: &'a str) -> Result<Cow<'a, str>, UnknownToken> {
     if !text.contains('{') {
-        return Cow::Borrowed(text);
+        return Ok(Cow::Borrowed(text));
     }
     let mut out = String::with_capacity(text.len() + 16);
     let mut rest = text;
     while let Some(open) = rest.find('{') {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
-        match after.find('}').and_then(|close| dialect.fragment(&after[..close]).map(|f| (close, f))) {
-            Some((close, fragment)) => {
-                out.push_str(fragment);
-                rest = &after[close + 1..];
-            }
-            None => {
-                out.push('{');
-                rest = after;
-            }
-        }
+        let Some(close) = after.find('}') else {
+            out.push('{');
+            rest = after;
+            continue;
+        };
+        let token = &after[..close];
+        let fragment = dialect
+            .fragment(token)
+            .ok_or_else(|| UnknownToken { token: token.to_string(), text: text.to_string() })?;
+        out.push_str(fragment);
+        rest = &after[close + 1..];
     }
     out.push_str(rest);
-    Cow::Owned(out)
+    Ok(Cow::Owned(out))
 }
 
 /// What the server says about itself, read once at start.
@@ -313,6 +326,7 @@ mod tests {
     #[test]
     fn tokens_become_each_engines_words_and_plain_text_is_borrowed() {
         let text = "UPDATE t SET at = {now}, until = {now} + {? microseconds} WHERE id = ? {share}";
+        let expand = |dialect, text| expand(dialect, text).expect("known tokens");
         assert_eq!(
             expand(Engine::Mysql.dialect(), text),
             "UPDATE t SET at = NOW(6), until = NOW(6) + INTERVAL ? MICROSECOND WHERE id = ? LOCK IN SHARE MODE"
@@ -323,6 +337,15 @@ mod tests {
              until = CAST(statement_timestamp() AS timestamp) + ? * INTERVAL '1 microsecond' WHERE id = ? FOR SHARE"
         );
         assert!(matches!(expand(Engine::Mysql.dialect(), "SELECT 1"), Cow::Borrowed("SELECT 1")));
-        assert_eq!(expand(Engine::Mysql.dialect(), "SELECT '{x}', '{'"), "SELECT '{x}', '{'");
+        assert_eq!(expand(Engine::Mysql.dialect(), "SELECT '{'"), "SELECT '{'");
+    }
+
+    #[test]
+    fn an_unknown_token_is_refused_before_the_server_sees_it() {
+        for engine in [Engine::Mysql, Engine::Postgres] {
+            let refused = super::expand(engine.dialect(), "SELECT {nwo}").expect_err("a typo");
+            assert_eq!(refused.token, "nwo");
+            assert!(refused.to_string().contains("{nwo}"), "{refused}");
+        }
     }
 }
