@@ -92,3 +92,30 @@ pub fn reserved(conn: &mut DbConn) -> QueryResult<Vec<(i64, Reserved)>> {
         })
         .collect())
 }
+
+/// What a sale or a hold that asked for more than can be sold answers: the sentence of `key`
+/// (the feature's, since an order and a hold say it differently) with the product's name and
+/// the three numbers, and the same numbers as fields a client can act on. One place for both
+/// features, so an order and a hold of one product report the same figures.
+pub fn shortfall(
+    answer: crate::http::answers::Answer,
+    key: &'static str,
+    product_id: i64,
+    name: &str,
+    (requested, available, held): (u32, u32, u32),
+) -> crate::http::error::Problem {
+    answer
+        .said(
+            key,
+            &[
+                ("name", name.to_string()),
+                ("requested", requested.to_string()),
+                ("available", available.to_string()),
+                ("held", held.to_string()),
+            ],
+        )
+        .with("product_id", product_id)
+        .with("available", available)
+        .with("requested", requested)
+        .with("held", held)
+}

@@ -47,6 +47,7 @@ pub mod service;
 use chrono::NaiveDateTime;
 
 use crate::catalog::quantity::{QuantityError, QuantityOf};
+use crate::catalog::stock::shortfall;
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::idempotency::IdempotencyError;
@@ -177,25 +178,15 @@ impl AsProblem for HoldError {
             Self::UnknownProduct(id) => {
                 answer.said("order.no_product", &[("id", id.to_string())]).with("product_id", *id)
             }
-            Self::InsufficientStock { product_id, name, requested, available, held } => answer
-                .said(
-                    match (available, held) {
-                        (0, 0) => "hold.out_of_stock",
-                        (0, _) => "hold.all_held",
-                        (_, 0) => "order.only_left",
-                        _ => "hold.only_left",
-                    },
-                    &[
-                        ("name", name.clone()),
-                        ("requested", requested.to_string()),
-                        ("available", available.to_string()),
-                        ("held", held.to_string()),
-                    ],
-                )
-                .with("product_id", *product_id)
-                .with("available", *available)
-                .with("requested", *requested)
-                .with("held", *held),
+            Self::InsufficientStock { product_id, name, requested, available, held } => {
+                let key = match (available, held) {
+                    (0, 0) => "hold.out_of_stock",
+                    (0, _) => "hold.all_held",
+                    (_, 0) => "order.only_left",
+                    _ => "hold.only_left",
+                };
+                shortfall(answer, key, *product_id, name, (*requested, *available, *held))
+            }
             Self::AlreadyHeld { id, product_id, name, quantity, expires_at } => answer
                 .said(
                     "hold.already",

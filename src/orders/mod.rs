@@ -18,6 +18,7 @@ pub mod model;
 pub mod routes;
 pub mod service;
 
+use crate::catalog::stock::shortfall;
 use crate::http::answers::{Declared, answers};
 use crate::http::error::{AsProblem, Problem};
 use crate::idempotency::IdempotencyError;
@@ -95,25 +96,15 @@ impl AsProblem for OrderError {
             Self::UnknownProduct(id) => {
                 answer.said("order.no_product", &[("id", id.to_string())]).with("product_id", *id)
             }
-            Self::InsufficientStock { product_id, name, requested, available, held } => answer
-                .said(
-                    match (available, held) {
-                        // Not "out of stock": they may come back when the holds expire.
-                        (0, 1..) => "order.all_held",
-                        (0, _) => "order.out_of_stock",
-                        _ => "order.only_left",
-                    },
-                    &[
-                        ("name", name.clone()),
-                        ("requested", requested.to_string()),
-                        ("available", available.to_string()),
-                        ("held", held.to_string()),
-                    ],
-                )
-                .with("product_id", *product_id)
-                .with("available", *available)
-                .with("requested", *requested)
-                .with("held", *held),
+            Self::InsufficientStock { product_id, name, requested, available, held } => {
+                let key = match (available, held) {
+                    // Not "out of stock": they may come back when the holds expire.
+                    (0, 1..) => "order.all_held",
+                    (0, _) => "order.out_of_stock",
+                    _ => "order.only_left",
+                };
+                shortfall(answer, key, *product_id, name, (*requested, *available, *held))
+            }
             Self::NotFound(_) => answer.said("order.not_found", &[]),
             Self::TooFast { max, retry_after } => Problem {
                 retry_after: Some(*retry_after),

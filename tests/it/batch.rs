@@ -5,7 +5,7 @@
 mod closure;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
@@ -168,11 +168,9 @@ fn a_skipping_revision_leaves_locked_rows_for_the_next_run_and_revises_each_prod
 
 /// `haita batch price-revision …` as a process of its own, with the guard chosen by `env`.
 fn spawn_batch(db: &TestDb, env: &[(&str, String)], args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_haita"))
+    crate::common::haita(&db.url)
         .args(["batch", "price-revision", "--percent", "1"])
         .args(args)
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -1,17 +1,15 @@
 //! The operator's path: the binary creates the first admin, reading the password from stdin.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde_json::{Value, json};
 
 use crate::common::TestApp;
 
 fn haita(app: &TestApp, args: &[&str], stdin: &str) -> std::process::Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_haita"))
+    let mut child = crate::common::haita(&app.db.url)
         .args(args)
-        .env("DATABASE_URL", &app.db.url)
-        .env("RUST_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

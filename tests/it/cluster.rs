@@ -18,7 +18,7 @@ use rand::Rng;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Client, TestDb, TestUser, create_product, create_resource, create_user, invariants, poll,
+    Client, TestDb, TestUser, create_product, create_resource, create_user, free_port, invariants, poll,
 };
 
 /// Every instance's `SESSION_KEY`: a cookie one instance set is read by the others, so a
@@ -42,11 +42,6 @@ const SIGTERM: usize = 1;
 const KILLED: usize = 2;
 const NEW_BUILD: usize = 3;
 const AFTER: usize = 4;
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
-}
 
 /// HAProxy from Debian's package: the test runs the real balancer, so it fails without one.
 fn haproxy_binary() -> PathBuf {

@@ -175,8 +175,7 @@ struct AppProcess {
 
 impl AppProcess {
     fn start(database_url: &str) -> Self {
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let port = crate::common::free_port();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_haita"))
             .arg("serve")
             .env("DATABASE_URL", database_url)

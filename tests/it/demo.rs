@@ -2,8 +2,6 @@
 //! correct strategy never does; the pool pitfall leaks locks and the race closes exactly the
 //! sessions that leaked them.
 
-use std::process::Command;
-
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use haita::auth::Role;
@@ -910,13 +908,7 @@ async fn the_stuck_holder_bench_runs_both_paths_with_no_error_on_the_hot_day() {
 
 /// Runs the `haita` binary against the test's database and waits for it.
 fn haita(app: &TestApp, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_haita"))
-        .args(args)
-        .env("DATABASE_URL", &app.db.url)
-        .env("DEMO_MODE", "1")
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run haita")
+    crate::common::haita(&app.db.url).args(args).env("DEMO_MODE", "1").output().expect("run haita")
 }
 
 /// A client reading the pages in `lang`, picked with the header's switch.

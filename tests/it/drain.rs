@@ -31,8 +31,7 @@ impl Serve {
     /// Production defaults but for plain HTTP, generous quotas (the clients here book and order
     /// in loops) and `env`.
     fn start(db: &TestDb, env: &[(&str, &str)]) -> Self {
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let port = crate::common::free_port();
         let log = std::env::temp_dir().join(format!("haita-drain-{}-{port}.log", db.name));
         let mut command = Command::new(env!("CARGO_BIN_EXE_haita"));
         command

@@ -8,19 +8,11 @@ use haita::auth::Role;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::common::{Client, TestApp, TestUser, error_code, future_day, invariants};
+use crate::common::{Client, TestApp, error_code, future_day, invariants};
 
 mod browser;
 mod drafts;
 mod own_lock;
-
-/// A logged-in client for a new user with `role`.
-async fn logged_in(app: &TestApp, instance: usize, name: &str, role: Role) -> (TestUser, Client) {
-    let user = app.user(name, role);
-    let client = app.client(instance);
-    client.login(&user).await;
-    (user, client)
-}
 
 fn lock_url(resource: i64) -> String {
     format!("/api/v1/resources/{resource}/edit-lock")
@@ -95,7 +87,7 @@ async fn thirty_concurrent_first_acquires_leave_exactly_one_owner() {
     let resource = app.resource("Meeting room", 1);
     let mut clients = Vec::new();
     for i in 0..30 {
-        clients.push(logged_in(&app, i, &format!("editor{i:02}"), Role::Staff).await);
+        clients.push(app.logged_in(i, &format!("editor{i:02}"), Role::Staff).await);
     }
     let barrier = Arc::new(Barrier::new(clients.len()));
     let tasks = clients.into_iter().map(|(user, client)| {
@@ -177,8 +169,8 @@ fn first_acquires_of_different_keys_at_once_never_deadlock() {
 async fn two_users_race_to_open_the_editor_then_the_loser_takes_over_and_the_old_holders_save_is_refused() {
     let app = TestApp::spawn_instances(2, |c| c.edit_lock_ttl = Duration::from_secs(2)).await;
     let resource = app.resource("Tennis court", 2);
-    let (carol, carol_client) = logged_in(&app, 0, "carol", Role::Staff).await;
-    let (bob, bob_client) = logged_in(&app, 1, "bob", Role::Staff).await;
+    let (carol, carol_client) = app.logged_in(0, "carol", Role::Staff).await;
+    let (bob, bob_client) = app.logged_in(1, "bob", Role::Staff).await;
     let path = format!("/resources/{resource}/edit");
 
     let barrier = Arc::new(Barrier::new(2));
@@ -237,7 +229,7 @@ async fn two_users_race_to_open_the_editor_then_the_loser_takes_over_and_the_old
 async fn one_user_in_two_sessions_is_two_owners() {
     let app = TestApp::spawn_instances(1, |c| c.edit_lock_ttl = Duration::from_secs(2)).await;
     let resource = app.resource("Lab bench", 3);
-    let (dave, first) = logged_in(&app, 0, "dave", Role::Staff).await;
+    let (dave, first) = app.logged_in(0, "dave", Role::Staff).await;
     let second = app.client(0);
     second.login(&dave).await;
 
@@ -268,7 +260,7 @@ async fn one_user_in_two_sessions_is_two_owners() {
 async fn the_holder_saves_through_the_form_and_the_version_rises_by_one() {
     let app = TestApp::spawn().await;
     let resource = app.resource("Studio", 2);
-    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let (_, carol) = app.logged_in(0, "carol", Role::Staff).await;
 
     let page = carol.open_editor(resource).await;
     assert_eq!(page.status(), 200);
@@ -298,8 +290,8 @@ async fn the_holder_saves_through_the_form_and_the_version_rises_by_one() {
 async fn heartbeat_extends_only_my_lock_and_release_deletes_only_my_lock() {
     let app = TestApp::spawn().await;
     let resource = app.resource("Kiln", 1);
-    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
-    let (_, bob) = logged_in(&app, 0, "bob", Role::Staff).await;
+    let (_, carol) = app.logged_in(0, "carol", Role::Staff).await;
+    let (_, bob) = app.logged_in(0, "bob", Role::Staff).await;
     let key = format!("resource:{resource}");
 
     assert_eq!(bob.send(reqwest::Method::PUT, &lock_url(resource)).await.status(), 423, "nothing to beat");
@@ -331,10 +323,10 @@ async fn capacity_may_not_drop_below_a_future_days_bookings() {
     let resource = app.resource("Court", 3);
     let day = future_day();
     for name in ["ann", "ben"] {
-        let (_, customer) = logged_in(&app, 0, name, Role::Customer).await;
+        let (_, customer) = app.logged_in(0, name, Role::Customer).await;
         assert_eq!(customer.book(resource, day).await.status(), 201);
     }
-    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let (_, carol) = app.logged_in(0, "carol", Role::Staff).await;
     assert_eq!(carol.post_json(&lock_url(resource), &json!({})).await.status(), 201);
 
     let refused = patch(&carol, resource, &json!({"capacity": 1})).await;
@@ -359,7 +351,7 @@ async fn capacity_may_not_drop_below_a_future_days_bookings() {
 async fn bad_edits_are_clear_4xx_answers_and_the_form_keeps_the_input() {
     let app = TestApp::spawn().await;
     let resource = app.resource("Bench", 2);
-    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let (_, carol) = app.logged_in(0, "carol", Role::Staff).await;
     assert_eq!(carol.open_editor(resource).await.status(), 200);
 
     let long_name = "n".repeat(101);
@@ -407,7 +399,7 @@ async fn bad_edits_are_clear_4xx_answers_and_the_form_keeps_the_input() {
 async fn a_get_never_takes_the_edit_lock_only_the_start_form_does() {
     let app = TestApp::spawn().await;
     let resource = app.resource("Attic", 1);
-    let (carol_user, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let (carol_user, carol) = app.logged_in(0, "carol", Role::Staff).await;
     let key = format!("resource:{resource}");
     let path = format!("/resources/{resource}/edit");
 
@@ -435,7 +427,7 @@ async fn a_get_never_takes_the_edit_lock_only_the_start_form_does() {
 async fn customers_and_anonymous_users_cannot_edit() {
     let app = TestApp::spawn().await;
     let resource = app.resource("Room", 1);
-    let (_, alice) = logged_in(&app, 0, "alice", Role::Customer).await;
+    let (_, alice) = app.logged_in(0, "alice", Role::Customer).await;
     assert_eq!(alice.get(&format!("/resources/{resource}/edit")).await.status(), 403);
     assert_eq!(alice.post_json(&lock_url(resource), &json!({})).await.status(), 403);
     assert_eq!(patch(&alice, resource, &json!({"capacity": 2})).await.status(), 403);
@@ -450,7 +442,7 @@ async fn customers_and_anonymous_users_cannot_edit() {
 async fn a_late_release_from_a_reloaded_page_does_not_end_the_renewed_lock() {
     let app = TestApp::spawn().await;
     let resource = app.resource("Darkroom", 1);
-    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let (_, carol) = app.logged_in(0, "carol", Role::Staff).await;
     let key = format!("resource:{resource}");
 
     let first: Value = carol.post_json(&lock_url(resource), &json!({})).await.json().await.expect("json");
@@ -495,8 +487,8 @@ async fn a_save_from_an_editor_opened_under_an_earlier_acquisition_is_refused() 
     let app = TestApp::spawn().await;
     let resource = app.resource("Fenced room", 4);
     let key = format!("resource:{resource}");
-    let (_, carol) = logged_in(&app, 0, "carol", Role::Staff).await;
-    let (_, admin) = logged_in(&app, 0, "root", Role::Admin).await;
+    let (_, carol) = app.logged_in(0, "carol", Role::Staff).await;
+    let (_, admin) = app.logged_in(0, "root", Role::Admin).await;
     let tab1 = carol.open_editor(resource).await.text().await.expect("editor");
     let first = crate::common::lock_epoch_in(&tab1).expect("tab 1 names its epoch");
 

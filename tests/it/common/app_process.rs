@@ -16,8 +16,7 @@ impl AppProcess {
     /// `haita serve` on `database_url` and a free port, with the tests' session key, plain
     /// HTTP, and `env` on top; returns once it listens.
     pub fn start(database_url: &str, env: &[(&str, &str)]) -> Self {
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let port = crate::common::free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_haita"));
         command
             .arg("serve")

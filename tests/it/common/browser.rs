@@ -4,11 +4,12 @@
 //! Needs Debian's `chromium` and `chromium-driver` (`scripts/dev test` installs them). When they
 //! are missing the test FAILS saying so: a browser test that silently skips proves nothing.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::common::free_port;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use rand::Rng;
@@ -28,10 +29,6 @@ fn find_on_path(names: &[&str]) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
     dirs.push(PathBuf::from("/usr/lib/chromium"));
     names.iter().flat_map(|name| dirs.iter().map(move |dir| dir.join(name))).find(|p| p.is_file())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
 }
 
 impl Chromedriver {

@@ -110,6 +110,18 @@ fn install_lock_introspection(server_url: &str, conn: &mut DbConn) {
     }
 }
 
+/// A port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
+
+/// The `haita` binary as a test runs it: on `database_url`, logging warnings only.
+pub fn haita(database_url: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_haita"));
+    command.env("DATABASE_URL", database_url).env("RUST_LOG", "warn");
+    command
+}
+
 pub fn test_config(database_url: &str) -> Config {
     Config {
         bind: "127.0.0.1:0".into(),
@@ -206,6 +218,14 @@ impl TestApp {
 
     pub fn user(&self, username: &str, role: Role) -> TestUser {
         create_user(&self.db, username, role)
+    }
+
+    /// A new user with `role`, and a client of instance `instance` logged in as them.
+    pub async fn logged_in(&self, instance: usize, username: &str, role: Role) -> (TestUser, Client) {
+        let user = self.user(username, role);
+        let client = self.client(instance);
+        client.login(&user).await;
+        (user, client)
     }
 
     pub fn resource(&self, name: &str, capacity: i32) -> i64 {

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::free_port;
 use rand::Rng;
 
 pub struct OwnServer {
@@ -247,11 +248,4 @@ fn postgres_binary(name: &str) -> PathBuf {
 
 fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }

@@ -7,7 +7,7 @@ use diesel::sql_types::{BigInt, Text};
 use haita::auth::Role;
 use serde_json::{Value, json};
 
-use super::{logged_in, save_form_under};
+use super::save_form_under;
 use crate::common::{Client, TestApp, error_code, invariants};
 
 #[derive(QueryableByName)]
@@ -50,8 +50,8 @@ async fn force_release(admin: &Client, resource: i64) {
 async fn a_refused_save_is_kept_as_a_draft_and_offered_back_at_the_next_open() {
     let app = TestApp::spawn().await;
     let resource = app.resource("Board room", 4);
-    let (carol, carols) = logged_in(&app, 0, "carol", Role::Staff).await;
-    let (_, admin) = logged_in(&app, 0, "root", Role::Admin).await;
+    let (carol, carols) = app.logged_in(0, "carol", Role::Staff).await;
+    let (_, admin) = app.logged_in(0, "root", Role::Admin).await;
 
     assert_eq!(carols.open_editor(resource).await.status(), 200);
     let epoch = carols.editor_epoch(resource).await;
@@ -125,9 +125,9 @@ async fn a_refused_save_is_kept_as_a_draft_and_offered_back_at_the_next_open() {
 async fn drafts_are_their_authors_bounded_and_gone_when_cancelled_or_discarded() {
     let app = TestApp::spawn().await;
     let resource = app.resource("Studio", 2);
-    let (carol, carols) = logged_in(&app, 0, "carol", Role::Staff).await;
-    let (dave, daves) = logged_in(&app, 0, "dave", Role::Staff).await;
-    let (_, alices) = logged_in(&app, 0, "alice", Role::Customer).await;
+    let (carol, carols) = app.logged_in(0, "carol", Role::Staff).await;
+    let (dave, daves) = app.logged_in(0, "dave", Role::Staff).await;
+    let (_, alices) = app.logged_in(0, "alice", Role::Customer).await;
     let typed = json!({"name": "Studio B", "description": "half-typed", "capacity": "3x"});
 
     assert_eq!(put_draft(&alices, resource, &typed).await.status(), 403, "customers do not edit");
@@ -170,8 +170,8 @@ async fn drafts_are_their_authors_bounded_and_gone_when_cancelled_or_discarded()
 async fn anyone_on_staff_can_read_a_locked_record_without_touching_the_lock() {
     let app = TestApp::spawn().await;
     let resource = app.resource("Library", 6);
-    let (carol, carols) = logged_in(&app, 0, "carol", Role::Staff).await;
-    let (_, daves) = logged_in(&app, 0, "dave", Role::Staff).await;
+    let (carol, carols) = app.logged_in(0, "carol", Role::Staff).await;
+    let (_, daves) = app.logged_in(0, "dave", Role::Staff).await;
     assert_eq!(carols.open_editor(resource).await.status(), 200);
     let key = format!("resource:{resource}");
     let before = invariants::edit_lock_expiry(&app.db, &key);

@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use haita::auth::Role;
 use serde_json::json;
 
-use super::{lock_url, logged_in, save_form_under};
+use super::{lock_url, save_form_under};
 use crate::common::{TestApp, invariants};
 
 /// The audit details recorded about `subject`, oldest first.
@@ -26,12 +26,12 @@ async fn logging_out_ends_the_sessions_edit_locks_and_everywhere_ends_every_sess
     let app = TestApp::spawn().await;
     let rooms = [app.resource("Room A", 2), app.resource("Room B", 2), app.resource("Room C", 2)];
     let keys = rooms.map(|r| format!("resource:{r}"));
-    let (carol, laptop) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let (carol, laptop) = app.logged_in(0, "carol", Role::Staff).await;
     let phone = app.client(0);
     phone.login(&carol).await;
     let tablet = app.client(0);
     tablet.login(&carol).await;
-    let (_, bob) = logged_in(&app, 0, "bob", Role::Staff).await;
+    let (_, bob) = app.logged_in(0, "bob", Role::Staff).await;
     let bobs_room = app.resource("Bob's room", 2);
     for (client, room) in [(&laptop, rooms[0]), (&phone, rooms[1]), (&tablet, rooms[2]), (&bob, bobs_room)] {
         assert_eq!(client.post_json(&lock_url(room), &json!({})).await.status(), 201);
@@ -61,10 +61,10 @@ async fn continue_here_moves_my_own_lock_at_once_and_the_other_sessions_page_can
     let app = TestApp::spawn().await;
     let room = app.resource("Studio", 3);
     let key = format!("resource:{room}");
-    let (carol, laptop) = logged_in(&app, 0, "carol", Role::Staff).await;
+    let (carol, laptop) = app.logged_in(0, "carol", Role::Staff).await;
     let phone = app.client(0);
     phone.login(&carol).await;
-    let (_, bob) = logged_in(&app, 0, "bob", Role::Staff).await;
+    let (_, bob) = app.logged_in(0, "bob", Role::Staff).await;
     assert_eq!(laptop.open_editor(room).await.status(), 200);
     let laptop_epoch = laptop.editor_epoch(room).await;
     let (_, laptop_session) = invariants::edit_lock_owner(&app.db, &key).expect("lock");
