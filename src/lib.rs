@@ -7,6 +7,7 @@
 
 pub mod account;
 pub mod admin;
+pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod batch;
@@ -32,7 +33,6 @@ pub mod orders;
 pub mod resources;
 pub mod schema;
 pub mod shutdown;
-pub mod web;
 
 use std::net::TcpListener;
 
@@ -41,12 +41,12 @@ use actix_session::config::{CookieContentSecurity, PersistentSession};
 use actix_session::storage::CookieSessionStore;
 use actix_web::cookie::{Key, SameSite, time};
 use actix_web::middleware::{DefaultHeaders, ErrorHandlers, Logger};
-use actix_web::{App, HttpResponse, HttpServer, dev::Server, web as aweb};
+use actix_web::{App, HttpResponse, HttpServer, dev::Server, web};
 use askama::Template;
 
+use crate::app::{AppState, PageContext, error};
 use crate::config::Config;
 use crate::db::DbPool;
-use crate::web::{AppState, PageContext, error};
 
 // The pages' texts in English and Japanese (`i18n`), compiled in.
 rust_i18n::i18n!("src/i18n", fallback = "en");
@@ -90,7 +90,7 @@ pub struct Application {
     server: Server,
     /// The instance's door to its database, for the housekeeping beside the requests.
     off_executor: db::OffExecutor,
-    shutdown: aweb::Data<shutdown::Shutdown>,
+    shutdown: web::Data<shutdown::Shutdown>,
     /// Writes this instance's row of `app_instances` (`admin::instances`).
     heartbeat: admin::instances::Heartbeat,
     /// `HOLD_HISTORY_DAYS`: how long ended checkout holds are kept.
@@ -108,39 +108,39 @@ impl Application {
         metrics::set_enabled(config.metrics);
         let instance =
             std::sync::Arc::new(admin::instances::Instance::new(config.instance_name.as_deref(), port));
-        let state = aweb::Data::new(AppState::new(pool.clone(), config));
+        let state = web::Data::new(AppState::new(pool.clone(), config));
         let off_executor = state.off_executor.clone();
         let heartbeat =
             admin::instances::Heartbeat::new(instance.clone(), state.metrics.clone(), pool.clone());
         // Which instance `/admin/metrics` shows, among the others.
-        let instance = aweb::Data::from(instance);
+        let instance = web::Data::from(instance);
         // This instance's queues of bookings per day, served in batches.
         // Their waiters are turned away at the same cutoff as the lock queue's (`shutdown`).
         let cutoff = state.locks.cutoff().clone();
-        let coalescer = aweb::Data::new(bookings::coalesce::coalescer(
+        let coalescer = web::Data::new(bookings::coalesce::coalescer(
             state.off_executor.clone(),
             state.locks.clone(),
             state.config.max_future_bookings,
             cutoff.clone(),
         ));
         // And of single-line orders per product.
-        let order_coalescer = aweb::Data::new(orders::coalesce::coalescer(
+        let order_coalescer = web::Data::new(orders::coalesce::coalescer(
             state.off_executor.clone(),
             state.config.max_orders_per_minute,
             cutoff,
         ));
         // Readiness, the requests in flight, and the drain on a stop signal.
-        let shutdown = aweb::Data::new(shutdown::Shutdown::new(&state));
+        let shutdown = web::Data::new(shutdown::Shutdown::new(&state));
         // One per instance, shared by its workers: this instance's watchers of the cluster's
         // demo race (one reader of the database for all of them).
         #[cfg(feature = "lab")]
-        let race_board = aweb::Data::new(lab::demo::RaceBoard::default());
+        let race_board = web::Data::new(lab::demo::RaceBoard::default());
         // The Redis server and lock directory of the demo's outside locks (contacted on use).
         #[cfg(feature = "lab")]
-        let outside = aweb::Data::new(lab::locks::OutsideLocks::from_settings(&lab::Settings::from_env()?)?);
+        let outside = web::Data::new(lab::locks::OutsideLocks::from_settings(&lab::Settings::from_env()?)?);
         let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
         let body_timeout =
-            aweb::Data::new(crate::http::slow_body::BodyTimeout(state.config.request_body_timeout));
+            web::Data::new(crate::http::slow_body::BodyTimeout(state.config.request_body_timeout));
         let max_connections = state.config.max_connections;
         let shutdown_timeout = state.config.shutdown_timeout.as_secs();
         let app_shutdown = shutdown.clone();
@@ -159,10 +159,10 @@ impl Application {
             app.app_data(error::json_config(error::BODY_LIMIT))
                 .app_data(error::path_config())
                 .app_data(error::query_config())
-                .app_data(aweb::PayloadConfig::new(error::BODY_LIMIT))
+                .app_data(web::PayloadConfig::new(error::BODY_LIMIT))
                 .app_data(body_timeout.clone())
                 .configure(|cfg| routes(cfg, demo_mode))
-                .default_service(aweb::to(error::not_found))
+                .default_service(web::to(error::not_found))
                 .wrap(actix_web::middleware::from_fn(crate::http::slow_body::deadline))
                 .wrap(actix_web::middleware::from_fn(crate::auth::csrf::json_only_api_writes))
                 .wrap(actix_web::middleware::from_fn(crate::openapi::methods_allowed))
@@ -332,16 +332,16 @@ pub fn session_key(config: &Config) -> anyhow::Result<Key> {
 }
 
 /// Every route; the race demo only where the lab is built in and `DEMO_MODE=1`.
-fn routes(cfg: &mut aweb::ServiceConfig, demo_mode: bool) {
-    cfg.route("/", aweb::get().to(home))
+fn routes(cfg: &mut web::ServiceConfig, demo_mode: bool) {
+    cfg.route("/", web::get().to(home))
         .configure(shutdown::routes)
-        .route("/metrics", aweb::get().to(metrics_text))
-        .route("/api/v1/openapi.json", aweb::get().to(openapi_json))
-        .route("/static/style.css", aweb::get().to(stylesheet))
-        .route("/static/local_time.js", aweb::get().to(local_time_script))
+        .route("/metrics", web::get().to(metrics_text))
+        .route("/api/v1/openapi.json", web::get().to(openapi_json))
+        .route("/static/style.css", web::get().to(stylesheet))
+        .route("/static/local_time.js", web::get().to(local_time_script))
         // Browsers ask for it on every site: answered, so it is neither a 404 page nor a session
         // lookup for one.
-        .route("/favicon.ico", aweb::get().to(|| async { HttpResponse::NoContent().finish() }))
+        .route("/favicon.ico", web::get().to(|| async { HttpResponse::NoContent().finish() }))
         .configure(account::routes::configure)
         .configure(account::language::configure)
         .configure(bookings::routes::configure)
@@ -366,7 +366,7 @@ struct HomePage {
 }
 
 async fn home(ctx: PageContext) -> actix_web::Result<HttpResponse> {
-    Ok(web::html(&HomePage { ctx })?)
+    Ok(app::html(&HomePage { ctx })?)
 }
 
 /// Prometheus text format. Pool gauges are read at scrape time; nothing here touches the database.
@@ -374,7 +374,7 @@ async fn home(ctx: PageContext) -> actix_web::Result<HttpResponse> {
 /// Not for anyone: pool saturation and lock waits help an attacker time a flood. With
 /// `METRICS_TOKEN` only a request carrying it (`Authorization: Bearer …`, compared in constant
 /// time) is answered; without one, only a demo serves them.
-async fn metrics_text(req: actix_web::HttpRequest, state: aweb::Data<AppState>) -> HttpResponse {
+async fn metrics_text(req: actix_web::HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     let refused = match (&state.config.metrics_token, state.config.demo_mode) {
         (Some(token), _) if bearer_is(&req, token) => None,
         (Some(_), _) => Some(MetricsRefused::WrongToken),
@@ -432,7 +432,7 @@ impl http::error::AsProblem for MetricsRefused {
     }
 }
 
-async fn openapi_json(state: aweb::Data<AppState>) -> HttpResponse {
+async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
     let document = openapi::served(state.config.demo_mode);
     HttpResponse::Ok().content_type("application/json").body(document)
 }

@@ -14,10 +14,10 @@ use actix_web::web;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
+use crate::app::AppState;
 use crate::auth::AuthError;
 use crate::http::answers::{self, Answer, answers_of};
 use crate::http::error::{RequestError, respond};
-use crate::web::AppState;
 
 #[derive(OpenApi)]
 #[openapi(

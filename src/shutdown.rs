@@ -39,9 +39,9 @@ use actix_web::http::{ConnectionType, header};
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
 
+use crate::app::AppState;
 use crate::locking::Cutoff;
 use crate::metrics::Metrics;
-use crate::web::AppState;
 
 /// One per instance (app data): whether it is draining, what it has in flight, and its cutoff.
 pub struct Shutdown {

@@ -30,7 +30,7 @@ const LAYERS: &[&[&str]] = &[
     // Mechanisms every feature may use.
     &["audit", "deadlocks", "idempotency", "auth"],
     // The app's toolkit for handlers: state, page context, the logged-in user, the error page.
-    &["web"],
+    &["app"],
     // The features, each a folder with its model, service and routes.
     &["edit_locks"],
     &["resources", "catalog"],
@@ -188,7 +188,7 @@ fn paths_in_code_strings_and_macros_count_and_comments_do_not() {
     let text = "use crate::db::DbConn;\n\
                 /// see `crate::admin` for the screen\n\
                 #[serde(with = \"crate::http::utc\")]\n\
-                $crate::infra::infra_error!(x); // crate::web here is a comment\n\
+                $crate::infra::infra_error!(x); // crate::app here is a comment\n\
                 let t = mycrate::locking::x;";
     assert_eq!(crate_paths(text), [(1, "db".to_string()), (3, "http".to_string()), (4, "infra".to_string())]);
 }

@@ -4,11 +4,11 @@ use actix_session::Session;
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 
+use crate::app::{see_other, switch_back};
 use crate::auth::AuthError;
 use crate::auth::csrf::CsrfForm;
 use crate::http::input::quoted;
 use crate::i18n::Lang;
-use crate::web::{see_other, switch_back};
 
 /// `POST /language`: the header's switch.
 pub fn configure(cfg: &mut web::ServiceConfig) {

@@ -6,6 +6,7 @@ use actix_web::{HttpRequest, HttpResponse, Responder, web};
 use askama::Template;
 use serde::{Deserialize, Serialize};
 
+use crate::app::{AppState, PageContext, html, local_path, see_other};
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::throttle::{Attempt, LoginKey};
 use crate::auth::{AuthError, Role, SessionUser, User, service, session};
@@ -13,7 +14,6 @@ use crate::http::answers::documented_answers;
 use crate::http::client_address::ClientAddress;
 use crate::http::error::AsProblem;
 use crate::infra::Infra;
-use crate::web::{AppState, PageContext, html, local_path, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(whoami, login_json, logout_json))]
@@ -150,7 +150,7 @@ async fn login_form(
         Err(refused @ AuthError::BadCredentials) => {
             // Shown at the login page's address with its `next`, for the language switch.
             let ctx = PageContext::anonymous(&req, crate::auth::csrf::token(&session)?)
-                .shown_as(crate::web::login_address(&next));
+                .shown_as(crate::app::login_address(&next));
             let page = LoginPage {
                 error: Some(refused.problem().message_in(ctx.lang)),
                 ctx,

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::named_locks::{self, Killed, Listing, NamedLock, OurLockName};
 use super::{Admin, AdminError, Reason};
+use crate::app::{AppState, PageContext, html, see_other};
 use crate::audit::{self, AuditPage};
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::batch::forms::{CLOSURE_ACTION, ClosureForm, REVISION_ACTION, RevisionForm};
@@ -14,7 +15,6 @@ use crate::edit_locks::{self, EditLockError, EditLockKey, LockView};
 use crate::http::answers::documented_answers;
 use crate::i18n::Lang;
 use crate::infra::Infra;
-use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(

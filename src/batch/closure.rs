@@ -316,7 +316,7 @@ impl Closure {
         let mut shown: Option<Waiting> = None;
         let mut ask = || -> Result<EditLock, BatchError> {
             loop {
-                let turn = Turn::alone(run.pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
+                let turn = Turn::unqueued(run.pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
                 match service::acquire(run.pool, turn, EDIT_LOCK_TTL, key, owner, policy) {
                     Ok((acquired, lock)) => {
                         let from = match acquired {
@@ -396,7 +396,7 @@ impl Closure {
                 (self.wait.clamp(Duration::from_secs(1), DAY_LOCK_WAIT), RowLock::Wait)
             }
         };
-        let turn = Turn::alone(run.pool.names().booking(closing.resource_id, closing.day), wait);
+        let turn = Turn::unqueued(run.pool.names().booking(closing.resource_id, closing.day), wait);
         let mut held = match NamedLockGuard::acquire_in_turn(run.pool.get()?, turn) {
             Ok(held) => held,
             Err(LockError::TimedOut { .. } | LockError::Crowded { .. }) => {

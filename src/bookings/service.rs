@@ -88,7 +88,13 @@ pub fn book(
         // Idempotency: steps 4 to 6 at most once per key (without a key, they just run).
         idempotency::once(conn, once, |conn| {
             // 4. Read the day, 5. decide, 6. insert if granted.
-            alone(check_then_insert(conn, resource_id, date, std::slice::from_ref(ticket), max_future)?)
+            the_one_answer(check_then_insert(
+                conn,
+                resource_id,
+                date,
+                std::slice::from_ref(ticket),
+                max_future,
+            )?)
         })
     })
     // 7. COMMIT, or ROLLBACK on a refusal, and 8. release: both done as the call returns.
@@ -126,7 +132,7 @@ pub(super) fn check_then_insert(
 }
 
 /// The answer of the one request [`check_then_insert`] was given.
-pub(super) fn alone(
+pub(super) fn the_one_answer(
     mut answers: Vec<Result<Reservation, BookingError>>,
 ) -> Result<Reservation, BookingError> {
     match (answers.pop(), answers.is_empty()) {

@@ -10,12 +10,12 @@ use super::edit::{self, Current, FieldErrors, FieldMerge, ProductChanges};
 use super::model::{Product, format_cents};
 use super::service::{self, ProductWithStock};
 use super::{CatalogError, etag};
+use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{AuthError, Role, SessionUser};
 use crate::http::answers::documented_answers;
 use crate::http::error::FieldError;
 use crate::http::error::{BODY_LIMIT, json_config, respond};
-use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(products_json, product_json, patch_json))]

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::HoldError;
 use super::model::{HoldLength, HoldRequest, HoldState, HoldView, ListedHold};
 use super::service;
+use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::catalog::routes::{OrderRefused, render_refused_hold};
@@ -19,7 +20,6 @@ use crate::http::error::AsProblem;
 use crate::idempotency::{self, IdempotencyError, IdempotencyKey, KeyHeader};
 use crate::orders::OrderError;
 use crate::orders::service::OrderView;
-use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(hold_json, holds_json, release_json, order_json))]

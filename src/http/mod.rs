@@ -4,7 +4,7 @@
 //! UTC on the wire ([`utc`]), and input read from people ([`input`]).
 //!
 //! It knows no feature and no app state, so every layer above the database may use it; the app's
-//! own toolkit for handlers (state, page context, the HTML error page) is `crate::web`.
+//! own toolkit for handlers (state, page context, the HTML error page) is `crate::app`.
 
 pub mod answers;
 pub mod client_address;

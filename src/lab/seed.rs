@@ -75,7 +75,7 @@ pub fn run(pool: &DbPool) -> anyhow::Result<()> {
             let quantity = Quantity::parse(i64::from(*stock), Quantity::MAX_PER_RECEIPT)?;
             crate::inventory::service::receive(
                 pool,
-                Turn::alone(pool.names().stock(id), Duration::from_secs(5)),
+                Turn::unqueued(pool.names().stock(id), Duration::from_secs(5)),
                 receiver,
                 id,
                 quantity,

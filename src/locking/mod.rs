@@ -8,7 +8,7 @@
 //!
 //! - [`transaction_under_locks`]: the same for work that needs several named locks (a stay,
 //!   one per night), taken in one order ([`TurnsInOrder`]) so that two such requests never wait
-//!   for each other in a circle; on MySQL one session holds them all ([`NamedLocksGuard`]).
+//!   for each other in a circle; on MySQL one session holds them all ([`NamedLocksInOrder`]).
 //!
 //! Both take their lock the same way (`named::ask_then_wait`): asked without waiting first,
 //! then waited for within what is left of the request's turn and the instance's waiting budget.
@@ -41,6 +41,6 @@ pub use crate::db::lock_names::{self as names, LockName, Namespace};
 pub use batches::Batches;
 pub use coalescer::{Coalescer, Serve};
 pub use cutoff::Cutoff;
-pub use named::{AcquireError, LockError, NamedLockGuard, NamedLocksGuard};
+pub use named::{AcquireError, LockError, NamedLockGuard, NamedLocksInOrder};
 pub use queue::{LockQueue, Turn, TurnsInOrder};
 pub use transaction_scoped::{Isolation, transaction_under_lock, transaction_under_locks};

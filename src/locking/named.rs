@@ -93,7 +93,7 @@ impl NamedLockGuard {
     /// On timeout the connection goes back to the pool untouched. On any other failure it may
     /// be in an unknown state (did the server grant the lock before the error?), so it is closed.
     pub fn acquire(conn: PooledConn, name: LockName, wait: Duration) -> Result<Self, LockError> {
-        Self::acquire_in_turn(conn, Turn::alone(name, wait))
+        Self::acquire_in_turn(conn, Turn::unqueued(name, wait))
     }
 
     /// Takes the lock of `turn` on `conn` ([`ask_then_wait`]): `SELECT GET_LOCK(name, 0)` first;
@@ -145,10 +145,10 @@ impl NamedLockGuard {
 /// ```text
 /// SELECT GET_LOCK(name1, 0)            -- in the order of the names: ascending dates
 /// SELECT GET_LOCK(name2, 0)            -- (each waited for only if held elsewhere)
-/// …the work, on NamedLocksGuard::conn…
+/// …the work, on NamedLocksInOrder::conn…
 /// SELECT RELEASE_ALL_LOCKS()           -- drop: must answer 2, the locks taken
 /// ```
-pub struct NamedLocksGuard {
+pub struct NamedLocksInOrder {
     conn: PooledConn,
     /// The turns whose locks the session holds, in the order taken. Dropped after the release,
     /// like [`NamedLockGuard`]'s one turn.
@@ -157,7 +157,7 @@ pub struct NamedLocksGuard {
     granted: Instant,
 }
 
-impl NamedLocksGuard {
+impl NamedLocksInOrder {
     /// Takes the locks of `turns` on one connection of `pool`, in their order, each as
     /// [`NamedLockGuard::acquire_in_turn`] takes its one (ask with 0, then wait within what is
     /// left of the turn and the waiting budget). A lock not had gives back those taken before
@@ -192,7 +192,7 @@ impl NamedLocksGuard {
     }
 }
 
-impl Drop for NamedLocksGuard {
+impl Drop for NamedLocksInOrder {
     /// All the locks in one statement (`Dialect::unlock_several`), which must let go of exactly
     /// those taken; otherwise the session is closed, as [`NamedLockGuard`]'s is.
     fn drop(&mut self) {

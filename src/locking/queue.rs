@@ -154,7 +154,7 @@ pub struct Turn {
 impl Turn {
     /// A turn outside any queue, for a caller that is the only one using its lock names: the
     /// migrations at start, a command-line tool. It still has a deadline and a budget of one.
-    pub fn alone(name: LockName, wait: Duration) -> Self {
+    pub fn unqueued(name: LockName, wait: Duration) -> Self {
         Self {
             name,
             deadline: Instant::now() + wait,
@@ -203,9 +203,9 @@ impl Drop for Turn {
 pub struct TurnsInOrder(Vec<Turn>);
 
 impl TurnsInOrder {
-    /// Turns outside any queue ([`Turn::alone`]), for callers alone with their names: tests, tools.
-    pub fn alone(names: Vec<LockName>, wait: Duration) -> Self {
-        Self(Self::order(names).into_iter().map(|name| Turn::alone(name, wait)).collect())
+    /// Turns outside any queue ([`Turn::unqueued`]), for callers alone with their names: tests, tools.
+    pub fn unqueued(names: Vec<LockName>, wait: Duration) -> Self {
+        Self(Self::order(names).into_iter().map(|name| Turn::unqueued(name, wait)).collect())
     }
 
     /// Sorted, each name once.
@@ -356,7 +356,7 @@ mod tests {
 
     #[test]
     fn a_turn_counts_down_its_deadline() {
-        let turn = Turn::alone(name("y"), Duration::from_millis(20));
+        let turn = Turn::unqueued(name("y"), Duration::from_millis(20));
         assert!(turn.remaining() <= Duration::from_millis(20));
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(turn.remaining(), Duration::ZERO);

@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use diesel::result::Error as DbError;
 
-use super::named::{AcquireError, LockError, NamedLockGuard, NamedLocksGuard, NotTaken, ask_then_wait};
+use super::named::{AcquireError, LockError, NamedLockGuard, NamedLocksInOrder, NotTaken, ask_then_wait};
 use super::queue::{Turn, TurnsInOrder};
 use crate::db::dialect::Asked;
 use crate::db::errors::lost_connection;
@@ -78,7 +78,7 @@ where
 /// its end, and **taken in the order of `turns`** (ascending names, [`TurnsInOrder`]):
 ///
 /// - on MySQL, one session's named locks held by a guard around the transaction
-///   ([`NamedLocksGuard`]): `GET_LOCK` each in order; BEGIN; the work; COMMIT; release them all;
+///   ([`NamedLocksInOrder`]): `GET_LOCK` each in order; BEGIN; the work; COMMIT; release them all;
 /// - on PostgreSQL, transaction-scoped advisory locks: BEGIN; take each in order ([`take`]); the
 ///   work; COMMIT, which lets go of them all.
 ///
@@ -101,7 +101,7 @@ where
     E: From<DbError> + From<LockError> + From<CheckoutError>,
 {
     if !pool.dialect().has_transaction_scoped_lock() {
-        let mut held = NamedLocksGuard::acquire_pooled(pool, turns).map_err(|e| match e {
+        let mut held = NamedLocksInOrder::acquire_pooled(pool, turns).map_err(|e| match e {
             AcquireError::Pool(e) => E::from(e),
             AcquireError::Lock(e) => E::from(e),
         })?;

@@ -11,6 +11,7 @@ use super::OrderError;
 use super::coalesce::{self, Coalescer};
 use super::model::Cart;
 use super::service::{self, OrderView, Placed};
+use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::catalog::routes::{OrderRefused, render_products_page};
@@ -19,7 +20,6 @@ use crate::http::error::AsProblem;
 use crate::idempotency::IdempotencyError;
 use crate::idempotency::{self, IdempotencyKey, KeyHeader};
 use crate::locking::retry::RetryPolicy;
-use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(order_json, orders_json))]

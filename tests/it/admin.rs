@@ -392,7 +392,7 @@ async fn batch_held_locks_cannot_be_force_released_and_release_all_expired_skips
     let operator = Owner { user_id: root.id, session: "batch:nightly".into() };
     service::acquire(
         &app.db.pool,
-        Turn::alone(app.db.pool.names().edit_lock(&batch_key), Duration::from_secs(5)),
+        Turn::unqueued(app.db.pool.names().edit_lock(&batch_key), Duration::from_secs(5)),
         Duration::from_secs(1),
         &EditLockKey::resource(batch),
         &operator,

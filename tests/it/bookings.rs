@@ -407,7 +407,7 @@ async fn error_pages_keep_the_layout_and_offer_a_way_forward() {
     let body = refused.text().await.expect("page");
     assert_eq!(status, 401, "{body}");
     if status == 401 {
-        let login = format!("/login?next={}", haita::web::error::urlencode(&page));
+        let login = format!("/login?next={}", haita::app::error::urlencode(&page));
         assert!(
             body.contains(&login.replace('&', "&#38;")) || body.contains(&login.replace('&', "&amp;")),
             "{body}"

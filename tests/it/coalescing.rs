@@ -75,7 +75,7 @@ fn a_random_workload_gets_the_same_answers_in_batches_as_one_at_a_time() {
     let one_at_a_time: Vec<Outcome> = workload
         .iter()
         .map(|(user, day)| {
-            let turn = Turn::alone(alone.pool.names().booking(resource, day.day()), wait);
+            let turn = Turn::unqueued(alone.pool.names().booking(resource, day.day()), wait);
             outcome(&service::book(&alone.pool, turn, ticket(0, *user), resource, *day, None, 30))
         })
         .collect();
@@ -89,7 +89,7 @@ fn a_random_workload_gets_the_same_answers_in_batches_as_one_at_a_time() {
             let size = rng.random_range(1..=9).min(rest.len());
             let (batch, tail) = rest.split_at(size);
             let users: Vec<Ticket> = batch.iter().map(|&i| ticket(1, workload[i].0).clone()).collect();
-            let turn = Turn::alone(batched.pool.names().booking(resource, day.day()), wait);
+            let turn = Turn::unqueued(batched.pool.names().booking(resource, day.day()), wait);
             let answers = haita::bookings::batch::book_batch(&batched.pool, turn, resource, *day, &users, 30)
                 .expect("batch");
             for (&i, answer) in batch.iter().zip(&answers) {

@@ -136,7 +136,7 @@ fn first_acquires_of_different_keys_at_once_never_deadlock() {
                 (0..40_i64)
                     .map(|i| {
                         let key = EditLockKey::resource(1 + i * 8 + t);
-                        let turn = haita::locking::Turn::alone(
+                        let turn = haita::locking::Turn::unqueued(
                             pool.names().edit_lock(key.as_str()),
                             Duration::from_secs(10),
                         );

@@ -67,7 +67,7 @@ fn first_receipts_of_different_products_at_once_never_deadlock() {
                 all_ready.wait();
                 mine.into_iter()
                     .filter_map(|product| {
-                        let turn = haita::locking::Turn::alone(
+                        let turn = haita::locking::Turn::unqueued(
                             pool.names().stock(product),
                             std::time::Duration::from_secs(10),
                         );

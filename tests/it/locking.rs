@@ -328,18 +328,18 @@ on_both_engines!(
     several_locks_are_held_by_one_session_and_let_go_of_together_on_postgres => several_locks_together
 );
 
-/// A stay's locks on the session form (`NamedLocksGuard`, MySQL's): all held by one session,
+/// A stay's locks on the session form (`NamedLocksInOrder`, MySQL's): all held by one session,
 /// taken in the names' order whatever order they were given in, and all let go of by the drop,
 /// the connection going back to the pool.
 async fn several_locks_together(db: TestDb) {
-    use haita::locking::{NamedLocksGuard, TurnsInOrder};
+    use haita::locking::{NamedLocksInOrder, TurnsInOrder};
     let pool = small_pool(&db, 2);
     let names = vec![unique_name(), unique_name(), unique_name()];
-    let turns = TurnsInOrder::alone(names.clone(), Duration::from_secs(1));
+    let turns = TurnsInOrder::unqueued(names.clone(), Duration::from_secs(1));
     let mut sorted = names.clone();
     sorted.sort();
     assert!(turns.names().eq(sorted.iter()), "taken in the names' order");
-    let mut held = NamedLocksGuard::acquire_pooled(&pool, turns).expect("three locks");
+    let mut held = NamedLocksInOrder::acquire_pooled(&pool, turns).expect("three locks");
     let id = connection_id(held.conn());
     for name in &names {
         assert_eq!(holder(&db, name), Some(id), "{name} held by the guard's session");
@@ -359,13 +359,13 @@ on_both_engines!(
 /// The second of three names is held by another session: the guard takes the first, waits out
 /// its turn for the second, and gives the first back.
 async fn several_locks_one_held(db: TestDb) {
-    use haita::locking::{AcquireError, NamedLocksGuard, TurnsInOrder};
+    use haita::locking::{AcquireError, NamedLocksInOrder, TurnsInOrder};
     let pool = small_pool(&db, 2);
     let mut names = vec![unique_name(), unique_name(), unique_name()];
     names.sort();
     let other = db.session_holding(&names[1]);
-    let turns = TurnsInOrder::alone(names.clone(), Duration::from_secs(1));
-    let refused = NamedLocksGuard::acquire_pooled(&pool, turns);
+    let turns = TurnsInOrder::unqueued(names.clone(), Duration::from_secs(1));
+    let refused = NamedLocksInOrder::acquire_pooled(&pool, turns);
     assert!(
         matches!(refused, Err(AcquireError::Lock(LockError::TimedOut { .. }))),
         "the held one is waited out"
@@ -383,11 +383,12 @@ on_both_engines!(
 /// The work takes one more lock on the guard's connection: the release finds more than it took,
 /// and the session is closed rather than pooled, its extra lock ending with it.
 async fn several_locks_and_one_more(db: TestDb) {
-    use haita::locking::{NamedLocksGuard, TurnsInOrder};
+    use haita::locking::{NamedLocksInOrder, TurnsInOrder};
     let pool = small_pool(&db, 2);
     let (names, extra) = (vec![unique_name(), unique_name()], unique_name());
-    let mut held = NamedLocksGuard::acquire_pooled(&pool, TurnsInOrder::alone(names.clone(), Duration::ZERO))
-        .expect("locks");
+    let mut held =
+        NamedLocksInOrder::acquire_pooled(&pool, TurnsInOrder::unqueued(names.clone(), Duration::ZERO))
+            .expect("locks");
     let id = connection_id(held.conn());
     assert!(server::try_lock(held.conn(), &extra), "the work takes a lock of its own");
     drop(held);

@@ -109,7 +109,7 @@ fn analyze(db: &TestDb, tables: &[&str]) {
 
 fn book(pool: &DbPool, user: &Ticket, resource: i64, night: chrono::NaiveDate) -> bool {
     let date = BookingDate::parse(&night.to_string(), bookings::today()).expect("a day within the horizon");
-    let turn = Turn::alone(pool.names().booking(resource, date.day()), Duration::from_secs(5));
+    let turn = Turn::unqueued(pool.names().booking(resource, date.day()), Duration::from_secs(5));
     match bookings::book(pool, turn, user, resource, date, None, 30) {
         Ok(_) => true,
         Err(haita::bookings::BookingError::FullyBooked { .. }) => false,

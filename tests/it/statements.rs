@@ -138,7 +138,7 @@ fn day(n: u64) -> String {
 
 fn book(pool: &DbPool, user: &Ticket, resource_id: i64, days_ahead: u64) -> Result<(), bookings::Verdict> {
     let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
-    let turn = Turn::alone(pool.names().booking(resource_id, date.day()), Duration::from_secs(5));
+    let turn = Turn::unqueued(pool.names().booking(resource_id, date.day()), Duration::from_secs(5));
     match bookings::book(pool, turn, user, resource_id, date, None, 30) {
         Ok(_) => Ok(()),
         Err(haita::bookings::BookingError::FullyBooked { .. }) => Err(bookings::Verdict::FullyBooked),
@@ -202,7 +202,7 @@ fn a_keyed_booking_takes_two_statements_more_and_its_resend_seven() {
     let pool = single_connection_pool(&db);
     let keyed = |days_ahead: u64| {
         let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
-        let turn = Turn::alone(pool.names().booking(resource, date.day()), Duration::from_secs(5));
+        let turn = Turn::unqueued(pool.names().booking(resource, date.day()), Duration::from_secs(5));
         let once = IdempotencyKey::parse(&format!("key-{days_ahead}"))
             .expect("key")
             .bind(user.user_id(), &format!("book {resource} {days_ahead}"));
@@ -234,7 +234,7 @@ fn a_batch_of_bookings_prepares_nothing_in_steady_state() {
     let pool = single_connection_pool(&db);
     let batch = |days_ahead: u64| {
         let date = BookingDate::parse(&day(days_ahead), bookings::today()).expect("valid day");
-        let turn = Turn::alone(pool.names().booking(resource, date.day()), Duration::from_secs(5));
+        let turn = Turn::unqueued(pool.names().booking(resource, date.day()), Duration::from_secs(5));
         let answers =
             haita::bookings::batch::book_batch(&pool, turn, resource, date, &users, 30).expect("batch");
         assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 3, "capacity 3");
@@ -301,7 +301,7 @@ async fn stays_counted(db: TestDb) {
     let stay = |user: &Ticket, from: u64, nights: u64| {
         let stay = Stay::parse(&day(from), &day(from + nights), bookings::today()).expect("a stay");
         let turns =
-            TurnsInOrder::alone(stays::night_locks(pool.names(), resource, stay), Duration::from_secs(5));
+            TurnsInOrder::unqueued(stays::night_locks(pool.names(), resource, stay), Duration::from_secs(5));
         stays::book_stay(&pool, turns, user, resource, stay, None, 30)
     };
     stay(&guest, 1, 2).expect("warm-up stay");
@@ -338,7 +338,7 @@ fn an_order_and_a_receipt_prepare_nothing_in_steady_state() {
             .expect("order");
     };
     let receive = || {
-        let turn = Turn::alone(pool.names().stock(product), Duration::from_secs(5));
+        let turn = Turn::unqueued(pool.names().stock(product), Duration::from_secs(5));
         let one = Quantity::parse(1, 100).expect("quantity");
         haita::inventory::service::receive(&pool, turn, staff.id, product, one).expect("receipt");
     };
@@ -451,7 +451,7 @@ fn an_edit_lock_prepares_nothing_in_steady_state() {
     let owner = Owner { user_id: staff.id, session: "counted-session".into() };
     let ttl = Duration::from_secs(60);
     let cycle = || {
-        let turn = Turn::alone(pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
+        let turn = Turn::unqueued(pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
         edit_locks::acquire(&pool, turn, ttl, &key, &owner, Policy::FreeOrMine).expect("acquire");
         edit_locks::heartbeat(&mut pool.get().expect("conn"), ttl, &key, &owner, None).expect("heartbeat");
         assert!(

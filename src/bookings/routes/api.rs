@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::book;
 use super::pages::{FromQuery, PAGE_DAYS};
+use crate::app::AppState;
 use crate::auth::SessionUser;
 use crate::auth::session::Claimed;
 use crate::bookings::BookingError;
@@ -18,7 +19,6 @@ use crate::http::input::quoted;
 use crate::idempotency::IdempotencyError;
 use crate::idempotency::KeyHeader;
 use crate::resources::Resource;
-use crate::web::AppState;
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(availability_json, book_json, my_reservations_json, cancel_json))]

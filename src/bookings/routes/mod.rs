@@ -14,10 +14,10 @@ use super::coalesce::{self, Coalescer};
 use super::model::{Reservation, Stay};
 use super::service;
 use super::stays;
+use crate::app::AppState;
 use crate::auth::AuthError;
 use crate::auth::session::Claimed;
 use crate::idempotency::IdempotencyKey;
-use crate::web::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/resources/{id}", web::get().to(pages::resource_page))

@@ -8,6 +8,7 @@ use chrono::NaiveDate;
 use serde::Deserialize;
 
 use super::book;
+use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::session::Claimed;
@@ -20,7 +21,6 @@ use crate::http::error::AsProblem;
 use crate::http::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::idempotency::IdempotencyKey;
 use crate::resources::Resource;
-use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(Deserialize)]
 pub(super) struct FromQuery {

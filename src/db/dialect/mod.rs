@@ -81,7 +81,7 @@ pub trait Dialect: Send + Sync {
     fn unlock(&self, conn: &mut DbConn, name: &str) -> Result<(), String>;
 
     /// Lets go of every lock of `names`, each taken once on this session and in the order given
-    /// (`locking::NamedLocksGuard`), in one statement, and checks that the session holds no
+    /// (`locking::NamedLocksInOrder`), in one statement, and checks that the session holds no
     /// named lock any more. `Err` says what was wrong: the session must be closed.
     fn unlock_several(&self, conn: &mut DbConn, names: &[&str]) -> Result<(), String>;
 

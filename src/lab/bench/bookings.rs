@@ -784,7 +784,7 @@ fn measure_raw(
                                 .and_then(|day| {
                                     bookings::book(
                                         pool,
-                                        Turn::alone(
+                                        Turn::unqueued(
                                             pool.names().booking(key.resource_id, day.day()),
                                             config.lock_wait,
                                         ),

@@ -207,7 +207,7 @@ fn book_until(
         let resource = ids[rng.random_range(0..ids.len())];
         let day = from + chrono::Days::new(rng.random_range(0..span));
         let date = BookingDate::parse(&day.to_string(), service::today())?;
-        let turn = Turn::alone(pool.names().booking(resource, day), Duration::from_secs(5));
+        let turn = Turn::unqueued(pool.names().booking(resource, day), Duration::from_secs(5));
         let began = Instant::now();
         // A benchmark's customer books more days than a person may: no cap.
         match service::book(pool, turn, ticket, resource, date, None, u32::MAX) {
@@ -236,7 +236,7 @@ fn edit_until(
     while !stop.load(Ordering::Relaxed) {
         let id = ids[rng.random_range(0..ids.len())];
         let key = EditLockKey::resource(id);
-        let turn = Turn::alone(pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
+        let turn = Turn::unqueued(pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
         let lock = match edit_locks::acquire(
             pool,
             turn,

@@ -35,7 +35,7 @@ const USERS: i64 = 200_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Path {
-    /// Every client at the server at once, as before the per-key queue (`Turn::alone`).
+    /// Every client at the server at once, as before the per-key queue (`Turn::unqueued`).
     Unqueued,
     /// The per-key queue: one request per day at the server, one booking per transaction.
     OneAtATime,
@@ -176,7 +176,7 @@ impl Booker {
             Path::Coalesced => {
                 return coalesce::book(&self.coalescer, wait, ticket(user), resource, day).await;
             }
-            Path::Unqueued => Turn::alone(name, wait),
+            Path::Unqueued => Turn::unqueued(name, wait),
             Path::OneAtATime => self.locks.turn(name, wait).await?,
         };
         self.db

@@ -411,12 +411,12 @@ fn book_in_the_app(pool: &DbPool, config: &Config, asked: &Stay, ticket: &Ticket
     let resource_id = asked.resource_id;
     let booked = match stay.single_day() {
         Some(day) => {
-            let turn = Turn::alone(pool.names().booking(resource_id, day.day()), config.lock_wait);
+            let turn = Turn::unqueued(pool.names().booking(resource_id, day.day()), config.lock_wait);
             bookings::service::book(pool, turn, ticket, resource_id, day, None, u32::MAX)
         }
         None => {
             let nights = bookings::stays::night_locks(pool.names(), resource_id, stay);
-            let turns = TurnsInOrder::alone(nights, config.lock_wait);
+            let turns = TurnsInOrder::unqueued(nights, config.lock_wait);
             bookings::stays::book_stay(pool, turns, ticket, resource_id, stay, None, u32::MAX)
         }
     };

@@ -40,9 +40,9 @@ use tokio::sync::watch;
 use super::DemoError;
 use super::race::{self, Progress, RaceReport, RaceSpec, Tally};
 use super::strategies::Strategy;
+use crate::app::AppState;
 use crate::db::{DbConn, DbPool, cached_sql};
 use crate::http::client_address::ClientAddress;
-use crate::web::AppState;
 
 /// How long a race's claim lasts without being renewed: how long a racer that died blocks the
 /// next race at most.

@@ -18,6 +18,7 @@ use super::DemoError;
 use super::live::{self, Live, RaceBoard};
 use super::race::{self, RaceReport, RaceSpec};
 use super::strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
+use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::db::Engine;
@@ -29,7 +30,6 @@ use crate::i18n::Lang;
 use crate::infra::Infra;
 use crate::lab::locks::OutsideLocks;
 use crate::lab::schema::demo_bookings;
-use crate::web::{AppState, PageContext, html, see_other};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(

@@ -14,13 +14,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::{Asked, FlashError, SaleSpec};
+use crate::app::{AppState, PageContext, see_other};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::http::client_address::ClientAddress;
 use crate::http::error::AsProblem;
 use crate::lab::demo::RaceBoard;
 use crate::lab::demo::VISITOR_COOLDOWN;
-use crate::web::{AppState, PageContext, see_other};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/demo/flash-sales", web::post().to(flash_sale_form));

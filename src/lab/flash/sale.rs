@@ -260,7 +260,7 @@ fn create_product(
         Quantity::parse(i64::from(stock), Quantity::MAX_PER_RECEIPT).map_err(anyhow::Error::from)?;
     crate::inventory::service::receive(
         pool,
-        Turn::alone(pool.names().stock(id), Duration::from_secs(5)),
+        Turn::unqueued(pool.names().stock(id), Duration::from_secs(5)),
         keeper,
         id,
         quantity,

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::editing::{self, FormSaved, Opened};
 use super::model::{DESCRIPTION_MAX, ResourceChanges, ResourceInput};
 use super::{FieldError, Resource, ResourceError};
+use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::{AuthError, Role, SessionUser};
 use crate::edit_locks::drafts::Draft;
@@ -24,7 +25,6 @@ use crate::http::answers::documented_answers;
 use crate::http::error::{BODY_LIMIT, json_config};
 use crate::http::input::{code_point, stray_character};
 use crate::locking::Turn;
-use crate::web::{AppState, PageContext, html, see_other};
 
 /// The edit form may carry 2000 characters of Japanese description: 6 KB of UTF-8, up to 18 KB
 /// once percent-encoded — above the app-wide form limit, and a user's long text must not be

@@ -353,7 +353,7 @@ fn a_skipping_closure_lists_what_it_left_and_the_next_run_closes_exactly_that() 
     let second = from + chrono::Days::new(1);
     let key = EditLockKey::resource(edited);
     let owner = Owner { user_id: carol.id, session: "carols-browser".into() };
-    let turn = Turn::alone(db.pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
+    let turn = Turn::unqueued(db.pool.names().edit_lock(key.as_str()), Duration::from_secs(5));
     edit_locks::acquire(&db.pool, turn, Duration::from_secs(300), &key, &owner, LockPolicy::FreeOrMine)
         .expect("carol edits");
     let day_lock = db.session_holding(&db.pool.names().booking(day_locked, second));

@@ -321,7 +321,7 @@ pub fn create_product(db: &TestDb, sku: &str, price_cents: i64, stock: u32) -> i
         let quantity = haita::inventory::model::Quantity::parse(i64::from(stock), 100_000).expect("quantity");
         haita::inventory::service::receive(
             &db.pool,
-            haita::locking::Turn::alone(db.pool.names().stock(id), Duration::from_secs(5)),
+            haita::locking::Turn::unqueued(db.pool.names().stock(id), Duration::from_secs(5)),
             receiver,
             id,
             quantity,
