@@ -224,6 +224,107 @@ fn every_link_in_readme_and_docs_resolves() {
     );
 }
 
+/// The alt text and target of every `![alt](target)` outside code, with its line.
+fn images(text: &str) -> Vec<(usize, String, String)> {
+    let visible = blank_fences(text);
+    let chars: Vec<char> = visible.chars().collect();
+    let line_of = |at: usize| 1 + chars[..at].iter().filter(|c| **c == '\n').count();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '`' => i = skip_code_span(&chars, i),
+            '!' if chars.get(i + 1) == Some(&'[') => {
+                if let Some(close) = matching(&chars, i + 1, '[', ']')
+                    && chars.get(close + 1) == Some(&'(')
+                    && let Some(end) = matching(&chars, close + 1, '(', ')')
+                {
+                    let alt: String = chars[i + 2..close].iter().collect();
+                    let inside: String = chars[close + 2..end].iter().collect();
+                    let target = inside.split_whitespace().next().unwrap_or_default().to_string();
+                    found.push((line_of(i), alt, target));
+                }
+                i += 2;
+            }
+            _ => i += 1,
+        }
+    }
+    found
+}
+
+/// What a screenshot's alt text must say of it, in the page's language: its file is named
+/// `{page}-{lang}-{screen}.png` by the test that takes it (`tests/it/screenshots.rs`), and a
+/// reader who cannot see the picture is told which language and which screen it shows.
+fn alt_words(japanese_page: bool, lang: &str, screen: &str) -> Option<[&'static str; 2]> {
+    let lang = match (japanese_page, lang) {
+        (false, "en") => "English",
+        (false, "ja") => "Japanese",
+        (true, "en") => "英語",
+        (true, "ja") => "日本語",
+        _ => return None,
+    };
+    let screen = match (japanese_page, screen) {
+        (false, "desktop") => "desktop",
+        (false, "phone") => "phone",
+        (true, "desktop") => "デスクトップ",
+        (true, "phone") => "スマートフォン",
+        _ => return None,
+    };
+    Some([lang, screen])
+}
+
+/// The problems of a page's images: no alt text, or one that does not say the language and the
+/// screen its file was taken in.
+fn image_problems(shown: &str, text: &str, japanese_page: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (line, alt, target) in images(text) {
+        if alt.trim().len() < 20 {
+            problems.push(format!(
+                "{shown}:{line}: ![{alt}]({target}) needs an alt text that says what it shows"
+            ));
+            continue;
+        }
+        let file = target.rsplit('/').next().unwrap_or_default();
+        let Some(stem) = file.strip_suffix(".png") else { continue };
+        let mut parts = stem.rsplitn(3, '-');
+        let (Some(screen), Some(lang)) = (parts.next(), parts.next()) else { continue };
+        let Some(words) = alt_words(japanese_page, lang, screen) else { continue };
+        for word in words {
+            if !alt.contains(word) {
+                problems.push(format!(
+                    "{shown}:{line}: the alt text of {file} does not say {word:?}, which the picture shows: {alt}"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_screenshot_is_described_as_the_language_and_screen_it_shows() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut problems = Vec::new();
+    for page in pages(root) {
+        let shown = page.strip_prefix(root).unwrap_or(&page).display().to_string();
+        let text = fs::read_to_string(&page).unwrap_or_default();
+        problems.extend(image_problems(&shown, &text, shown.starts_with("docs/ja/")));
+    }
+    assert!(problems.is_empty(), "{} stale or missing alt text(s):\n{}", problems.len(), problems.join("\n"));
+}
+
+#[test]
+fn an_alt_text_that_names_another_screen_or_language_is_stale() {
+    let page = "![The booking page, on the English phone screen](screenshots/booking-refused-ja-desktop.png)";
+    let problems = image_problems("x.md", page, false);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    let fresh =
+        "![The booking page, on the Japanese desktop screen](screenshots/booking-refused-ja-desktop.png)";
+    assert!(image_problems("x.md", fresh, false).is_empty());
+    let ja = "![日本語のスマートフォンの画面の予約ページ](../screenshots/home-ja-desktop.png)";
+    assert_eq!(image_problems("ja/x.md", ja, true).len(), 1, "the screen is wrong");
+    assert_eq!(image_problems("x.md", "![x](a.png)", false).len(), 1, "no description");
+}
+
 /// The markers of a page's generated blocks and figures (`<!-- code: … -->`, `sql`, `checked`,
 /// `figure`), sorted: a page and its translation show the same ones.
 fn markers(text: &str) -> Vec<String> {
