@@ -24,10 +24,10 @@ use diesel::result::Error as DbError;
 
 use crate::db::CheckoutError;
 use crate::db::errors::{Failure, classify_message, lost_connection};
-use crate::http::answers::{Answer, Carried};
-use crate::http::error::{AsProblem, Problem};
 use crate::locking::retry::MayConflict;
 use crate::locking::{AcquireError, LockError};
+use crate::wire::answers::{Answer, Carried};
+use crate::wire::error::{AsProblem, Problem};
 
 /// Pool, database, blocking pool, named lock: the failures no feature decides about.
 #[derive(Debug, thiserror::Error)]
@@ -195,7 +195,7 @@ macro_rules! infra_error {
                 }
             }
         }
-        $crate::http::error::http_error!($error);
+        $crate::wire::error::http_error!($error);
     };
     (@from $error:ty, $cause:ty) => {
         impl From<$cause> for $error {

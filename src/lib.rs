@@ -19,7 +19,6 @@ pub mod db;
 pub mod deadlocks;
 pub mod edit_locks;
 pub mod holds;
-pub mod http;
 pub mod i18n;
 pub mod idempotency;
 pub mod infra;
@@ -33,6 +32,7 @@ pub mod orders;
 pub mod resources;
 pub mod schema;
 pub mod shutdown;
+pub mod wire;
 
 use std::net::TcpListener;
 
@@ -140,7 +140,7 @@ impl Application {
         let outside = web::Data::new(lab::locks::OutsideLocks::from_settings(&lab::Settings::from_env()?)?);
         let (cookie_secure, demo_mode) = (state.config.cookie_secure, state.config.demo_mode);
         let body_timeout =
-            web::Data::new(crate::http::slow_body::BodyTimeout(state.config.request_body_timeout));
+            web::Data::new(crate::wire::slow_body::BodyTimeout(state.config.request_body_timeout));
         let max_connections = state.config.max_connections;
         let shutdown_timeout = state.config.shutdown_timeout.as_secs();
         let app_shutdown = shutdown.clone();
@@ -163,7 +163,7 @@ impl Application {
                 .app_data(body_timeout.clone())
                 .configure(|cfg| routes(cfg, demo_mode))
                 .default_service(web::to(error::not_found))
-                .wrap(actix_web::middleware::from_fn(crate::http::slow_body::deadline))
+                .wrap(actix_web::middleware::from_fn(crate::wire::slow_body::deadline))
                 .wrap(actix_web::middleware::from_fn(crate::auth::csrf::json_only_api_writes))
                 .wrap(actix_web::middleware::from_fn(crate::openapi::methods_allowed))
                 .wrap(ErrorHandlers::new().default_handler(error::render_html_errors))
@@ -386,14 +386,14 @@ async fn metrics_text(req: actix_web::HttpRequest, state: web::Data<AppState>) -
             .content_type("text/plain; version=0.0.4; charset=utf-8")
             .body(state.metrics.render(state.pool().state())),
         Some(refused @ MetricsRefused::WrongToken) => {
-            let mut response = http::error::respond(&refused);
+            let mut response = wire::error::respond(&refused);
             response.headers_mut().insert(
                 actix_web::http::header::WWW_AUTHENTICATE,
                 actix_web::http::header::HeaderValue::from_static("Bearer realm=\"metrics\""),
             );
             response
         }
-        Some(refused) => http::error::respond(&refused),
+        Some(refused) => wire::error::respond(&refused),
     }
 }
 
@@ -416,14 +416,14 @@ enum MetricsRefused {
     WrongToken,
 }
 
-http::answers::answers! { MetricsRefused {
+wire::answers::answers! { MetricsRefused {
     Off => NOT_FOUND "not_found",
     WrongToken => UNAUTHORIZED "metrics_token",
 } }
 
-impl http::error::AsProblem for MetricsRefused {
-    fn problem(&self) -> http::error::Problem {
-        use http::answers::Declared;
+impl wire::error::AsProblem for MetricsRefused {
+    fn problem(&self) -> wire::error::Problem {
+        use wire::answers::Declared;
         let answer = self.answer();
         match self {
             Self::Off => answer.said("metrics.off", &[]),
@@ -444,7 +444,7 @@ async fn stylesheet() -> HttpResponse {
         .body(include_str!("../static/style.css"))
 }
 
-/// Shows the pages' times in the viewer's time zone (`http::utc::Shown`).
+/// Shows the pages' times in the viewer's time zone (`wire::utc::Shown`).
 async fn local_time_script() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/javascript; charset=utf-8")

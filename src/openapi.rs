@@ -16,8 +16,8 @@ use utoipa::OpenApi;
 
 use crate::app::AppState;
 use crate::auth::AuthError;
-use crate::http::answers::{self, Answer, answers_of};
-use crate::http::error::{RequestError, respond};
+use crate::wire::answers::{self, Answer, answers_of};
+use crate::wire::error::{RequestError, respond};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -27,7 +27,7 @@ use crate::http::error::{RequestError, respond};
             Log in with POST /api/v1/session; the session cookie it sets authenticates the rest. \
             Errors are {\"error\": code, \"message\": sentence}, sometimes with more fields."
     ),
-    components(schemas(crate::http::error::ErrorBody)),
+    components(schemas(crate::wire::error::ErrorBody)),
     tags(
         (name = "session", description = "Log in and out"),
         (name = "bookings", description = "Resources and reservations: check-then-insert under a date-keyed named lock"),
@@ -106,7 +106,7 @@ fn render(with_demo: bool) -> String {
 /// write (see `auth::csrf::json_only_api_writes`), 400, 408 and 413 for a body, 400 for a query, 404
 /// for a path parameter, and 503 with `Retry-After` everywhere (busy, the database down, or the
 /// instance shutting down).
-/// Each is taken from its error's declaration (`crate::http::answers`), and each response's
+/// Each is taken from its error's declaration (`crate::wire::answers`), and each response's
 /// description lists every code it can carry.
 fn complete(document: &mut Value, public: &[(&str, &str)]) {
     document["components"]["securitySchemes"]["session"] = json!({

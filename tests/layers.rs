@@ -23,8 +23,8 @@ const LAYERS: &[&[&str]] = &[
     &["db"],
     // Locking primitives: named locks, the per-key queue, retries.
     &["locking"],
-    // How any failure is said over HTTP; values read from people.
-    &["http"],
+    // What goes over the wire: how any failure is said over HTTP; values read from people.
+    &["wire"],
     // The one infrastructure error every feature embeds.
     &["infra"],
     // Mechanisms every feature may use.
@@ -187,10 +187,10 @@ fn a_use_upward_or_sideways_is_named_with_its_place() {
 fn paths_in_code_strings_and_macros_count_and_comments_do_not() {
     let text = "use crate::db::DbConn;\n\
                 /// see `crate::admin` for the screen\n\
-                #[serde(with = \"crate::http::utc\")]\n\
+                #[serde(with = \"crate::wire::utc\")]\n\
                 $crate::infra::infra_error!(x); // crate::app here is a comment\n\
                 let t = mycrate::locking::x;";
-    assert_eq!(crate_paths(text), [(1, "db".to_string()), (3, "http".to_string()), (4, "infra".to_string())]);
+    assert_eq!(crate_paths(text), [(1, "db".to_string()), (3, "wire".to_string()), (4, "infra".to_string())]);
 }
 
 /// The places in `text` that send work to a blocking thread themselves, by line number:

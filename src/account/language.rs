@@ -7,8 +7,8 @@ use serde::Deserialize;
 use crate::app::{see_other, switch_back};
 use crate::auth::AuthError;
 use crate::auth::csrf::CsrfForm;
-use crate::http::input::quoted;
 use crate::i18n::Lang;
+use crate::wire::input::quoted;
 
 /// `POST /language`: the header's switch.
 pub fn configure(cfg: &mut web::ServiceConfig) {

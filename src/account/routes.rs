@@ -10,10 +10,10 @@ use crate::app::{AppState, PageContext, html, local_path, see_other};
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::auth::throttle::{Attempt, LoginKey};
 use crate::auth::{AuthError, Role, SessionUser, User, service, session};
-use crate::http::answers::documented_answers;
-use crate::http::client_address::ClientAddress;
-use crate::http::error::AsProblem;
 use crate::infra::Infra;
+use crate::wire::answers::documented_answers;
+use crate::wire::client_address::ClientAddress;
+use crate::wire::error::AsProblem;
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(whoami, login_json, logout_json))]

@@ -24,9 +24,9 @@ use actix_web::{FromRequest, HttpRequest, dev::Payload};
 
 use crate::auth::{AuthError, Role, SessionUser};
 use crate::edit_locks::EditLockError;
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 
 /// A logged-in administrator: extracting it answers 401 to anonymous requests and 403 to every
 /// other role, before the handler runs.
@@ -55,7 +55,7 @@ pub const REASON_MAX: usize = 300;
 impl Reason {
     pub fn parse(text: Option<&str>) -> Result<Self, AdminError> {
         let text = text.unwrap_or_default().trim();
-        if let Some(stray) = crate::http::input::stray_character(text, false) {
+        if let Some(stray) = crate::wire::input::stray_character(text, false) {
             return Err(AdminError::StrayInReason(stray));
         }
         let chars = text.chars().count();
@@ -129,7 +129,7 @@ impl AsProblem for AdminError {
                 .with("field", *field),
             Self::InvalidReason => answer.said("admin.err.reason", &[("max", REASON_MAX.to_string())]),
             Self::StrayInReason(stray) => answer
-                .said("field.stray_character", &[("code", crate::http::input::code_point(*stray))])
+                .said("field.stray_character", &[("code", crate::wire::input::code_point(*stray))])
                 .with("field", "reason"),
             Self::NotOurs { name, prefix } => answer.said(
                 "admin.err.not_ours",

@@ -12,9 +12,9 @@ use crate::audit::{self, AuditPage};
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::batch::forms::{CLOSURE_ACTION, ClosureForm, REVISION_ACTION, RevisionForm};
 use crate::edit_locks::{self, EditLockError, EditLockKey, LockView};
-use crate::http::answers::documented_answers;
 use crate::i18n::Lang;
 use crate::infra::Infra;
+use crate::wire::answers::documented_answers;
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(
@@ -149,7 +149,7 @@ async fn batch_run_row(
         .off_executor
         .with_conn(move |conn| Ok::<_, AdminError>(crate::batch::runs::one(conn, id)?))
         .await?;
-    let run = run.ok_or(crate::http::error::RequestError::NotFound)?;
+    let run = run.ok_or(crate::wire::error::RequestError::NotFound)?;
     Ok(html(&BatchRunRow { ctx, run })?)
 }
 
@@ -368,7 +368,7 @@ async fn start_in_background<J: crate::batch::Job>(
                 log::warn!("batch run {run_id} ended early: {e}");
             }
         })
-        .map_err(|e| crate::http::error::RequestError::Internal(e.into()))?;
+        .map_err(|e| crate::wire::error::RequestError::Internal(e.into()))?;
     Ok(see_other(&format!("/admin/locks?started={run_id}#batch")))
 }
 

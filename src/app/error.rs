@@ -1,5 +1,5 @@
 //! Failures as a browser meets them: the HTML error page, in the reader's language, for any
-//! error that `crate::http::error` answers in JSON to a request a browser made. Handlers never
+//! error that `crate::wire::error` answers in JSON to a request a browser made. Handlers never
 //! decide between the two.
 
 use actix_web::body::{BoxBody, EitherBody};
@@ -9,8 +9,8 @@ use actix_web::middleware::ErrorHandlerResponse;
 use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 
-pub use crate::http::error::*;
 use crate::i18n::Lang;
+pub use crate::wire::error::*;
 
 #[derive(Template)]
 #[template(path = "error.html")]

@@ -73,7 +73,7 @@ fn cut(text: &str, max_chars: usize) -> &str {
 #[derive(Clone, Debug, Queryable, Serialize, utoipa::ToSchema)]
 pub struct AuditEvent {
     pub id: i64,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub at: NaiveDateTime,
     pub actor: Option<String>,
     pub action: String,
@@ -86,7 +86,7 @@ impl AuditEvent {
     /// told their lock is gone.
     pub fn sentence(&self) -> String {
         let by = self.actor.as_ref().map(|actor| format!(" by {actor}")).unwrap_or_default();
-        format!("{}{by} at {} — {}", self.action, crate::http::utc::text(&self.at), self.detail)
+        format!("{}{by} at {} — {}", self.action, crate::wire::utc::text(&self.at), self.detail)
     }
 }
 

@@ -32,7 +32,7 @@ use std::pin::Pin;
 use subtle::ConstantTimeEq;
 
 use super::AuthError;
-use crate::http::error::RequestError;
+use crate::wire::error::RequestError;
 
 const CSRF_KEY: &str = "csrf";
 

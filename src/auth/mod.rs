@@ -17,9 +17,9 @@ pub mod username;
 pub use model::{Role, User};
 pub use session::SessionUser;
 
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {

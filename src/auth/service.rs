@@ -60,10 +60,10 @@ pub fn create_user(conn: &mut DbConn, spec: &UserSpec<'_>) -> Result<User, AuthE
     };
     let username = username.as_str();
     let display_name = spec.display_name.trim();
-    if let Some(stray) = crate::http::input::stray_character(display_name, false) {
+    if let Some(stray) = crate::wire::input::stray_character(display_name, false) {
         return Err(AuthError::Invalid {
             field: "display_name",
-            message: format!("remove the control character {}", crate::http::input::code_point(stray)),
+            message: format!("remove the control character {}", crate::wire::input::code_point(stray)),
         });
     }
     if display_name.chars().count() > 100 {

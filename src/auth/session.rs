@@ -26,10 +26,10 @@ use tokio::sync::oneshot;
 use super::{AuthError, Role, User};
 use crate::db::cached::ListStatements;
 use crate::db::{DbConn, OffExecutor, cached_sql};
-use crate::http::error::AsProblem;
-use crate::http::error::Problem;
 use crate::infra::Infra;
 use crate::schema::user_sessions;
+use crate::wire::error::AsProblem;
+use crate::wire::error::Problem;
 
 const TICKET_KEY: &str = "ticket";
 

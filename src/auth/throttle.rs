@@ -2,7 +2,7 @@
 //!
 //! Password guessing is slowed by counting *failures*, never successes, per account **and**
 //! client address (an IPv6 client per /64, the address read through `TRUSTED_PROXIES`:
-//! `crate::http::client_address`):
+//! `crate::wire::client_address`):
 //!
 //! - a pair past `LOGIN_FAILURES_PER_ADDRESS` failures within `LOGIN_FAILURE_WINDOW_SECS` is
 //!   answered 429 with `Retry-After`, before any hashing; that pair only: the same account from
@@ -54,7 +54,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::AuthError;
 use super::username::throttle_key;
 use crate::db::{DbConn, cached_sql, transaction_read_committed};
-use crate::http::client_address::ClientAddress;
+use crate::wire::client_address::ClientAddress;
 
 /// How long a login waits for a hashing slot before answering 503 busy: a burst of people
 /// logging in at once (a class starting) waits its turn; a storm is cut short by the throttle

@@ -35,12 +35,12 @@ use super::{BatchError, Job, LeftFor, Policy, Running, runs};
 use crate::db::DbConn;
 use crate::edit_locks::service::{self, Acquired};
 use crate::edit_locks::{EditLockError, EditLockKey, Owner};
-use crate::http::error::Said;
 use crate::locking::retry::MayConflict;
 use crate::locking::{LockError, NamedLockGuard, Turn};
 use crate::resources::ResourceError;
 use crate::resources::closures::{self, Closed, Closing, RowLock};
 use crate::schema::{resource_closures, resources};
+use crate::wire::error::Said;
 
 /// The longest range one closure takes.
 pub const MAX_DAYS: u64 = 92;
@@ -109,7 +109,7 @@ impl Job for Closure {
         let reason = self.reason.trim();
         if reason.is_empty()
             || reason.chars().count() > 200
-            || crate::http::input::stray_character(reason, false).is_some()
+            || crate::wire::input::stray_character(reason, false).is_some()
         {
             return invalid("batch.err.reason", &[]);
         }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::closure::{Closure, MAX_WAIT};
 use super::price_revision::Revision;
 use super::{BatchError, Policy};
-use crate::http::error::Said;
+use crate::wire::error::Said;
 
 /// Where the admin screen's form that starts a price revision posts.
 pub const REVISION_ACTION: &str = "/admin/batch/price-revision";

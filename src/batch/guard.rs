@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use super::lockfile::{self, Busy, LockFile, LockFileError};
 use crate::db::DbPool;
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::infra::Infra;
 use crate::locking::{LockError, NamedLockGuard};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 
 pub use crate::config::BatchLock;
 

@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 use crate::db::DbConn;
 
 use crate::db::{DbPool, PooledConn};
-use crate::http::answers::{Declared, answers};
-use crate::http::error::Said;
-use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::Said;
+use crate::wire::error::{AsProblem, Problem};
 use guard::{BatchLock, GuardError, RunGuard};
 
 /// What a batch does about a row an online user holds right now.

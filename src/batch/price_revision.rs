@@ -30,8 +30,8 @@ use super::{BatchError, Job, LeftFor, Policy, Running, runs};
 use crate::catalog::edit::{self, ProductChanges};
 use crate::db::conn::on_engine;
 use crate::db::{DbConn, Sql, cached_sql};
-use crate::http::error::Said;
 use crate::schema::products;
+use crate::wire::error::Said;
 
 /// Products per transaction: short enough that an online save waits little behind one.
 pub const CHUNK: usize = 20;

@@ -27,9 +27,9 @@ pub struct Run {
     pub skipped: i32,
     pub report: Option<String>,
     pub error: Option<String>,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub started_at: NaiveDateTime,
-    #[serde(with = "crate::http::utc::option")]
+    #[serde(with = "crate::wire::utc::option")]
     pub finished_at: Option<NaiveDateTime>,
     /// What the run waits for right now, if anything.
     pub waiting: Option<Waiting>,
@@ -79,13 +79,13 @@ impl Run {
 pub struct Waiting {
     pub key: String,
     pub holder: String,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub lock_since: NaiveDateTime,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub lock_until: NaiveDateTime,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub began: NaiveDateTime,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub gives_up: NaiveDateTime,
 }
 

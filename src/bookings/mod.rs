@@ -16,10 +16,10 @@ pub mod stays;
 
 use chrono::NaiveDate;
 
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::idempotency::IdempotencyError;
 use crate::infra::{Infra, infra_error};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 use model::StayProblem;
 
 /// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`

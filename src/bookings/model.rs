@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use super::BookingError;
 use crate::db::text_enum;
-use crate::http::input::{parse_day, quoted};
 use crate::schema::reservations;
+use crate::wire::input::{parse_day, quoted};
 
 text_enum! {
     pub enum ReservationStatus {
@@ -27,9 +27,9 @@ pub struct Reservation {
     #[serde(rename = "to")]
     pub check_out: NaiveDate,
     pub status: ReservationStatus,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub created_at: NaiveDateTime,
-    #[serde(with = "crate::http::utc::option")]
+    #[serde(with = "crate::wire::utc::option")]
     pub cancelled_at: Option<NaiveDateTime>,
 }
 

@@ -13,9 +13,9 @@ use diesel::prelude::*;
 use super::CatalogError;
 use super::model::{Product, format_cents};
 use crate::db::DbConn;
-use crate::http::error::FieldError;
-use crate::http::input::{code_point, stray_character};
 use crate::schema::{products, users};
+use crate::wire::error::FieldError;
+use crate::wire::input::{code_point, stray_character};
 
 pub const NAME_MAX_CHARS: usize = 200;
 pub const DESCRIPTION_MAX_CHARS: usize = 10_000;

@@ -12,9 +12,9 @@ pub mod routes;
 pub mod service;
 pub mod stock;
 
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 
 /// The strong ETag of a product representation: its version.
 pub fn etag(version: i32) -> String {

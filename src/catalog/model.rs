@@ -13,7 +13,7 @@ pub struct Product {
     pub description: String,
     pub price_cents: i64,
     pub version: i32,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub updated_at: NaiveDateTime,
     pub updated_by: Option<i64>,
 }

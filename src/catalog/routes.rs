@@ -13,9 +13,9 @@ use super::{CatalogError, etag};
 use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{AuthError, Role, SessionUser};
-use crate::http::answers::documented_answers;
-use crate::http::error::FieldError;
-use crate::http::error::{BODY_LIMIT, json_config, respond};
+use crate::wire::answers::documented_answers;
+use crate::wire::error::FieldError;
+use crate::wire::error::{BODY_LIMIT, json_config, respond};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(products_json, product_json, patch_json))]
@@ -210,7 +210,7 @@ impl EditPage {
     fn marks(&self, field: &str) -> String {
         let in_error: Vec<&str> =
             ["name", "description", "price"].into_iter().filter(|f| self.error(f).is_some()).collect();
-        crate::http::input::field_marks(field, &in_error)
+        crate::wire::input::field_marks(field, &in_error)
     }
 }
 

@@ -98,12 +98,12 @@ pub fn reserved(conn: &mut DbConn) -> QueryResult<Vec<(i64, Reserved)>> {
 /// the three numbers, and the same numbers as fields a client can act on. One place for both
 /// features, so an order and a hold of one product report the same figures.
 pub fn shortfall(
-    answer: crate::http::answers::Answer,
+    answer: crate::wire::answers::Answer,
     key: &'static str,
     product_id: i64,
     name: &str,
     (requested, available, held): (u32, u32, u32),
-) -> crate::http::error::Problem {
+) -> crate::wire::error::Problem {
     answer
         .said(
             key,

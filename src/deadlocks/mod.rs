@@ -97,7 +97,7 @@ pub struct Report {
     pub seen_by: String,
     /// What its retry did, once known.
     pub outcome: Option<String>,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub recorded_at: NaiveDateTime,
 }
 

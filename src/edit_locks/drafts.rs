@@ -29,7 +29,7 @@ use crate::db::{DbConn, Sql, cached_sql};
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Draft<T> {
     pub fields: T,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub saved_at: NaiveDateTime,
     pub why: String,
 }

@@ -138,11 +138,11 @@ impl Ending {
     }
 
     /// The sentence, in `lang`, as markup: the time is a `<time>` the page shows in the reader's
-    /// own zone (`crate::http::utc`); names and the reason are escaped. `lang` by value or, from
+    /// own zone (`crate::wire::utc`); names and the reason are escaped. `lang` by value or, from
     /// a template, by reference.
     pub fn sentence_html(&self, lang: impl std::borrow::Borrow<Lang>) -> String {
         let lang = *lang.borrow();
-        let time = self.at.map(|at| crate::http::utc::clock(&at).to_string()).unwrap_or_default();
+        let time = self.at.map(|at| crate::wire::utc::clock(&at).to_string()).unwrap_or_default();
         let who = escape_html(self.by.as_deref().unwrap_or("?"));
         let reason = escape_html(self.reason.as_deref().unwrap_or(""));
         let args = [("time", time), ("who", who), ("reason", reason)];

@@ -27,10 +27,10 @@ pub mod service;
 
 pub use model::{EditLockKey, EditLockToken, LockView, Owner};
 
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::i18n::Lang;
 use crate::infra::{Infra, infra_error};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EditLockError {
@@ -67,15 +67,15 @@ pub fn describe(lock: &LockView) -> String {
 
 /// [`describe`] in `lang` (by value or, from a template, by reference).
 pub fn describe_in(lock: &LockView, lang: impl std::borrow::Borrow<Lang>) -> String {
-    let (key, args) = described(lock, crate::http::utc::text);
+    let (key, args) = described(lock, crate::wire::utc::text);
     lang.borrow().t_with(key, args)
 }
 
 /// [`describe_in`] as markup for a page (rendered with `|safe`): the holder's name escaped, the
 /// times as `<time>` elements that the page shows in the viewer's own zone, like every other
-/// time on the pages (`crate::http::utc::shown`).
+/// time on the pages (`crate::wire::utc::shown`).
 pub fn describe_html(lock: &LockView, lang: impl std::borrow::Borrow<Lang>) -> String {
-    let (key, mut args) = described(lock, |at| crate::http::utc::shown(at).to_string());
+    let (key, mut args) = described(lock, |at| crate::wire::utc::shown(at).to_string());
     for (name, value) in &mut args {
         if *name == "who" {
             *value = crate::i18n::escape_html(value);
@@ -127,7 +127,7 @@ impl AsProblem for EditLockError {
         match self {
             Self::InvalidKey(key) => answer.said("lock.invalid_key", &[("key", format!("{key:?}"))]),
             Self::Locked(lock) => {
-                let (key, args) = described(lock, crate::http::utc::text);
+                let (key, args) = described(lock, crate::wire::utc::text);
                 answer
                     .said(key, &args)
                     .with("holder", lock.owner_username.clone())
@@ -135,7 +135,7 @@ impl AsProblem for EditLockError {
                     .with("lock", json(lock))
             }
             Self::TakenOver { holder, how } => {
-                let (key, mut args) = described(holder, crate::http::utc::text);
+                let (key, mut args) = described(holder, crate::wire::utc::text);
                 // What ended this page's hold is an audit record, said in the words it was recorded in.
                 let taken = match (key, how) {
                     ("lock.by_batch", None) => "lock.taken.by_batch",

@@ -86,13 +86,13 @@ pub struct LockView {
     #[diesel(sql_type = BigInt)]
     pub epoch: i64,
     #[diesel(sql_type = Timestamp)]
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub acquired_at: NaiveDateTime,
     #[diesel(sql_type = Timestamp)]
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub heartbeat_at: NaiveDateTime,
     #[diesel(sql_type = Timestamp)]
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub expires_at: NaiveDateTime,
     #[diesel(sql_type = Bool)]
     pub held_by_batch: bool,

@@ -566,7 +566,7 @@ fn not_mine(conn: &mut DbConn, key: &EditLockKey, owner: &Owner) -> Result<EditL
 
 /// Times in audit details, to the second: the event's own `at` column keeps full precision.
 pub(super) fn at(time: NaiveDateTime) -> String {
-    crate::http::utc::text(&time)
+    crate::wire::utc::text(&time)
 }
 
 fn micros(ttl: Duration) -> i64 {

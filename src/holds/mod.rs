@@ -48,11 +48,11 @@ use chrono::NaiveDateTime;
 
 use crate::catalog::quantity::{QuantityError, QuantityOf};
 use crate::catalog::stock::shortfall;
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::idempotency::IdempotencyError;
 use crate::infra::{Infra, infra_error};
 use crate::orders::OrderError;
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 
 /// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`
 /// (`crate::idempotency`); only refusals declared `[kept]` ever are.
@@ -77,13 +77,13 @@ pub enum HoldError {
         product_id: i64,
         name: String,
         quantity: i32,
-        #[serde(with = "crate::http::utc")]
+        #[serde(with = "crate::wire::utc")]
         expires_at: NaiveDateTime,
     },
     #[error("hold {id} expired")]
     Expired {
         id: i64,
-        #[serde(with = "crate::http::utc")]
+        #[serde(with = "crate::wire::utc")]
         expired_at: NaiveDateTime,
     },
     #[error("hold {0} was released")]
@@ -193,13 +193,13 @@ impl AsProblem for HoldError {
                     &[
                         ("name", name.clone()),
                         ("quantity", quantity.to_string()),
-                        ("until", crate::http::utc::text(expires_at)),
+                        ("until", crate::wire::utc::text(expires_at)),
                     ],
                 )
                 .with("hold_id", *id)
                 .with("product_id", *product_id),
             Self::Expired { id, expired_at } => answer
-                .said("hold.expired", &[("at", crate::http::utc::text(expired_at))])
+                .said("hold.expired", &[("at", crate::wire::utc::text(expired_at))])
                 .with("hold_id", *id),
             Self::Released(id) => answer.said("hold.released", &[]).with("hold_id", *id),
             Self::Used { id, order_id } => match order_id {

@@ -102,7 +102,7 @@ pub struct HoldView {
     pub product_id: i64,
     pub quantity: i32,
     /// When the hold lapses unless used or released, by the database's clock (UTC).
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub expires_at: NaiveDateTime,
     /// Whole seconds until `expires_at`, counted from the database's clock when this answer was
     /// made: a client counts down from it rather than comparing its own clock with

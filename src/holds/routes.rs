@@ -15,11 +15,11 @@ use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::SessionUser;
 use crate::auth::csrf::{CsrfForm, TokenOnly};
 use crate::catalog::routes::{OrderRefused, render_refused_hold};
-use crate::http::answers::{Declared, documented_answers};
-use crate::http::error::AsProblem;
 use crate::idempotency::{self, IdempotencyError, IdempotencyKey, KeyHeader};
 use crate::orders::OrderError;
 use crate::orders::service::OrderView;
+use crate::wire::answers::{Declared, documented_answers};
+use crate::wire::error::AsProblem;
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(hold_json, holds_json, release_json, order_json))]
@@ -177,7 +177,7 @@ impl CheckoutPage {
             &[
                 ("quantity", hold.hold.quantity.to_string()),
                 ("name", hold.name.clone()),
-                ("until", crate::http::utc::text(&hold.hold.expires_at)),
+                ("until", crate::wire::utc::text(&hold.hold.expires_at)),
             ],
         ))
     }

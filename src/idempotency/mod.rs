@@ -42,8 +42,8 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use crate::db::{DbConn, Sql, cached_sql};
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem, http_error};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem, http_error};
 
 /// How long an answer is kept for replay, and a key stays bound to its request.
 pub const TTL: chrono::TimeDelta = chrono::TimeDelta::hours(24);

@@ -12,9 +12,9 @@ pub mod model;
 pub mod routes;
 pub mod service;
 
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 use model::QuantityError;
 
 #[derive(Debug, thiserror::Error)]

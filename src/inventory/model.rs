@@ -26,7 +26,7 @@ pub struct StockMovement {
     pub reason: MovementReason,
     pub order_id: Option<i64>,
     pub actor_user_id: Option<i64>,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub at: NaiveDateTime,
 }
 

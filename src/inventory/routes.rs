@@ -11,7 +11,7 @@ use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::csrf::CsrfForm;
 use crate::auth::{AuthError, Role, SessionUser};
 use crate::catalog::service::{ProductWithStock, list_with_stock};
-use crate::http::answers::documented_answers;
+use crate::wire::answers::documented_answers;
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(receipt_json))]

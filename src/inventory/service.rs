@@ -106,7 +106,7 @@ fn increase_or_insert(
 /// A ledger line for the receipts page (fields in the order of the query's columns).
 #[derive(Clone, Debug, Serialize, Queryable)]
 pub struct MovementLine {
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub at: chrono::NaiveDateTime,
     pub product: String,
     pub delta: i32,

@@ -13,11 +13,11 @@ use super::service::{
     take,
 };
 use crate::db::{DbConn, DbPool};
-use crate::http::answers::Declared;
 use crate::idempotency::{Claim, Once};
 use crate::inventory::model::Quantity;
 use crate::locking::retry::RetryPolicy;
 use crate::metrics::{self, Family};
+use crate::wire::answers::Declared;
 
 /// One single-line order of a coalesced batch: who, how many of the batch's product, and the
 /// request's idempotency key if it sent one.

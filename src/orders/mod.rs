@@ -19,11 +19,11 @@ pub mod routes;
 pub mod service;
 
 use crate::catalog::stock::shortfall;
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::idempotency::IdempotencyError;
 use crate::infra::{Infra, infra_error};
 use crate::inventory::model::QuantityError;
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 
 /// Serializable so that a refusal can be stored as the answer to an `Idempotency-Key`
 /// (`crate::idempotency`); only refusals declared `[kept]` ever are.

@@ -11,7 +11,7 @@ use crate::schema::orders;
 pub struct Order {
     pub id: i64,
     pub user_id: i64,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub created_at: NaiveDateTime,
     pub total_cents: i64,
 }

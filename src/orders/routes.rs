@@ -15,11 +15,11 @@ use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::catalog::routes::{OrderRefused, render_products_page};
-use crate::http::answers::{Declared, documented_answers};
-use crate::http::error::AsProblem;
 use crate::idempotency::IdempotencyError;
 use crate::idempotency::{self, IdempotencyKey, KeyHeader};
 use crate::locking::retry::RetryPolicy;
+use crate::wire::answers::{Declared, documented_answers};
+use crate::wire::error::AsProblem;
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(order_json, orders_json))]

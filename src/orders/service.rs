@@ -29,7 +29,7 @@ use crate::schema::{order_lines, orders, products};
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OrderView {
     pub id: i64,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub created_at: chrono::NaiveDateTime,
     pub total_cents: i64,
     pub lines: Vec<OrderLineView>,

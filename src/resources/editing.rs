@@ -202,7 +202,7 @@ pub fn save_form(
         Ok(_) => return Ok(FormSaved::Saved),
         Err(ResourceError::Invalid(errors)) => errors,
         Err(e @ ResourceError::CapacityBelowBookings { .. }) => {
-            let problem = crate::http::error::AsProblem::problem(&e);
+            let problem = crate::wire::error::AsProblem::problem(&e);
             vec![FieldError { field: "capacity", message: problem.message, words: problem.words }]
         }
         Err(ResourceError::EditLock(

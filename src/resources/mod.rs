@@ -20,9 +20,9 @@ pub use model::{FieldError, Resource};
 
 use crate::auth::AuthError;
 use crate::edit_locks::EditLockError;
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResourceError {

@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use super::ResourceError;
 use crate::db::DbConn;
-use crate::http::input::{code_point, stray_character};
 use crate::schema::resources;
+use crate::wire::input::{code_point, stray_character};
 
 #[derive(Clone, Debug, Queryable, Selectable, Identifiable, Serialize, utoipa::ToSchema)]
 #[diesel(table_name = resources, check_for_backend(crate::db::MultiBackend))]
@@ -19,7 +19,7 @@ pub struct Resource {
     /// What one night costs, in hundredths of `i18n::CURRENCY`; 0 is free of charge.
     pub price_cents: i64,
     pub version: i32,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub updated_at: NaiveDateTime,
 }
 
@@ -47,7 +47,7 @@ pub struct NewResource<'a> {
     pub price_cents: i64,
 }
 
-pub use crate::http::error::FieldError;
+pub use crate::wire::error::FieldError;
 
 pub const NAME_MAX: usize = 100;
 pub const DESCRIPTION_MAX: usize = 2000;

@@ -96,7 +96,7 @@ fn written_the_one_way(text: &str, zone: &str) -> bool {
                 .all(|(i, b)| if i == 2 || i == 5 { b == b':' } else { b.is_ascii_digit() })
     };
     match digits.split_once(' ') {
-        Some((day, time)) => haita::http::input::parse_day(day).is_some() && clock(time),
+        Some((day, time)) => haita::wire::input::parse_day(day).is_some() && clock(time),
         None => clock(digits),
     }
 }

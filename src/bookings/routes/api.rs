@@ -14,11 +14,11 @@ use crate::bookings::BookingError;
 use crate::bookings::coalesce::Coalescer;
 use crate::bookings::model::{Reservation, Stay, parse_id};
 use crate::bookings::service::{self, DayAvailability};
-use crate::http::answers::documented_answers;
-use crate::http::input::quoted;
 use crate::idempotency::IdempotencyError;
 use crate::idempotency::KeyHeader;
 use crate::resources::Resource;
+use crate::wire::answers::documented_answers;
+use crate::wire::input::quoted;
 
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(availability_json, book_json, my_reservations_json, cancel_json))]

@@ -16,11 +16,11 @@ use crate::bookings::BookingError;
 use crate::bookings::coalesce::Coalescer;
 use crate::bookings::model::{BookingDate, Reservation, Stay};
 use crate::bookings::service::{self, DayAvailability};
-use crate::http::answers::Declared;
-use crate::http::error::AsProblem;
-use crate::http::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::idempotency::IdempotencyKey;
 use crate::resources::Resource;
+use crate::wire::answers::Declared;
+use crate::wire::error::AsProblem;
+use crate::wire::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 
 #[derive(Deserialize)]
 pub(super) struct FromQuery {

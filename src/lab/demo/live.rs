@@ -42,7 +42,7 @@ use super::race::{self, Progress, RaceReport, RaceSpec, Tally};
 use super::strategies::Strategy;
 use crate::app::AppState;
 use crate::db::{DbConn, DbPool, cached_sql};
-use crate::http::client_address::ClientAddress;
+use crate::wire::client_address::ClientAddress;
 
 /// How long a race's claim lasts without being renewed: how long a racer that died blocks the
 /// next race at most.
@@ -70,7 +70,7 @@ pub struct Live {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LiveRace {
     pub started_by: String,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub started_at: NaiveDateTime,
     pub clients: u32,
     pub attempts: u32,
@@ -494,6 +494,6 @@ fn publish_until_stopped(pending: &Mutex<Pending>, pool: &DbPool, holder: &str) 
 
 /// Why a race stopped, for the page: the problem's message, which never carries internals.
 fn stopped(e: &DemoError) -> String {
-    use crate::http::error::AsProblem;
+    use crate::wire::error::AsProblem;
     format!("The race stopped: {}", e.problem().message)
 }

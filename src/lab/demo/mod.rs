@@ -46,12 +46,12 @@ pub use race::{
 };
 pub use strategies::{Answer, Attempt, Queue, Seen, Strategy, lock_name};
 
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::i18n::Lang;
 use crate::infra::{Infra, infra_error};
 use crate::lab::locks::redis::LeaseError;
 use crate::lab::locks::table::LockRowError;
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {

@@ -481,7 +481,7 @@ pub struct RaceReport {
     #[serde(default)]
     pub id: i64,
     pub started_by: String,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub started_at: NaiveDateTime,
     pub clients: u32,
     pub attempts: u32,
@@ -1137,7 +1137,7 @@ fn count_stay_damage(conn: &mut DbConn, resource_id: i64) -> Result<Damage, Demo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::answers::Declared;
+    use crate::wire::answers::Declared;
 
     #[test]
     fn specs_are_bounded_with_a_message_naming_the_field() {

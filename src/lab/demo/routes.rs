@@ -22,14 +22,14 @@ use crate::app::{AppState, PageContext, html, see_other};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
 use crate::db::Engine;
-use crate::http::answers::documented_answers;
-use crate::http::client_address::ClientAddress;
-use crate::http::error::{AsProblem, Problem};
-use crate::http::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 use crate::i18n::Lang;
 use crate::infra::Infra;
 use crate::lab::locks::OutsideLocks;
 use crate::lab::schema::demo_bookings;
+use crate::wire::answers::documented_answers;
+use crate::wire::client_address::ClientAddress;
+use crate::wire::error::{AsProblem, Problem};
+use crate::wire::input::{FIRST_DAY, LAST_DAY, parse_day, quoted};
 
 #[derive(utoipa::OpenApi)]
 #[openapi(
@@ -466,7 +466,7 @@ async fn code_page(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    let strategy = Strategy::parse(&path).map_err(|_| crate::http::error::RequestError::NotFound)?;
+    let strategy = Strategy::parse(&path).map_err(|_| crate::wire::error::RequestError::NotFound)?;
     let lines = strategy.explanation(ctx.lang, state.pool().engine());
     Ok(html(&CodePage { ctx, strategy, lines, source: strategy.source() })?)
 }
@@ -495,7 +495,7 @@ impl DocPage {
 async fn doc_page(ctx: PageContext, path: web::Path<String>) -> actix_web::Result<HttpResponse> {
     let name = path.into_inner();
     let (title, body) =
-        super::docs::doc(&name, ctx.lang).ok_or(crate::http::error::RequestError::NotFound)?;
+        super::docs::doc(&name, ctx.lang).ok_or(crate::wire::error::RequestError::NotFound)?;
     Ok(html(&DocPage { ctx, name, title, body: super::docs::rendered(body) })?)
 }
 

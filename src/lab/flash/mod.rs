@@ -40,9 +40,9 @@ pub use report::{FlashReport, Variant, VariantResult};
 pub use sale::{Asked, SaleSpec, Starter, run, take_slot};
 pub use store::{KEEP_SALES, Shown, Slot, latest};
 
-use crate::http::answers::{Declared, answers};
-use crate::http::error::{AsProblem, Problem};
 use crate::infra::{Infra, infra_error};
+use crate::wire::answers::{Declared, answers};
+use crate::wire::error::{AsProblem, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FlashError {

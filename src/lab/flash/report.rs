@@ -142,7 +142,7 @@ pub struct FlashReport {
     #[serde(default)]
     pub id: i64,
     pub started_by: String,
-    #[serde(with = "crate::http::utc")]
+    #[serde(with = "crate::wire::utc")]
     pub started_at: NaiveDateTime,
     pub buyers: u32,
     pub stock: u32,

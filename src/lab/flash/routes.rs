@@ -17,10 +17,10 @@ use super::{Asked, FlashError, SaleSpec};
 use crate::app::{AppState, PageContext, see_other};
 use crate::auth::SessionUser;
 use crate::auth::csrf::CsrfForm;
-use crate::http::client_address::ClientAddress;
-use crate::http::error::AsProblem;
 use crate::lab::demo::RaceBoard;
 use crate::lab::demo::VISITOR_COOLDOWN;
+use crate::wire::client_address::ClientAddress;
+use crate::wire::error::AsProblem;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/demo/flash-sales", web::post().to(flash_sale_form));

@@ -21,10 +21,10 @@ use crate::edit_locks::drafts::Draft;
 use crate::edit_locks::ending::Ending;
 use crate::edit_locks::service::{self, Acquired, Policy};
 use crate::edit_locks::{EditLockError, EditLockKey, LockView, Owner};
-use crate::http::answers::documented_answers;
-use crate::http::error::{BODY_LIMIT, json_config};
-use crate::http::input::{code_point, stray_character};
 use crate::locking::Turn;
+use crate::wire::answers::documented_answers;
+use crate::wire::error::{BODY_LIMIT, json_config};
+use crate::wire::input::{code_point, stray_character};
 
 /// The edit form may carry 2000 characters of Japanese description: 6 KB of UTF-8, up to 18 KB
 /// once percent-encoded — above the app-wide form limit, and a user's long text must not be

@@ -45,7 +45,7 @@ impl EditPage {
     fn marks(&self, field: &str) -> String {
         let in_error: Vec<&str> =
             ["name", "description", "capacity"].into_iter().filter(|f| self.error_for(f).is_some()).collect();
-        crate::http::input::field_marks(field, &in_error)
+        crate::wire::input::field_marks(field, &in_error)
     }
 }
 
@@ -83,7 +83,7 @@ impl LockedPage {
 
     /// "You are editing this in another browser since …", its time in the reader's zone.
     fn mine_elsewhere_html(&self) -> String {
-        let since = self.lock.as_ref().map(|l| crate::http::utc::clock(&l.acquired_at).to_string());
+        let since = self.lock.as_ref().map(|l| crate::wire::utc::clock(&l.acquired_at).to_string());
         self.ctx.lang.t_with("locked.mine_elsewhere_html", [("since", since.unwrap_or_default())])
     }
 
@@ -114,7 +114,7 @@ pub(super) struct EndedPart {
 }
 
 pub(super) fn with_status(
-    response: Result<HttpResponse, crate::http::error::RequestError>,
+    response: Result<HttpResponse, crate::wire::error::RequestError>,
     status: StatusCode,
 ) -> actix_web::Result<HttpResponse> {
     let mut response = response?;

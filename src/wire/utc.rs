@@ -1,6 +1,6 @@
 //! Database times on the wire. Every pooled session runs with `time_zone = '+00:00'`, so a
 //! `DATETIME` read back is UTC without saying so; JSON says so (`…Z`, RFC 3339), as the OpenAPI
-//! document's `date-time` promises. Use with `#[serde(with = "crate::http::utc")]`.
+//! document's `date-time` promises. Use with `#[serde(with = "crate::wire::utc")]`.
 
 use chrono::{DateTime, NaiveDateTime};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -18,7 +18,7 @@ fn parse(text: &str) -> Result<NaiveDateTime, chrono::ParseError> {
     DateTime::parse_from_rfc3339(text).map(|at| at.naive_utc()).or_else(|_| text.parse())
 }
 
-/// The same for an optional time (`#[serde(with = "crate::http::utc::option")]`).
+/// The same for an optional time (`#[serde(with = "crate::wire::utc::option")]`).
 pub mod option {
     use super::*;
 

@@ -132,25 +132,25 @@ macro_rules! answers {
         }
         $( carries { $( $carried:ident ),* $(,)? } )?
     ) => {
-        impl $crate::http::answers::Declared for $error {
-            const ANSWERS: &'static [(&'static str, $crate::http::answers::Answer)] = &[
+        impl $crate::wire::answers::Declared for $error {
+            const ANSWERS: &'static [(&'static str, $crate::wire::answers::Answer)] = &[
                 $( (
                     stringify!($variant),
-                    $crate::http::answers::Answer::new(actix_web::http::StatusCode::$status, $code)
+                    $crate::wire::answers::Answer::new(actix_web::http::StatusCode::$status, $code)
                         $( $( .$mark() )* )?,
                 ), )*
             ];
 
-            fn answer(&self) -> $crate::http::answers::Answer {
+            fn answer(&self) -> $crate::wire::answers::Answer {
                 match self {
                     $(
-                        $crate::http::answers::answers!(@variant $variant $( ( $($inner)* ) )?)
+                        $crate::wire::answers::answers!(@variant $variant $( ( $($inner)* ) )?)
                         $( if $guard )?
-                        => $crate::http::answers::Answer::new(actix_web::http::StatusCode::$status, $code)
+                        => $crate::wire::answers::Answer::new(actix_web::http::StatusCode::$status, $code)
                             $( $( .$mark() )* )?,
                     )*
                     $($(
-                        Self::$carried(carried) => $crate::http::answers::Carried::carried_answer(carried),
+                        Self::$carried(carried) => $crate::wire::answers::Carried::carried_answer(carried),
                     )*)?
                 }
             }
@@ -222,9 +222,9 @@ macro_rules! documented_answers {
             > {
                 let mut answers = Vec::new();
                 $(
-                    answers.extend($crate::http::answers::answers_of::<$error>(&[$( stringify!($variant) ),+]));
+                    answers.extend($crate::wire::answers::answers_of::<$error>(&[$( stringify!($variant) ),+]));
                 )+
-                $crate::http::answers::responses(&answers)
+                $crate::wire::answers::responses(&answers)
             }
         }
 

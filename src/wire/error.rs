@@ -212,10 +212,10 @@ macro_rules! http_error {
     ($error:ty) => {
         impl actix_web::ResponseError for $error {
             fn status_code(&self) -> actix_web::http::StatusCode {
-                $crate::http::error::AsProblem::problem(self).status
+                $crate::wire::error::AsProblem::problem(self).status
             }
             fn error_response(&self) -> actix_web::HttpResponse {
-                $crate::http::error::respond(self)
+                $crate::wire::error::respond(self)
             }
         }
     };
