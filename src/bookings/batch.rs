@@ -4,7 +4,7 @@
 
 use super::BookingError;
 use super::model::{BookingDate, Reservation};
-use super::service::{check_then_insert, the_one_answer};
+use super::service::{check_then_insert, check_then_insert_one};
 use crate::auth::session::Ticket;
 use crate::db::DbPool;
 use crate::locking::retry::{LockConflict, MayConflict};
@@ -88,13 +88,7 @@ fn one_by_one_after_deadlock(
         .map(|ticket| {
             crate::db::transaction(day_lock.conn(), |conn| {
                 crate::auth::quota::lock_users(conn, &[ticket.user_id()])?;
-                the_one_answer(check_then_insert(
-                    conn,
-                    resource_id,
-                    date,
-                    std::slice::from_ref(ticket),
-                    max_future,
-                )?)
+                check_then_insert_one(conn, resource_id, date, ticket, max_future)
             })
         })
         .collect();

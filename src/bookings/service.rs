@@ -88,13 +88,7 @@ pub fn book(
         // Idempotency: steps 4 to 6 at most once per key (without a key, they just run).
         idempotency::once(conn, once, |conn| {
             // 4. Read the day, 5. decide, 6. insert if granted.
-            the_one_answer(check_then_insert(
-                conn,
-                resource_id,
-                date,
-                std::slice::from_ref(ticket),
-                max_future,
-            )?)
+            check_then_insert_one(conn, resource_id, date, ticket, max_future)
         })
     })
     // 7. COMMIT, or ROLLBACK on a refusal, and 8. release: both done as the call returns.
@@ -131,10 +125,16 @@ pub(super) fn check_then_insert(
         .collect()
 }
 
-/// The answer of the one request [`check_then_insert`] was given.
-pub(super) fn the_one_answer(
-    mut answers: Vec<Result<Reservation, BookingError>>,
+/// [`check_then_insert`] for one request, and its answer: what [`book`] runs, and what a batch
+/// runs for each of its requests when it falls back to them one by one.
+pub(super) fn check_then_insert_one(
+    conn: &mut DbConn,
+    resource_id: i64,
+    date: BookingDate,
+    ticket: &Ticket,
+    max_future: u32,
 ) -> Result<Reservation, BookingError> {
+    let mut answers = check_then_insert(conn, resource_id, date, std::slice::from_ref(ticket), max_future)?;
     match (answers.pop(), answers.is_empty()) {
         (Some(answer), true) => answer,
         _ => Err(bad_batch()),

@@ -18,6 +18,8 @@ const FORBIDDEN: &[&str] = &["../shared", "DESIGN.md", "background article", "ar
 struct Link {
     line: usize,
     target: String,
+    /// An image's alt text (`![alt](target)`); `None` for a link.
+    alt: Option<String>,
 }
 
 /// The targets of `[text](target)` and `![alt](target)` links outside code: fenced blocks
@@ -43,7 +45,8 @@ fn links(text: &str) -> Vec<Link> {
                     // `(target "title")`: the target is the first word; `<target>` is allowed too.
                     let target = inside.split_whitespace().next().unwrap_or_default();
                     let target = target.trim_start_matches('<').trim_end_matches('>');
-                    found.push(Link { line: line_of(i), target: target.to_string() });
+                    let alt = (i > 0 && chars[i - 1] == '!').then(|| chars[i + 1..close].iter().collect());
+                    found.push(Link { line: line_of(i), target: target.to_string(), alt });
                 }
                 // Continue inside the text, so an image inside a link's text is seen too.
                 i += 1;
@@ -184,7 +187,7 @@ fn problems_in(root: &Path, page: &Path) -> Vec<String> {
         }
     }
     let dir = page.parent().unwrap_or(root);
-    for Link { line, target } in links(&text) {
+    for Link { line, target, .. } in links(&text) {
         if let Some(anchor) = target.strip_prefix('#') {
             if !anchors(&text).contains(anchor) {
                 problems.push(format!("{shown}:{line}: ({target}) names no heading of this page"));
@@ -224,34 +227,6 @@ fn every_link_in_readme_and_docs_resolves() {
     );
 }
 
-/// The alt text and target of every `![alt](target)` outside code, with its line.
-fn images(text: &str) -> Vec<(usize, String, String)> {
-    let visible = blank_fences(text);
-    let chars: Vec<char> = visible.chars().collect();
-    let line_of = |at: usize| 1 + chars[..at].iter().filter(|c| **c == '\n').count();
-    let mut found = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        match chars[i] {
-            '`' => i = skip_code_span(&chars, i),
-            '!' if chars.get(i + 1) == Some(&'[') => {
-                if let Some(close) = matching(&chars, i + 1, '[', ']')
-                    && chars.get(close + 1) == Some(&'(')
-                    && let Some(end) = matching(&chars, close + 1, '(', ')')
-                {
-                    let alt: String = chars[i + 2..close].iter().collect();
-                    let inside: String = chars[close + 2..end].iter().collect();
-                    let target = inside.split_whitespace().next().unwrap_or_default().to_string();
-                    found.push((line_of(i), alt, target));
-                }
-                i += 2;
-            }
-            _ => i += 1,
-        }
-    }
-    found
-}
-
 /// What a screenshot's alt text must say of it, in the page's language: its file is named
 /// `{page}-{lang}-{screen}.png` by the test that takes it (`tests/it/screenshots.rs`), and a
 /// reader who cannot see the picture is told which language and which screen it shows.
@@ -277,7 +252,8 @@ fn alt_words(japanese_page: bool, lang: &str, screen: &str) -> Option<[&'static 
 /// screen its file was taken in.
 fn image_problems(shown: &str, text: &str, japanese_page: bool) -> Vec<String> {
     let mut problems = Vec::new();
-    for (line, alt, target) in images(text) {
+    for Link { line, target, alt } in links(text) {
+        let Some(alt) = alt else { continue };
         if alt.trim().len() < 20 {
             problems.push(format!(
                 "{shown}:{line}: ![{alt}]({target}) needs an alt text that says what it shows"
@@ -411,6 +387,8 @@ fn the_scanner_finds_links_and_images_but_not_code() {
                 [line](../src/db.rs:120) [wrapped\n\
                 text](wrapped.md)\n";
     let found = links(text);
+    let alts: Vec<&str> = found.iter().filter_map(|l| l.alt.as_deref()).collect();
+    assert_eq!(alts, ["chart"], "only the image has an alt text");
     let found: Vec<(usize, &str)> = found.iter().map(|l| (l.line, l.target.as_str())).collect();
     assert_eq!(
         found,
